@@ -1,0 +1,74 @@
+//! `cgroup/cgroup_mkdir` and `cgroup/cgroup_rmdir`: cgroup creation and removal.
+//!
+//! Userspace keeps its cgroup id -> path cache current from these records, and removal drops the
+//! cgroup's aggregate from `CGROUP_STATS` so the map does not fill with dead cgroups.
+//! Minimum kernel: 4.19 (cgroup tracepoints), 5.8 for the ring buffer.
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use monitor_common::{CgroupEvent, DropReason, EventKind};
+
+use crate::maps::{CGROUP_STATS, EVENTS, config, count_drop};
+
+// Offsets from /sys/kernel/tracing/events/cgroup/cgroup_mkdir/format (same for rmdir).
+const ROOT_OFFSET: usize = 8;
+const LEVEL_OFFSET: usize = 12;
+const ID_OFFSET: usize = 16;
+const PATH_LOC_OFFSET: usize = 24;
+
+#[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
+pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    let _ = try_lifecycle(&ctx, EventKind::Mkdir);
+    0
+}
+
+#[tracepoint(category = "cgroup", name = "cgroup_rmdir")]
+pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
+    let _ = try_lifecycle(&ctx, EventKind::Rmdir);
+    0
+}
+
+fn try_lifecycle(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
+    let cfg = config().ok_or(0)?;
+    // SAFETY: offsets match the tracepoint's format.
+    let (root, level, id, path_loc) = unsafe {
+        (
+            ctx.read_at::<i32>(ROOT_OFFSET)?,
+            ctx.read_at::<i32>(LEVEL_OFFSET)?,
+            ctx.read_at::<u64>(ID_OFFSET)?,
+            ctx.read_at::<u32>(PATH_LOC_OFFSET)?,
+        )
+    };
+    // cgroup v1 hierarchies number their ids independently: ignore the ones we do not watch.
+    if cfg.hierarchy_id >= 0 && cfg.hierarchy_id != root {
+        return Ok(());
+    }
+    if kind == EventKind::Rmdir {
+        let _ = CGROUP_STATS.remove(&id);
+    }
+    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
+        count_drop(DropReason::RingFull);
+        return Ok(());
+    };
+    let event = entry.as_mut_ptr();
+    // __data_loc: low 16 bits are the offset of the string from the record start.
+    let path_src = unsafe { (ctx.as_ptr() as *const u8).add((path_loc & 0xffff) as usize) };
+    // SAFETY: `event` points at reserved ring-buffer memory of the right size and alignment.
+    unsafe {
+        (*event).kind = kind as u32;
+        (*event).level = level;
+        (*event).cgroup_id = id;
+        (*event).ts_ns = bpf_ktime_get_ns();
+        (*event).hierarchy_id = root;
+        (*event).path_len = match bpf_probe_read_kernel_str_bytes(path_src, &mut (*event).path) {
+            Ok(path) => path.len() as u32,
+            Err(_) => 0,
+        };
+    }
+    entry.submit(0);
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! Maps shared by the programs; userspace finds them by these names.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use monitor_common::{CgroupCounters, Config, DropReason, NDROPS};
+
+/// Single entry written by userspace before attaching.
+#[map]
+pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+
+/// Per-cgroup aggregates keyed by cgroup id.
+#[map]
+pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entries(65536, 0);
+
+/// Records for userspace: `StatEvent` and `CgroupEvent`, told apart by their first u32.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Counts of what could not be recorded, indexed by `DropReason`.
+#[map]
+pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NDROPS, 0);
+
+/// Counts one dropped record; per-CPU, so no atomics are needed.
+pub fn count_drop(reason: DropReason) {
+    if let Some(counter) = DROPS.get_ptr_mut(reason as u32) {
+        // SAFETY: the pointer comes from the map and this CPU's slot is not shared.
+        unsafe { *counter += 1 };
+    }
+}
+
+/// The configuration, or `None` before userspace wrote it.
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get(0)
+}

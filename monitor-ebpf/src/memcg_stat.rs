@@ -1,0 +1,112 @@
+//! `memcg/mod_memcg_state` and `memcg/mod_memcg_lruvec_state`: per-cgroup memory stat deltas.
+//!
+//! Both tracepoints fire on every update of a memcg's statistics with the memcg's cgroup id,
+//! the stat item number and the change in pages. We keep a running sum per cgroup and stat and
+//! send a record only when the sum moved by at least `Config::step_bytes` since the last record.
+//! Minimum kernel: 6.8 (the memcg tracepoints were added then); on older kernels userspace
+//! polls instead.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::tracepoint,
+    programs::TracePointContext,
+};
+use monitor_common::{CgroupCounters, DropReason, EventKind, NSTATS, StatEvent};
+
+use crate::{
+    atomic,
+    maps::{CGROUP_STATS, EVENTS, config, count_drop},
+};
+
+// Field offsets from /sys/kernel/tracing/events/memcg/mod_memcg_state/format; both tracepoints
+// share the layout `u64 id; int item; int val;` after the 8-byte common header.
+const ID_OFFSET: usize = 8;
+const ITEM_OFFSET: usize = 16;
+const VAL_OFFSET: usize = 20;
+
+#[tracepoint(category = "memcg", name = "mod_memcg_lruvec_state")]
+pub fn mod_memcg_lruvec_state(ctx: TracePointContext) -> u32 {
+    let _ = try_record(&ctx, false);
+    0
+}
+
+#[tracepoint(category = "memcg", name = "mod_memcg_state")]
+pub fn mod_memcg_state(ctx: TracePointContext) -> u32 {
+    let _ = try_record(&ctx, true);
+    0
+}
+
+fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
+    let cfg = config().ok_or(0)?;
+    // SAFETY: offsets match the tracepoint's format.
+    let item: i32 = unsafe { ctx.read_at(ITEM_OFFSET)? };
+    let items = if memcg_item {
+        &cfg.memcg_items
+    } else {
+        &cfg.lruvec_items
+    };
+    let mut slot = NSTATS;
+    for (i, tracked) in items.iter().enumerate() {
+        if *tracked == item {
+            slot = i;
+        }
+    }
+    if slot >= NSTATS {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let (id, val) = unsafe { (ctx.read_at::<u64>(ID_OFFSET)?, ctx.read_at::<i32>(VAL_OFFSET)?) };
+    let counters = counters_of(id)?;
+    let val = i64::from(val);
+    // SAFETY: the pointers come from the hash map entry and stay valid for this program run;
+    // other CPUs update the same entry, hence atomics.
+    let total_ptr = unsafe { &raw mut (*counters).pages[slot] };
+    let reported_ptr = unsafe { &raw mut (*counters).reported[slot] };
+    unsafe { atomic::add(total_ptr, val) };
+    if cfg.step_bytes == 0 {
+        return Ok(());
+    }
+    // `total` may already include other CPUs' later additions; that is fine because records
+    // carry differences between successive values of `reported`, which only moves by exchange.
+    let (total, last) = unsafe { (atomic::load(total_ptr), atomic::load(reported_ptr)) };
+    let moved = (total - last).unsigned_abs() * cfg.page_size;
+    if moved < cfg.step_bytes {
+        return Ok(());
+    }
+    // Only the CPU that advances `reported` sends the record, so deltas never overlap.
+    if !unsafe { atomic::swap_if(reported_ptr, last, total) } {
+        return Ok(());
+    }
+    let page = cfg.page_size as i64;
+    let event = StatEvent {
+        kind: EventKind::Stat as u32,
+        stat: slot as u32,
+        cgroup_id: id,
+        // SAFETY: helper without preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        delta_bytes: (total - last) * page,
+        total_bytes: total * page,
+    };
+    if EVENTS.output::<StatEvent>(&event, 0).is_err() {
+        // Give the delta back so the next record carries it.
+        // SAFETY: as above.
+        unsafe { atomic::swap_if(reported_ptr, total, last) };
+        count_drop(DropReason::RingFull);
+    }
+    Ok(())
+}
+
+fn counters_of(id: u64) -> Result<*mut CgroupCounters, i64> {
+    if let Some(counters) = CGROUP_STATS.get_ptr_mut(&id) {
+        return Ok(counters);
+    }
+    // Another CPU may insert the same id first; BPF_NOEXIST keeps its entry.
+    if CGROUP_STATS
+        .insert(&id, &CgroupCounters::default(), u64::from(BPF_NOEXIST))
+        .is_err()
+        && CGROUP_STATS.get_ptr_mut(&id).is_none()
+    {
+        count_drop(DropReason::MapFull);
+        return Err(0);
+    }
+    CGROUP_STATS.get_ptr_mut(&id).ok_or(0)
+}

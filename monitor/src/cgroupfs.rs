@@ -1,0 +1,1 @@
+//! cgroupfs access.

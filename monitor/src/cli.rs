@@ -1,0 +1,51 @@
+//! Command line: one subcommand per job, each implemented in [`crate::commands`].
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::commands;
+
+/// Watches memory pressure through the kernel and evicts the right pod, the way the kubelet
+/// would, but from kernel events instead of a 10-second poll.
+#[derive(Parser, Debug)]
+#[command(name = "monitor", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print live per-cgroup memory events from the kernel programs (needs root).
+    Trace(commands::trace::TraceArgs),
+    /// Print the kubelet's eviction order for pods and their stats (postmortem, no root).
+    Rank(commands::rank::RankArgs),
+    /// Show or verify the agent's checkpointed state.
+    Checkpoint(commands::checkpoint::CheckpointArgs),
+}
+
+/// Runs the parsed command line and turns failures into a message and an exit status.
+pub fn run(cli: Cli) -> ExitCode {
+    init_logging();
+    let result = match cli.command {
+        Some(Command::Trace(args)) => commands::trace::run(args),
+        Some(Command::Rank(args)) => commands::rank::run(args),
+        Some(Command::Checkpoint(args)) => commands::checkpoint::run(args),
+        None => Err(anyhow::anyhow!(
+            "the node agent is not available yet; see `monitor --help` for the subcommands"
+        )),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("monitor: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_target(false)
+        .init();
+}

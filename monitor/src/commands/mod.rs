@@ -1,0 +1,5 @@
+//! One module per subcommand. Each exposes a clap `Args` struct and
+//! `run(args) -> anyhow::Result<ExitCode>`.
+pub mod checkpoint;
+pub mod rank;
+pub mod trace;

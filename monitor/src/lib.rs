@@ -1,0 +1,10 @@
+//! The memory-pressure monitor's agent as a library; the `monitor` binary only parses the
+//! command line and calls [`cli::run`].
+//!
+//! Data flows one way: kernel -> ring buffer ([`source`]) -> state -> rank -> decide
+//! ([`engine`], pure) -> act -> checkpoint.
+pub mod cgroupfs;
+pub mod cli;
+pub mod commands;
+pub mod engine;
+pub mod source;

@@ -1,0 +1,63 @@
+//! Developer tasks: `cargo xtask <task>`. Each task that builds calls `setup` first, so a fresh
+//! machine needs only one command.
+mod setup;
+mod tasks;
+mod vm;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Build, run and test the memory-pressure monitor")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building needs (nightly rust-src, LLVM dev packages, bpf-linker); idempotent.
+    Setup,
+    /// Build the agent with its embedded kernel programs.
+    Build {
+        /// Build with optimizations.
+        #[arg(long)]
+        release: bool,
+    },
+    /// Build, then run `monitor` with ARGS (as root: loading kernel programs needs it).
+    Run {
+        /// Build with optimizations.
+        #[arg(long)]
+        release: bool,
+        /// Arguments for `monitor`.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run every test: unit tests, root integration tests against the real kernel, VM tests.
+    Test {
+        /// Skip the cgroup v2 / older-kernel tests in the VM.
+        #[arg(long)]
+        no_vm: bool,
+    },
+    /// Boot Debian's 6.1 kernel under qemu with cgroup v2 and run the end-to-end tests there.
+    VmTest,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Build { release } => setup::run().and_then(|()| tasks::build(release)),
+        Task::Run { release, args } => setup::run().and_then(|()| tasks::run(release, &args)),
+        Task::Test { no_vm } => setup::run().and_then(|()| tasks::test(!no_vm)),
+        Task::VmTest => setup::run().and_then(|()| vm::run()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

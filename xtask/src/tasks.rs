@@ -1,0 +1,46 @@
+//! Build, run and test tasks: thin wrappers around cargo with the right flags.
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+/// Runs a command, failing with its rendering when it does not exit 0.
+pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+pub fn build(release: bool) -> anyhow::Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--package", "monitor"]);
+    if release {
+        cmd.arg("--release");
+    }
+    status(&mut cmd)
+}
+
+pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--quiet", "--package", "monitor", "--bin", "monitor"]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.arg("--").args(args);
+    status(&mut cmd)
+}
+
+pub fn test(with_vm: bool) -> anyhow::Result<()> {
+    status(cargo().args(["test", "--workspace"]))?;
+    if with_vm {
+        crate::vm::run()?;
+    }
+    Ok(())
+}

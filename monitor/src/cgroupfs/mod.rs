@@ -1,0 +1,9 @@
+//! The cgroup filesystem: where the memory controller is mounted, the cgroup id -> path cache,
+//! and reading a cgroup's memory numbers. Everything that touches cgroupfs goes through here.
+pub mod hierarchy;
+pub mod paths;
+pub mod stats;
+
+pub use hierarchy::{CgroupVersion, HierarchyError, MemoryHierarchy};
+pub use paths::CgroupPaths;
+pub use stats::{MemoryStats, StatsError};

@@ -1,0 +1,142 @@
+//! Cgroup id -> path cache.
+//!
+//! Kernel events name a cgroup by its id, which is the inode number of the cgroup's directory.
+//! The cache is filled by one walk of the hierarchy at start and then kept current from the
+//! kernel's mkdir/rmdir events, so resolving an id never touches the filesystem.
+use std::{
+    collections::HashMap,
+    fs, io,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+/// Paths are relative to the hierarchy root and start with `/` (the root itself is `/`), the
+/// form the kernel's cgroup tracepoints use.
+#[derive(Clone, Debug, Default)]
+pub struct CgroupPaths {
+    by_id: HashMap<u64, String>,
+}
+
+impl CgroupPaths {
+    /// Walks the hierarchy mounted at `mount`. Cgroups removed during the walk are skipped.
+    pub fn scan(mount: &Path) -> io::Result<Self> {
+        let mut paths = Self::default();
+        let root = fs::metadata(mount)?;
+        paths.insert(root.ino(), "/".into());
+        let mut pending: Vec<(PathBuf, String)> = vec![(mount.to_path_buf(), String::new())];
+        while let Some((dir, rel)) = pending.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries.flatten() {
+                let Ok(meta) = entry.metadata() else { continue };
+                if !meta.is_dir() {
+                    continue;
+                }
+                let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
+                paths.insert(meta.ino(), child.clone());
+                pending.push((entry.path(), child));
+            }
+        }
+        Ok(paths)
+    }
+
+    /// Records a cgroup, replacing what was known under the same id.
+    pub fn insert(&mut self, id: u64, path: String) {
+        self.by_id.insert(id, path);
+    }
+
+    /// Forgets a removed cgroup.
+    pub fn remove(&mut self, id: u64) -> Option<String> {
+        self.by_id.remove(&id)
+    }
+
+    /// The path of a cgroup id, if known.
+    pub fn get(&self, id: u64) -> Option<&str> {
+        self.by_id.get(&id).map(String::as_str)
+    }
+
+    /// The id of a path (`/a/b`; a trailing `/` is ignored). Linear: meant for setup, not
+    /// for events.
+    pub fn id_of(&self, path: &str) -> Option<u64> {
+        let wanted = normalize(path);
+        self.by_id
+            .iter()
+            .find(|(_, p)| normalize(p) == wanted)
+            .map(|(id, _)| *id)
+    }
+
+    /// Ids of `path` and every cgroup below it.
+    pub fn subtree(&self, path: &str) -> Vec<u64> {
+        let root = normalize(path);
+        self.by_id
+            .iter()
+            .filter(|(_, p)| is_within(&normalize(p), &root))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+fn normalize(path: &str) -> String {
+    let trimmed = path.trim_matches('/');
+    format!("/{trimmed}")
+}
+
+/// True when `path` is `root` or below it (`/a/bc` is not below `/a/b`).
+pub fn is_within(path: &str, root: &str) -> bool {
+    root == "/"
+        || path == root
+        || path
+            .strip_prefix(root)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_keep_the_cache_current() {
+        let mut paths = CgroupPaths::default();
+        paths.insert(1, "/".into());
+        paths.insert(42, "/kubepods/pod-a".into());
+        assert_eq!(paths.get(42), Some("/kubepods/pod-a"));
+        assert_eq!(paths.id_of("kubepods/pod-a/"), Some(42));
+        assert_eq!(paths.remove(42), Some("/kubepods/pod-a".into()));
+        assert_eq!(paths.get(42), None);
+        assert_eq!(paths.len(), 1);
+    }
+
+    #[test]
+    fn subtree_matches_whole_components_only() {
+        let mut paths = CgroupPaths::default();
+        for (id, p) in [(1, "/"), (2, "/a"), (3, "/a/b"), (4, "/a/b/c"), (5, "/a/bc")] {
+            paths.insert(id, p.into());
+        }
+        let mut below = paths.subtree("/a/b");
+        below.sort();
+        assert_eq!(below, vec![3, 4]);
+        assert_eq!(paths.subtree("/").len(), 5);
+    }
+
+    #[test]
+    fn scan_records_directory_inodes() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir_all(tmp.path().join("x/y")).unwrap();
+        fs::write(tmp.path().join("x/memory.stat"), "").unwrap();
+        let paths = CgroupPaths::scan(tmp.path()).unwrap();
+        let y = fs::metadata(tmp.path().join("x/y")).unwrap().ino();
+        assert_eq!(paths.get(y), Some("/x/y"));
+        assert_eq!(paths.len(), 3, "root, x and x/y; files are not cgroups");
+    }
+}

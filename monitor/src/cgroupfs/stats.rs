@@ -1,0 +1,138 @@
+//! A cgroup's memory numbers from cgroupfs, in the kubelet's terms.
+//!
+//! The kubelet (through cAdvisor) defines a cgroup's working set as usage minus inactive page
+//! cache, floored at zero: on v1 `memory.usage_in_bytes - total_inactive_file`, on v2
+//! `memory.current - inactive_file`.
+use std::{fs, io, path::Path};
+
+use super::CgroupVersion;
+
+/// Memory of one cgroup, hierarchical (children included), in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryStats {
+    pub usage: u64,
+    pub inactive_file: u64,
+    pub active_file: u64,
+    pub anon: u64,
+    pub file: u64,
+}
+
+impl MemoryStats {
+    /// Usage minus inactive file cache, floored at zero.
+    pub fn working_set(&self) -> u64 {
+        self.usage.saturating_sub(self.inactive_file)
+    }
+}
+
+/// Why a cgroup's memory could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    /// The cgroup was removed; callers treat this as the pod going away, not as a failure.
+    #[error("cgroup {0} no longer exists")]
+    Gone(String),
+    /// Reading a file failed for another reason.
+    #[error("reading {path}: {source}")]
+    Io { path: String, source: io::Error },
+    /// A file did not hold what the kernel writes there.
+    #[error("{path}: unexpected content {content:?}")]
+    Malformed { path: String, content: String },
+}
+
+/// Reads `dir`'s usage and memory.stat.
+pub fn read(dir: &Path, version: CgroupVersion) -> Result<MemoryStats, StatsError> {
+    let (usage_file, prefix) = match version {
+        CgroupVersion::V1 => ("memory.usage_in_bytes", "total_"),
+        CgroupVersion::V2 => ("memory.current", ""),
+    };
+    let usage_path = dir.join(usage_file);
+    let usage_text = read_file(&usage_path)?;
+    let usage = usage_text
+        .trim()
+        .parse()
+        .map_err(|_| StatsError::Malformed {
+            path: usage_path.display().to_string(),
+            content: usage_text.trim().to_string(),
+        })?;
+    let stat = read_file(&dir.join("memory.stat"))?;
+    Ok(from_stat(usage, &stat, prefix))
+}
+
+/// Fills the stats from memory.stat text; v1 names its hierarchical totals `total_<name>`, and
+/// calls anonymous memory `rss` and page cache `cache`.
+fn from_stat(usage: u64, stat: &str, prefix: &str) -> MemoryStats {
+    let value = |names: &[&str]| {
+        names.iter().find_map(|name| {
+            let key = format!("{prefix}{name}");
+            stat.lines().find_map(|line| {
+                let (k, v) = line.split_once(' ')?;
+                (k == key).then(|| v.trim().parse().ok()).flatten()
+            })
+        })
+    };
+    MemoryStats {
+        usage,
+        inactive_file: value(&["inactive_file"]).unwrap_or(0),
+        active_file: value(&["active_file"]).unwrap_or(0),
+        anon: value(&["anon", "rss"]).unwrap_or(0),
+        file: value(&["file", "cache"]).unwrap_or(0),
+    }
+}
+
+fn read_file(path: &Path) -> Result<String, StatsError> {
+    fs::read_to_string(path).map_err(|source| match source.kind() {
+        // ENODEV shows up when a cgroup is removed while its file is open.
+        io::ErrorKind::NotFound => StatsError::Gone(parent_of(path)),
+        _ if source.raw_os_error() == Some(libc::ENODEV) => StatsError::Gone(parent_of(path)),
+        _ => StatsError::Io {
+            path: path.display().to_string(),
+            source,
+        },
+    })
+}
+
+fn parent_of(path: &Path) -> String {
+    path.parent().unwrap_or(path).display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_uses_hierarchical_totals() {
+        let stat = "cache 10\nrss 20\ninactive_file 5\ntotal_cache 4096\ntotal_rss 8192\n\
+                    total_inactive_file 1024\ntotal_active_file 3072\n";
+        let s = from_stat(20000, stat, "total_");
+        assert_eq!((s.file, s.anon, s.inactive_file, s.active_file), (4096, 8192, 1024, 3072));
+        assert_eq!(s.working_set(), 20000 - 1024);
+    }
+
+    #[test]
+    fn v2_names_and_floor_at_zero() {
+        let stat = "anon 100\nfile 900\nkernel 7\nactive_file 100\ninactive_file 800\n";
+        let s = from_stat(500, stat, "");
+        assert_eq!((s.anon, s.file, s.inactive_file), (100, 900, 800));
+        assert_eq!(s.working_set(), 0, "inactive file above usage floors at zero");
+    }
+
+    #[test]
+    fn removed_cgroup_reads_as_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = read(&tmp.path().join("vanished"), CgroupVersion::V2).unwrap_err();
+        assert!(matches!(err, StatsError::Gone(_)), "{err:?}");
+    }
+
+    #[test]
+    fn reads_files_in_a_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("memory.current"), "4096\n").unwrap();
+        fs::write(tmp.path().join("memory.stat"), "anon 4096\ninactive_file 0\n").unwrap();
+        let s = read(tmp.path(), CgroupVersion::V2).unwrap();
+        assert_eq!((s.usage, s.anon, s.working_set()), (4096, 4096, 4096));
+        fs::write(tmp.path().join("memory.current"), "lots\n").unwrap();
+        assert!(matches!(
+            read(tmp.path(), CgroupVersion::V2),
+            Err(StatsError::Malformed { .. })
+        ));
+    }
+}

@@ -8,3 +8,4 @@ pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod source;
+pub mod trace;

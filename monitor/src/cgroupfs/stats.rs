@@ -5,6 +5,8 @@
 //! `memory.current - inactive_file`.
 use std::{fs, io, path::Path};
 
+use monitor_common::Stat;
+
 use super::CgroupVersion;
 
 /// Memory of one cgroup, hierarchical (children included), in bytes.
@@ -61,13 +63,9 @@ pub fn read(dir: &Path, version: CgroupVersion) -> Result<MemoryStats, StatsErro
 /// calls anonymous memory `rss` and page cache `cache`.
 fn from_stat(usage: u64, stat: &str, prefix: &str) -> MemoryStats {
     let value = |names: &[&str]| {
-        names.iter().find_map(|name| {
-            let key = format!("{prefix}{name}");
-            stat.lines().find_map(|line| {
-                let (k, v) = line.split_once(' ')?;
-                (k == key).then(|| v.trim().parse().ok()).flatten()
-            })
-        })
+        names
+            .iter()
+            .find_map(|name| stat_value(stat, &format!("{prefix}{name}")))
     };
     MemoryStats {
         usage,
@@ -76,6 +74,34 @@ fn from_stat(usage: u64, stat: &str, prefix: &str) -> MemoryStats {
         anon: value(&["anon", "rss"]).unwrap_or(0),
         file: value(&["file", "cache"]).unwrap_or(0),
     }
+}
+
+/// The cgroup's own value of one stat, the quantity the kernel programs count for it.
+/// Kernel memory has no own-value line in v1's memory.stat; it is read from
+/// memory.kmem.usage_in_bytes there.
+pub fn read_own(dir: &Path, version: CgroupVersion, stat: Stat) -> Result<u64, StatsError> {
+    let key = match (version, stat) {
+        (CgroupVersion::V1, Stat::Kernel) => {
+            let path = dir.join("memory.kmem.usage_in_bytes");
+            let text = read_file(&path)?;
+            return text.trim().parse().map_err(|_| StatsError::Malformed {
+                path: path.display().to_string(),
+                content: text.trim().to_string(),
+            });
+        }
+        (CgroupVersion::V1, Stat::Anon) => "rss",
+        (CgroupVersion::V1, Stat::File) => "cache",
+        (_, stat) => stat.name(),
+    };
+    let stat_text = read_file(&dir.join("memory.stat"))?;
+    Ok(stat_value(&stat_text, key).unwrap_or(0))
+}
+
+fn stat_value(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 fn read_file(path: &Path) -> Result<String, StatsError> {
@@ -113,6 +139,26 @@ mod tests {
         let s = from_stat(500, stat, "");
         assert_eq!((s.anon, s.file, s.inactive_file), (100, 900, 800));
         assert_eq!(s.working_set(), 0, "inactive file above usage floors at zero");
+    }
+
+    #[test]
+    fn own_values_use_each_version_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(
+            tmp.path().join("memory.stat"),
+            "cache 8192\nrss 4096\ntotal_rss 99999\ninactive_file 512\n",
+        )
+        .unwrap();
+        fs::write(tmp.path().join("memory.kmem.usage_in_bytes"), "123\n").unwrap();
+        let own = |stat| read_own(tmp.path(), CgroupVersion::V1, stat).unwrap();
+        assert_eq!(own(Stat::Anon), 4096, "v1 own anon is rss, not total_rss");
+        assert_eq!(own(Stat::File), 8192);
+        assert_eq!(own(Stat::InactiveFile), 512);
+        assert_eq!(own(Stat::Kernel), 123);
+        assert_eq!(own(Stat::ActiveFile), 0, "absent lines read as zero");
+        fs::write(tmp.path().join("memory.stat"), "anon 7\nkernel 9\n").unwrap();
+        assert_eq!(read_own(tmp.path(), CgroupVersion::V2, Stat::Kernel).unwrap(), 9);
+        assert_eq!(read_own(tmp.path(), CgroupVersion::V2, Stat::Anon).unwrap(), 7);
     }
 
     #[test]

@@ -1,0 +1,286 @@
+//! Loading the kernel programs and reading their ring buffer.
+//!
+//! The object built from `monitor-ebpf` is embedded in the binary. Loading resolves the stat
+//! item numbers from the kernel's BTF, writes the configuration map, and attaches every program
+//! whose tracepoint this kernel has (see [`super::programs`]); the others are reported as
+//! skipped. Records are read through tokio's `AsyncFd`, so the agent sleeps until the kernel
+//! has something to say.
+//!
+//! Minimum kernel: 5.8 (BPF ring buffer) with BTF; the memcg stat programs need 6.8.
+use std::{io, path::Path};
+
+use aya::{
+    Ebpf,
+    maps::{Array, MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+};
+use monitor_common::{Config, DropReason, NO_ITEM, NSTATS, Stat};
+use tokio::io::{Interest, unix::AsyncFd};
+
+use super::{
+    btf_enums::{self, BtfError},
+    event::{DecodeError, KernelEvent, decode},
+    programs::{PROGRAMS, ProgramSpec},
+};
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
+
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Settings for the kernel programs.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// A stat event is sent when a cgroup's stat moved by at least this many bytes.
+    pub step_bytes: u64,
+    /// Hierarchy whose cgroup mkdir/rmdir events matter (see `MemoryHierarchy::hierarchy_id`).
+    pub hierarchy_id: i32,
+}
+
+/// Why the kernel programs could not be loaded. Each message says what is needed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not running with the privileges BPF needs.
+    #[error(
+        "loading the kernel programs needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE). \
+         Run as root, or use `--source poll` to read cgroupfs instead"
+    )]
+    NotRoot,
+    /// The kernel has no BTF, so the stat item numbers cannot be resolved.
+    #[error(
+        "this kernel exposes no BTF at {VMLINUX_BTF}; the kernel programs need a kernel built \
+         with CONFIG_DEBUG_INFO_BTF=y. Use `--source poll` on this kernel"
+    )]
+    NoBtf,
+    /// The BTF did not describe the stat items.
+    #[error("reading stat item numbers from the kernel's BTF: {0}")]
+    Btf(#[from] BtfError),
+    /// The object or its maps failed to load.
+    #[error("loading the kernel object: {0}")]
+    Object(#[from] aya::EbpfError),
+    /// A map is missing or has another type than expected.
+    #[error("kernel map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
+    /// The verifier or the kernel rejected a program.
+    #[error("kernel program {name}: {source}")]
+    Program {
+        name: &'static str,
+        source: aya::programs::ProgramError,
+    },
+    /// The ring buffer could not be registered with the runtime's poller.
+    #[error("watching the kernel ring buffer: {0}")]
+    Poll(io::Error),
+    /// None of the programs could be attached.
+    #[error("no kernel program could be attached: {0}")]
+    NothingAttached(String),
+}
+
+/// A program that was not attached, and why.
+#[derive(Clone, Debug)]
+pub struct Skipped {
+    pub program: &'static ProgramSpec,
+    pub reason: String,
+}
+
+/// Counts of records the kernel could not deliver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drops {
+    /// Events lost because the ring buffer was full.
+    pub ring_full: u64,
+    /// Cgroups not tracked because the kernel map was full.
+    pub map_full: u64,
+}
+
+/// The loaded, attached kernel programs and their ring buffer.
+pub struct KernelSource {
+    ebpf: Ebpf,
+    ring: AsyncFd<RingBuf<MapData>>,
+    attached: Vec<&'static ProgramSpec>,
+    skipped: Vec<Skipped>,
+}
+
+impl KernelSource {
+    /// Loads and attaches the programs. Must be called inside a tokio runtime.
+    pub fn load(options: LoadOptions) -> Result<Self, LoadError> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(LoadError::NotRoot);
+        }
+        let btf = std::fs::read(VMLINUX_BTF).map_err(|_| LoadError::NoBtf)?;
+        let config = config_for(&btf, options)?;
+        let mut ebpf = Ebpf::load(OBJECT)?;
+        Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
+            .and_then(|mut array| array.set(0, config, 0))
+            .map_err(|source| LoadError::Map { name: "CONFIG", source })?;
+        let (attached, skipped) = attach_all(&mut ebpf)?;
+        if attached.is_empty() {
+            let reasons: Vec<String> = skipped
+                .iter()
+                .map(|s| format!("{}: {}", s.program.hook(), s.reason))
+                .collect();
+            return Err(LoadError::NothingAttached(reasons.join("; ")));
+        }
+        let events = ebpf
+            .take_map("EVENTS")
+            .ok_or_else(|| LoadError::Map { name: "EVENTS", source: missing_map() })?;
+        let ring = RingBuf::try_from(events)
+            .map_err(|source| LoadError::Map { name: "EVENTS", source })?;
+        // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
+        // holds it.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| LoadError::Poll(e.into()))?;
+        Ok(Self { ebpf, ring, attached, skipped })
+    }
+
+    /// Programs that are attached.
+    pub fn attached(&self) -> &[&'static ProgramSpec] {
+        &self.attached
+    }
+
+    /// Programs this kernel could not attach, with the reason.
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+
+    /// True when per-cgroup memory stats come from the kernel (the memcg programs attached).
+    pub fn tracks_memory(&self) -> bool {
+        self.attached.iter().any(|p| p.category == "memcg")
+    }
+
+    /// Waits until the kernel has records, then appends all available ones to `out`.
+    /// Records that fail to decode are returned as errors in place, so nothing is dropped
+    /// silently.
+    pub async fn next_batch(
+        &mut self,
+        out: &mut Vec<Result<KernelEvent, DecodeError>>,
+    ) -> io::Result<()> {
+        loop {
+            let mut guard = self.ring.readable_mut().await?;
+            let ring = guard.get_inner_mut();
+            let before = out.len();
+            while let Some(record) = ring.next() {
+                out.push(decode(&record));
+            }
+            guard.clear_ready();
+            if out.len() > before {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Records the kernel dropped so far, summed over CPUs.
+    pub fn drops(&self) -> Drops {
+        let Some(map) = self.ebpf.map("DROPS") else {
+            return Drops::default();
+        };
+        let Ok(counters) = PerCpuArray::<_, u64>::try_from(map) else {
+            return Drops::default();
+        };
+        let sum = |reason: DropReason| {
+            counters
+                .get(&(reason as u32), 0)
+                .map(|per_cpu| per_cpu.iter().sum())
+                .unwrap_or(0)
+        };
+        Drops {
+            ring_full: sum(DropReason::RingFull),
+            map_full: sum(DropReason::MapFull),
+        }
+    }
+}
+
+fn map<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, LoadError> {
+    ebpf.map_mut(name)
+        .ok_or_else(|| LoadError::Map { name, source: missing_map() })
+}
+
+fn missing_map() -> aya::maps::MapError {
+    aya::maps::MapError::InvalidName { name: "not in the embedded object".into() }
+}
+
+/// Kernel item numbers of the tracked stats, from BTF.
+fn config_for(btf: &[u8], options: LoadOptions) -> Result<Config, LoadError> {
+    let node = btf_enums::enum_values(btf, "node_stat_item")?;
+    let memcg = btf_enums::enum_values(btf, "memcg_stat_item")?;
+    let mut config = Config::EMPTY;
+    config.step_bytes = options.step_bytes.max(1);
+    config.page_size = page_size();
+    config.hierarchy_id = options.hierarchy_id;
+    for stat in Stat::ALL {
+        let slot = stat as usize;
+        let (lruvec, memcg_item) = match stat {
+            Stat::Anon => (Some("NR_ANON_MAPPED"), None),
+            Stat::File => (Some("NR_FILE_PAGES"), None),
+            Stat::InactiveFile => (Some("NR_INACTIVE_FILE"), None),
+            Stat::ActiveFile => (Some("NR_ACTIVE_FILE"), None),
+            Stat::Kernel => (None, Some("MEMCG_KMEM")),
+        };
+        config.lruvec_items[slot] = match lruvec {
+            Some(name) => item(btf_enums::variant(&node, "node_stat_item", name)?),
+            None => NO_ITEM,
+        };
+        config.memcg_items[slot] = match memcg_item {
+            Some(name) => item(btf_enums::variant(&memcg, "memcg_stat_item", name)?),
+            None => NO_ITEM,
+        };
+    }
+    debug_assert_eq!(config.lruvec_items.len(), NSTATS);
+    Ok(config)
+}
+
+fn item(value: i64) -> i32 {
+    i32::try_from(value).unwrap_or(NO_ITEM)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).unwrap_or(4096)
+}
+
+/// Loads every program and attaches those whose tracepoint exists.
+fn attach_all(
+    ebpf: &mut Ebpf,
+) -> Result<(Vec<&'static ProgramSpec>, Vec<Skipped>), LoadError> {
+    let tracefs = tracefs_events();
+    let mut attached = Vec::new();
+    let mut skipped = Vec::new();
+    for spec in PROGRAMS {
+        if let Some(events) = &tracefs
+            && !events.join(spec.category).join(spec.tracepoint).exists()
+        {
+            skipped.push(Skipped {
+                program: spec,
+                reason: format!("this kernel has no tracepoint {}", spec.hook()),
+            });
+            continue;
+        }
+        let program: &mut TracePoint = ebpf
+            .program_mut(spec.name)
+            .ok_or_else(|| LoadError::Program {
+                name: spec.name,
+                source: aya::programs::ProgramError::UnexpectedProgramType,
+            })?
+            .try_into()
+            .map_err(|source| LoadError::Program { name: spec.name, source })?;
+        program
+            .load()
+            .map_err(|source| LoadError::Program { name: spec.name, source })?;
+        match program.attach(spec.category, spec.tracepoint) {
+            Ok(_) => attached.push(spec),
+            Err(err) => skipped.push(Skipped { program: spec, reason: err.to_string() }),
+        }
+    }
+    Ok((attached, skipped))
+}
+
+/// tracefs `events` directory, if tracefs is mounted.
+fn tracefs_events() -> Option<std::path::PathBuf> {
+    ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_dir())
+        .map(Path::to_path_buf)
+}

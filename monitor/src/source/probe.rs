@@ -1,0 +1,352 @@
+//! What the running kernel offers the agent, as plain data, and the event source that follows.
+//!
+//! Probing only reads (tracefs, sysfs, /proc) and creates one throw-away BPF map; the choice of
+//! source is a pure function of the probed facts, so it is tested for kernels we do not run on.
+//!
+//! Minimum kernels: BPF ring buffer 5.8, cgroup tracepoints 4.18, PSI 4.20, memcg tracepoints
+//! 6.8 (see [`super::programs`]).
+use std::{
+    ffi::CString,
+    fmt, fs, io,
+    path::{Path, PathBuf},
+};
+
+use aya::maps::MapType;
+
+use super::programs::{PROGRAMS, ProgramSpec};
+use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
+
+/// Where tracefs is mounted on current systems, and where we mount it when it is not.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+/// Where older systems reach tracefs, through debugfs.
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+/// The kernel's BTF description of itself (CONFIG_DEBUG_INFO_BTF).
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// Node-wide memory pressure (CONFIG_PSI, not disabled with `psi=0`).
+const NODE_PSI: &str = "/proc/pressure/memory";
+/// Where cgroup2 is mounted: the whole tree on unified systems, or beside the v1 controllers
+/// on hybrid ones. Only consulted when the memory controller itself is not on cgroup2.
+const CGROUP2_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+/// Tracepoint category of the cgroup lifecycle programs.
+const LIFECYCLE_CATEGORY: &str = "cgroup";
+
+/// Why tracefs could not be made available.
+#[derive(Debug, thiserror::Error)]
+pub enum TracefsError {
+    /// tracefs is not mounted and mounting it failed (not root, or a kernel without tracing).
+    #[error(
+        "tracefs is not mounted and mounting it at {TRACEFS} failed: {0}; as root: \
+         mount -t tracefs nodev {TRACEFS}"
+    )]
+    Mount(io::Error),
+}
+
+/// Returns the tracefs root, mounting tracefs at [`TRACEFS`] when it is reachable nowhere.
+pub fn ensure_tracefs() -> Result<PathBuf, TracefsError> {
+    if let Some(mounted) = [TRACEFS, DEBUGFS_TRACING]
+        .into_iter()
+        .map(Path::new)
+        .find(|root| root.join("events").is_dir())
+    {
+        return Ok(mounted.to_path_buf());
+    }
+    let c = |s: &str| CString::new(s).expect("constant without NUL");
+    let (source, target, fstype) = (c("nodev"), c(TRACEFS), c("tracefs"));
+    // SAFETY: all pointers are valid NUL-terminated strings for the duration of the call, and
+    // tracefs takes no mount data.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(TracefsError::Mount(io::Error::last_os_error()));
+    }
+    Ok(PathBuf::from(TRACEFS))
+}
+
+/// Whether the tracepoint a program hooks exists under the tracefs root.
+pub fn tracepoint_exists(tracefs: &Path, program: &ProgramSpec) -> bool {
+    tracefs
+        .join("events")
+        .join(program.category)
+        .join(program.tracepoint)
+        .is_dir()
+}
+
+/// One entry of [`PROGRAMS`] and whether this kernel has its tracepoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramSupport {
+    pub program: &'static ProgramSpec,
+    pub present: bool,
+}
+
+/// Pressure stall information for memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Psi {
+    /// /proc/pressure/memory is readable.
+    pub node: bool,
+    /// Root of a cgroup2 mount whose cgroups have a readable memory.pressure. PSI is tracked per
+    /// cgroup2 cgroup whether or not the memory controller is enabled there, so on hybrid
+    /// systems this is the unified mount beside the v1 memory controller.
+    pub cgroup: Option<PathBuf>,
+}
+
+/// Everything the agent needs to know about the running kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelFeatures {
+    /// `uname -r`.
+    pub release: String,
+    /// /sys/kernel/btf/vmlinux exists.
+    pub btf: bool,
+    /// BPF_MAP_TYPE_RINGBUF can be created (or, when probing is not permitted, the kernel is
+    /// at least 5.8).
+    pub ring_buffer: bool,
+    /// The tracefs root, or why there is none; without it every tracepoint counts as missing.
+    pub tracefs: Result<PathBuf, String>,
+    /// Every entry of [`PROGRAMS`], in order.
+    pub programs: Vec<ProgramSupport>,
+    /// The memory controller, or why it was not found.
+    pub memory: Result<MemoryHierarchy, String>,
+    pub psi: Psi,
+}
+
+/// Where the agent's memory numbers and cgroup lifecycle come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum EventSource {
+    /// Everything from the kernel programs through the ring buffer.
+    #[serde(rename = "ebpf")]
+    Ebpf,
+    /// Cgroup creation and removal from the kernel; memory numbers by polling cgroupfs.
+    #[serde(rename = "ebpf+poll")]
+    EbpfPoll,
+    /// Everything by polling cgroupfs.
+    #[serde(rename = "poll")]
+    Poll,
+}
+
+impl fmt::Display for EventSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EventSource::Ebpf => "ebpf",
+            EventSource::EbpfPoll => "ebpf+poll",
+            EventSource::Poll => "poll",
+        })
+    }
+}
+
+impl KernelFeatures {
+    /// Probes the running kernel, mounting tracefs if needed. Never fails: what cannot be
+    /// probed is recorded as missing, with the reason where there is one.
+    pub fn probe() -> Self {
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|r| r.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        let tracefs = ensure_tracefs().map_err(|e| e.to_string());
+        let programs = PROGRAMS
+            .iter()
+            .map(|program| ProgramSupport {
+                program,
+                present: tracefs
+                    .as_deref()
+                    .is_ok_and(|root| tracepoint_exists(root, program)),
+            })
+            .collect();
+        let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
+        let psi = Psi {
+            node: fs::read_to_string(NODE_PSI).is_ok(),
+            cgroup: cgroup_psi_mount(memory.as_ref().ok()),
+        };
+        Self {
+            ring_buffer: ring_buffer_supported(&release),
+            release,
+            btf: Path::new(VMLINUX_BTF).exists(),
+            tracefs,
+            programs,
+            memory,
+            psi,
+        }
+    }
+
+    /// The source the agent will use. Every kernel path needs BTF (the loader resolves stat
+    /// item numbers from it) and the ring buffer (the programs deliver records through it).
+    pub fn source(&self) -> EventSource {
+        let all_present = |wanted: fn(&ProgramSpec) -> bool| {
+            self.programs
+                .iter()
+                .filter(|p| wanted(p.program))
+                .all(|p| p.present)
+        };
+        if !self.btf || !self.ring_buffer || !all_present(is_lifecycle) {
+            EventSource::Poll
+        } else if all_present(|_| true) {
+            EventSource::Ebpf
+        } else {
+            EventSource::EbpfPoll
+        }
+    }
+
+    /// The programs the loader should attach for [`Self::source`].
+    pub fn programs_to_attach(&self) -> Vec<&'static ProgramSpec> {
+        let wanted: fn(&ProgramSpec) -> bool = match self.source() {
+            EventSource::Ebpf => |_| true,
+            EventSource::EbpfPoll => is_lifecycle,
+            EventSource::Poll => |_| false,
+        };
+        self.programs
+            .iter()
+            .filter(|p| wanted(p.program))
+            .map(|p| p.program)
+            .collect()
+    }
+}
+
+fn is_lifecycle(program: &ProgramSpec) -> bool {
+    program.category == LIFECYCLE_CATEGORY
+}
+
+/// A cgroup2 root with memory PSI: the memory hierarchy itself on unified systems, else a
+/// cgroup2 mount at one of the usual places.
+fn cgroup_psi_mount(memory: Option<&MemoryHierarchy>) -> Option<PathBuf> {
+    let v2_memory = memory
+        .filter(|h| h.version == CgroupVersion::V2)
+        .map(|h| h.mount.clone());
+    v2_memory
+        .into_iter()
+        .chain(CGROUP2_MOUNTS.into_iter().map(PathBuf::from))
+        .find(|root| fs::read_to_string(root.join("memory.pressure")).is_ok())
+}
+
+fn ring_buffer_supported(release: &str) -> bool {
+    match aya::sys::is_map_supported(MapType::RingBuf) {
+        Ok(supported) => supported,
+        // Creating the probe map needs privileges; without them trust the version that added
+        // the ring buffer.
+        Err(_) => kernel_version(release).is_some_and(|version| version >= (5, 8)),
+    }
+}
+
+/// (major, minor) of a release string such as `6.1.0-57-cloud-amd64`.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Facts with every tracepoint in `present` (`category/tracepoint`) and the rest missing.
+    fn facts(btf: bool, ring_buffer: bool, present: &[&str]) -> KernelFeatures {
+        KernelFeatures {
+            release: "test".into(),
+            btf,
+            ring_buffer,
+            tracefs: Ok(TRACEFS.into()),
+            programs: PROGRAMS
+                .iter()
+                .map(|program| ProgramSupport {
+                    program,
+                    present: present.contains(&program.hook().as_str()),
+                })
+                .collect(),
+            memory: Ok(MemoryHierarchy {
+                version: CgroupVersion::V2,
+                mount: "/sys/fs/cgroup".into(),
+                hierarchy_id: 0,
+            }),
+            psi: Psi {
+                node: true,
+                cgroup: Some("/sys/fs/cgroup".into()),
+            },
+        }
+    }
+
+    const MEMCG: [&str; 2] = ["memcg/mod_memcg_lruvec_state", "memcg/mod_memcg_state"];
+    const CGROUP: [&str; 2] = ["cgroup/cgroup_mkdir", "cgroup/cgroup_rmdir"];
+    const ALL: [&str; 4] = [MEMCG[0], MEMCG[1], CGROUP[0], CGROUP[1]];
+
+    fn names(programs: Vec<&ProgramSpec>) -> Vec<&str> {
+        programs.iter().map(|p| p.name).collect()
+    }
+
+    #[test]
+    fn kernel_6_18_host_uses_every_program() {
+        let host = facts(true, true, &ALL);
+        assert_eq!(host.source(), EventSource::Ebpf);
+        assert_eq!(host.programs_to_attach().len(), PROGRAMS.len());
+    }
+
+    #[test]
+    fn kernel_6_1_without_memcg_tracepoints_polls_memory() {
+        let vm = facts(true, true, &CGROUP);
+        assert_eq!(vm.source(), EventSource::EbpfPoll);
+        assert_eq!(
+            names(vm.programs_to_attach()),
+            ["cgroup_mkdir", "cgroup_rmdir"]
+        );
+    }
+
+    #[test]
+    fn no_btf_polls_even_with_every_tracepoint() {
+        let no_btf = facts(false, true, &ALL);
+        assert_eq!(no_btf.source(), EventSource::Poll);
+        assert!(no_btf.programs_to_attach().is_empty());
+    }
+
+    #[test]
+    fn no_ring_buffer_polls() {
+        assert_eq!(facts(true, false, &ALL).source(), EventSource::Poll);
+        assert_eq!(facts(true, false, &CGROUP).source(), EventSource::Poll);
+    }
+
+    #[test]
+    fn one_missing_lifecycle_tracepoint_polls() {
+        let partial = facts(true, true, &[MEMCG[0], MEMCG[1], CGROUP[0]]);
+        assert_eq!(partial.source(), EventSource::Poll);
+    }
+
+    #[test]
+    fn one_missing_memcg_tracepoint_keeps_lifecycle_events() {
+        let partial = facts(true, true, &[MEMCG[1], CGROUP[0], CGROUP[1]]);
+        assert_eq!(partial.source(), EventSource::EbpfPoll);
+    }
+
+    #[test]
+    fn no_tracepoints_polls() {
+        let none = facts(true, true, &[]);
+        assert_eq!(none.source(), EventSource::Poll);
+        assert!(none.programs_to_attach().is_empty());
+    }
+
+    #[test]
+    fn source_names_match_the_json_names() {
+        for source in [EventSource::Ebpf, EventSource::EbpfPoll, EventSource::Poll] {
+            let json = serde_json::to_string(&source).unwrap();
+            assert_eq!(json, format!("\"{source}\""));
+        }
+    }
+
+    #[test]
+    fn kernel_versions_from_release_strings() {
+        assert_eq!(kernel_version("6.1.0-57-cloud-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("6.18.44-fc-v669"), Some((6, 18)));
+        assert_eq!(kernel_version("5.8"), Some((5, 8)));
+        assert_eq!(kernel_version("unknown"), None);
+    }
+
+    #[test]
+    fn tracepoints_are_directories_under_events() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mkdir = PROGRAMS.iter().find(|p| p.name == "cgroup_mkdir").unwrap();
+        assert!(!tracepoint_exists(tmp.path(), mkdir));
+        fs::create_dir_all(tmp.path().join("events/cgroup/cgroup_mkdir")).unwrap();
+        assert!(tracepoint_exists(tmp.path(), mkdir));
+    }
+}

@@ -22,6 +22,8 @@ pub enum Command {
     Rank(commands::rank::RankArgs),
     /// Show or verify the agent's checkpointed state.
     Checkpoint(commands::checkpoint::CheckpointArgs),
+    /// Report what this kernel offers and which event source the agent will use.
+    Doctor(commands::doctor::DoctorArgs),
 }
 
 /// Runs the parsed command line and turns failures into a message and an exit status.
@@ -31,6 +33,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Some(Command::Trace(args)) => commands::trace::run(args),
         Some(Command::Rank(args)) => commands::rank::run(args),
         Some(Command::Checkpoint(args)) => commands::checkpoint::run(args),
+        Some(Command::Doctor(args)) => commands::doctor::run(args),
         None => Err(anyhow::anyhow!(
             "the node agent is not available yet; see `monitor --help` for the subcommands"
         )),

@@ -1,5 +1,6 @@
 //! One module per subcommand. Each exposes a clap `Args` struct and
 //! `run(args) -> anyhow::Result<ExitCode>`.
 pub mod checkpoint;
+pub mod doctor;
 pub mod rank;
 pub mod trace;

@@ -3,4 +3,5 @@
 pub mod btf_enums;
 pub mod ebpf;
 pub mod event;
+pub mod probe;
 pub mod programs;

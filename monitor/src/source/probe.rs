@@ -39,16 +39,21 @@ pub enum TracefsError {
          mount -t tracefs nodev {TRACEFS}"
     )]
     Mount(io::Error),
+    /// tracefs is mounted but only root may read it.
+    #[error("tracefs at {0} is readable by root only; run as root")]
+    NotPermitted(PathBuf),
 }
 
 /// Returns the tracefs root, mounting tracefs at [`TRACEFS`] when it is reachable nowhere.
 pub fn ensure_tracefs() -> Result<PathBuf, TracefsError> {
-    if let Some(mounted) = [TRACEFS, DEBUGFS_TRACING]
-        .into_iter()
-        .map(Path::new)
-        .find(|root| root.join("events").is_dir())
-    {
-        return Ok(mounted.to_path_buf());
+    for root in [TRACEFS, DEBUGFS_TRACING].map(PathBuf::from) {
+        match fs::metadata(root.join("events")) {
+            Ok(events) if events.is_dir() => return Ok(root),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(TracefsError::NotPermitted(root));
+            }
+            _ => {}
+        }
     }
     let c = |s: &str| CString::new(s).expect("constant without NUL");
     let (source, target, fstype) = (c("nodev"), c(TRACEFS), c("tracefs"));

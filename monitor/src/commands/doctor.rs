@@ -1,0 +1,329 @@
+//! `monitor doctor`: what this kernel offers and which event source the agent will therefore
+//! use. Exits 0 when the agent can run here; the last line of the text output is the verdict.
+use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+
+use serde::Serialize;
+
+use crate::{
+    cgroupfs::CgroupVersion,
+    source::probe::{EventSource, KernelFeatures},
+};
+
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// How to print the report.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Aligned lines for people, the verdict last.
+    Text,
+    /// One JSON object for scripts and tests.
+    Json,
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let report = Report::from_features(&KernelFeatures::probe());
+    match args.output {
+        Output::Text => print!("{}", report.to_text()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The probed facts in the shape both outputs print.
+#[derive(Debug, Serialize)]
+struct Report {
+    kernel: String,
+    btf: bool,
+    ring_buffer: bool,
+    tracefs: Found<PathBuf>,
+    programs: Vec<ProgramReport>,
+    cgroup: Found<CgroupReport>,
+    psi: PsiReport,
+    source: EventSource,
+    /// The agent can run on this machine.
+    ok: bool,
+    summary: String,
+}
+
+/// A value, or why there is none.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Found<T> {
+    Found(T),
+    Missing(String),
+}
+
+#[derive(Debug, Serialize)]
+struct ProgramReport {
+    name: &'static str,
+    hook: String,
+    present: bool,
+    /// The loader attaches it for the chosen source.
+    attach: bool,
+    provides: &'static str,
+    fallback: &'static str,
+    since: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct CgroupReport {
+    version: CgroupVersion,
+    memory_mount: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+struct PsiReport {
+    node: bool,
+    cgroup: Option<PathBuf>,
+}
+
+impl Report {
+    fn from_features(features: &KernelFeatures) -> Self {
+        let source = features.source();
+        let attached = features.programs_to_attach();
+        let programs = features
+            .programs
+            .iter()
+            .map(|p| ProgramReport {
+                name: p.program.name,
+                hook: p.program.hook(),
+                present: p.present,
+                attach: attached.contains(&p.program),
+                provides: p.program.provides,
+                fallback: p.program.fallback,
+                since: p.program.since,
+            })
+            .collect();
+        let (ok, summary) = match &features.memory {
+            Ok(memory) => (
+                true,
+                format!(
+                    "ok: agent will use {source} ({}/{} kernel programs), cgroup {} memory at {}",
+                    attached.len(),
+                    features.programs.len(),
+                    memory.version,
+                    memory.mount.display()
+                ),
+            ),
+            Err(reason) => (false, format!("error: the agent cannot run here: {reason}")),
+        };
+        Self {
+            kernel: features.release.clone(),
+            btf: features.btf,
+            ring_buffer: features.ring_buffer,
+            tracefs: found(features.tracefs.clone()),
+            programs,
+            cgroup: found(
+                features
+                    .memory
+                    .as_ref()
+                    .map(|m| CgroupReport {
+                        version: m.version,
+                        memory_mount: m.mount.clone(),
+                    })
+                    .map_err(String::clone),
+            ),
+            psi: PsiReport {
+                node: features.psi.node,
+                cgroup: features.psi.cgroup.clone(),
+            },
+            source,
+            ok,
+            summary,
+        }
+    }
+
+    fn to_text(&self) -> String {
+        let yes_no = |b: bool, yes: &str, no: &str| if b { yes } else { no }.to_string();
+        let mut out = String::new();
+        let mut line = |label: &str, value: String| {
+            let _ = writeln!(out, "{label:<14}{value}");
+        };
+        line("kernel", self.kernel.clone());
+        line(
+            "btf",
+            yes_no(self.btf, "present", "missing (CONFIG_DEBUG_INFO_BTF)"),
+        );
+        line(
+            "ring buffer",
+            yes_no(self.ring_buffer, "supported", "unsupported (needs 5.8)"),
+        );
+        line(
+            "tracefs",
+            match &self.tracefs {
+                Found::Found(root) => root.display().to_string(),
+                Found::Missing(reason) => format!("unavailable: {reason}"),
+            },
+        );
+        line(
+            "cgroup",
+            match &self.cgroup {
+                Found::Found(c) => format!(
+                    "{}, memory controller at {}",
+                    c.version,
+                    c.memory_mount.display()
+                ),
+                Found::Missing(reason) => format!("unusable: {reason}"),
+            },
+        );
+        line(
+            "psi",
+            format!(
+                "node {}, per cgroup {}",
+                yes_no(self.psi.node, "yes", "no"),
+                self.psi
+                    .cgroup
+                    .as_ref()
+                    .map_or("no".into(), |root| format!("under {}", root.display()))
+            ),
+        );
+        line("source", self.source.to_string());
+        let _ = writeln!(out, "kernel programs");
+        let width = self
+            .programs
+            .iter()
+            .map(|p| p.hook.len())
+            .max()
+            .unwrap_or(0);
+        for p in &self.programs {
+            let state = match (p.present, p.attach) {
+                (true, true) => format!("present, attached: {}", p.provides),
+                (true, false) => format!("present, unused with {}: {}", self.source, p.fallback),
+                (false, _) if matches!(self.tracefs, Found::Missing(_)) => {
+                    format!("unknown without tracefs: {}", p.fallback)
+                }
+                (false, _) => format!("missing (since {}): {}", p.since, p.fallback),
+            };
+            let _ = writeln!(out, "  {:<width$}  {state}", p.hook);
+        }
+        let _ = writeln!(out, "{}", self.summary);
+        out
+    }
+}
+
+fn found<T>(result: Result<T, String>) -> Found<T> {
+    match result {
+        Ok(value) => Found::Found(value),
+        Err(reason) => Found::Missing(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        cgroupfs::MemoryHierarchy,
+        source::{
+            probe::{ProgramSupport, Psi},
+            programs::PROGRAMS,
+        },
+    };
+
+    /// The 6.1 VM: cgroup v2, BTF, ring buffer, cgroup tracepoints but no memcg ones.
+    fn vm_features() -> KernelFeatures {
+        KernelFeatures {
+            release: "6.1.0-57-cloud-amd64".into(),
+            btf: true,
+            ring_buffer: true,
+            tracefs: Ok("/sys/kernel/tracing".into()),
+            programs: PROGRAMS
+                .iter()
+                .map(|program| ProgramSupport {
+                    program,
+                    present: program.category == "cgroup",
+                })
+                .collect(),
+            memory: Ok(MemoryHierarchy {
+                version: CgroupVersion::V2,
+                mount: "/sys/fs/cgroup".into(),
+                hierarchy_id: 0,
+            }),
+            psi: Psi {
+                node: true,
+                cgroup: Some("/sys/fs/cgroup".into()),
+            },
+        }
+    }
+
+    #[test]
+    fn text_ends_with_the_verdict() {
+        let text = Report::from_features(&vm_features()).to_text();
+        assert_eq!(
+            text.lines().last(),
+            Some(
+                "ok: agent will use ebpf+poll (2/4 kernel programs), cgroup v2 memory at /sys/fs/cgroup"
+            )
+        );
+        assert!(
+            text.contains("  memcg/mod_memcg_state         missing (since 6.8): poll memory.stat"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  cgroup/cgroup_mkdir           present, attached: new cgroups"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_memory_controller_fails_with_the_reason() {
+        let mut features = vm_features();
+        features.memory = Err("no memory cgroup controller is mounted".into());
+        let report = Report::from_features(&features);
+        assert!(!report.ok);
+        assert_eq!(
+            report.to_text().lines().last(),
+            Some("error: the agent cannot run here: no memory cgroup controller is mounted")
+        );
+    }
+
+    #[test]
+    fn present_but_unused_programs_say_so() {
+        let mut features = vm_features();
+        features.btf = false;
+        let text = Report::from_features(&features).to_text();
+        assert!(
+            text.contains("present, unused with poll: rescan the hierarchy"),
+            "{text}"
+        );
+        assert!(text.ends_with("(0/4 kernel programs), cgroup v2 memory at /sys/fs/cgroup\n"));
+    }
+
+    #[test]
+    fn without_tracefs_programs_are_unknown() {
+        let mut features = vm_features();
+        features.tracefs = Err("tracefs at /sys/kernel/tracing is readable by root only".into());
+        for p in &mut features.programs {
+            p.present = false;
+        }
+        let text = Report::from_features(&features).to_text();
+        assert!(
+            text.contains("tracefs       unavailable: tracefs at"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cgroup/cgroup_rmdir           unknown without tracefs: rescan"),
+            "{text}"
+        );
+        assert!(!text.contains("missing"), "{text}");
+    }
+
+    #[test]
+    fn json_names_what_the_vm_test_reads() {
+        let json = serde_json::to_value(Report::from_features(&vm_features())).unwrap();
+        assert_eq!(json["source"], "ebpf+poll");
+        assert_eq!(json["cgroup"]["found"]["version"], "v2");
+        assert_eq!(json["tracefs"]["found"], "/sys/kernel/tracing");
+        assert_eq!(json["programs"][0]["hook"], "memcg/mod_memcg_lruvec_state");
+        assert_eq!(json["programs"][0]["present"], false);
+        assert_eq!(json["programs"][2]["attach"], true);
+        assert_eq!(json["ok"], true);
+    }
+}

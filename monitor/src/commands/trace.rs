@@ -65,14 +65,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     }
     // Scan after attaching so that no cgroup created in between is missed.
     let paths = CgroupPaths::scan(&hierarchy.mount)?;
-    let reader_hierarchy = hierarchy.clone();
-    let mut view = TraceView::new(
-        paths,
-        filter,
-        Box::new(move |path, stat| {
-            stats::read_own(&reader_hierarchy.dir(path), reader_hierarchy.version, stat).ok()
-        }),
-    );
+    let mut view = TraceView::new(paths, filter);
     let start_ns = monotonic_ns();
     let mut out = io::stdout().lock();
     if args.output == Output::Text {
@@ -90,8 +83,12 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             _ = tokio::signal::ctrl_c() => break,
             res = source.next_batch(&mut batch) => res?,
         }
+        let mut baseline = |id, path: &str, stat| {
+            let own = stats::read_own(&hierarchy.dir(path), hierarchy.version, stat).ok()?;
+            Some(own as i64 - source.running_total(id, stat).unwrap_or(0))
+        };
         for decoded in batch.drain(..) {
-            let Some(record) = view.apply(decoded?) else { continue };
+            let Some(record) = view.apply(decoded?, &mut baseline) else { continue };
             let line = match args.output {
                 Output::Text => record.text(start_ns),
                 Output::Json => serde_json::to_string(&record)?,

@@ -11,10 +11,10 @@ use std::{io, path::Path};
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
-use monitor_common::{Config, DropReason, NO_ITEM, NSTATS, Stat};
+use monitor_common::{CgroupCounters, Config, DropReason, NO_ITEM, NSTATS, Stat};
 use tokio::io::{Interest, unix::AsyncFd};
 
 use super::{
@@ -41,14 +41,15 @@ pub struct LoadOptions {
 pub enum LoadError {
     /// Not running with the privileges BPF needs.
     #[error(
-        "loading the kernel programs needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE). \
-         Run as root, or use `--source poll` to read cgroupfs instead"
+        "loading the kernel programs needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE): \
+         they are attached to kernel tracepoints. Run this command as root"
     )]
     NotRoot,
     /// The kernel has no BTF, so the stat item numbers cannot be resolved.
     #[error(
         "this kernel exposes no BTF at {VMLINUX_BTF}; the kernel programs need a kernel built \
-         with CONFIG_DEBUG_INFO_BTF=y. Use `--source poll` on this kernel"
+         with CONFIG_DEBUG_INFO_BTF=y to find the memory statistics they count. `monitor doctor` \
+         shows what this kernel offers instead"
     )]
     NoBtf,
     /// The BTF did not describe the stat items.
@@ -99,6 +100,7 @@ pub struct KernelSource {
     ring: AsyncFd<RingBuf<MapData>>,
     attached: Vec<&'static ProgramSpec>,
     skipped: Vec<Skipped>,
+    page_size: u64,
 }
 
 impl KernelSource {
@@ -131,7 +133,7 @@ impl KernelSource {
         // holds it.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| LoadError::Poll(e.into()))?;
-        Ok(Self { ebpf, ring, attached, skipped })
+        Ok(Self { ebpf, ring, attached, skipped, page_size: config.page_size })
     }
 
     /// Programs that are attached.
@@ -168,6 +170,14 @@ impl KernelSource {
                 return Ok(());
             }
         }
+    }
+
+    /// Bytes of `stat` the kernel has summed for a cgroup since attaching, read from the map now.
+    pub fn running_total(&self, cgroup_id: u64, stat: Stat) -> Option<i64> {
+        let map = self.ebpf.map("CGROUP_STATS")?;
+        let stats = HashMap::<_, u64, CgroupCounters>::try_from(map).ok()?;
+        let counters = stats.get(&cgroup_id, 0).ok()?;
+        Some(counters.pages[stat as usize] * self.page_size as i64)
     }
 
     /// Records the kernel dropped so far, summed over CPUs.

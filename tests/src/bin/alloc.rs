@@ -1,0 +1,55 @@
+//! A process that allocates real memory on command, for the end-to-end tests.
+//!
+//! Reads commands from stdin, one per line, and answers each on stdout once done:
+//! - `alloc MIB`: maps MIB MiB of anonymous memory and touches every page -> `allocated MIB`
+//! - `free`: unmaps everything allocated so far -> `freed`
+//! - `exit` or end of input: exits.
+use std::io::{self, BufRead as _, Write as _};
+
+fn main() {
+    let page = page_size();
+    let mut mappings: Vec<(*mut libc::c_void, usize)> = Vec::new();
+    let mut out = io::stdout();
+    for line in io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next().map(str::parse::<usize>)) {
+            (Some("alloc"), Some(Ok(mib))) => {
+                let len = mib << 20;
+                // SAFETY: anonymous private mapping, checked below.
+                let addr = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                assert_ne!(addr, libc::MAP_FAILED, "mmap of {mib} MiB failed");
+                for offset in (0..len).step_by(page) {
+                    // SAFETY: inside the mapping just created.
+                    unsafe { addr.cast::<u8>().add(offset).write_volatile(1) };
+                }
+                mappings.push((addr, len));
+                writeln!(out, "allocated {mib}").unwrap();
+            }
+            (Some("free"), None) => {
+                for (addr, len) in mappings.drain(..) {
+                    // SAFETY: unmapping a mapping this process created.
+                    unsafe { libc::munmap(addr, len) };
+                }
+                writeln!(out, "freed").unwrap();
+            }
+            (Some("exit"), None) => break,
+            _ => writeln!(out, "error: unknown command {line:?}").unwrap(),
+        }
+        out.flush().unwrap();
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}

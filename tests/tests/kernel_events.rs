@@ -1,0 +1,189 @@
+//! The kernel programs loaded into the running kernel, watching real cgroups in which real
+//! processes allocate real memory.
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use monitor::source::{
+    ebpf::{KernelSource, LoadOptions},
+    event::KernelEvent,
+};
+use monitor_common::Stat;
+use tests::{Allocator, TestCgroup, cgroup_id, monitor_bin, running_as_root};
+
+const MIB: i64 = 1 << 20;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn load(cgroup: &TestCgroup) -> KernelSource {
+    KernelSource::load(LoadOptions {
+        step_bytes: MIB as u64,
+        hierarchy_id: cgroup.hierarchy.hierarchy_id,
+    })
+    .expect("loading the kernel programs")
+}
+
+/// Collects events until `done` holds (then 300 ms more, to catch stragglers) or `timeout`.
+async fn collect(
+    source: &mut KernelSource,
+    timeout: Duration,
+    mut done: impl FnMut(&[KernelEvent]) -> bool,
+) -> Vec<KernelEvent> {
+    let mut events = Vec::new();
+    let mut batch = Vec::new();
+    let deadline = Instant::now() + timeout;
+    let mut settle_until: Option<Instant> = None;
+    loop {
+        let until = settle_until.unwrap_or(deadline).min(deadline);
+        let Some(wait) = until.checked_duration_since(Instant::now()) else { break };
+        if tokio::time::timeout(wait, source.next_batch(&mut batch)).await.is_err() {
+            break;
+        }
+        events.extend(batch.drain(..).map(|r| r.expect("decodable record")));
+        if settle_until.is_none() && done(&events) {
+            settle_until = Some(Instant::now() + Duration::from_millis(300));
+        }
+    }
+    events
+}
+
+fn anon_sum(events: &[KernelEvent], id: u64) -> i64 {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::Stat { cgroup_id, stat: Stat::Anon, delta_bytes, .. } if *cgroup_id == id => {
+                Some(*delta_bytes)
+            }
+            _ => None,
+        })
+        .sum()
+}
+
+#[test]
+fn anon_events_add_up_to_an_allocation_and_its_release() {
+    if !running_as_root("anon_events_add_up_to_an_allocation_and_its_release") {
+        return;
+    }
+    let cgroup = TestCgroup::create("anon");
+    let dir = cgroup.child("alloc");
+    let id = cgroup_id(&dir);
+    runtime().block_on(async {
+        let mut source = load(&cgroup);
+        if !source.tracks_memory() {
+            eprintln!("SKIP: this kernel has no memcg stat tracepoints; memory is polled here");
+            return;
+        }
+        let mut allocator = Allocator::start_in(&dir);
+        let expected = 256 * MIB;
+        allocator.alloc(256);
+        let grown = anon_sum(
+            &collect(&mut source, Duration::from_secs(10), |ev| anon_sum(ev, id) >= expected * 9 / 10).await,
+            id,
+        );
+        assert!(
+            (grown - expected).abs() <= expected / 10,
+            "anon events for the cgroup add up to {grown} bytes, expected {expected} within 10%"
+        );
+        allocator.free();
+        let shrunk = anon_sum(
+            &collect(&mut source, Duration::from_secs(10), |ev| anon_sum(ev, id) <= -expected * 9 / 10).await,
+            id,
+        );
+        assert!(
+            (shrunk + expected).abs() <= expected / 10,
+            "freeing shows {shrunk} bytes, expected -{expected} within 10%"
+        );
+    });
+}
+
+#[test]
+fn cgroup_creation_and_removal_are_reported_with_their_path() {
+    if !running_as_root("cgroup_creation_and_removal_are_reported_with_their_path") {
+        return;
+    }
+    let cgroup = TestCgroup::create("lifecycle");
+    runtime().block_on(async {
+        let mut source = load(&cgroup);
+        let dir = cgroup.child("pod-x");
+        let id = cgroup_id(&dir);
+        let rel = cgroup.child_rel("pod-x");
+        let created = collect(&mut source, Duration::from_secs(5), |ev| {
+            ev.iter().any(|e| matches!(e, KernelEvent::Mkdir { cgroup_id, .. } if *cgroup_id == id))
+        })
+        .await;
+        let mkdir = created
+            .iter()
+            .find(|e| matches!(e, KernelEvent::Mkdir { cgroup_id, .. } if *cgroup_id == id));
+        assert!(
+            matches!(mkdir, Some(KernelEvent::Mkdir { path, .. }) if *path == rel),
+            "mkdir of {rel} (id {id}) not reported: {created:?}"
+        );
+        std::fs::remove_dir(&dir).unwrap();
+        let removed = collect(&mut source, Duration::from_secs(5), |ev| {
+            ev.iter().any(|e| matches!(e, KernelEvent::Rmdir { cgroup_id, .. } if *cgroup_id == id))
+        })
+        .await;
+        assert!(
+            removed
+                .iter()
+                .any(|e| matches!(e, KernelEvent::Rmdir { cgroup_id, path, .. } if *cgroup_id == id && *path == rel)),
+            "rmdir of {rel} not reported: {removed:?}"
+        );
+    });
+}
+
+#[test]
+fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
+    if !running_as_root("trace_command_prints_json_lines_for_the_filtered_cgroup") {
+        return;
+    }
+    let cgroup = TestCgroup::create("trace-cli");
+    let dir = cgroup.child("app");
+    let trace = Command::new(monitor_bin())
+        .args(["trace", "--output", "json", "--duration", "4", "--cgroup", &cgroup.rel])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting monitor trace");
+    // Give the programs time to attach before allocating.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut allocator = Allocator::start_in(&dir);
+    allocator.alloc(64);
+    let out = trace.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "monitor trace failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    assert!(!lines.is_empty(), "no events printed; stderr: {stderr}");
+    for line in &lines {
+        let path = line["cgroup_path"].as_str().unwrap_or_default();
+        assert!(path.starts_with(&cgroup.rel), "filter let through {line}");
+        assert!(line["monotonic_ns"].as_u64().is_some(), "{line}");
+        assert!(line["cgroup_id"].as_u64().is_some(), "{line}");
+    }
+    let app = cgroup.child_rel("app");
+    if !stdout.contains("\"type\":\"stat\"") {
+        // Kernels without memcg tracepoints report only the cgroup's lifecycle.
+        assert!(stderr.contains("not attached"), "no stat events and no explanation: {stderr}");
+        return;
+    }
+    let anon: i64 = lines
+        .iter()
+        .filter(|l| l["type"] == "stat" && l["stat"] == "anon" && l["cgroup_path"] == app.as_str())
+        .map(|l| l["delta_bytes"].as_i64().unwrap())
+        .sum();
+    assert!((anon - 64 * MIB).abs() <= 64 * MIB / 10, "anon deltas sum to {anon}");
+    let last_current = lines
+        .iter()
+        .rev()
+        .find(|l| l["stat"] == "anon" && l["cgroup_path"] == app.as_str())
+        .and_then(|l| l["current_bytes"].as_i64())
+        .unwrap();
+    assert!((last_current - 64 * MIB).abs() <= 64 * MIB / 10, "current_bytes {last_current}");
+}

@@ -7,7 +7,7 @@
 //! has something to say.
 //!
 //! Minimum kernel: 5.8 (BPF ring buffer) with BTF; the memcg stat programs need 6.8.
-use std::{io, path::Path};
+use std::io;
 
 use aya::{
     Ebpf,
@@ -20,6 +20,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 use super::{
     btf_enums::{self, BtfError},
     event::{DecodeError, KernelEvent, decode},
+    probe::{self, TracefsError},
     programs::{PROGRAMS, ProgramSpec},
 };
 
@@ -52,6 +53,9 @@ pub enum LoadError {
          shows what this kernel offers instead"
     )]
     NoBtf,
+    /// Tracepoints cannot be attached without tracefs.
+    #[error(transparent)]
+    Tracefs(#[from] TracefsError),
     /// The BTF did not describe the stat items.
     #[error("reading stat item numbers from the kernel's BTF: {0}")]
     Btf(#[from] BtfError),
@@ -254,13 +258,11 @@ fn page_size() -> u64 {
 fn attach_all(
     ebpf: &mut Ebpf,
 ) -> Result<(Vec<&'static ProgramSpec>, Vec<Skipped>), LoadError> {
-    let tracefs = tracefs_events();
+    let tracefs = probe::ensure_tracefs()?;
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
     for spec in PROGRAMS {
-        if let Some(events) = &tracefs
-            && !events.join(spec.category).join(spec.tracepoint).exists()
-        {
+        if !probe::tracepoint_exists(&tracefs, spec) {
             skipped.push(Skipped {
                 program: spec,
                 reason: format!("this kernel has no tracepoint {}", spec.hook()),
@@ -284,13 +286,4 @@ fn attach_all(
         }
     }
     Ok((attached, skipped))
-}
-
-/// tracefs `events` directory, if tracefs is mounted.
-fn tracefs_events() -> Option<std::path::PathBuf> {
-    ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"]
-        .iter()
-        .map(Path::new)
-        .find(|p| p.is_dir())
-        .map(Path::to_path_buf)
 }

@@ -4,6 +4,7 @@
 //! Data flows one way: kernel -> ring buffer ([`source`]) -> state -> rank -> decide
 //! ([`engine`], pure) -> act -> checkpoint.
 pub mod cgroupfs;
+pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod engine;

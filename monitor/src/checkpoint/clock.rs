@@ -1,0 +1,54 @@
+//! Reads the clocks the continuity helpers need.
+use std::io;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::engine::checkpoint::Now;
+
+const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Reads the wall clock, the boot id and the boot-time clock.
+pub fn read_now() -> io::Result<Now> {
+    Ok(Now {
+        unix_ms: unix_ms_now(),
+        boot_id: std::fs::read_to_string(BOOT_ID_PATH)?.trim().to_owned(),
+        boot_ms: boot_time_ms()?,
+    })
+}
+
+/// The wall clock in unix milliseconds; 0 if it is set before 1970.
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+fn boot_time_ms() -> io::Result<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The kernel never returns negative boot time.
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    Ok(secs * 1_000 + nanos / 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_now;
+
+    #[test]
+    fn boot_clock_is_monotonic_and_boot_id_stable() {
+        let first = read_now().unwrap();
+        let second = read_now().unwrap();
+        assert!(second.boot_ms >= first.boot_ms);
+        assert_eq!(first.boot_id, second.boot_id);
+        assert_eq!(first.boot_id.len(), 36, "a UUID: {:?}", first.boot_id);
+    }
+}

@@ -1,0 +1,20 @@
+//! The agent's checkpointed state on disk: a directory of atomically written files
+//! ([`store`]) and the manager that loads the state at start and saves it when it changed
+//! ([`manager`]). Encoding, checksums and versions are pure code in
+//! [`crate::engine::checkpoint`].
+//!
+//! At start the agent calls [`StateManager::load_or_init`] (with [`IfUnusable::Reset`] when run
+//! with `--reset-state`), then [`StateManager::save_if_changed`] after each change.
+pub mod clock;
+pub mod key;
+pub mod manager;
+pub mod store;
+pub mod wall_time;
+
+pub use clock::read_now;
+pub use key::{AGENT_STATE_KEY, Key, KeyError};
+pub use manager::{IfUnusable, Startup, StateError, StateManager};
+pub use store::{FileStore, StoreError};
+
+/// Where the agent keeps its checkpoints unless told otherwise.
+pub const DEFAULT_CHECKPOINT_DIR: &str = "/var/lib/monitor/checkpoints";

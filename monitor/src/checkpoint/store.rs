@@ -1,0 +1,298 @@
+//! A directory of checkpoint files, each named by its [`Key`], written atomically.
+//!
+//! A write goes to a temporary file in the same directory (named with a `.` prefix so listings
+//! skip it), is flushed with fsync, renamed over the target and followed by an fsync of the
+//! directory. rename(2) within one file system is atomic, so after a crash at any moment the key
+//! holds either the previous content or the new one, never a mix; the directory fsync makes the
+//! rename itself durable. Temporaries left by a crash are removed by [`FileStore::prepare`].
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::key::Key;
+
+const TEMP_PREFIX: char = '.';
+// Marks our temporaries among other hidden files, so only they are removed.
+const TEMP_MARKER: &str = ".tmp-";
+const FILE_MODE: u32 = 0o600;
+const DIR_MODE: u32 = 0o700;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Nothing is stored under the key.
+    #[error("{} does not exist", path.display())]
+    NotFound { path: PathBuf },
+    /// A file system call failed; `action` says which step.
+    #[error("could not {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Checkpoint files in one directory.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    dir: PathBuf,
+}
+
+impl FileStore {
+    /// A store over `dir`; nothing is touched until an operation runs.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file that holds `key`.
+    pub fn path_of(&self, key: &Key) -> PathBuf {
+        self.dir.join(key.as_str())
+    }
+
+    /// Creates the directory (mode 0700) if needed, restricts it to its owner, and removes
+    /// temporaries left by a writer that died. Call once at start, before any write.
+    pub fn prepare(&self) -> Result<(), StoreError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&self.dir)
+            .map_err(|e| self.io("create directory", &self.dir, e))?;
+        fs::set_permissions(&self.dir, fs::Permissions::from_mode(DIR_MODE))
+            .map_err(|e| self.io("restrict permissions of", &self.dir, e))?;
+        for name in self.file_names()? {
+            if name.starts_with(TEMP_PREFIX) && name.contains(TEMP_MARKER) {
+                let path = self.dir.join(&name);
+                fs::remove_file(&path).map_err(|e| self.io("remove stale temporary", &path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the content stored under `key`.
+    pub fn read(&self, key: &Key) -> Result<Vec<u8>, StoreError> {
+        read_file(&self.path_of(key))
+    }
+
+    /// Replaces the content under `key` atomically and durably; on error the previous content is
+    /// untouched and no temporary is left behind.
+    pub fn write(&self, key: &Key, data: &[u8]) -> Result<(), StoreError> {
+        let temp = self.temp_path(key);
+        let result = self.write_temp(&temp, data).and_then(|()| {
+            let target = self.path_of(key);
+            fs::rename(&temp, &target).map_err(|e| self.io("rename into place", &target, e))
+        });
+        if result.is_err() {
+            // Best effort: the error being returned is the one worth reporting.
+            let _ = fs::remove_file(&temp);
+        }
+        result?;
+        self.sync_dir()
+    }
+
+    /// The stored keys, sorted; temporaries and names that are not keys are skipped.
+    pub fn list(&self) -> Result<Vec<Key>, StoreError> {
+        let mut keys: Vec<Key> = self
+            .file_names()?
+            .iter()
+            .filter_map(|name| Key::new(name).ok())
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Renames `key`'s file to `<key>.<suffix>` so that it is kept but no longer loaded, and
+    /// returns the new path. An existing file is never replaced: `-2`, `-3`, ... is appended
+    /// instead.
+    pub fn move_aside(&self, key: &Key, suffix: &str) -> Result<PathBuf, StoreError> {
+        let source = self.path_of(key);
+        let base = format!("{key}.{suffix}");
+        for attempt in 1..=100u32 {
+            let name = match attempt {
+                1 => base.clone(),
+                n => format!("{base}-{n}"),
+            };
+            let target = self.dir.join(name);
+            // A hard link fails instead of replacing an existing file, which rename would not.
+            match fs::hard_link(&source, &target) {
+                Ok(()) => {
+                    fs::remove_file(&source).map_err(|e| self.io("remove", &source, e))?;
+                    self.sync_dir()?;
+                    return Ok(target);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(StoreError::NotFound { path: source });
+                }
+                Err(e) => return Err(self.io("move aside", &source, e)),
+            }
+        }
+        Err(self.io(
+            "move aside",
+            &source,
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "100 set-aside copies already exist",
+            ),
+        ))
+    }
+
+    fn write_temp(&self, temp: &Path, data: &[u8]) -> Result<(), StoreError> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(temp)
+            .map_err(|e| self.io("create temporary file", temp, e))?;
+        file.write_all(data)
+            .map_err(|e| self.io("write temporary file", temp, e))?;
+        // sync_all reports any write-back error; once it succeeded the close that follows (whose
+        // result std discards) cannot lose data.
+        file.sync_all()
+            .map_err(|e| self.io("fsync temporary file", temp, e))
+    }
+
+    fn sync_dir(&self) -> Result<(), StoreError> {
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|e| self.io("fsync directory", &self.dir, e))
+    }
+
+    /// A temporary name unique among live writers: the pid tells processes apart and the
+    /// counter tells writes in one process apart. A leftover with the same name belongs to a
+    /// dead process and may be overwritten.
+    fn temp_path(&self, key: &Key) -> PathBuf {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.dir.join(format!(
+            "{TEMP_PREFIX}{key}{TEMP_MARKER}{}-{n}",
+            std::process::id()
+        ))
+    }
+
+    fn file_names(&self) -> Result<Vec<String>, StoreError> {
+        let entries = fs::read_dir(&self.dir).map_err(|e| self.io("list", &self.dir, e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| self.io("list", &self.dir, e))?;
+            let is_file = entry
+                .file_type()
+                .map_err(|e| self.io("inspect", &entry.path(), e))?
+                .is_file();
+            if let (true, Ok(name)) = (is_file, entry.file_name().into_string()) {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn io(&self, action: &'static str, path: &Path, source: io::Error) -> StoreError {
+        StoreError::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Reads one checkpoint file by path, telling a missing file apart from other failures.
+pub fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
+    fs::read(path).map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => StoreError::NotFound {
+            path: path.to_owned(),
+        },
+        _ => StoreError::Io {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn key(name: &str) -> Key {
+        Key::new(name).unwrap()
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn write_read_and_permissions() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::at(root.path().join("a/checkpoints"));
+        store.prepare().unwrap();
+        store.write(&key("one"), b"first").unwrap();
+        store.write(&key("one"), b"second").unwrap();
+        assert_eq!(store.read(&key("one")).unwrap(), b"second");
+        assert_eq!(mode(store.dir()), 0o700);
+        assert_eq!(mode(&store.path_of(&key("one"))), 0o600);
+        assert!(matches!(
+            store.read(&key("missing")),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn prepare_tightens_an_open_directory() {
+        let root = tempfile::tempdir().unwrap();
+        fs::set_permissions(root.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        FileStore::at(root.path()).prepare().unwrap();
+        assert_eq!(mode(root.path()), 0o700);
+    }
+
+    #[test]
+    fn listing_skips_temporaries_and_prepare_removes_stale_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::at(root.path());
+        store.prepare().unwrap();
+        store.write(&key("b"), b"x").unwrap();
+        store.write(&key("a"), b"x").unwrap();
+        let stale = root.path().join(".a.tmp-999-0");
+        let foreign_hidden = root.path().join(".keep");
+        fs::write(&stale, b"torn").unwrap();
+        fs::write(&foreign_hidden, b"").unwrap();
+        fs::create_dir(root.path().join("subdir")).unwrap();
+
+        assert_eq!(store.list().unwrap(), [key("a"), key("b")]);
+        store.prepare().unwrap();
+        assert!(!stale.exists(), "stale temporary removed");
+        assert!(
+            foreign_hidden.exists(),
+            "other hidden files are not ours to remove"
+        );
+    }
+
+    #[test]
+    fn move_aside_never_replaces() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::at(root.path());
+        store.prepare().unwrap();
+        store.write(&key("state"), b"bad one").unwrap();
+        let first = store.move_aside(&key("state"), "corrupt-x").unwrap();
+        store.write(&key("state"), b"bad two").unwrap();
+        let second = store.move_aside(&key("state"), "corrupt-x").unwrap();
+
+        assert_eq!(first, root.path().join("state.corrupt-x"));
+        assert_eq!(second, root.path().join("state.corrupt-x-2"));
+        assert_eq!(fs::read(first).unwrap(), b"bad one");
+        assert_eq!(fs::read(second).unwrap(), b"bad two");
+        assert!(matches!(
+            store.move_aside(&key("state"), "corrupt-x"),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+}

@@ -1,0 +1,22 @@
+//! The agent's checkpointed state, without any I/O: what is kept ([`state`]), how it is encoded,
+//! checksummed and versioned ([`format`]), and the timers that must run on across a restart
+//! ([`continuity`]). Reading and writing files is `crate::checkpoint`'s job.
+//!
+//! The design follows the kubelet's checkpoint manager: FNV-32a over a canonical dump of the
+//! logical content, parsing separate from verification, and a newer version that embeds the
+//! older one so that rolling the agent back does not cost its state.
+mod canonical;
+pub mod continuity;
+mod fnv;
+pub mod format;
+pub mod state;
+
+pub use continuity::{GraceStatus, eviction_blocked_for, soft_grace_status};
+pub use format::{
+    CURRENT_VERSION, Checkpoint, CheckpointError, CheckpointV1, CheckpointV2, Decoded, PartV2,
+    decode, encode, migrate_v1_to_v2, state_checksum,
+};
+pub use state::{
+    AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
+    MAX_RECENT_EVICTIONS, Now, PodRef,
+};

@@ -8,5 +8,6 @@ pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod engine;
+pub mod metrics;
 pub mod source;
 pub mod trace;

@@ -1,0 +1,214 @@
+//! The agent's metrics and their Prometheus text exposition (format version 0.0.4).
+use std::{collections::BTreeMap, fmt::Write as _};
+
+/// Cumulative histogram with fixed upper bounds.
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, value: f64) {
+        for (bound, count) in self.bounds.iter().zip(&mut self.counts) {
+            if value <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += value;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str) {
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", self.sum);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+/// Event-to-decision latency buckets in seconds: 10 µs to 10 s, since the eBPF path is
+/// expected in the sub-millisecond range and the polling path in seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
+];
+
+/// Everything the agent exports. Keys of the maps are signal names (`memory.available`).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pub evictions_by_signal: BTreeMap<String, u64>,
+    /// Latest observed value of each signal, in its unit (bytes or a count).
+    pub signal_observations: BTreeMap<String, f64>,
+    /// 1 while a threshold of the signal is met.
+    pub threshold_met: BTreeMap<String, bool>,
+    pub pods_ranked: u64,
+    pub events_received: u64,
+    pub events_lost: u64,
+    pub decision_latency_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            evictions_by_signal: BTreeMap::new(),
+            signal_observations: BTreeMap::new(),
+            threshold_met: BTreeMap::new(),
+            pods_ranked: 0,
+            events_received: 0,
+            events_lost: 0,
+            decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
+        }
+    }
+}
+
+impl Metrics {
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let name = "monitor_evictions_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Pods evicted (in dry-run: that would have been), by signal.",
+        );
+        for (signal, n) in &self.evictions_by_signal {
+            let _ = writeln!(out, "{name}{{signal=\"{}\"}} {n}", escape(signal));
+        }
+        let name = "monitor_signal_observation";
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Latest value of each eviction signal (bytes; a count for pid.available).",
+        );
+        for (signal, v) in &self.signal_observations {
+            let _ = writeln!(out, "{name}{{signal=\"{}\"}} {v}", escape(signal));
+        }
+        let name = "monitor_threshold_met";
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "1 while an eviction threshold of the signal is met.",
+        );
+        for (signal, met) in &self.threshold_met {
+            let _ = writeln!(
+                out,
+                "{name}{{signal=\"{}\"}} {}",
+                escape(signal),
+                u8::from(*met)
+            );
+        }
+        for (name, kind, help, value) in [
+            (
+                "monitor_pods_ranked",
+                "gauge",
+                "Pods in the eviction ranking.",
+                self.pods_ranked,
+            ),
+            (
+                "monitor_events_received_total",
+                "counter",
+                "Kernel events read from the ring buffer.",
+                self.events_received,
+            ),
+            (
+                "monitor_events_lost_total",
+                "counter",
+                "Kernel events dropped because the ring buffer was full.",
+                self.events_lost,
+            ),
+        ] {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        let name = "monitor_event_to_decision_seconds";
+        header(
+            &mut out,
+            name,
+            "histogram",
+            "Time from the kernel event to the decision it led to.",
+        );
+        self.decision_latency_seconds.render(&mut out, name);
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Label values escape backslash, quote and newline.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut h = Histogram::new(&[0.001, 0.1]);
+        for v in [0.0005, 0.05, 3.0] {
+            h.observe(v);
+        }
+        let mut out = String::new();
+        h.render(&mut out, "x");
+        assert!(out.contains("x_bucket{le=\"0.001\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.1\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("x_count 3\n"), "{out}");
+    }
+
+    #[test]
+    fn exposition_names_every_family_once_with_labels() {
+        let mut m = Metrics::default();
+        m.evictions_by_signal.insert("memory.available".into(), 2);
+        m.signal_observations
+            .insert("memory.available".into(), 1048576.0);
+        m.threshold_met.insert("memory.available".into(), true);
+        m.events_received = 10;
+        m.events_lost = 1;
+        m.pods_ranked = 40;
+        let text = m.render();
+        for line in [
+            "monitor_evictions_total{signal=\"memory.available\"} 2",
+            "monitor_signal_observation{signal=\"memory.available\"} 1048576",
+            "monitor_threshold_met{signal=\"memory.available\"} 1",
+            "monitor_pods_ranked 40",
+            "monitor_events_received_total 10",
+            "monitor_events_lost_total 1",
+            "monitor_event_to_decision_seconds_count 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        assert_eq!(types, 7, "one TYPE line per family");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\n"), "a\\\"b\\\\c\\n");
+    }
+}

@@ -1,0 +1,132 @@
+//! cgroup v2 for real: a test-owned cgroup under the cgroup2 root with a process allocating
+//! inside it, read through the agent's stats reader and emptied with `cgroup.kill` (5.14+), and
+//! what `monitor doctor` says about the kernel.
+//!
+//! Runs in `cargo xtask vm-test` (Debian's 6.1 kernel with cgroup2); skipped on hosts whose
+//! memory controller is on cgroup v1.
+use std::{
+    fs,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use monitor::{
+    cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
+    source::probe::kernel_version,
+};
+use tests::{Allocator, TestCgroup, monitor_bin, running_as_root};
+
+const MIB: u64 = 1 << 20;
+
+/// True when the memory controller is on cgroup2 here. The VM run must never skip.
+fn memory_on_cgroup_v2() -> bool {
+    let hierarchy = MemoryHierarchy::discover().expect("memory controller");
+    if hierarchy.version == CgroupVersion::V2 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("MONITOR_VM").is_none(),
+        "the VM must mount the memory controller on cgroup2"
+    );
+    eprintln!("SKIP: memory controller is cgroup v1 here; runs in cargo xtask vm-test");
+    false
+}
+
+fn working_set(dir: &Path) -> u64 {
+    stats::read(dir, CgroupVersion::V2)
+        .expect("reading the cgroup's memory")
+        .working_set()
+}
+
+#[test]
+fn working_set_follows_a_process_until_cgroup_kill_empties_the_cgroup() {
+    if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2() {
+        return;
+    }
+    let cgroup = TestCgroup::create("cgroup-v2");
+    // Processes go into a leaf: the test cgroup delegates the memory controller to children.
+    let work = cgroup.child("work");
+    let empty = working_set(&work);
+    let mut allocator = Allocator::start_in(&work);
+    let started = working_set(&work);
+    allocator.alloc(64);
+    let grown = stats::read(&work, CgroupVersion::V2).expect("reading the cgroup's memory");
+    let growth = grown.working_set().saturating_sub(started);
+    assert!(
+        (64 * MIB..80 * MIB).contains(&growth),
+        "touching 64 MiB grew the working set by {growth} bytes: {grown:?}"
+    );
+    assert!(
+        grown.anon >= 64 * MIB,
+        "64 MiB touched, anon is {}",
+        grown.anon
+    );
+
+    fs::write(work.join("cgroup.kill"), "1").expect("writing cgroup.kill");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = work.join("cgroup.events");
+    while !fs::read_to_string(&events).unwrap().contains("populated 0") {
+        assert!(
+            Instant::now() < deadline,
+            "cgroup still populated after cgroup.kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(work.join("cgroup.procs")).unwrap(), "");
+    let after = working_set(&work);
+    assert!(
+        after < empty + 8 * MIB,
+        "the killed process's memory stayed charged: {after} bytes (empty cgroup: {empty})"
+    );
+    drop(allocator);
+}
+
+#[test]
+fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
+    if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2() {
+        return;
+    }
+    let out = Command::new(monitor_bin())
+        .args(["doctor", "--output", "json"])
+        .output()
+        .expect("running monitor doctor");
+    assert!(
+        out.status.success(),
+        "monitor doctor failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor JSON");
+    let kernel = report["kernel"].as_str().expect("kernel release");
+    if std::env::var_os("MONITOR_VM").is_some() {
+        assert!(
+            kernel.starts_with("6.1."),
+            "the VM boots Debian's 6.1 kernel, not {kernel}"
+        );
+    }
+    // The memcg tracepoints arrived in 6.8; the cgroup ones long before.
+    let has_memcg = kernel_version(kernel).expect("kernel version") >= (6, 8);
+    assert_eq!(report["cgroup"]["found"]["version"], "v2", "{report:#}");
+    assert_eq!(report["btf"], true, "{report:#}");
+    assert_eq!(report["ring_buffer"], true, "{report:#}");
+    assert_eq!(report["psi"]["node"], true, "{report:#}");
+    assert_eq!(
+        report["psi"]["cgroup"], report["cgroup"]["found"]["memory_mount"],
+        "{report:#}"
+    );
+    let programs = report["programs"].as_array().expect("programs");
+    assert!(!programs.is_empty());
+    for program in programs {
+        let hook = program["hook"].as_str().expect("hook");
+        let expected = if hook.starts_with("memcg/") {
+            has_memcg
+        } else {
+            assert!(hook.starts_with("cgroup/"), "unexpected hook {hook}");
+            true
+        };
+        assert_eq!(program["present"], expected, "{hook} on {kernel}");
+    }
+    let source = if has_memcg { "ebpf" } else { "ebpf+poll" };
+    assert_eq!(report["source"], source, "{report:#}");
+    assert_eq!(report["ok"], true);
+}

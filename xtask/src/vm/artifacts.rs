@@ -1,0 +1,147 @@
+//! Building what runs in the VM and finding the executables in cargo's JSON messages.
+//!
+//! xtask keeps its dependencies to a minimum, so the two fields needed are read from cargo's
+//! compact one-object-per-line output directly.
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+
+/// Executables built for the VM.
+pub struct Artifacts {
+    pub monitor: PathBuf,
+    /// Test harness executables of the `tests` crate, to be run.
+    pub tests: Vec<PathBuf>,
+    /// Other executables the tests locate next to them (helper binaries).
+    pub helpers: Vec<PathBuf>,
+}
+
+/// Builds the `monitor` binary and the `tests` crate's test executables.
+pub fn build() -> anyhow::Result<Artifacts> {
+    let monitor = executables(&["build", "--package", "monitor", "--bin", "monitor"])?
+        .into_iter()
+        .map(|e| e.path)
+        .find(|path| path.file_name().is_some_and(|name| name == "monitor"))
+        .context("cargo built no `monitor` executable")?;
+    let (tests, helpers) = executables(&["test", "--package", "tests", "--no-run"])?
+        .into_iter()
+        .partition::<Vec<_>, _>(|e| e.test);
+    if tests.is_empty() {
+        bail!("the tests crate built no test executable");
+    }
+    Ok(Artifacts {
+        monitor,
+        tests: tests.into_iter().map(|e| e.path).collect(),
+        helpers: helpers.into_iter().map(|e| e.path).collect(),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Executable {
+    path: PathBuf,
+    /// Built with the test harness.
+    test: bool,
+}
+
+fn executables(args: &[&str]) -> anyhow::Result<Vec<Executable>> {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(args)
+        .arg("--message-format=json")
+        .stderr(Stdio::inherit());
+    let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(executable)
+        .collect())
+}
+
+/// The executable of a `compiler-artifact` message, if it produced one.
+fn executable(message: &str) -> Option<Executable> {
+    if !message.starts_with(r#"{"reason":"compiler-artifact""#) {
+        return None;
+    }
+    let path = string_field(message, "executable")?;
+    // `target` has a `test` field too (whether `cargo test` builds it); the profile's says
+    // whether this build has the harness. The profile object holds no nested objects.
+    let profile = message.split_once(r#""profile":{"#)?.1.split('}').next()?;
+    Some(Executable {
+        path: PathBuf::from(path),
+        test: profile.contains(r#""test":true"#),
+    })
+}
+
+/// The first string value of `"key":` in compact JSON, unescaped; None for null.
+fn string_field(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!(r#""{key}":""#))? + key.len() + 4;
+    let mut value = String::new();
+    let mut chars = json[start..].chars();
+    loop {
+        match chars.next()? {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                't' => value.push('\t'),
+                'u' => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    value.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                escaped => value.push(escaped),
+            },
+            c => value.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST_BIN: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///src/tests#0.1.0","target":{"kind":["test"],"name":"cgroup_v2","test":true},"profile":{"opt_level":"0","debuginfo":2,"test":true},"features":[],"filenames":["/t/debug/deps/cgroup_v2-1f2e"],"executable":"/t/debug/deps/cgroup_v2-1f2e","fresh":true}"#;
+    const HELPER_BIN: &str = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"alloc","test":true},"profile":{"opt_level":"0","test":false},"executable":"/t/debug/alloc","fresh":true}"#;
+    const LIB: &str = r#"{"reason":"compiler-artifact","target":{"kind":["lib"],"name":"monitor","test":true},"profile":{"test":false},"executable":null,"fresh":true}"#;
+
+    #[test]
+    fn test_executables_are_told_from_helpers_by_the_profile() {
+        assert_eq!(
+            executable(TEST_BIN),
+            Some(Executable {
+                path: "/t/debug/deps/cgroup_v2-1f2e".into(),
+                test: true
+            })
+        );
+        assert_eq!(
+            executable(HELPER_BIN),
+            Some(Executable {
+                path: "/t/debug/alloc".into(),
+                test: false
+            })
+        );
+    }
+
+    #[test]
+    fn libraries_and_other_messages_have_none() {
+        assert_eq!(executable(LIB), None);
+        assert_eq!(
+            executable(r#"{"reason":"build-finished","success":true}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn escapes_are_decoded() {
+        let json = r#"{"executable":"/a \"b\"\\c\u00e9","x":1}"#;
+        assert_eq!(
+            string_field(json, "executable").as_deref(),
+            Some("/a \"b\"\\cé")
+        );
+        assert_eq!(
+            string_field(r#"{"executable":"unterminated"#, "executable"),
+            None
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! The VM's root filesystem: busybox with its applets, `/init`, the executables under test at
+//! the same absolute paths as on the host (so tests find helpers next to themselves), and the
+//! shared libraries `ldd` says they load. Written as gzip-compressed cpio.
+use std::{
+    fs,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::cpio::Tree;
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// Writes the initramfs to `out`.
+pub fn write(out: &Path, init: &str, executables: &[&Path]) -> anyhow::Result<()> {
+    let mut tree = Tree::default();
+    for dir in ["dev", "proc", "sys", "tmp"] {
+        tree.dir(dir);
+    }
+    tree.file("init", 0o755, init.as_bytes().to_vec());
+    add_file(&mut tree, Path::new(BUSYBOX))?;
+    for applet in busybox_applets()? {
+        tree.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    let mut libraries = Vec::new();
+    for exe in executables {
+        add_file(&mut tree, exe)?;
+        libraries.extend(shared_libraries(exe)?);
+    }
+    libraries.sort();
+    libraries.dedup();
+    for lib in &libraries {
+        // Stored under the name the loader asks for, with the content of what it links to.
+        add_file(&mut tree, lib)?;
+    }
+    let mut archive = Vec::new();
+    tree.write(&mut archive)?;
+    gzip(&archive, out)
+}
+
+/// Adds a host file at the same path.
+fn add_file(tree: &mut Tree, path: &Path) -> anyhow::Result<()> {
+    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    tree.file(&path.to_string_lossy(), 0o755, data);
+    Ok(())
+}
+
+fn busybox_applets() -> anyhow::Result<Vec<String>> {
+    let out = Command::new(BUSYBOX)
+        .arg("--list")
+        .output()
+        .with_context(|| format!("running {BUSYBOX} --list"))?;
+    if !out.status.success() {
+        bail!("{BUSYBOX} --list failed: {}", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|a| !a.is_empty() && *a != "busybox")
+        .map(str::to_string)
+        .collect())
+}
+
+fn shared_libraries(exe: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let out = Command::new("ldd")
+        .arg(exe)
+        .output()
+        .with_context(|| format!("running ldd {}", exe.display()))?;
+    // ldd exits 1 for static executables, with "not a dynamic executable".
+    parse_ldd(&String::from_utf8_lossy(&out.stdout))
+        .with_context(|| format!("shared libraries of {}", exe.display()))
+}
+
+/// The files `ldd` output names; the vDSO has none and is skipped.
+fn parse_ldd(output: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for line in output.lines() {
+        let line = line.trim();
+        let path = match line.split_once("=>") {
+            Some((name, resolved)) => {
+                let resolved = resolved.trim();
+                if resolved.starts_with("not found") {
+                    bail!("{} is not installed", name.trim());
+                }
+                resolved.split_whitespace().next()
+            }
+            None => line.split_whitespace().next(),
+        };
+        if let Some(path) = path.filter(|p| p.starts_with('/')) {
+            paths.push(PathBuf::from(path));
+        }
+    }
+    Ok(paths)
+}
+
+/// Compresses with the system's gzip (fast level: the archive is rebuilt every run).
+fn gzip(data: &[u8], out: &Path) -> anyhow::Result<()> {
+    let file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut child = Command::new("gzip")
+        .arg("-1")
+        .stdin(Stdio::piped())
+        .stdout(file)
+        .spawn()
+        .context("starting gzip")?;
+    child
+        .stdin
+        .take()
+        .context("gzip stdin")?
+        .write_all(data)
+        .context("writing to gzip")?;
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("gzip failed: {status}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_paths_without_the_vdso() {
+        let out = "\tlinux-vdso.so.1 (0x00007ffd5b1f2000)\n\
+            \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f90df3d2000)\n\
+            \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f90dea1e000)\n\
+            \t/lib64/ld-linux-x86-64.so.2 (0x00007f90df408000)\n";
+        assert_eq!(
+            parse_ldd(out).unwrap(),
+            [
+                "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                "/lib64/ld-linux-x86-64.so.2"
+            ]
+            .map(PathBuf::from)
+        );
+    }
+
+    #[test]
+    fn static_executables_need_nothing() {
+        assert!(
+            parse_ldd("\tnot a dynamic executable\n")
+                .unwrap()
+                .is_empty()
+        );
+        assert!(parse_ldd("\tstatically linked\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn missing_libraries_fail() {
+        let err = parse_ldd("\tlibfoo.so.1 => not found\n").unwrap_err();
+        assert_eq!(err.to_string(), "libfoo.so.1 is not installed");
+    }
+}

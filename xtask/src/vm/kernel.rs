@@ -1,0 +1,125 @@
+//! Debian's 6.1 cloud kernel: downloaded once with `apt-get download`, unpacked with
+//! `dpkg-deb -x`, and kept under the VM work directory. It has BTF, the BPF ring buffer and the
+//! cgroup tracepoints but not the memcg ones (6.8), and it boots without modules as long as no
+//! disk is attached (virtio is modular there).
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::tasks::status;
+
+const PACKAGE_PREFIX: &str = "linux-image-6.1.0-";
+const PACKAGE_SUFFIX: &str = "-cloud-amd64-unsigned";
+
+/// The kernel image, downloading and unpacking the package on first use.
+pub fn ensure(work: &Path) -> anyhow::Result<PathBuf> {
+    let unpacked = work.join("kernel");
+    if let Some(vmlinuz) = find_vmlinuz(&unpacked) {
+        return Ok(vmlinuz);
+    }
+    fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let package = newest_package()?;
+    eprintln!("vm-test: downloading {package}");
+    status(
+        Command::new("apt-get")
+            .args(["download", "-q", "-o", "APT::Sandbox::User=root", &package])
+            .current_dir(work),
+    )?;
+    let deb = fs::read_dir(work)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
+        })
+        .with_context(|| {
+            format!(
+                "apt-get download left no {package} .deb in {}",
+                work.display()
+            )
+        })?;
+    // Unpack beside the cache and rename, so an interrupted run leaves no half kernel behind.
+    let partial = work.join("kernel.partial");
+    let _ = fs::remove_dir_all(&partial);
+    status(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+    fs::rename(&partial, &unpacked)?;
+    fs::remove_file(&deb)?;
+    find_vmlinuz(&unpacked).with_context(|| format!("no boot/vmlinuz-* in {}", deb.display()))
+}
+
+fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
+    fs::read_dir(unpacked.join("boot"))
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+}
+
+/// The newest 6.1 cloud kernel package apt knows, refreshing the package lists if it knows none.
+fn newest_package() -> anyhow::Result<String> {
+    let pattern = format!("^{PACKAGE_PREFIX}[0-9]+{PACKAGE_SUFFIX}$");
+    let search = || -> anyhow::Result<Option<String>> {
+        let out = Command::new("apt-cache")
+            .args(["search", "--names-only", &pattern])
+            .output()
+            .context("running apt-cache search")?;
+        Ok(newest(&String::from_utf8_lossy(&out.stdout)))
+    };
+    if let Some(package) = search()? {
+        return Ok(package);
+    }
+    status(Command::new("apt-get").args(["update", "-qq"]))?;
+    match search()? {
+        Some(package) => Ok(package),
+        None => bail!("apt knows no {PACKAGE_PREFIX}N{PACKAGE_SUFFIX} package; is this Debian 12?"),
+    }
+}
+
+/// The package with the highest ABI number in `apt-cache search` output.
+fn newest(search_output: &str) -> Option<String> {
+    search_output
+        .lines()
+        .filter_map(|line| {
+            let name = line.split_whitespace().next()?;
+            let abi: u32 = name
+                .strip_prefix(PACKAGE_PREFIX)?
+                .strip_suffix(PACKAGE_SUFFIX)?
+                .parse()
+                .ok()?;
+            Some((abi, name.to_string()))
+        })
+        .max()
+        .map(|(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn highest_abi_wins_numerically() {
+        let out = "linux-image-6.1.0-9-cloud-amd64-unsigned - Linux 6.1 for x86-64 cloud\n\
+            linux-image-6.1.0-57-cloud-amd64-unsigned - Linux 6.1 for x86-64 cloud\n\
+            linux-image-6.1.0-10-cloud-amd64-unsigned - Linux 6.1 for x86-64 cloud\n";
+        assert_eq!(
+            newest(out).as_deref(),
+            Some("linux-image-6.1.0-57-cloud-amd64-unsigned")
+        );
+        assert_eq!(newest(""), None);
+    }
+
+    #[test]
+    fn other_flavours_are_ignored() {
+        let out = "linux-image-6.1.0-57-amd64-unsigned - Linux 6.1 for 64-bit PCs\n\
+            linux-image-6.1.0-57-cloud-amd64-dbg - debug symbols\n";
+        assert_eq!(newest(out), None);
+    }
+}

@@ -1,0 +1,155 @@
+//! Booting the VM under qemu (TCG: KVM guests hang on some hosts) and judging its console.
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc::{self, Receiver, RecvTimeoutError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::init::{Verdict, is_kernel_panic, verdict};
+
+/// How long qemu gets to power off after printing the result.
+const POWEROFF_GRACE: Duration = Duration::from_secs(30);
+
+/// How a run ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Reported(Verdict),
+    Panic(String),
+    Timeout,
+    /// qemu closed the console without a result line.
+    Exited,
+}
+
+/// Boots `kernel` with `initrd`, streams the console to stdout and fails unless the VM reports
+/// that everything passed.
+pub fn boot(kernel: &Path, initrd: &Path, nonce: &str, timeout: Duration) -> anyhow::Result<()> {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args([
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-m",
+        "2048",
+        "-nographic",
+        "-no-reboot",
+    ])
+    .arg("-kernel")
+    .arg(kernel)
+    .arg("-initrd")
+    .arg(initrd)
+    // panic=-1 reboots at once on a panic, which -no-reboot turns into qemu exiting.
+    .args(["-append", "console=ttyS0 panic=-1 loglevel=4"])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped());
+    let mut qemu = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    let console = qemu.stdout.take().context("qemu stdout")?;
+    let (lines, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(console).split(b'\n').map_while(Result::ok) {
+            let line = String::from_utf8_lossy(&line)
+                .trim_end_matches('\r')
+                .to_string();
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let outcome = watch(&rx, nonce, Instant::now() + timeout, |line| {
+        println!("{line}")
+    });
+    if matches!(outcome, Outcome::Reported(_)) {
+        wait_or_kill(&mut qemu, POWEROFF_GRACE);
+    } else {
+        let _ = qemu.kill();
+        let _ = qemu.wait();
+    }
+    match outcome {
+        Outcome::Reported(Verdict::Pass) => Ok(()),
+        Outcome::Reported(Verdict::Fail(what)) => bail!("failed in the VM: {what}"),
+        Outcome::Panic(line) => bail!("the VM's kernel panicked: {line}"),
+        Outcome::Timeout => bail!("the VM gave no result within {} s", timeout.as_secs()),
+        Outcome::Exited => bail!("qemu exited without a result"),
+    }
+}
+
+/// Echoes console lines until one decides the run.
+fn watch(
+    rx: &Receiver<String>,
+    nonce: &str,
+    deadline: Instant,
+    mut echo: impl FnMut(&str),
+) -> Outcome {
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                echo(&line);
+                if let Some(verdict) = verdict(&line, nonce) {
+                    return Outcome::Reported(verdict);
+                }
+                if is_kernel_panic(&line) {
+                    return Outcome::Panic(line);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => return Outcome::Timeout,
+            Err(RecvTimeoutError::Disconnected) => return Outcome::Exited,
+        }
+    }
+}
+
+fn wait_or_kill(qemu: &mut Child, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = qemu.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("vm-test: qemu did not power off; killing it");
+    let _ = qemu.kill();
+    let _ = qemu.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(lines: &[&str], keep_open: bool) -> (Outcome, Vec<String>) {
+        let (tx, rx) = mpsc::channel();
+        for line in lines {
+            tx.send(line.to_string()).unwrap();
+        }
+        let _open = keep_open.then_some(tx);
+        let mut echoed = Vec::new();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let outcome = watch(&rx, "n0nce", deadline, |l| echoed.push(l.to_string()));
+        (outcome, echoed)
+    }
+
+    #[test]
+    fn result_line_decides_and_everything_before_is_echoed() {
+        let (outcome, echoed) = run(&["booting", "VM-TEST-RESULT n0nce pass", "after"], false);
+        assert_eq!(outcome, Outcome::Reported(Verdict::Pass));
+        assert_eq!(echoed, ["booting", "VM-TEST-RESULT n0nce pass"]);
+    }
+
+    #[test]
+    fn panic_fails_before_any_result() {
+        let panic = "Kernel panic - not syncing: Attempted to kill init!";
+        assert_eq!(run(&[panic], true).0, Outcome::Panic(panic.into()));
+    }
+
+    #[test]
+    fn silence_times_out_and_a_closed_console_is_an_exit() {
+        assert_eq!(run(&["booting"], true).0, Outcome::Timeout);
+        assert_eq!(
+            run(&["VM-TEST-RESULT other pass"], false).0,
+            Outcome::Exited
+        );
+    }
+}

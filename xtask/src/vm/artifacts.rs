@@ -47,8 +47,9 @@ struct Executable {
 
 fn executables(args: &[&str]) -> anyhow::Result<Vec<Executable>> {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // Compiler errors go to stderr as text; only the artifact messages come back as JSON.
     cmd.args(args)
-        .arg("--message-format=json")
+        .arg("--message-format=json-render-diagnostics")
         .stderr(Stdio::inherit());
     let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
     if !out.status.success() {

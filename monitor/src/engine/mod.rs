@@ -1,3 +1,23 @@
 //! The pure core: plain data and a clock in, decisions out. No tokio, no aya, no filesystem,
 //! so every rule is tested without root.
+//!
+//! * [`config`]: thresholds and settings from a KubeletConfiguration YAML string;
+//! * [`pod_facts`] and [`pod_request`]: what ranking needs from a Pod object;
+//! * [`summary`]: pod usage, and the kubelet's Summary API as one source of it;
+//! * [`rank`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
+//! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
+//! * [`report`]: the eviction order explained, for `monitor rank`.
 pub mod checkpoint;
+pub mod clock;
+pub mod config;
+pub mod decide;
+pub mod duration;
+pub mod pod_facts;
+pub mod pod_request;
+pub mod quantity;
+pub mod rank;
+pub mod rank_index;
+pub mod report;
+pub mod signal;
+pub mod summary;
+pub mod threshold;

@@ -1,0 +1,862 @@
+//! The eviction configuration, read from a KubeletConfiguration YAML document.
+//!
+//! A whole `kubelet.config.k8s.io/v1beta1` `KubeletConfiguration` is accepted as it is:
+//! the eviction fields are read with the kubelet's names and meaning, every other field is
+//! ignored. The agent's own settings sit beside them under `monitor:`:
+//!
+//! ```yaml
+//! apiVersion: kubelet.config.k8s.io/v1beta1
+//! kind: KubeletConfiguration
+//! evictionHard: {memory.available: "100Mi", nodefs.available: "10%"}
+//! evictionSoft: {memory.available: "500Mi"}
+//! evictionSoftGracePeriod: {memory.available: "1m30s"}
+//! evictionMinimumReclaim: {memory.available: "200Mi"}
+//! evictionMaxPodGracePeriod: 60
+//! evictionPressureTransitionPeriod: 5m
+//! monitor:
+//!   evictionInterval: 10s     # at most one eviction per interval (kubelet: 10s)
+//!   podCleanupTimeout: 30s    # wait this long for an evicted pod to go (kubelet: 30s)
+//! ```
+//!
+//! Defaults follow the kubelet on Linux. When `evictionHard` is absent (or null) the
+//! defaults `memory.available<100Mi, nodefs.available<10%, nodefs.inodesFree<5%,
+//! imagefs.available<15%, imagefs.inodesFree<5%` apply. When it is present at all, even as
+//! `{}`, it *replaces* the defaults: signals it does not name get no hard threshold, which is
+//! what the kubelet's v1beta1 defaulting does. `mergeDefaultEvictionSettings: true` makes
+//! unnamed signals inherit their default instead, as in the kubelet. As in the kubelet,
+//! `enforceNodeAllocatable` (default `[pods]`) containing `pods` copies each hard
+//! `memory.available` threshold to `allocatableMemory.available`, unless the file already
+//! sets a hard `allocatableMemory.available` itself. Thresholds of exactly `0%` or `100%`
+//! are dropped, like the kubelet drops them.
+//!
+//! Two rules are stricter than the kubelet, which would accept the value and misbehave:
+//! a negative `evictionMaxPodGracePeriod`, and a minimum reclaim over 100%.
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+
+use super::duration::{DurationError, parse_go_duration};
+use super::quantity::{Quantity, QuantityError};
+use super::signal::Signal;
+use super::threshold::{Threshold, ThresholdValue};
+
+/// The kubelet's Linux `DefaultEvictionHard`.
+pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
+    (Signal::MemoryAvailable, "100Mi"),
+    (Signal::NodeFsAvailable, "10%"),
+    (Signal::NodeFsInodesFree, "5%"),
+    (Signal::ImageFsAvailable, "15%"),
+    (Signal::ImageFsInodesFree, "5%"),
+];
+
+/// Everything the decision step needs to know from configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvictionConfig {
+    /// Hard and soft thresholds, hard ones first, each group in signal order.
+    pub thresholds: Vec<Threshold>,
+    /// `evictionMaxPodGracePeriod`: the cap on a pod's own grace period for soft evictions.
+    pub max_pod_grace_period_seconds: i64,
+    /// `evictionPressureTransitionPeriod`: how long a node condition stays set after the
+    /// last time its threshold was met (kubelet default 5m).
+    pub pressure_transition_period: Duration,
+    /// The agent's own settings (`monitor:`).
+    pub monitor: MonitorSettings,
+}
+
+/// The agent's settings, under `monitor:` in the configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonitorSettings {
+    /// `evictionInterval`: at most one eviction per interval (default 10s, the kubelet's
+    /// eviction monitoring period).
+    pub eviction_interval: Duration,
+    /// `podCleanupTimeout`: no new eviction while the previous pod is still going away, for
+    /// at most this long (default 30s, the kubelet's `podCleanupTimeout`).
+    pub pod_cleanup_timeout: Duration,
+}
+
+impl Default for MonitorSettings {
+    fn default() -> MonitorSettings {
+        MonitorSettings {
+            eviction_interval: Duration::from_secs(10),
+            pod_cleanup_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A configuration the agent refuses, naming the field and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The text is not YAML, or a field has the wrong shape (a list where a map belongs, an
+    /// unknown key under `monitor:`).
+    #[error("invalid configuration: {0}")]
+    Yaml(String),
+    /// A signal name the kubelet does not know.
+    #[error("{field}: unknown eviction signal {signal:?} (expected one of {known})", known = Signal::ALL.map(Signal::as_str).join(", "))]
+    UnknownSignal {
+        /// The configuration field, like `evictionHard`.
+        field: &'static str,
+        /// The name as written.
+        signal: String,
+    },
+    /// The same signal twice in one map.
+    #[error("{field}: signal {signal} is given more than once")]
+    DuplicateSignal {
+        /// The configuration field.
+        field: &'static str,
+        /// The repeated signal.
+        signal: Signal,
+    },
+    /// A value that is neither a quantity nor a percentage.
+    #[error("{field}: {signal}: {value:?} is not a quantity or percentage: {reason}")]
+    InvalidQuantity {
+        /// The configuration field.
+        field: &'static str,
+        /// The signal the value belongs to.
+        signal: Signal,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        reason: QuantityError,
+    },
+    /// A negative quantity, or a zero threshold (the kubelet wants thresholds positive).
+    #[error("{field}: {signal}: {value:?} must be positive")]
+    NotPositive {
+        /// The configuration field.
+        field: &'static str,
+        /// The signal the value belongs to.
+        signal: Signal,
+        /// The value as written.
+        value: String,
+    },
+    /// A percentage below 0% or above 100% (or a minimum reclaim of 0% or less).
+    #[error("{field}: {signal}: percentage {value:?} must be between 0% and 100%")]
+    PercentageOutOfRange {
+        /// The configuration field.
+        field: &'static str,
+        /// The signal the value belongs to.
+        signal: Signal,
+        /// The value as written.
+        value: String,
+    },
+    /// A soft threshold without an `evictionSoftGracePeriod` entry for its signal.
+    #[error("evictionSoft: {signal} needs a grace period in evictionSoftGracePeriod")]
+    MissingGracePeriod {
+        /// The signal of the soft threshold.
+        signal: Signal,
+    },
+    /// A duration that does not parse or is negative.
+    #[error("{field}: {value:?}: {reason}")]
+    InvalidDuration {
+        /// The configuration field, with the signal for grace periods
+        /// (`evictionSoftGracePeriod.memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        reason: DurationError,
+    },
+    /// `evictionMaxPodGracePeriod` below zero.
+    #[error("evictionMaxPodGracePeriod: {value} must not be negative")]
+    NegativeMaxPodGracePeriod {
+        /// The value as written.
+        value: i64,
+    },
+}
+
+impl Default for EvictionConfig {
+    /// The kubelet's Linux defaults.
+    fn default() -> EvictionConfig {
+        EvictionConfig::from_yaml("").expect("the built-in defaults are valid")
+    }
+}
+
+impl EvictionConfig {
+    /// Parses a KubeletConfiguration YAML document (the caller reads the file). An empty
+    /// document yields the defaults.
+    pub fn from_yaml(text: &str) -> Result<EvictionConfig, ConfigError> {
+        let file: Option<KubeletConfigFile> =
+            serde_yaml::from_str(text).map_err(|err| ConfigError::Yaml(err.to_string()))?;
+        file.unwrap_or_default().into_config()
+    }
+}
+
+/// The fields of a KubeletConfiguration this agent reads; serde ignores the rest.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KubeletConfigFile {
+    eviction_hard: Option<SignalMap>,
+    eviction_soft: Option<SignalMap>,
+    eviction_soft_grace_period: Option<SignalMap>,
+    eviction_minimum_reclaim: Option<SignalMap>,
+    eviction_max_pod_grace_period: Option<i64>,
+    eviction_pressure_transition_period: Option<String>,
+    merge_default_eviction_settings: Option<bool>,
+    enforce_node_allocatable: Option<Vec<String>>,
+    monitor: Option<MonitorFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MonitorFile {
+    eviction_interval: Option<String>,
+    pod_cleanup_timeout: Option<String>,
+}
+
+/// A `map[string]string` kept as written, so repeated keys can be reported rather than
+/// silently collapsed. Scalar values (numbers too) are taken as their text.
+#[derive(Debug, Default)]
+struct SignalMap(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for SignalMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SignalMap, D::Error> {
+        struct MapVisitor;
+        impl<'de> Visitor<'de> for MapVisitor {
+            type Value = SignalMap;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map from eviction signal to value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SignalMap, A::Error> {
+                let mut entries = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, ScalarText>()? {
+                    entries.push((key, value.0));
+                }
+                Ok(SignalMap(entries))
+            }
+        }
+        deserializer.deserialize_map(MapVisitor)
+    }
+}
+
+/// A scalar value as text.
+struct ScalarText(String);
+
+impl<'de> Deserialize<'de> for ScalarText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ScalarText, D::Error> {
+        struct TextVisitor;
+        impl Visitor<'_> for TextVisitor {
+            type Value = ScalarText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or number")
+            }
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<ScalarText, E> {
+                Ok(ScalarText(value.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<ScalarText, E> {
+                Ok(ScalarText(value.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<ScalarText, E> {
+                Ok(ScalarText(value.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, value: f64) -> Result<ScalarText, E> {
+                Ok(ScalarText(value.to_string()))
+            }
+        }
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+impl SignalMap {
+    /// Resolves signal names, rejecting unknown and repeated ones.
+    fn signals(&self, field: &'static str) -> Result<Vec<(Signal, &str)>, ConfigError> {
+        let mut seen = BTreeSet::new();
+        self.0
+            .iter()
+            .map(|(name, value)| {
+                let signal = name
+                    .parse::<Signal>()
+                    .map_err(|_| ConfigError::UnknownSignal {
+                        field,
+                        signal: name.clone(),
+                    })?;
+                if !seen.insert(signal) {
+                    return Err(ConfigError::DuplicateSignal { field, signal });
+                }
+                Ok((signal, value.as_str()))
+            })
+            .collect()
+    }
+}
+
+const EVICTION_HARD: &str = "evictionHard";
+const EVICTION_SOFT: &str = "evictionSoft";
+const SOFT_GRACE_PERIOD: &str = "evictionSoftGracePeriod";
+const MINIMUM_RECLAIM: &str = "evictionMinimumReclaim";
+
+impl KubeletConfigFile {
+    fn into_config(self) -> Result<EvictionConfig, ConfigError> {
+        let mut hard = match &self.eviction_hard {
+            Some(map) => threshold_values(map, EVICTION_HARD)?,
+            None => Vec::new(),
+        };
+        if self.eviction_hard.is_none() || self.merge_default_eviction_settings == Some(true) {
+            let defaults = SignalMap(
+                DEFAULT_EVICTION_HARD
+                    .map(|(s, v)| (s.as_str().into(), v.into()))
+                    .to_vec(),
+            );
+            for (signal, value) in threshold_values(&defaults, EVICTION_HARD)? {
+                if !hard.iter().any(|(configured, _)| *configured == signal) {
+                    hard.push((signal, value));
+                }
+            }
+        }
+        let soft = match &self.eviction_soft {
+            Some(map) => threshold_values(map, EVICTION_SOFT)?,
+            None => Vec::new(),
+        };
+        let grace_periods = match &self.eviction_soft_grace_period {
+            Some(map) => map
+                .signals(SOFT_GRACE_PERIOD)?
+                .into_iter()
+                .map(|(signal, value)| {
+                    let field = format!("{SOFT_GRACE_PERIOD}.{signal}");
+                    Ok((signal, duration(field, value)?))
+                })
+                .collect::<Result<Vec<_>, ConfigError>>()?,
+            None => Vec::new(),
+        };
+        let min_reclaims = match &self.eviction_minimum_reclaim {
+            Some(map) => map
+                .signals(MINIMUM_RECLAIM)?
+                .into_iter()
+                .map(|(signal, value)| Ok((signal, min_reclaim_value(signal, value)?)))
+                .collect::<Result<Vec<_>, ConfigError>>()?,
+            None => Vec::new(),
+        };
+        let min_reclaim_for = |signal: Signal| {
+            min_reclaims
+                .iter()
+                .find(|(s, _)| *s == signal)
+                .map(|(_, value)| *value)
+        };
+
+        let mut thresholds: Vec<Threshold> = hard
+            .iter()
+            .map(|&(signal, value)| Threshold {
+                signal,
+                value,
+                grace_period: Duration::ZERO,
+                min_reclaim: min_reclaim_for(signal),
+            })
+            .collect();
+        let enforces_pods = match &self.enforce_node_allocatable {
+            Some(list) => list.iter().any(|key| key == "pods"),
+            None => true,
+        };
+        let has_hard_allocatable = hard
+            .iter()
+            .any(|(signal, _)| *signal == Signal::AllocatableMemoryAvailable);
+        if enforces_pods && !has_hard_allocatable {
+            let copies: Vec<Threshold> = thresholds
+                .iter()
+                .filter(|t| t.signal == Signal::MemoryAvailable)
+                .map(|t| Threshold {
+                    signal: Signal::AllocatableMemoryAvailable,
+                    ..t.clone()
+                })
+                .collect();
+            thresholds.extend(copies);
+        }
+        for (signal, value) in soft {
+            let grace_period = grace_periods
+                .iter()
+                .find(|(s, _)| *s == signal)
+                .map(|(_, period)| *period)
+                .ok_or(ConfigError::MissingGracePeriod { signal })?;
+            thresholds.push(Threshold {
+                signal,
+                value,
+                grace_period,
+                min_reclaim: min_reclaim_for(signal),
+            });
+        }
+        thresholds.sort_by_key(|t| (t.kind(), t.signal));
+
+        let max_pod_grace_period_seconds = self.eviction_max_pod_grace_period.unwrap_or(0);
+        if max_pod_grace_period_seconds < 0 {
+            return Err(ConfigError::NegativeMaxPodGracePeriod {
+                value: max_pod_grace_period_seconds,
+            });
+        }
+        let optional_duration = |field: &str, value: &Option<String>, default: Duration| match value
+        {
+            Some(text) => duration(field.to_string(), text),
+            None => Ok(default),
+        };
+        let monitor_file = self.monitor.unwrap_or_default();
+        let defaults = MonitorSettings::default();
+        Ok(EvictionConfig {
+            thresholds,
+            max_pod_grace_period_seconds,
+            pressure_transition_period: optional_duration(
+                "evictionPressureTransitionPeriod",
+                &self.eviction_pressure_transition_period,
+                Duration::from_secs(300),
+            )?,
+            monitor: MonitorSettings {
+                eviction_interval: optional_duration(
+                    "monitor.evictionInterval",
+                    &monitor_file.eviction_interval,
+                    defaults.eviction_interval,
+                )?,
+                pod_cleanup_timeout: optional_duration(
+                    "monitor.podCleanupTimeout",
+                    &monitor_file.pod_cleanup_timeout,
+                    defaults.pod_cleanup_timeout,
+                )?,
+            },
+        })
+    }
+}
+
+fn duration(field: String, value: &str) -> Result<Duration, ConfigError> {
+    parse_go_duration(value).map_err(|reason| ConfigError::InvalidDuration {
+        field,
+        value: value.into(),
+        reason,
+    })
+}
+
+/// Parses `evictionHard`/`evictionSoft` values the kubelet's way, dropping `0%` and `100%`.
+fn threshold_values(
+    map: &SignalMap,
+    field: &'static str,
+) -> Result<Vec<(Signal, ThresholdValue)>, ConfigError> {
+    let mut values = Vec::new();
+    for (signal, text) in map.signals(field)? {
+        if text == "0%" || text == "100%" {
+            continue;
+        }
+        let value = parse_value(field, signal, text)?;
+        let positive = match value {
+            ThresholdValue::Quantity(quantity) => quantity > Quantity::ZERO,
+            ThresholdValue::Fraction(_) => true,
+        };
+        if !positive {
+            return Err(ConfigError::NotPositive {
+                field,
+                signal,
+                value: text.into(),
+            });
+        }
+        values.push((signal, value));
+    }
+    Ok(values)
+}
+
+/// Parses an `evictionMinimumReclaim` value: a non-negative quantity or a percentage in
+/// `(0%, 100%]`.
+fn min_reclaim_value(signal: Signal, text: &str) -> Result<ThresholdValue, ConfigError> {
+    let value = parse_value(MINIMUM_RECLAIM, signal, text)?;
+    match value {
+        ThresholdValue::Fraction(fraction) if fraction <= 0.0 => {
+            Err(ConfigError::PercentageOutOfRange {
+                field: MINIMUM_RECLAIM,
+                signal,
+                value: text.into(),
+            })
+        }
+        ThresholdValue::Quantity(quantity) if quantity.is_negative() => {
+            Err(ConfigError::NotPositive {
+                field: MINIMUM_RECLAIM,
+                signal,
+                value: text.into(),
+            })
+        }
+        _ => Ok(value),
+    }
+}
+
+/// A quantity, or a percentage parsed as the kubelet does: a `float32`, divided by 100.
+fn parse_value(
+    field: &'static str,
+    signal: Signal,
+    text: &str,
+) -> Result<ThresholdValue, ConfigError> {
+    let invalid = |reason| ConfigError::InvalidQuantity {
+        field,
+        signal,
+        value: text.into(),
+        reason,
+    };
+    match text.strip_suffix('%') {
+        Some(number) => {
+            let percent: f32 = number
+                .trim()
+                .parse()
+                .map_err(|_| invalid(QuantityError::Malformed))?;
+            if !(0.0..=100.0).contains(&percent) {
+                return Err(ConfigError::PercentageOutOfRange {
+                    field,
+                    signal,
+                    value: text.into(),
+                });
+            }
+            Ok(ThresholdValue::Fraction(percent / 100.0))
+        }
+        None => text.parse().map(ThresholdValue::Quantity).map_err(invalid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::threshold::ThresholdKind;
+
+    fn summary(config: &EvictionConfig) -> Vec<String> {
+        config
+            .thresholds
+            .iter()
+            .map(|t| {
+                let kind = match t.kind() {
+                    ThresholdKind::Hard => "hard".to_string(),
+                    ThresholdKind::Soft => format!("soft {:?}", t.grace_period),
+                };
+                let reclaim = t
+                    .min_reclaim
+                    .map(|r| format!(" reclaim {r}"))
+                    .unwrap_or_default();
+                format!("{kind} {}<{}{reclaim}", t.signal, t.value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reads_thresholds_like_the_kubelet() {
+        struct Case {
+            name: &'static str,
+            yaml: &'static str,
+            thresholds: &'static [&'static str],
+        }
+        let cases = [
+            Case {
+                name: "empty document gives the Linux defaults plus the allocatable copy",
+                yaml: "",
+                thresholds: &[
+                    "hard memory.available<100Mi",
+                    "hard allocatableMemory.available<100Mi",
+                    "hard nodefs.available<10%",
+                    "hard nodefs.inodesFree<5%",
+                    "hard imagefs.available<15%",
+                    "hard imagefs.inodesFree<5%",
+                ],
+            },
+            Case {
+                name: "setting evictionHard replaces the defaults",
+                yaml: "evictionHard: {memory.available: 200Mi}\nenforceNodeAllocatable: []",
+                thresholds: &["hard memory.available<200Mi"],
+            },
+            Case {
+                name: "an empty evictionHard removes every hard threshold",
+                yaml: "evictionHard: {}",
+                thresholds: &[],
+            },
+            Case {
+                name: "mergeDefaultEvictionSettings fills unnamed signals",
+                yaml: "evictionHard: {nodefs.available: 20%}\nmergeDefaultEvictionSettings: true\nenforceNodeAllocatable: [system-reserved]",
+                thresholds: &[
+                    "hard memory.available<100Mi",
+                    "hard nodefs.available<20%",
+                    "hard nodefs.inodesFree<5%",
+                    "hard imagefs.available<15%",
+                    "hard imagefs.inodesFree<5%",
+                ],
+            },
+            Case {
+                name: "soft threshold with grace and min reclaim on both kinds",
+                yaml: "evictionHard: {memory.available: 100Mi}\nevictionSoft: {memory.available: 1Gi}\n\
+                       evictionSoftGracePeriod: {memory.available: 1m30s, pid.available: 10s}\n\
+                       evictionMinimumReclaim: {memory.available: 500M}\nenforceNodeAllocatable: []",
+                thresholds: &[
+                    "hard memory.available<100Mi reclaim 500000000",
+                    "soft 90s memory.available<1Gi reclaim 500000000",
+                ],
+            },
+            Case {
+                name: "a zero grace period makes a soft threshold hard, as in the kubelet",
+                yaml: "evictionHard: {}\nevictionSoft: {pid.available: 100}\nevictionSoftGracePeriod: {pid.available: 0s}",
+                thresholds: &["hard pid.available<100"],
+            },
+            Case {
+                name: "0% and 100% are dropped",
+                yaml: "evictionHard: {nodefs.available: 0%, imagefs.available: 100%, memory.available: 1G}\nenforceNodeAllocatable: []",
+                thresholds: &["hard memory.available<1000000000"],
+            },
+            Case {
+                name: "numbers are read as their text",
+                yaml: "evictionHard: {pid.available: 1000}",
+                thresholds: &["hard pid.available<1000"],
+            },
+        ];
+        for case in cases {
+            let config = EvictionConfig::from_yaml(case.yaml)
+                .unwrap_or_else(|e| panic!("case {:?}: {e}", case.name));
+            assert_eq!(summary(&config), case.thresholds, "case {:?}", case.name);
+        }
+    }
+
+    #[test]
+    fn accepts_a_whole_kubelet_configuration() {
+        let yaml = r#"
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true, cacheTTL: 0s}
+  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}
+authorization: {mode: Webhook}
+cgroupDriver: systemd
+clusterDNS: [10.96.0.10]
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionHard:
+  memory.available: "300Mi"
+  nodefs.available: "10%"
+evictionSoft:
+  memory.available: "500Mi"
+evictionSoftGracePeriod:
+  memory.available: "1m30s"
+evictionMaxPodGracePeriod: 60
+evictionPressureTransitionPeriod: 30s
+featureGates: {PodLevelResources: true}
+kubeReserved: {cpu: 100m, memory: 256Mi}
+maxPods: 110
+rotateCertificates: true
+staticPodPath: /etc/kubernetes/manifests
+monitor:
+  evictionInterval: 5s
+  podCleanupTimeout: 1m
+"#;
+        let config = EvictionConfig::from_yaml(yaml).expect("a real KubeletConfiguration");
+        assert_eq!(
+            summary(&config),
+            [
+                "hard memory.available<300Mi",
+                "hard allocatableMemory.available<300Mi",
+                "hard nodefs.available<10%",
+                "soft 90s memory.available<500Mi",
+            ]
+        );
+        assert_eq!(config.max_pod_grace_period_seconds, 60);
+        assert_eq!(config.pressure_transition_period, Duration::from_secs(30));
+        assert_eq!(
+            config.monitor,
+            MonitorSettings {
+                eviction_interval: Duration::from_secs(5),
+                pod_cleanup_timeout: Duration::from_secs(60)
+            }
+        );
+        let defaults = EvictionConfig::default();
+        assert_eq!(defaults.monitor, MonitorSettings::default());
+        assert_eq!(
+            defaults.pressure_transition_period,
+            Duration::from_secs(300)
+        );
+        assert_eq!(defaults.max_pod_grace_period_seconds, 0);
+    }
+
+    #[test]
+    fn rejects_bad_configuration_naming_field_and_value() {
+        struct Case {
+            name: &'static str,
+            yaml: &'static str,
+            error: ConfigError,
+        }
+        let cases = [
+            Case {
+                name: "unknown signal",
+                yaml: "evictionHard: {memory.free: 100Mi}",
+                error: ConfigError::UnknownSignal {
+                    field: "evictionHard",
+                    signal: "memory.free".into(),
+                },
+            },
+            Case {
+                name: "unknown signal in grace periods",
+                yaml: "evictionSoftGracePeriod: {disk.available: 1m}",
+                error: ConfigError::UnknownSignal {
+                    field: "evictionSoftGracePeriod",
+                    signal: "disk.available".into(),
+                },
+            },
+            Case {
+                name: "duplicate signal",
+                yaml: "evictionSoft:\n  memory.available: 1Gi\n  memory.available: 2Gi\n",
+                error: ConfigError::DuplicateSignal {
+                    field: "evictionSoft",
+                    signal: Signal::MemoryAvailable,
+                },
+            },
+            Case {
+                name: "soft threshold without grace period",
+                yaml: "evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {nodefs.available: 1m}",
+                error: ConfigError::MissingGracePeriod {
+                    signal: Signal::MemoryAvailable,
+                },
+            },
+            Case {
+                name: "negative quantity",
+                yaml: "evictionHard: {memory.available: -100Mi}",
+                error: ConfigError::NotPositive {
+                    field: "evictionHard",
+                    signal: Signal::MemoryAvailable,
+                    value: "-100Mi".into(),
+                },
+            },
+            Case {
+                name: "zero quantity",
+                yaml: "evictionHard: {memory.available: \"0\"}",
+                error: ConfigError::NotPositive {
+                    field: "evictionHard",
+                    signal: Signal::MemoryAvailable,
+                    value: "0".into(),
+                },
+            },
+            Case {
+                name: "unparsable quantity",
+                yaml: "evictionHard: {memory.available: 100MB}",
+                error: ConfigError::InvalidQuantity {
+                    field: "evictionHard",
+                    signal: Signal::MemoryAvailable,
+                    value: "100MB".into(),
+                    reason: QuantityError::UnknownSuffix("MB".into()),
+                },
+            },
+            Case {
+                name: "unparsable percentage",
+                yaml: "evictionHard: {nodefs.available: ten%}",
+                error: ConfigError::InvalidQuantity {
+                    field: "evictionHard",
+                    signal: Signal::NodeFsAvailable,
+                    value: "ten%".into(),
+                    reason: QuantityError::Malformed,
+                },
+            },
+            Case {
+                name: "percentage over 100",
+                yaml: "evictionHard: {nodefs.available: 150%}",
+                error: ConfigError::PercentageOutOfRange {
+                    field: "evictionHard",
+                    signal: Signal::NodeFsAvailable,
+                    value: "150%".into(),
+                },
+            },
+            Case {
+                name: "negative percentage",
+                yaml: "evictionSoft: {nodefs.available: -5%}",
+                error: ConfigError::PercentageOutOfRange {
+                    field: "evictionSoft",
+                    signal: Signal::NodeFsAvailable,
+                    value: "-5%".into(),
+                },
+            },
+            Case {
+                name: "zero percent minimum reclaim",
+                yaml: "evictionMinimumReclaim: {nodefs.available: 0%}",
+                error: ConfigError::PercentageOutOfRange {
+                    field: "evictionMinimumReclaim",
+                    signal: Signal::NodeFsAvailable,
+                    value: "0%".into(),
+                },
+            },
+            Case {
+                name: "negative minimum reclaim",
+                yaml: "evictionMinimumReclaim: {memory.available: -1Mi}",
+                error: ConfigError::NotPositive {
+                    field: "evictionMinimumReclaim",
+                    signal: Signal::MemoryAvailable,
+                    value: "-1Mi".into(),
+                },
+            },
+            Case {
+                name: "bad grace period",
+                yaml: "evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: 90}",
+                error: ConfigError::InvalidDuration {
+                    field: "evictionSoftGracePeriod.memory.available".into(),
+                    value: "90".into(),
+                    reason: DurationError::Malformed,
+                },
+            },
+            Case {
+                name: "negative grace period",
+                yaml: "evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: -1m}",
+                error: ConfigError::InvalidDuration {
+                    field: "evictionSoftGracePeriod.memory.available".into(),
+                    value: "-1m".into(),
+                    reason: DurationError::Negative,
+                },
+            },
+            Case {
+                name: "bad transition period",
+                yaml: "evictionPressureTransitionPeriod: soon",
+                error: ConfigError::InvalidDuration {
+                    field: "evictionPressureTransitionPeriod".into(),
+                    value: "soon".into(),
+                    reason: DurationError::Malformed,
+                },
+            },
+            Case {
+                name: "negative max pod grace period",
+                yaml: "evictionMaxPodGracePeriod: -5",
+                error: ConfigError::NegativeMaxPodGracePeriod { value: -5 },
+            },
+            Case {
+                name: "bad monitor interval",
+                yaml: "monitor: {evictionInterval: 10}",
+                error: ConfigError::InvalidDuration {
+                    field: "monitor.evictionInterval".into(),
+                    value: "10".into(),
+                    reason: DurationError::Malformed,
+                },
+            },
+        ];
+        for case in cases {
+            assert_eq!(
+                EvictionConfig::from_yaml(case.yaml),
+                Err(case.error),
+                "case {:?}",
+                case.name
+            );
+        }
+    }
+
+    #[test]
+    fn reports_shape_errors_with_the_field_name() {
+        struct Case {
+            name: &'static str,
+            yaml: &'static str,
+            mentions: &'static str,
+        }
+        let cases = [
+            Case {
+                name: "list instead of map",
+                yaml: "evictionHard: [memory.available<100Mi]",
+                mentions: "evictionHard",
+            },
+            Case {
+                name: "typo under monitor",
+                yaml: "monitor: {evictionIntervall: 5s}",
+                mentions: "evictionIntervall",
+            },
+            Case {
+                name: "not YAML",
+                yaml: "evictionHard: {",
+                mentions: "invalid configuration",
+            },
+        ];
+        for case in cases {
+            let error = EvictionConfig::from_yaml(case.yaml)
+                .expect_err(case.name)
+                .to_string();
+            assert!(
+                error.contains(case.mentions),
+                "case {:?}: {error}",
+                case.name
+            );
+        }
+    }
+}

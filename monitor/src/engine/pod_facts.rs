@@ -1,0 +1,261 @@
+//! What ranking and eviction need to know about a pod, taken once from its Pod object:
+//! identity, priority, criticality, requests, grace period and local volumes.
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use serde::{Deserialize, Serialize};
+
+use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
+use super::quantity::Quantity;
+
+/// The kubelet's `SystemCriticalPriority` (`system-cluster-critical`); pods at or above it
+/// are never evicted.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+/// Annotation naming where the kubelet got a pod from; anything but `api` is a static pod.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// Annotation present on the API server's mirror of a static pod.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A pod's identity. Ordered by namespace, then name, then uid: the documented tie-break
+/// when every ranking key is equal, so the order never depends on input order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PodRef {
+    /// `metadata.namespace` (`default` when absent).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`, the key the kubelet's stats are matched by.
+    pub uid: String,
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The rank-relevant facts of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFacts {
+    /// Identity.
+    pub pod: PodRef,
+    /// `spec.priority`, 0 when unset.
+    pub priority: i32,
+    /// The kubelet's `IsCriticalPod`: never evicted, the next candidate is taken instead.
+    pub critical: bool,
+    /// Memory request as the kubelet computes it.
+    pub memory_request: Quantity,
+    /// Ephemeral-storage request as the kubelet computes it.
+    pub ephemeral_storage_request: Quantity,
+    /// `spec.terminationGracePeriodSeconds`, used (capped) for soft evictions.
+    pub termination_grace_period_seconds: Option<i64>,
+    /// Names of volumes on local disk whose usage counts toward the pod's disk usage.
+    pub local_volumes: Vec<String>,
+}
+
+/// A Pod object that cannot be ranked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodFactsError {
+    /// No `metadata.name`.
+    #[error("pod without metadata.name")]
+    MissingName,
+    /// No `metadata.uid`: the kubelet's stats are keyed by uid, so there is nothing to match.
+    #[error("pod {0}: no metadata.uid (stats are matched by uid; use objects from the API server)")]
+    MissingUid(String),
+    /// No `spec`.
+    #[error("pod {0}: no spec")]
+    MissingSpec(String),
+    /// A request or overhead that does not parse.
+    #[error("pod {pod}: {error}")]
+    Quantity {
+        /// namespace/name.
+        pod: String,
+        /// The offending value.
+        error: PodQuantityError,
+    },
+}
+
+impl PodFacts {
+    /// Extracts the facts from a Pod as served by the API server.
+    pub fn from_pod(pod: &Pod) -> Result<PodFacts, PodFactsError> {
+        let meta = &pod.metadata;
+        let name = meta.name.clone().ok_or(PodFactsError::MissingName)?;
+        let namespace = meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let display = format!("{namespace}/{name}");
+        let uid = meta
+            .uid
+            .clone()
+            .ok_or_else(|| PodFactsError::MissingUid(display.clone()))?;
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| PodFactsError::MissingSpec(display.clone()))?;
+        let request = |resource| {
+            pod_request(spec, resource).map_err(|error| PodFactsError::Quantity {
+                pod: display.clone(),
+                error,
+            })
+        };
+        Ok(PodFacts {
+            memory_request: request(MEMORY)?,
+            ephemeral_storage_request: request(EPHEMERAL_STORAGE)?,
+            priority: spec.priority.unwrap_or(0),
+            critical: is_critical(pod),
+            termination_grace_period_seconds: spec.termination_grace_period_seconds,
+            local_volumes: spec
+                .volumes
+                .iter()
+                .flatten()
+                .filter(|v| is_local(v))
+                .map(|v| v.name.clone())
+                .collect(),
+            pod: PodRef {
+                namespace,
+                name,
+                uid,
+            },
+        })
+    }
+}
+
+/// The kubelet's `kubetypes.IsCriticalPod`: a static pod (config source annotation present
+/// and not `api`), a mirror pod (mirror annotation present), or priority at or above
+/// [`SYSTEM_CRITICAL_PRIORITY`].
+pub fn is_critical(pod: &Pod) -> bool {
+    let annotations = pod.metadata.annotations.as_ref();
+    let is_static = annotations
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|source| source != "api");
+    let is_mirror = annotations.is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION));
+    let priority = pod.spec.as_ref().and_then(|s| s.priority);
+    is_static || is_mirror || priority.is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
+}
+
+/// The kubelet's `localVolumeNames`: hostPath volumes and local ephemeral ones (gitRepo,
+/// configMap, and emptyDir on the default medium).
+fn is_local(volume: &Volume) -> bool {
+    volume.host_path.is_some()
+        || volume.git_repo.is_some()
+        || volume.config_map.is_some()
+        || volume
+            .empty_dir
+            .as_ref()
+            .is_some_and(|e| e.medium.as_deref().unwrap_or("").is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).expect("test pod")
+    }
+
+    #[test]
+    fn detects_critical_pods_like_the_kubelet() {
+        struct Case {
+            name: &'static str,
+            metadata: serde_json::Value,
+            priority: Option<i32>,
+            critical: bool,
+        }
+        let cases = [
+            Case {
+                name: "ordinary pod",
+                metadata: json!({}),
+                priority: Some(1000),
+                critical: false,
+            },
+            Case {
+                name: "no priority",
+                metadata: json!({}),
+                priority: None,
+                critical: false,
+            },
+            Case {
+                name: "system-cluster-critical priority",
+                metadata: json!({}),
+                priority: Some(2_000_000_000),
+                critical: true,
+            },
+            Case {
+                name: "just below critical",
+                metadata: json!({}),
+                priority: Some(1_999_999_999),
+                critical: false,
+            },
+            Case {
+                name: "static pod from a file",
+                metadata: json!({"annotations": {"kubernetes.io/config.source": "file"}}),
+                priority: None,
+                critical: true,
+            },
+            Case {
+                name: "api source is not static",
+                metadata: json!({"annotations": {"kubernetes.io/config.source": "api"}}),
+                priority: None,
+                critical: false,
+            },
+            Case {
+                name: "mirror pod",
+                metadata: json!({"annotations": {"kubernetes.io/config.mirror": "abc"}}),
+                priority: None,
+                critical: true,
+            },
+        ];
+        for case in cases {
+            let mut metadata = case.metadata;
+            metadata["name"] = json!("p");
+            metadata["uid"] = json!("u");
+            let pod = pod(
+                json!({"metadata": metadata, "spec": {"containers": [], "priority": case.priority}}),
+            );
+            assert_eq!(is_critical(&pod), case.critical, "case {:?}", case.name);
+        }
+    }
+
+    #[test]
+    fn extracts_facts_from_a_pod() {
+        let facts = PodFacts::from_pod(&pod(json!({
+            "metadata": {"name": "web", "uid": "u1"},
+            "spec": {
+                "containers": [{"name": "a", "resources": {"requests": {"memory": "1Gi", "ephemeral-storage": "2Gi"}}}],
+                "terminationGracePeriodSeconds": 45,
+                "volumes": [
+                    {"name": "scratch", "emptyDir": {}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                    {"name": "host", "hostPath": {"path": "/var/log"}},
+                    {"name": "conf", "configMap": {"name": "c"}},
+                    {"name": "token", "secret": {"secretName": "s"}}
+                ]
+            }
+        })))
+        .expect("valid pod");
+        assert_eq!(
+            facts.pod,
+            PodRef {
+                namespace: "default".into(),
+                name: "web".into(),
+                uid: "u1".into()
+            }
+        );
+        assert_eq!(facts.priority, 0);
+        assert_eq!(facts.memory_request, Quantity::from_units(1 << 30));
+        assert_eq!(
+            facts.ephemeral_storage_request,
+            Quantity::from_units(2 << 30)
+        );
+        assert_eq!(facts.termination_grace_period_seconds, Some(45));
+        assert_eq!(facts.local_volumes, ["scratch", "host", "conf"]);
+
+        let no_uid = pod(json!({"metadata": {"name": "web"}, "spec": {"containers": []}}));
+        assert_eq!(
+            PodFacts::from_pod(&no_uid),
+            Err(PodFactsError::MissingUid("default/web".into()))
+        );
+    }
+}

@@ -24,23 +24,31 @@ use crate::setup::ensure_debian_packages;
 
 /// TCG emulates every instruction; the whole run normally takes a fraction of this.
 const TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// The target directory's place in the VM.
+const GUEST_TARGET: &str = "/target";
 
 pub fn run() -> anyhow::Result<()> {
     ensure_debian_packages(&["qemu-system-x86".into(), "busybox-static".into()])?;
-    let work = target_dir()?.join("vm");
+    let target = target_dir()?;
+    let work = target.join("vm");
     let kernel = kernel::ensure(&work)?;
     let built = artifacts::build()?;
     let nonce = nonce();
+    let tests = built
+        .tests
+        .iter()
+        .map(|test| in_guest(&target, test))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let init = init::script(&init::Plan {
         nonce: &nonce,
-        monitor: &built.monitor,
-        tests: &built.tests,
+        monitor: &in_guest(&target, &built.monitor)?,
+        tests: &tests,
     });
-    let executables: Vec<&Path> = std::iter::once(&built.monitor)
+    let executables = std::iter::once(&built.monitor)
         .chain(&built.tests)
         .chain(&built.helpers)
-        .map(PathBuf::as_path)
-        .collect();
+        .map(|host| Ok((host.as_path(), in_guest(&target, host)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let initrd = work.join("initrd.gz");
     initramfs::write(&initrd, &init, &executables)?;
     eprintln!("vm-test: booting {} (TCG)", kernel.display());
@@ -56,10 +64,39 @@ fn target_dir() -> anyhow::Result<PathBuf> {
         .context("xtask runs from outside a cargo target directory")
 }
 
+/// Where a target directory file lives in the VM: below a fixed root, so a checkout under
+/// /tmp or another place the VM mounts over does not matter, and with the layout kept, so tests
+/// find helper binaries next to themselves.
+fn in_guest(target: &Path, host: &Path) -> anyhow::Result<PathBuf> {
+    let relative = host
+        .strip_prefix(target)
+        .with_context(|| format!("{} is outside {}", host.display(), target.display()))?;
+    Ok(Path::new(GUEST_TARGET).join(relative))
+}
+
 /// Distinguishes this run's result line from anything printed before or by the tests.
 fn nonce() -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("{nanos:x}-{:x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_paths_keep_the_layout_below_a_fixed_root() {
+        let target = Path::new("/tmp/clone/target");
+        assert_eq!(
+            in_guest(
+                target,
+                Path::new("/tmp/clone/target/debug/deps/cgroup_v2-1f2e")
+            )
+            .unwrap(),
+            Path::new("/target/debug/deps/cgroup_v2-1f2e")
+        );
+        assert!(in_guest(target, Path::new("/usr/bin/monitor")).is_err());
+    }
 }

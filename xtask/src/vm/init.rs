@@ -36,10 +36,10 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /tmp
 mount -t tracefs nodev /sys/kernel/tracing
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control
+# The initramfs root is a writable tmpfs: /tmp needs no mount of its own.
 export MONITOR_BIN={monitor} MONITOR_VM=1 HOME=/tmp RUST_BACKTRACE=1
 cd /tmp
 failed=

@@ -1,6 +1,5 @@
-//! The VM's root filesystem: busybox with its applets, `/init`, the executables under test at
-//! the same absolute paths as on the host (so tests find helpers next to themselves), and the
-//! shared libraries `ldd` says they load. Written as gzip-compressed cpio.
+//! The VM's root filesystem: busybox with its applets, `/init`, the executables under test and
+//! the shared libraries `ldd` says they load. Written as gzip-compressed cpio.
 use std::{
     fs,
     io::Write as _,
@@ -14,37 +13,36 @@ use super::cpio::Tree;
 
 const BUSYBOX: &str = "/bin/busybox";
 
-/// Writes the initramfs to `out`.
-pub fn write(out: &Path, init: &str, executables: &[&Path]) -> anyhow::Result<()> {
+/// Writes the initramfs to `out`; `executables` are (host path, path in the VM).
+pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow::Result<()> {
     let mut tree = Tree::default();
     for dir in ["dev", "proc", "sys", "tmp"] {
         tree.dir(dir);
     }
     tree.file("init", 0o755, init.as_bytes().to_vec());
-    add_file(&mut tree, Path::new(BUSYBOX))?;
+    add_file(&mut tree, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
     for applet in busybox_applets()? {
         tree.symlink(&format!("bin/{applet}"), "busybox");
     }
     let mut libraries = Vec::new();
-    for exe in executables {
-        add_file(&mut tree, exe)?;
-        libraries.extend(shared_libraries(exe)?);
+    for (host, guest) in executables {
+        add_file(&mut tree, host, guest)?;
+        libraries.extend(shared_libraries(host)?);
     }
     libraries.sort();
     libraries.dedup();
     for lib in &libraries {
         // Stored under the name the loader asks for, with the content of what it links to.
-        add_file(&mut tree, lib)?;
+        add_file(&mut tree, lib, lib)?;
     }
     let mut archive = Vec::new();
     tree.write(&mut archive)?;
     gzip(&archive, out)
 }
 
-/// Adds a host file at the same path.
-fn add_file(tree: &mut Tree, path: &Path) -> anyhow::Result<()> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    tree.file(&path.to_string_lossy(), 0o755, data);
+fn add_file(tree: &mut Tree, host: &Path, guest: &Path) -> anyhow::Result<()> {
+    let data = fs::read(host).with_context(|| format!("reading {}", host.display()))?;
+    tree.file(&guest.to_string_lossy(), 0o755, data);
     Ok(())
 }
 

@@ -28,7 +28,8 @@ const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const GUEST_TARGET: &str = "/target";
 
 pub fn run() -> anyhow::Result<()> {
-    ensure_debian_packages(&["qemu-system-x86".into(), "busybox-static".into()])?;
+    let packages = ["qemu-system-x86", "busybox-static", "binutils"];
+    ensure_debian_packages(&packages.map(String::from))?;
     let target = target_dir()?;
     let work = target.join("vm");
     let kernel = kernel::ensure(&work)?;

@@ -1,5 +1,9 @@
 //! The VM's root filesystem: busybox with its applets, `/init`, the executables under test and
 //! the shared libraries `ldd` says they load. Written as gzip-compressed cpio.
+//!
+//! Executables lose their debug info on the way in: it is nine tenths of a debug build, and
+//! unpacking it under TCG took longer than the tests. Symbols stay, so backtraces keep function
+//! names, and panic messages keep their source locations.
 use std::{
     fs,
     io::Write as _,
@@ -10,11 +14,13 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::cpio::Tree;
+use crate::tasks::status;
 
 const BUSYBOX: &str = "/bin/busybox";
 
 /// Writes the initramfs to `out`; `executables` are (host path, path in the VM).
 pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow::Result<()> {
+    let stripped = out.with_extension("stripped");
     let mut tree = Tree::default();
     for dir in ["dev", "proc", "sys", "tmp"] {
         tree.dir(dir);
@@ -26,9 +32,17 @@ pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow
     }
     let mut libraries = Vec::new();
     for (host, guest) in executables {
-        add_file(&mut tree, host, guest)?;
+        status(
+            Command::new("strip")
+                .arg("--strip-debug")
+                .arg("-o")
+                .arg(&stripped)
+                .arg(host),
+        )?;
+        add_file(&mut tree, &stripped, guest)?;
         libraries.extend(shared_libraries(host)?);
     }
+    fs::remove_file(&stripped)?;
     libraries.sort();
     libraries.dedup();
     for lib in &libraries {

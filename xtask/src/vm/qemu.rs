@@ -52,9 +52,7 @@ pub fn boot(kernel: &Path, initrd: &Path, nonce: &str, timeout: Duration) -> any
     let (lines, rx) = mpsc::channel();
     thread::spawn(move || {
         for line in BufReader::new(console).split(b'\n').map_while(Result::ok) {
-            let line = String::from_utf8_lossy(&line)
-                .trim_end_matches('\r')
-                .to_string();
+            let line = printable(&String::from_utf8_lossy(&line));
             if lines.send(line).is_err() {
                 break;
             }
@@ -102,6 +100,27 @@ fn watch(
     }
 }
 
+/// A console line without terminal control: the firmware resets and clears the screen, which
+/// would wipe the terminal that runs the test.
+fn printable(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            // CSI: ESC [ parameters, then one final byte in @..~; other escapes are two chars.
+            '\x1b' => {
+                if chars.next() == Some('[') {
+                    chars.by_ref().find(|c| ('@'..='~').contains(c));
+                }
+            }
+            '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn wait_or_kill(qemu: &mut Child, grace: Duration) {
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
@@ -129,6 +148,13 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(50);
         let outcome = watch(&rx, "n0nce", deadline, |l| echoed.push(l.to_string()));
         (outcome, echoed)
+    }
+
+    #[test]
+    fn terminal_control_is_dropped() {
+        let firmware = "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS (version 1.16)\r";
+        assert_eq!(printable(firmware), "SeaBIOS (version 1.16)");
+        assert_eq!(printable("a\tb"), "a\tb");
     }
 
     #[test]

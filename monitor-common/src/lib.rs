@@ -112,6 +112,16 @@ pub enum EventKind {
     Mkdir = 2,
     /// A [`CgroupEvent`] for a removed cgroup.
     Rmdir = 3,
+    /// A [`StallEvent`] for a task in direct (global) reclaim.
+    DirectStall = 4,
+    /// A [`StallEvent`] for a task reclaiming from a memory cgroup at its limit.
+    MemcgStall = 5,
+    /// A [`KswapdEvent`]: kswapd of a node woke up.
+    KswapdWake = 6,
+    /// A [`KswapdEvent`]: kswapd of a node went back to sleep.
+    KswapdSleep = 7,
+    /// An [`OomEvent`].
+    OomVictim = 8,
 }
 
 impl EventKind {
@@ -121,6 +131,11 @@ impl EventKind {
             1 => Some(EventKind::Stat),
             2 => Some(EventKind::Mkdir),
             3 => Some(EventKind::Rmdir),
+            4 => Some(EventKind::DirectStall),
+            5 => Some(EventKind::MemcgStall),
+            6 => Some(EventKind::KswapdWake),
+            7 => Some(EventKind::KswapdSleep),
+            8 => Some(EventKind::OomVictim),
             _ => None,
         }
     }
@@ -167,6 +182,120 @@ pub struct CgroupEvent {
     pub path: [u8; PATH_MAX],
 }
 
+/// Length of a task's `comm`, including the NUL (`TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+
+/// How the incident programs (reclaim stalls, OOM kills) find a task's memory cgroup, and which
+/// stalls matter. Written by userspace into the single entry of the `INCIDENT_CONFIG` map; kept
+/// apart from [`Config`] so that layout stays unchanged.
+///
+/// On cgroup v2 `bpf_get_current_cgroup_id()` is the memory cgroup. On cgroup v1 the memory
+/// controller has its own hierarchy, so the programs follow
+/// `task->cgroups->subsys[memory_cgrp_id]->cgroup->kn->id` with `bpf_probe_read_kernel`, using
+/// member offsets userspace read from the kernel's BTF (no CO-RE relocation needed).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IncidentConfig {
+    /// Reclaim stalls shorter than this are not reported. 0 means not configured yet: nothing
+    /// is reported.
+    pub min_stall_ns: u64,
+    /// 1 when the memory controller is on cgroup v1 and the offsets below are valid.
+    pub memcg_v1: u32,
+    /// `memory_cgrp_id` in `enum cgroup_subsys_id`: the index into `css_set::subsys`.
+    pub memory_subsys: u32,
+    /// Byte offset of `task_struct::cgroups` (`struct css_set *`).
+    pub task_cgroups: u32,
+    /// Byte offset of `css_set::subsys` (array of `struct cgroup_subsys_state *`).
+    pub css_set_subsys: u32,
+    /// Byte offset of `cgroup_subsys_state::cgroup`.
+    pub css_cgroup: u32,
+    /// Byte offset of `cgroup::kn` (`struct kernfs_node *`).
+    pub cgroup_kn: u32,
+    /// Byte offset of `kernfs_node::id`, the cgroup id.
+    pub kernfs_id: u32,
+    pub _pad: u32,
+}
+
+impl IncidentConfig {
+    /// Reports nothing until userspace writes a configuration.
+    pub const EMPTY: IncidentConfig = IncidentConfig {
+        min_stall_ns: 0,
+        memcg_v1: 0,
+        memory_subsys: 0,
+        task_cgroups: 0,
+        css_set_subsys: 0,
+        css_cgroup: 0,
+        cgroup_kn: 0,
+        kernfs_id: 0,
+        _pad: 0,
+    };
+}
+
+/// A task spent at least `IncidentConfig::min_stall_ns` in reclaim before its allocation could
+/// go on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StallEvent {
+    /// [`EventKind::DirectStall`] or [`EventKind::MemcgStall`].
+    pub kind: u32,
+    /// Process id (thread group id).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    pub _pad: u32,
+    /// Memory cgroup of the stalled task (the sufferer). For memcg reclaim the cgroup at its
+    /// limit is this one or one of its ancestors.
+    pub cgroup_id: u64,
+    /// CLOCK_MONOTONIC nanoseconds when reclaim began.
+    pub start_ns: u64,
+    /// How long the task was in reclaim.
+    pub duration_ns: u64,
+    /// Pages the reclaim freed.
+    pub nr_reclaimed: u64,
+    /// The task's command name, NUL-terminated.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// kswapd of a NUMA node woke up or went to sleep.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KswapdEvent {
+    /// [`EventKind::KswapdWake`] or [`EventKind::KswapdSleep`].
+    pub kind: u32,
+    /// NUMA node.
+    pub nid: i32,
+    /// Allocation order that woke it (0 for sleep).
+    pub order: i32,
+    pub _pad: u32,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+}
+
+/// The OOM killer chose a victim (tracepoint `oom/mark_victim`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomEvent {
+    /// [`EventKind::OomVictim`].
+    pub kind: u32,
+    /// The victim's pid.
+    pub pid: u32,
+    /// Memory cgroup of the task that ran the OOM killer: for a cgroup OOM, a task of the cgroup
+    /// at its limit. The tracepoint does not name the victim's cgroup; userspace reads it from
+    /// `/proc/<pid>/cgroup` while the victim still exits.
+    pub trigger_cgroup_id: u64,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+    /// The victim's anonymous, file and shmem resident memory, in KiB.
+    pub anon_rss_kb: u64,
+    pub file_rss_kb: u64,
+    pub shmem_rss_kb: u64,
+    /// The victim's `oom_score_adj`.
+    pub oom_score_adj: i32,
+    pub _pad: u32,
+    /// The victim's command name, NUL-terminated.
+    pub comm: [u8; COMM_LEN],
+}
+
 /// Indexes of the `DROPS` per-CPU counter array: why something was not recorded.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,13 +314,21 @@ const _: () = assert!(core::mem::size_of::<Config>() == 64);
 const _: () = assert!(core::mem::size_of::<CgroupCounters>() == 16 * NSTATS);
 const _: () = assert!(core::mem::size_of::<StatEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<CgroupEvent>() == 32 + PATH_MAX);
+const _: () = assert!(core::mem::size_of::<IncidentConfig>() == 40);
+const _: () = assert!(core::mem::size_of::<StallEvent>() == 48 + COMM_LEN);
+const _: () = assert!(core::mem::size_of::<KswapdEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<OomEvent>() == 56 + COMM_LEN);
 
 #[cfg(feature = "user")]
 mod pod_impls {
-    // SAFETY: all four are repr(C) integer aggregates with no padding holes left implicit, so
-    // every bit pattern is a valid value.
+    // SAFETY: all of these are repr(C) integer aggregates with no padding holes left implicit,
+    // so every bit pattern is a valid value.
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::CgroupCounters {}
     unsafe impl aya::Pod for super::StatEvent {}
     unsafe impl aya::Pod for super::CgroupEvent {}
+    unsafe impl aya::Pod for super::IncidentConfig {}
+    unsafe impl aya::Pod for super::StallEvent {}
+    unsafe impl aya::Pod for super::KswapdEvent {}
+    unsafe impl aya::Pod for super::OomEvent {}
 }

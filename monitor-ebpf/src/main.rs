@@ -11,8 +11,12 @@
 
 mod atomic;
 mod cgroup_lifecycle;
+mod kswapd;
 mod maps;
 mod memcg_stat;
+mod oom_victim;
+mod reclaim_stall;
+mod task_memcg;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -2,9 +2,9 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use monitor_common::{CgroupCounters, Config, DropReason, NDROPS};
+use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NDROPS};
 
 /// Single entry written by userspace before attaching.
 #[map]
@@ -14,7 +14,16 @@ pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 #[map]
 pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entries(65536, 0);
 
-/// Records for userspace: `StatEvent` and `CgroupEvent`, told apart by their first u32.
+/// Single entry for the incident programs (reclaim stalls, OOM kills), written by userspace.
+#[map]
+pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0);
+
+/// When each task entered reclaim, keyed by `reclaim_stall::start_key`. LRU because a task
+/// killed inside reclaim never reaches the end tracepoint and would otherwise leak its entry.
+#[map]
+pub static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
@@ -33,4 +42,9 @@ pub fn count_drop(reason: DropReason) {
 /// The configuration, or `None` before userspace wrote it.
 pub fn config() -> Option<&'static Config> {
     CONFIG.get(0)
+}
+
+/// The incident configuration, or `None` before userspace wrote it.
+pub fn incident_config() -> Option<&'static IncidentConfig> {
+    INCIDENT_CONFIG.get(0)
 }

@@ -1,16 +1,31 @@
-//! `monitor trace`: live kernel memory events per cgroup.
+//! `monitor trace`: live kernel memory events per cgroup or pod, for incidents: stat changes,
+//! cgroup lifecycle, reclaim stalls, kswapd, OOM kills, growth bursts and PSI pressure, with a
+//! summary on exit.
 use std::{
     io::{self, Write as _},
+    path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
 
 use clap::ValueEnum;
+use monitor_common::Stat;
+use tokio::sync::mpsc;
 
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
-    source::ebpf::{KernelSource, LoadOptions},
-    trace::{TraceRecord, TraceView},
+    engine::{duration::parse_go_duration, quantity::Quantity},
+    source::{
+        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        probe::KernelFeatures,
+    },
+    trace::{
+        TraceRecord, TraceView,
+        attribution::{PodCgroups, memory_cgroup_in_proc},
+        filter::Filter,
+        pressure::{self, PressureSignal},
+        view::{BurstSettings, Lookups},
+    },
 };
 
 /// Output format of event lines.
@@ -18,12 +33,22 @@ use crate::{
 pub enum Output {
     /// Aligned columns for people.
     Text,
-    /// One JSON object per line.
+    /// One JSON object per line, with a `type` field; the summary is the last object.
     Json,
 }
 
-/// Print live memory events from the kernel: per-cgroup stat changes larger than the step,
-/// and cgroup creation and removal, with the cgroup path resolved from its id.
+/// Window over which `--burst-rate` is measured.
+const BURST_WINDOW: Duration = Duration::from_secs(1);
+/// PSI trigger window: the kernel signals at most once per window. Kernels since 6.5 accept
+/// triggers without CAP_SYS_RESOURCE (as in containers) only with windows in multiples of 2 s.
+const PSI_WINDOW: Duration = Duration::from_secs(2);
+/// At most this many cgroup pressure files are watched (one descriptor each).
+const MAX_PSI_WATCHES: usize = 256;
+
+/// Print live memory events from the kernel, attributed to pods (with --pods) or cgroups:
+/// stat changes larger than the step, cgroup creation and removal, reclaim stalls longer than
+/// --min-stall, kswapd wake/sleep, OOM kills, growth bursts and PSI pressure. On exit (duration
+/// or Ctrl-C) prints a summary: most stall time, most reclaim caused, OOM kills.
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
     /// Output format.
@@ -39,6 +64,35 @@ pub struct TraceArgs {
     /// Report a stat when it moved by at least this many bytes since its last report.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub step: u64,
+    /// Report reclaim stalls lasting at least this long (Go syntax: 500us, 5ms, 1s). 1ms by
+    /// default: shorter direct reclaims are routine on a busy node, longer ones are latency a
+    /// request notices.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1ms")]
+    pub min_stall: Duration,
+    /// Report a growth burst when a cgroup's memory grows faster than this many bytes per
+    /// second over 1 s (Kubernetes quantity, optionally with `/s`: 100Mi, 1Gi/s).
+    #[arg(long, value_name = "BYTES/S", value_parser = parse_rate, default_value = "100Mi")]
+    pub burst_rate: u64,
+    /// Report PSI pressure when tasks stalled on memory at least this long within 2 s.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "200ms")]
+    pub psi_stall: Duration,
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_go_duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be longer than zero".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_rate(text: &str) -> Result<u64, String> {
+    let quantity: Quantity = text
+        .strip_suffix("/s")
+        .unwrap_or(text)
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    u64::try_from(quantity.ceil_units()).map_err(|_| "must not be negative".into())
 }
 
 pub fn run(args: TraceArgs) -> anyhow::Result<ExitCode> {
@@ -55,21 +109,50 @@ pub fn run(args: TraceArgs) -> anyhow::Result<ExitCode> {
 
 async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     let hierarchy = MemoryHierarchy::discover()?;
-    let filter = args.cgroup.as_deref().map(|c| relative_to(&hierarchy, c));
-    let mut source = KernelSource::load(LoadOptions {
-        step_bytes: args.step,
-        hierarchy_id: hierarchy.hierarchy_id,
-    })?;
+    let filter = Filter {
+        cgroup: args.cgroup.as_deref().map(|c| relative_to(&hierarchy, c)),
+        ..Filter::default()
+    };
+    let pods: Option<PodCgroups> = None;
+    let mut source = KernelSource::load_with_incidents(
+        LoadOptions {
+            step_bytes: args.step,
+            hierarchy_id: hierarchy.hierarchy_id,
+        },
+        IncidentOptions {
+            min_stall: args.min_stall,
+        },
+    )?;
     for skipped in source.skipped() {
-        log::warn!("not attached: {} ({})", skipped.program.hook(), skipped.reason);
+        log::warn!(
+            "not attached: {} ({})",
+            skipped.program.hook(),
+            skipped.reason
+        );
     }
     // Scan after attaching so that no cgroup created in between is missed.
     let paths = CgroupPaths::scan(&hierarchy.mount)?;
-    let mut view = TraceView::new(paths, filter);
+    let (psi_tx, mut psi_rx) = mpsc::unbounded_channel();
+    watch_pressure(
+        &paths,
+        &filter,
+        pods.as_ref(),
+        &pressure::trigger(args.psi_stall, PSI_WINDOW),
+        psi_tx,
+    );
+    let burst = BurstSettings {
+        window_ns: BURST_WINDOW.as_nanos() as u64,
+        bytes_per_sec: args.burst_rate,
+    };
+    let mut view = TraceView::new(paths, filter, None, burst, source.page_size());
     let start_ns = monotonic_ns();
-    let mut out = io::stdout().lock();
+    let mut out = Printer {
+        out: io::stdout().lock(),
+        output: args.output,
+        start_ns,
+    };
     if args.output == Output::Text {
-        writeln!(out, "{}", TraceRecord::text_header())?;
+        out.line(TraceRecord::text_header())?;
     }
     let deadline = tokio::time::sleep(
         args.duration
@@ -81,25 +164,31 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         tokio::select! {
             _ = &mut deadline => break,
             _ = tokio::signal::ctrl_c() => break,
+            Some(signal) = psi_rx.recv() => {
+                if let Some(record) = view.pressure(monotonic_ns(), signal)
+                    && !out.record(&record)?
+                {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                continue;
+            }
             res = source.next_batch(&mut batch) => res?,
         }
-        let mut baseline = |id, path: &str, stat| {
-            let own = stats::read_own(&hierarchy.dir(path), hierarchy.version, stat).ok()?;
-            Some(own as i64 - source.running_total(id, stat).unwrap_or(0))
+        let mut lookups = SystemLookups {
+            hierarchy: &hierarchy,
+            source: &source,
         };
         for decoded in batch.drain(..) {
-            let Some(record) = view.apply(decoded?, &mut baseline) else { continue };
-            let line = match args.output {
-                Output::Text => record.text(start_ns),
-                Output::Json => serde_json::to_string(&record)?,
-            };
-            if let Err(e) = writeln!(out, "{line}") {
-                // A closed pipe (`monitor trace | head`) ends the trace quietly.
-                return if e.kind() == io::ErrorKind::BrokenPipe { Ok(ExitCode::SUCCESS) } else { Err(e.into()) };
+            for record in view.apply(decoded?, &mut lookups) {
+                if !out.record(&record)? {
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
         }
-        out.flush()?;
+        out.out.flush()?;
     }
+    out.record(&view.summary())?;
+    out.out.flush()?;
     let drops = source.drops();
     if drops.ring_full > 0 || drops.map_full > 0 {
         eprintln!(
@@ -110,9 +199,111 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Writes records in the chosen format.
+struct Printer<W: io::Write> {
+    out: W,
+    output: Output,
+    start_ns: u64,
+}
+
+impl<W: io::Write> Printer<W> {
+    /// False when stdout was closed (`monitor trace | head`), which ends the trace quietly.
+    fn record(&mut self, record: &TraceRecord) -> anyhow::Result<bool> {
+        let line = match self.output {
+            Output::Text => record.text(self.start_ns),
+            Output::Json => serde_json::to_string(record)?,
+        };
+        self.line(line)
+    }
+
+    fn line(&mut self, line: String) -> anyhow::Result<bool> {
+        match writeln!(self.out, "{line}") {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The system behind [`Lookups`]: cgroupfs for baselines, /proc for OOM victims.
+struct SystemLookups<'a> {
+    hierarchy: &'a MemoryHierarchy,
+    source: &'a KernelSource,
+}
+
+impl Lookups for SystemLookups<'_> {
+    fn baseline(&mut self, cgroup_id: u64, path: &str, stat: Stat) -> Option<i64> {
+        let own = stats::read_own(&self.hierarchy.dir(path), self.hierarchy.version, stat).ok()?;
+        Some(own as i64 - self.source.running_total(cgroup_id, stat).unwrap_or(0))
+    }
+
+    fn cgroup_of_pid(&mut self, pid: u32) -> Option<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        memory_cgroup_in_proc(&text, self.hierarchy.version)
+    }
+}
+
+/// Installs PSI triggers: the node's, and those of the pods (with --pods) or of the --cgroup
+/// cgroup and its children, where the kernel offers per-cgroup PSI.
+fn watch_pressure(
+    paths: &CgroupPaths,
+    filter: &Filter,
+    pods: Option<&PodCgroups>,
+    trigger: &str,
+    tx: mpsc::UnboundedSender<PressureSignal>,
+) {
+    let psi = KernelFeatures::probe().psi;
+    if psi.node
+        && let Err(e) = pressure::watch(
+            PathBuf::from("/proc/pressure/memory"),
+            None,
+            trigger,
+            tx.clone(),
+        )
+    {
+        log::warn!("no node pressure events: /proc/pressure/memory: {e}");
+    }
+    let Some(root) = psi.cgroup else {
+        log::info!(
+            "no cgroup2 memory.pressure on this kernel; pressure is reported for the node only"
+        );
+        return;
+    };
+    let cgroups: Vec<String> = match (pods, &filter.cgroup) {
+        (Some(pods), _) => pods
+            .iter()
+            .filter(|(path, pod)| filter.admits(Some(path), Some(pod)))
+            .map(|(path, _)| path.to_string())
+            .collect(),
+        (None, Some(top)) => paths
+            .subtree(top)
+            .into_iter()
+            .filter_map(|id| paths.get(id).map(str::to_string))
+            .filter(|p| {
+                p == top
+                    || p.rsplit_once('/')
+                        .is_some_and(|(parent, _)| parent == top.as_str())
+            })
+            .collect(),
+        (None, None) => Vec::new(),
+    };
+    // The v2 cgroup with the same path: the cgroup itself on v2, its twin on hybrid hosts.
+    for cgroup in cgroups.into_iter().take(MAX_PSI_WATCHES) {
+        let file = root
+            .join(cgroup.trim_start_matches('/'))
+            .join("memory.pressure");
+        if !file.exists() {
+            continue;
+        }
+        if let Err(e) = pressure::watch(file.clone(), Some(cgroup), trigger, tx.clone()) {
+            log::warn!("no pressure events for {}: {e}", file.display());
+        }
+    }
+}
+
 /// `--cgroup` as a path below the hierarchy root.
 fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
-    let rel = std::path::Path::new(cgroup)
+    let rel = Path::new(cgroup)
         .strip_prefix(&hierarchy.mount)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| cgroup.to_string());
@@ -121,8 +312,37 @@ fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
 
 /// CLOCK_MONOTONIC now, the clock of the kernel's timestamps.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_values_by_case() {
+        let rates = [
+            ("quantity", "100Mi", Ok(100 << 20)),
+            ("per second", "1Gi/s", Ok(1 << 30)),
+            ("plain bytes", "5000", Ok(5000)),
+        ];
+        for (name, text, expected) in rates {
+            assert_eq!(parse_rate(text), expected, "{name}");
+        }
+        assert!(parse_rate("-1Mi").is_err() && parse_rate("fast").is_err());
+        let durations = [
+            ("ms", "5ms", Ok(Duration::from_millis(5))),
+            ("s", "1s", Ok(Duration::from_secs(1))),
+        ];
+        for (name, text, expected) in durations {
+            assert_eq!(positive_duration(text), expected, "{name}");
+        }
+        assert!(positive_duration("0").is_err() && positive_duration("5").is_err());
+    }
 }

@@ -6,23 +6,29 @@
 //! skipped. Records are read through tokio's `AsyncFd`, so the agent sleeps until the kernel
 //! has something to say.
 //!
+//! [`KernelSource::load_with_incidents`] also attaches the incident programs (reclaim stalls,
+//! kswapd, OOM kills) that `monitor trace` reports.
+//!
 //! Minimum kernel: 5.8 (BPF ring buffer) with BTF; the memcg stat programs need 6.8.
-use std::io;
+mod task_memcg;
+
+use std::{io, path::Path, time::Duration};
 
 use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
-use monitor_common::{CgroupCounters, Config, DropReason, NO_ITEM, NSTATS, Stat};
+use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM, NSTATS, Stat};
 use tokio::io::{Interest, unix::AsyncFd};
 
 use super::{
     btf_enums::{self, BtfError},
     event::{DecodeError, KernelEvent, decode},
     probe::{self, TracefsError},
-    programs::{PROGRAMS, ProgramSpec},
+    programs::{INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
 };
+pub use task_memcg::OffsetError;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
 
@@ -35,6 +41,13 @@ pub struct LoadOptions {
     pub step_bytes: u64,
     /// Hierarchy whose cgroup mkdir/rmdir events matter (see `MemoryHierarchy::hierarchy_id`).
     pub hierarchy_id: i32,
+}
+
+/// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).
+#[derive(Clone, Copy, Debug)]
+pub struct IncidentOptions {
+    /// Reclaim stalls shorter than this are not sent (rounded up to at least 1 ns).
+    pub min_stall: Duration,
 }
 
 /// Why the kernel programs could not be loaded. Each message says what is needed.
@@ -62,6 +75,12 @@ pub enum LoadError {
     /// The object or its maps failed to load.
     #[error("loading the kernel object: {0}")]
     Object(#[from] aya::EbpfError),
+    /// On cgroup v1 the incident programs need struct offsets to find a task's memory cgroup.
+    #[error(
+        "finding where this kernel keeps a task's memory cgroup (needed on cgroup v1 to \
+         attribute stalls and OOM kills): {0}"
+    )]
+    TaskMemcg(#[from] OffsetError),
     /// A map is missing or has another type than expected.
     #[error("kernel map {name}: {source}")]
     Map {
@@ -108,8 +127,25 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
-    /// Loads and attaches the programs. Must be called inside a tokio runtime.
+    /// Loads and attaches the stat and cgroup lifecycle programs. Must be called inside a tokio
+    /// runtime.
     pub fn load(options: LoadOptions) -> Result<Self, LoadError> {
+        Self::load_inner(options, None)
+    }
+
+    /// As [`Self::load`], and also attaches the incident programs, which then send
+    /// [`KernelEvent::Stall`], [`KernelEvent::Kswapd`] and [`KernelEvent::OomKill`].
+    pub fn load_with_incidents(
+        options: LoadOptions,
+        incidents: IncidentOptions,
+    ) -> Result<Self, LoadError> {
+        Self::load_inner(options, Some(incidents))
+    }
+
+    fn load_inner(
+        options: LoadOptions,
+        incidents: Option<IncidentOptions>,
+    ) -> Result<Self, LoadError> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err(LoadError::NotRoot);
@@ -119,8 +155,25 @@ impl KernelSource {
         let mut ebpf = Ebpf::load(OBJECT)?;
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
             .and_then(|mut array| array.set(0, config, 0))
-            .map_err(|source| LoadError::Map { name: "CONFIG", source })?;
-        let (attached, skipped) = attach_all(&mut ebpf)?;
+            .map_err(|source| LoadError::Map {
+                name: "CONFIG",
+                source,
+            })?;
+        if let Some(incidents) = incidents {
+            let config = incident_config_for(&btf, options, incidents)?;
+            Array::<_, IncidentConfig>::try_from(map(&mut ebpf, "INCIDENT_CONFIG")?)
+                .and_then(|mut array| array.set(0, config, 0))
+                .map_err(|source| LoadError::Map {
+                    name: "INCIDENT_CONFIG",
+                    source,
+                })?;
+        }
+        let incident_programs = if incidents.is_some() {
+            INCIDENT_PROGRAMS
+        } else {
+            &[]
+        };
+        let (attached, skipped) = attach_all(&mut ebpf, PROGRAMS.iter().chain(incident_programs))?;
         if attached.is_empty() {
             let reasons: Vec<String> = skipped
                 .iter()
@@ -128,16 +181,30 @@ impl KernelSource {
                 .collect();
             return Err(LoadError::NothingAttached(reasons.join("; ")));
         }
-        let events = ebpf
-            .take_map("EVENTS")
-            .ok_or_else(|| LoadError::Map { name: "EVENTS", source: missing_map() })?;
-        let ring = RingBuf::try_from(events)
-            .map_err(|source| LoadError::Map { name: "EVENTS", source })?;
+        let events = ebpf.take_map("EVENTS").ok_or_else(|| LoadError::Map {
+            name: "EVENTS",
+            source: missing_map(),
+        })?;
+        let ring = RingBuf::try_from(events).map_err(|source| LoadError::Map {
+            name: "EVENTS",
+            source,
+        })?;
         // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
         // holds it.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| LoadError::Poll(e.into()))?;
-        Ok(Self { ebpf, ring, attached, skipped, page_size: config.page_size })
+        Ok(Self {
+            ebpf,
+            ring,
+            attached,
+            skipped,
+            page_size: config.page_size,
+        })
+    }
+
+    /// Page size of the running kernel, the unit of `nr_reclaimed` in stall events.
+    pub fn page_size(&self) -> u64 {
+        self.page_size
     }
 
     /// Programs that are attached.
@@ -206,12 +273,16 @@ impl KernelSource {
 }
 
 fn map<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, LoadError> {
-    ebpf.map_mut(name)
-        .ok_or_else(|| LoadError::Map { name, source: missing_map() })
+    ebpf.map_mut(name).ok_or_else(|| LoadError::Map {
+        name,
+        source: missing_map(),
+    })
 }
 
 fn missing_map() -> aya::maps::MapError {
-    aya::maps::MapError::InvalidName { name: "not in the embedded object".into() }
+    aya::maps::MapError::InvalidName {
+        name: "not in the embedded object".into(),
+    }
 }
 
 /// Kernel item numbers of the tracked stats, from BTF.
@@ -244,6 +315,23 @@ fn config_for(btf: &[u8], options: LoadOptions) -> Result<Config, LoadError> {
     Ok(config)
 }
 
+/// The incident programs' settings. A memory controller on its own v1 hierarchy (id > 0) needs
+/// the task -> memory cgroup offsets; on v2 the programs ask the kernel for the cgroup id.
+fn incident_config_for(
+    btf: &[u8],
+    options: LoadOptions,
+    incidents: IncidentOptions,
+) -> Result<IncidentConfig, LoadError> {
+    let mut config = IncidentConfig::EMPTY;
+    config.min_stall_ns = u64::try_from(incidents.min_stall.as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    if options.hierarchy_id > 0 {
+        config = task_memcg::v1_offsets(btf, config)?;
+    }
+    Ok(config)
+}
+
 fn item(value: i64) -> i32 {
     i32::try_from(value).unwrap_or(NO_ITEM)
 }
@@ -254,18 +342,30 @@ fn page_size() -> u64 {
     u64::try_from(size).unwrap_or(4096)
 }
 
-/// Loads every program and attaches those whose tracepoint exists.
+/// Loads the given programs and attaches those whose tracepoint exists with the fields the
+/// program reads.
 fn attach_all(
     ebpf: &mut Ebpf,
+    programs: impl Iterator<Item = &'static ProgramSpec>,
 ) -> Result<(Vec<&'static ProgramSpec>, Vec<Skipped>), LoadError> {
     let tracefs = probe::ensure_tracefs()?;
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
-    for spec in PROGRAMS {
+    for spec in programs {
         if !probe::tracepoint_exists(&tracefs, spec) {
             skipped.push(Skipped {
                 program: spec,
                 reason: format!("this kernel has no tracepoint {}", spec.hook()),
+            });
+            continue;
+        }
+        if let Some(field) = missing_field(&tracefs, spec) {
+            skipped.push(Skipped {
+                program: spec,
+                reason: format!(
+                    "tracepoint {} has no field {field} in this kernel",
+                    spec.hook()
+                ),
             });
             continue;
         }
@@ -276,14 +376,35 @@ fn attach_all(
                 source: aya::programs::ProgramError::UnexpectedProgramType,
             })?
             .try_into()
-            .map_err(|source| LoadError::Program { name: spec.name, source })?;
-        program
-            .load()
-            .map_err(|source| LoadError::Program { name: spec.name, source })?;
+            .map_err(|source| LoadError::Program {
+                name: spec.name,
+                source,
+            })?;
+        program.load().map_err(|source| LoadError::Program {
+            name: spec.name,
+            source,
+        })?;
         match program.attach(spec.category, spec.tracepoint) {
             Ok(_) => attached.push(spec),
-            Err(err) => skipped.push(Skipped { program: spec, reason: err.to_string() }),
+            Err(err) => skipped.push(Skipped {
+                program: spec,
+                reason: err.to_string(),
+            }),
         }
     }
     Ok((attached, skipped))
+}
+
+/// The first field the program reads that the tracepoint's format lacks, if any.
+fn missing_field(tracefs: &Path, spec: &ProgramSpec) -> Option<&'static str> {
+    let format = tracefs
+        .join("events")
+        .join(spec.category)
+        .join(spec.tracepoint)
+        .join("format");
+    let format = std::fs::read_to_string(format).ok()?;
+    spec.required_fields()
+        .iter()
+        .copied()
+        .find(|field| !format.contains(&format!(" {field};")))
 }

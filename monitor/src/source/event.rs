@@ -1,5 +1,7 @@
 //! Decoding ring-buffer records into [`KernelEvent`]s.
-use monitor_common::{CgroupEvent, EventKind, PATH_MAX, Stat, StatEvent};
+use monitor_common::{
+    CgroupEvent, EventKind, KswapdEvent, OomEvent, PATH_MAX, StallEvent, Stat, StatEvent,
+};
 
 /// A record from the kernel programs, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,9 +18,58 @@ pub enum KernelEvent {
         total_bytes: i64,
     },
     /// A cgroup was created.
-    Mkdir { cgroup_id: u64, ts_ns: u64, path: String },
+    Mkdir {
+        cgroup_id: u64,
+        ts_ns: u64,
+        path: String,
+    },
     /// A cgroup was removed.
-    Rmdir { cgroup_id: u64, ts_ns: u64, path: String },
+    Rmdir {
+        cgroup_id: u64,
+        ts_ns: u64,
+        path: String,
+    },
+    /// A task spent at least the configured minimum in reclaim.
+    Stall {
+        reclaim: Reclaim,
+        pid: u32,
+        tid: u32,
+        comm: String,
+        /// Memory cgroup of the stalled task.
+        cgroup_id: u64,
+        /// CLOCK_MONOTONIC nanoseconds when reclaim began.
+        start_ns: u64,
+        duration_ns: u64,
+        nr_reclaimed: u64,
+    },
+    /// kswapd of a NUMA node woke up (`awake`) or went to sleep.
+    Kswapd {
+        awake: bool,
+        nid: i32,
+        order: i32,
+        ts_ns: u64,
+    },
+    /// The OOM killer chose a victim.
+    OomKill {
+        pid: u32,
+        comm: String,
+        /// Memory cgroup of the task that invoked the OOM killer.
+        trigger_cgroup_id: u64,
+        ts_ns: u64,
+        anon_rss_kb: u64,
+        file_rss_kb: u64,
+        shmem_rss_kb: u64,
+        oom_score_adj: i32,
+    },
+}
+
+/// Which reclaim a task stalled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reclaim {
+    /// Global direct reclaim: the node is short of memory.
+    Direct,
+    /// Reclaim from a memory cgroup at its limit.
+    Memcg,
 }
 
 /// Why a record could not be decoded; a mismatch between kernel object and agent.
@@ -58,12 +109,65 @@ pub fn decode(record: &[u8]) -> Result<KernelEvent, DecodeError> {
                 .to_string();
             let (cgroup_id, ts_ns) = (ev.cgroup_id, ev.ts_ns);
             Ok(if kind == EventKind::Mkdir {
-                KernelEvent::Mkdir { cgroup_id, ts_ns, path }
+                KernelEvent::Mkdir {
+                    cgroup_id,
+                    ts_ns,
+                    path,
+                }
             } else {
-                KernelEvent::Rmdir { cgroup_id, ts_ns, path }
+                KernelEvent::Rmdir {
+                    cgroup_id,
+                    ts_ns,
+                    path,
+                }
+            })
+        }
+        kind @ (EventKind::DirectStall | EventKind::MemcgStall) => {
+            let ev: StallEvent = read(record)?;
+            Ok(KernelEvent::Stall {
+                reclaim: if kind == EventKind::DirectStall {
+                    Reclaim::Direct
+                } else {
+                    Reclaim::Memcg
+                },
+                pid: ev.pid,
+                tid: ev.tid,
+                comm: c_string(&ev.comm),
+                cgroup_id: ev.cgroup_id,
+                start_ns: ev.start_ns,
+                duration_ns: ev.duration_ns,
+                nr_reclaimed: ev.nr_reclaimed,
+            })
+        }
+        kind @ (EventKind::KswapdWake | EventKind::KswapdSleep) => {
+            let ev: KswapdEvent = read(record)?;
+            Ok(KernelEvent::Kswapd {
+                awake: kind == EventKind::KswapdWake,
+                nid: ev.nid,
+                order: ev.order,
+                ts_ns: ev.ts_ns,
+            })
+        }
+        EventKind::OomVictim => {
+            let ev: OomEvent = read(record)?;
+            Ok(KernelEvent::OomKill {
+                pid: ev.pid,
+                comm: c_string(&ev.comm),
+                trigger_cgroup_id: ev.trigger_cgroup_id,
+                ts_ns: ev.ts_ns,
+                anon_rss_kb: ev.anon_rss_kb,
+                file_rss_kb: ev.file_rss_kb,
+                shmem_rss_kb: ev.shmem_rss_kb,
+                oom_score_adj: ev.oom_score_adj,
             })
         }
     }
+}
+
+/// The text before the first NUL of a kernel string buffer.
+fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// Copies a plain-data record out of possibly unaligned ring-buffer bytes.
@@ -77,6 +181,8 @@ fn read<T: aya::Pod>(record: &[u8]) -> Result<T, DecodeError> {
 
 #[cfg(test)]
 mod tests {
+    use monitor_common::COMM_LEN;
+
     use super::*;
 
     fn bytes_of<T>(value: &T) -> Vec<u8> {
@@ -121,8 +227,96 @@ mod tests {
         ev.path[..7].copy_from_slice(b"/a/pod\0");
         assert_eq!(
             decode(&bytes_of(&ev)),
-            Ok(KernelEvent::Rmdir { cgroup_id: 9, ts_ns: 5, path: "/a/pod".into() })
+            Ok(KernelEvent::Rmdir {
+                cgroup_id: 9,
+                ts_ns: 5,
+                path: "/a/pod".into()
+            })
         );
+    }
+
+    #[test]
+    fn incident_records_decode_by_kind() {
+        let mut comm = [0; COMM_LEN];
+        comm[..5].copy_from_slice(b"alloc");
+        let stall = StallEvent {
+            kind: EventKind::MemcgStall as u32,
+            pid: 10,
+            tid: 11,
+            _pad: 0,
+            cgroup_id: 42,
+            start_ns: 100,
+            duration_ns: 5_000_000,
+            nr_reclaimed: 32,
+            comm,
+        };
+        let kswapd = KswapdEvent {
+            kind: EventKind::KswapdSleep as u32,
+            nid: 1,
+            order: 0,
+            _pad: 0,
+            ts_ns: 9,
+        };
+        let oom = OomEvent {
+            kind: EventKind::OomVictim as u32,
+            pid: 10,
+            trigger_cgroup_id: 42,
+            ts_ns: 200,
+            anon_rss_kb: 65536,
+            file_rss_kb: 2,
+            shmem_rss_kb: 3,
+            oom_score_adj: -1000,
+            _pad: 0,
+            comm,
+        };
+        let cases: [(&str, Vec<u8>, KernelEvent); 3] = [
+            (
+                "memcg stall",
+                bytes_of(&stall),
+                KernelEvent::Stall {
+                    reclaim: Reclaim::Memcg,
+                    pid: 10,
+                    tid: 11,
+                    comm: "alloc".into(),
+                    cgroup_id: 42,
+                    start_ns: 100,
+                    duration_ns: 5_000_000,
+                    nr_reclaimed: 32,
+                },
+            ),
+            (
+                "kswapd sleep",
+                bytes_of(&kswapd),
+                KernelEvent::Kswapd {
+                    awake: false,
+                    nid: 1,
+                    order: 0,
+                    ts_ns: 9,
+                },
+            ),
+            (
+                "oom victim",
+                bytes_of(&oom),
+                KernelEvent::OomKill {
+                    pid: 10,
+                    comm: "alloc".into(),
+                    trigger_cgroup_id: 42,
+                    ts_ns: 200,
+                    anon_rss_kb: 65536,
+                    file_rss_kb: 2,
+                    shmem_rss_kb: 3,
+                    oom_score_adj: -1000,
+                },
+            ),
+        ];
+        for (name, record, expected) in cases {
+            assert_eq!(decode(&record), Ok(expected), "{name}");
+            assert_eq!(
+                decode(&record[..record.len() - 1]),
+                Err(DecodeError::Short(record.len() - 1)),
+                "{name} truncated"
+            );
+        }
     }
 
     #[test]
@@ -138,6 +332,9 @@ mod tests {
             delta_bytes: 0,
             total_bytes: 0,
         };
-        assert_eq!(decode(&bytes_of(&bad_slot)), Err(DecodeError::UnknownStat(99)));
+        assert_eq!(
+            decode(&bytes_of(&bad_slot)),
+            Err(DecodeError::UnknownStat(99))
+        );
     }
 }

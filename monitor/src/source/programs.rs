@@ -24,6 +24,15 @@ impl ProgramSpec {
     pub fn hook(&self) -> String {
         format!("{}/{}", self.category, self.tracepoint)
     }
+
+    /// Tracepoint fields the program reads that older kernels lack; the loader skips the program
+    /// when the format misses one.
+    pub fn required_fields(&self) -> &'static [&'static str] {
+        match self.name {
+            "mark_victim" => &["anon_rss", "oom_score_adj"],
+            _ => &[],
+        }
+    }
 }
 
 /// Every program in the embedded object.
@@ -62,16 +71,99 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     },
 ];
 
+/// The incident programs (reclaim stalls, kswapd, OOM kills). Kept apart from [`PROGRAMS`]
+/// because only `monitor trace` attaches them (see `KernelSource::load_with_incidents`): the
+/// agent's choice of event source does not depend on them.
+pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
+    ProgramSpec {
+        name: "direct_reclaim_begin",
+        category: "vmscan",
+        tracepoint: "mm_vmscan_direct_reclaim_begin",
+        provides: "start of a task's direct (node-wide) reclaim, for stall times",
+        fallback: "no per-task stalls; node PSI (/proc/pressure/memory) still shows pressure",
+        since: "2.6.36",
+    },
+    ProgramSpec {
+        name: "direct_reclaim_end",
+        category: "vmscan",
+        tracepoint: "mm_vmscan_direct_reclaim_end",
+        provides: "direct reclaim stalls above --min-stall with task, cgroup and pages reclaimed",
+        fallback: "no per-task stalls; node PSI (/proc/pressure/memory) still shows pressure",
+        since: "2.6.36",
+    },
+    ProgramSpec {
+        name: "memcg_reclaim_begin",
+        category: "vmscan",
+        tracepoint: "mm_vmscan_memcg_reclaim_begin",
+        provides: "start of a task's reclaim in a cgroup at its limit, for stall times",
+        fallback: "no per-task stalls; cgroup PSI (memory.pressure) still shows pressure",
+        since: "2.6.36",
+    },
+    ProgramSpec {
+        name: "memcg_reclaim_end",
+        category: "vmscan",
+        tracepoint: "mm_vmscan_memcg_reclaim_end",
+        provides: "cgroup-limit reclaim stalls above --min-stall with task, cgroup and pages",
+        fallback: "no per-task stalls; cgroup PSI (memory.pressure) still shows pressure",
+        since: "2.6.36",
+    },
+    ProgramSpec {
+        name: "kswapd_wake",
+        category: "vmscan",
+        tracepoint: "mm_vmscan_kswapd_wake",
+        provides: "a node's background reclaim starting (free memory below the low watermark)",
+        fallback: "node PSI only",
+        since: "2.6.36",
+    },
+    ProgramSpec {
+        name: "kswapd_sleep",
+        category: "vmscan",
+        tracepoint: "mm_vmscan_kswapd_sleep",
+        provides: "a node's background reclaim finishing",
+        fallback: "node PSI only",
+        since: "2.6.36",
+    },
+    ProgramSpec {
+        name: "mark_victim",
+        category: "oom",
+        tracepoint: "mark_victim",
+        provides: "OOM kills as they happen: victim pid, comm, sizes, and the OOM'ing cgroup",
+        fallback: "OOM kills only after the fact (memory.events oom_kill counters)",
+        since: "6.8",
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn names_are_unique_and_hooks_well_formed() {
-        let mut names: Vec<_> = PROGRAMS.iter().map(|p| p.name).collect();
+        let mut names: Vec<_> = PROGRAMS
+            .iter()
+            .chain(INCIDENT_PROGRAMS)
+            .map(|p| p.name)
+            .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), PROGRAMS.len());
+        assert_eq!(names.len(), PROGRAMS.len() + INCIDENT_PROGRAMS.len());
         assert_eq!(PROGRAMS[0].hook(), "memcg/mod_memcg_lruvec_state");
+    }
+
+    #[test]
+    fn incident_programs_need_fields_only_where_the_format_grew() {
+        let cases = [
+            ("mark_victim", true),
+            ("direct_reclaim_end", false),
+            ("mod_memcg_state", false),
+        ];
+        for (name, needs_fields) in cases {
+            let spec = PROGRAMS
+                .iter()
+                .chain(INCIDENT_PROGRAMS)
+                .find(|p| p.name == name)
+                .unwrap();
+            assert_eq!(!spec.required_fields().is_empty(), needs_fields, "{name}");
+        }
     }
 }

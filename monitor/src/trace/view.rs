@@ -1,144 +1,627 @@
-//! Applies kernel events to what the trace knows (paths, baselines) and yields the lines to
-//! print, honouring the `--cgroup` filter.
+//! Applies kernel events to what the trace knows (paths, pods, baselines, burst windows) and
+//! yields the lines to print, honouring the filters; accumulates the summary and the recent
+//! incidents on the way. Everything the view needs from the system comes through [`Lookups`].
 use std::collections::HashMap;
 
 use monitor_common::Stat;
 
-use super::TraceRecord;
-use crate::{
-    cgroupfs::{CgroupPaths, paths::is_within},
-    source::event::KernelEvent,
+use super::{
+    TraceRecord,
+    attribution::{PodSource, Subject},
+    burst::BurstDetector,
+    filter::Filter,
+    incident::{Incident, RecentIncidents},
+    pressure::PressureSignal,
+    summary::Summary,
 };
+use crate::{
+    cgroupfs::CgroupPaths,
+    source::event::{KernelEvent, Reclaim},
+};
+
+/// How long [`TraceView::recent`] keeps incidents.
+pub const RECENT_RETAIN_NS: u64 = 300 * 1_000_000_000;
+
+/// What the view reads from the system, injected so the view stays pure.
+pub trait Lookups {
+    /// The cgroup's own value of `stat` minus the kernel's running sum, both read now; asked
+    /// once per cgroup and stat that existed before the trace.
+    fn baseline(&mut self, cgroup_id: u64, path: &str, stat: Stat) -> Option<i64>;
+    /// The memory cgroup path of a process that still exists.
+    fn cgroup_of_pid(&mut self, pid: u32) -> Option<String>;
+}
+
+/// Burst detection settings (`--burst-rate` over a fixed window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BurstSettings {
+    pub window_ns: u64,
+    pub bytes_per_sec: u64,
+}
 
 /// The trace's knowledge between events.
 pub struct TraceView {
     paths: CgroupPaths,
-    filter: Option<String>,
+    filter: Filter,
+    pods: Option<Box<dyn PodSource>>,
     /// Own value minus the kernel's running sum, per cgroup and stat, fixed at first sight.
     baselines: HashMap<(u64, Stat), i64>,
+    burst_window_ns: u64,
+    bursts: BurstDetector,
+    summary: Summary,
+    recent: RecentIncidents,
+    page_size: u64,
 }
 
 impl TraceView {
-    pub fn new(paths: CgroupPaths, filter: Option<String>) -> Self {
-        Self { paths, filter, baselines: HashMap::new() }
+    pub fn new(
+        paths: CgroupPaths,
+        filter: Filter,
+        pods: Option<Box<dyn PodSource>>,
+        burst: BurstSettings,
+        page_size: u64,
+    ) -> Self {
+        Self {
+            paths,
+            filter,
+            pods,
+            baselines: HashMap::new(),
+            burst_window_ns: burst.window_ns,
+            bursts: BurstDetector::new(burst.window_ns, burst.bytes_per_sec),
+            summary: Summary::default(),
+            recent: RecentIncidents::new(RECENT_RETAIN_NS),
+            page_size,
+        }
     }
 
-    /// The record for an event, or `None` when the filter hides it.
-    ///
-    /// `baseline(id, path, stat)` is asked once per cgroup and stat that existed before the
-    /// trace: the cgroup's own value minus the kernel's running sum, both read now. Cgroups
-    /// created during the trace start empty, so theirs is zero without asking.
-    pub fn apply(
-        &mut self,
-        event: KernelEvent,
-        baseline: &mut dyn FnMut(u64, &str, Stat) -> Option<i64>,
-    ) -> Option<TraceRecord> {
+    /// The records for an event: none when the filters hide it, two for a stat event that
+    /// starts a burst.
+    pub fn apply(&mut self, event: KernelEvent, lookups: &mut dyn Lookups) -> Vec<TraceRecord> {
         match event {
-            KernelEvent::Mkdir { cgroup_id, ts_ns, path } => {
+            KernelEvent::Mkdir {
+                cgroup_id,
+                ts_ns,
+                path,
+            } => {
                 self.paths.insert(cgroup_id, path.clone());
                 for stat in Stat::ALL {
                     self.baselines.insert((cgroup_id, stat), 0);
                 }
-                self.shown(&path).then_some(TraceRecord::Mkdir {
-                    monotonic_ns: ts_ns,
-                    cgroup_id,
-                    cgroup_path: path,
-                })
+                let shown = self.shown(&self.subject(cgroup_id));
+                shown
+                    .then_some(TraceRecord::Mkdir {
+                        monotonic_ns: ts_ns,
+                        cgroup_id,
+                        cgroup_path: path,
+                    })
+                    .into_iter()
+                    .collect()
             }
-            KernelEvent::Rmdir { cgroup_id, ts_ns, path } => {
+            KernelEvent::Rmdir {
+                cgroup_id,
+                ts_ns,
+                path,
+            } => {
+                let shown = self.shown(&self.subject(cgroup_id));
                 self.paths.remove(cgroup_id);
                 self.baselines.retain(|(id, _), _| *id != cgroup_id);
-                self.shown(&path).then_some(TraceRecord::Rmdir {
-                    monotonic_ns: ts_ns,
-                    cgroup_id,
-                    cgroup_path: path,
-                })
+                self.bursts.forget(cgroup_id);
+                shown
+                    .then_some(TraceRecord::Rmdir {
+                        monotonic_ns: ts_ns,
+                        cgroup_id,
+                        cgroup_path: path,
+                    })
+                    .into_iter()
+                    .collect()
             }
-            KernelEvent::Stat { cgroup_id, stat, ts_ns, delta_bytes, total_bytes } => {
-                let path = self.paths.get(cgroup_id).map(str::to_string);
-                match (&path, &self.filter) {
-                    (Some(p), _) if !self.shown(p) => return None,
-                    (None, Some(_)) => return None,
-                    _ => {}
+            KernelEvent::Stat {
+                cgroup_id,
+                stat,
+                ts_ns,
+                delta_bytes,
+                total_bytes,
+            } => {
+                let subject = self.subject(cgroup_id);
+                if !self.shown(&subject) {
+                    return Vec::new();
                 }
                 let baseline = *self.baselines.entry((cgroup_id, stat)).or_insert_with(|| {
-                    path.as_deref()
-                        .and_then(|p| baseline(cgroup_id, p, stat))
+                    subject
+                        .cgroup_path
+                        .as_deref()
+                        .and_then(|p| lookups.baseline(cgroup_id, p, stat))
                         .unwrap_or(0)
                 });
-                Some(TraceRecord::Stat {
+                let mut records = vec![TraceRecord::Stat {
                     monotonic_ns: ts_ns,
-                    cgroup_id,
-                    cgroup_path: path,
+                    subject: subject.clone(),
                     stat: stat.name(),
                     delta_bytes,
                     current_bytes: baseline + total_bytes,
-                })
+                }];
+                if let Some(burst) = self.bursts.observe(cgroup_id, stat, ts_ns, delta_bytes) {
+                    self.summary.burst(&subject, burst.growth_bytes);
+                    self.recent.record(Incident::Burst {
+                        cgroup_id,
+                        ts_ns,
+                        growth_bytes: burst.growth_bytes,
+                    });
+                    records.push(TraceRecord::Burst {
+                        monotonic_ns: ts_ns,
+                        subject,
+                        growth_bytes: burst.growth_bytes,
+                        window_ns: self.burst_window_ns,
+                        rate_bytes_per_sec: burst.rate_bytes_per_sec,
+                    });
+                }
+                records
+            }
+            KernelEvent::Stall {
+                reclaim,
+                pid,
+                tid,
+                comm,
+                cgroup_id,
+                start_ns,
+                duration_ns,
+                nr_reclaimed,
+            } => {
+                let subject = self.subject(cgroup_id);
+                if !self.shown(&subject) {
+                    return Vec::new();
+                }
+                let reclaimed_bytes = nr_reclaimed * self.page_size;
+                self.summary
+                    .stall(&subject, reclaim, duration_ns, reclaimed_bytes);
+                self.recent.record(Incident::Stall {
+                    cgroup_id,
+                    ts_ns: start_ns,
+                    duration_ns,
+                    reclaim,
+                    reclaimed_bytes,
+                });
+                vec![TraceRecord::Stall {
+                    monotonic_ns: start_ns,
+                    subject,
+                    reclaim: match reclaim {
+                        Reclaim::Direct => "direct",
+                        Reclaim::Memcg => "memcg",
+                    },
+                    pid,
+                    tid,
+                    comm,
+                    duration_ns,
+                    reclaimed_bytes,
+                }]
+            }
+            KernelEvent::Kswapd {
+                awake,
+                nid,
+                order,
+                ts_ns,
+            } => vec![TraceRecord::Kswapd {
+                monotonic_ns: ts_ns,
+                nid,
+                state: if awake { "wake" } else { "sleep" },
+                order,
+            }],
+            KernelEvent::OomKill {
+                pid,
+                comm,
+                trigger_cgroup_id,
+                ts_ns,
+                anon_rss_kb,
+                file_rss_kb,
+                shmem_rss_kb,
+                oom_score_adj,
+            } => {
+                let trigger = self.subject(trigger_cgroup_id);
+                let victim = lookups
+                    .cgroup_of_pid(pid)
+                    .and_then(|path| self.paths.id_of(&path))
+                    .map(|id| self.subject(id));
+                let (subject, cgroup_source) = match victim {
+                    Some(victim) => (victim, "proc"),
+                    None => (trigger.clone(), "trigger"),
+                };
+                if !self.shown(&subject) {
+                    return Vec::new();
+                }
+                self.summary.oom_kill(pid, &comm, Some(&subject));
+                vec![TraceRecord::OomKill {
+                    monotonic_ns: ts_ns,
+                    subject,
+                    cgroup_source,
+                    pid,
+                    comm,
+                    trigger,
+                    anon_rss_bytes: anon_rss_kb * 1024,
+                    file_rss_bytes: file_rss_kb * 1024,
+                    shmem_rss_bytes: shmem_rss_kb * 1024,
+                    oom_score_adj,
+                }]
             }
         }
     }
 
-    fn shown(&self, path: &str) -> bool {
-        self.filter.as_deref().is_none_or(|root| is_within(path, root))
+    /// The record for a PSI trigger that fired at `ts_ns`, unless the filters hide its cgroup.
+    pub fn pressure(&self, ts_ns: u64, signal: PressureSignal) -> Option<TraceRecord> {
+        let subject = match signal.cgroup {
+            None => None,
+            Some(path) => {
+                let cgroup_id = self.paths.id_of(&path).unwrap_or(0);
+                let pod = self
+                    .pods
+                    .as_ref()
+                    .and_then(|pods| pods.pod_of(&path))
+                    .cloned();
+                let subject = Subject {
+                    cgroup_id,
+                    cgroup_path: Some(path),
+                    pod,
+                };
+                if !self.shown(&subject) {
+                    return None;
+                }
+                Some(subject)
+            }
+        };
+        Some(TraceRecord::pressure(ts_ns, subject, signal.pressure))
+    }
+
+    /// The end-of-trace summary of what was shown.
+    pub fn summary(&self) -> TraceRecord {
+        TraceRecord::Summary(self.summary.report())
+    }
+
+    /// Stalls and bursts of the last [`RECENT_RETAIN_NS`].
+    pub fn recent(&self) -> &RecentIncidents {
+        &self.recent
+    }
+
+    fn subject(&self, cgroup_id: u64) -> Subject {
+        let cgroup_path = self.paths.get(cgroup_id).map(str::to_string);
+        let pod = cgroup_path
+            .as_deref()
+            .and_then(|path| self.pods.as_ref()?.pod_of(path))
+            .cloned();
+        Subject {
+            cgroup_id,
+            cgroup_path,
+            pod,
+        }
+    }
+
+    fn shown(&self, subject: &Subject) -> bool {
+        self.filter
+            .admits(subject.cgroup_path.as_deref(), subject.pod.as_ref())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::attribution::{PodCgroups, PodIdentity};
+
+    const MIB: i64 = 1 << 20;
 
     fn stat(id: u64, delta: i64, total: i64) -> KernelEvent {
-        KernelEvent::Stat { cgroup_id: id, stat: Stat::Anon, ts_ns: 1, delta_bytes: delta, total_bytes: total }
+        KernelEvent::Stat {
+            cgroup_id: id,
+            stat: Stat::Anon,
+            ts_ns: 1,
+            delta_bytes: delta,
+            total_bytes: total,
+        }
     }
 
-    fn view(filter: Option<&str>) -> TraceView {
+    fn stall(id: u64, ms: u64) -> KernelEvent {
+        KernelEvent::Stall {
+            reclaim: Reclaim::Memcg,
+            pid: 5,
+            tid: 5,
+            comm: "alloc".into(),
+            cgroup_id: id,
+            start_ns: 10,
+            duration_ns: ms * 1_000_000,
+            nr_reclaimed: 2,
+        }
+    }
+
+    fn oom(pid: u32, trigger: u64) -> KernelEvent {
+        KernelEvent::OomKill {
+            pid,
+            comm: "alloc".into(),
+            trigger_cgroup_id: trigger,
+            ts_ns: 20,
+            anon_rss_kb: 64 << 10,
+            file_rss_kb: 0,
+            shmem_rss_kb: 0,
+            oom_score_adj: 0,
+        }
+    }
+
+    /// /pods/a held 100 bytes of anon more than the kernel's running sum; pid 5 lives in
+    /// /pods/a/c, every other pid is gone.
+    struct Fake;
+
+    impl Lookups for Fake {
+        fn baseline(&mut self, _id: u64, path: &str, _stat: Stat) -> Option<i64> {
+            (path == "/pods/a").then_some(100)
+        }
+        fn cgroup_of_pid(&mut self, pid: u32) -> Option<String> {
+            (pid == 5).then(|| "/pods/a/c".into())
+        }
+    }
+
+    fn view(filter: Filter) -> TraceView {
         let mut paths = CgroupPaths::default();
         paths.insert(1, "/".into());
         paths.insert(10, "/pods/a".into());
-        TraceView::new(paths, filter.map(str::to_string))
+        paths.insert(12, "/pods/a/c".into());
+        paths.insert(20, "/pods/b".into());
+        let mut pods = PodCgroups::default();
+        pods.insert(
+            "/pods/a".into(),
+            PodIdentity {
+                namespace: "shop".into(),
+                name: "web".into(),
+                uid: "ua".into(),
+            },
+        );
+        let burst = BurstSettings {
+            window_ns: 1_000_000_000,
+            bytes_per_sec: (8 * MIB) as u64,
+        };
+        TraceView::new(paths, filter, Some(Box::new(pods)), burst, 4096)
     }
 
-    /// Cgroup /pods/a held 100 bytes of anon more than the kernel's running sum.
-    fn baseline(_id: u64, path: &str, _stat: Stat) -> Option<i64> {
-        (path == "/pods/a").then_some(100)
-    }
-
-    impl TraceView {
-        fn apply_with(&mut self, event: KernelEvent) -> Option<TraceRecord> {
-            self.apply(event, &mut baseline)
-        }
+    fn kinds(records: &[TraceRecord]) -> Vec<String> {
+        records
+            .iter()
+            .map(|r| {
+                serde_json::to_value(r).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
     }
 
     #[test]
     fn current_is_baseline_plus_running_sum() {
-        let mut v = view(None);
-        let first = v.apply_with(stat(10, 4096, 4096)).unwrap();
-        assert!(matches!(first, TraceRecord::Stat { current_bytes: 4196, .. }), "{first:?}");
-        let second = v.apply_with(stat(10, -2048, 2048)).unwrap();
-        assert!(matches!(second, TraceRecord::Stat { current_bytes: 2148, .. }), "{second:?}");
+        let mut v = view(Filter::default());
+        let first = v.apply(stat(10, 4096, 4096), &mut Fake);
+        assert!(
+            matches!(
+                first[..],
+                [TraceRecord::Stat {
+                    current_bytes: 4196,
+                    ..
+                }]
+            ),
+            "{first:?}"
+        );
+        let second = v.apply(stat(10, -2048, 2048), &mut Fake);
+        assert!(
+            matches!(
+                second[..],
+                [TraceRecord::Stat {
+                    current_bytes: 2148,
+                    ..
+                }]
+            ),
+            "{second:?}"
+        );
     }
 
     #[test]
     fn mkdir_teaches_paths_and_rmdir_forgets_them() {
-        let mut v = view(None);
-        v.apply_with(KernelEvent::Mkdir { cgroup_id: 11, ts_ns: 1, path: "/pods/b".into() });
-        let r = v.apply_with(stat(11, 1 << 20, 1 << 20)).unwrap();
+        let mut v = view(Filter::default());
+        v.apply(
+            KernelEvent::Mkdir {
+                cgroup_id: 11,
+                ts_ns: 1,
+                path: "/pods/x".into(),
+            },
+            &mut Fake,
+        );
+        let r = v.apply(stat(11, MIB, MIB), &mut Fake);
         assert!(
-            matches!(&r, TraceRecord::Stat { cgroup_path: Some(p), current_bytes, .. } if p == "/pods/b" && *current_bytes == 1 << 20),
+            matches!(&r[..], [TraceRecord::Stat { subject, current_bytes, .. }] if subject.cgroup_path.as_deref() == Some("/pods/x") && *current_bytes == MIB),
             "a cgroup created during the trace counts from zero: {r:?}"
         );
-        v.apply_with(KernelEvent::Rmdir { cgroup_id: 11, ts_ns: 2, path: "/pods/b".into() });
-        let r = v.apply_with(stat(11, 4096, 4096)).unwrap();
-        assert!(matches!(r, TraceRecord::Stat { cgroup_path: None, .. }));
+        v.apply(
+            KernelEvent::Rmdir {
+                cgroup_id: 11,
+                ts_ns: 2,
+                path: "/pods/x".into(),
+            },
+            &mut Fake,
+        );
+        let r = v.apply(stat(11, 4096, 4096), &mut Fake);
+        assert!(
+            matches!(&r[..], [TraceRecord::Stat { subject, .. }] if subject.cgroup_path.is_none())
+        );
     }
 
     #[test]
-    fn filter_selects_a_subtree() {
-        let mut v = view(Some("/pods"));
-        assert!(v.apply_with(stat(10, 1, 1)).is_some());
-        assert!(v.apply_with(stat(1, 1, 1)).is_none(), "root is outside /pods");
-        assert!(v.apply_with(stat(99, 1, 1)).is_none(), "unknown cgroups are hidden by a filter");
-        assert!(v.apply_with(KernelEvent::Mkdir { cgroup_id: 12, ts_ns: 1, path: "/podsx".into() }).is_none());
-        assert!(v.apply_with(KernelEvent::Mkdir { cgroup_id: 13, ts_ns: 1, path: "/pods/c".into() }).is_some());
+    fn filters_by_case() {
+        let by_cgroup = Filter {
+            cgroup: Some("/pods".into()),
+            ..Filter::default()
+        };
+        let by_pod = Filter {
+            pod: Some(("shop".into(), "web".into())),
+            ..Filter::default()
+        };
+        let by_ns = Filter {
+            namespace: Some("other".into()),
+            ..Filter::default()
+        };
+        let cases: [(&str, Filter, KernelEvent, usize); 9] = [
+            ("subtree stat", by_cgroup.clone(), stat(10, 1, 1), 1),
+            ("root is outside /pods", by_cgroup.clone(), stat(1, 1, 1), 0),
+            (
+                "unknown cgroups are hidden",
+                by_cgroup.clone(),
+                stat(99, 1, 1),
+                0,
+            ),
+            (
+                "similar prefix",
+                by_cgroup,
+                KernelEvent::Mkdir {
+                    cgroup_id: 13,
+                    ts_ns: 1,
+                    path: "/podsx".into(),
+                },
+                0,
+            ),
+            (
+                "stall in the pod's container",
+                by_pod.clone(),
+                stall(12, 5),
+                1,
+            ),
+            ("stall in another cgroup", by_pod.clone(), stall(20, 5), 0),
+            ("oom victim in the pod", by_pod.clone(), oom(5, 20), 1),
+            (
+                "node events pass every filter",
+                by_pod,
+                KernelEvent::Kswapd {
+                    awake: true,
+                    nid: 0,
+                    order: 0,
+                    ts_ns: 1,
+                },
+                1,
+            ),
+            ("namespace without pods", by_ns, stall(12, 5), 0),
+        ];
+        for (name, filter, event, expected) in cases {
+            assert_eq!(
+                view(filter).apply(event, &mut Fake).len(),
+                expected,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn stalls_and_oom_kills_are_attributed_and_summarised() {
+        let mut v = view(Filter::default());
+        let records = v.apply(stall(12, 7), &mut Fake);
+        let [
+            TraceRecord::Stall {
+                subject,
+                reclaimed_bytes,
+                ..
+            },
+        ] = &records[..]
+        else {
+            panic!("{records:?}")
+        };
+        assert_eq!(
+            subject.pod.as_ref().map(|p| p.name.as_str()),
+            Some("web"),
+            "container cgroup -> pod"
+        );
+        assert_eq!(*reclaimed_bytes, 8192);
+        let cases: [(&str, KernelEvent, &str, Option<&str>); 2] = [
+            (
+                "victim still in /proc",
+                oom(5, 20),
+                "proc",
+                Some("/pods/a/c"),
+            ),
+            (
+                "victim gone: the OOMing cgroup",
+                oom(6, 20),
+                "trigger",
+                Some("/pods/b"),
+            ),
+        ];
+        for (name, event, source, path) in cases {
+            let records = v.apply(event, &mut Fake);
+            let [
+                TraceRecord::OomKill {
+                    subject,
+                    cgroup_source,
+                    trigger,
+                    ..
+                },
+            ] = &records[..]
+            else {
+                panic!("{name}: {records:?}")
+            };
+            assert_eq!(
+                (*cgroup_source, subject.cgroup_path.as_deref()),
+                (source, path),
+                "{name}"
+            );
+            assert_eq!(trigger.cgroup_path.as_deref(), Some("/pods/b"), "{name}");
+        }
+        let TraceRecord::Summary(report) = v.summary() else {
+            panic!()
+        };
+        assert_eq!(report.most_stalled[0].subject, "shop/web");
+        assert_eq!(report.oom_kills.len(), 2);
+        assert_eq!(v.recent().involving(12, 100_000_000, 100_000_000).len(), 1);
+    }
+
+    #[test]
+    fn fast_growth_adds_a_burst_record() {
+        let mut v = view(Filter::default());
+        let mut all = Vec::new();
+        for i in 0..10 {
+            let event = KernelEvent::Stat {
+                cgroup_id: 20,
+                stat: Stat::Anon,
+                ts_ns: i * 1_000_000,
+                delta_bytes: MIB,
+                total_bytes: MIB * (i as i64 + 1),
+            };
+            all.extend(v.apply(event, &mut Fake));
+        }
+        let kinds = kinds(&all);
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "burst").count(),
+            1,
+            "{kinds:?}"
+        );
+        assert_eq!(
+            kinds[8], "burst",
+            "the 8th MiB within 1 s crosses 8 MiB/s: {kinds:?}"
+        );
+        assert_eq!(
+            v.recent().involving(20, 1_000_000_000, 1_000_000_000).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn pressure_signals_follow_the_filter() {
+        use crate::trace::pressure::Pressure;
+        let v = view(Filter {
+            pod: Some(("shop".into(), "web".into())),
+            ..Filter::default()
+        });
+        let signal = |cgroup: Option<&str>| PressureSignal {
+            cgroup: cgroup.map(str::to_string),
+            pressure: Pressure::default(),
+        };
+        assert!(matches!(
+            v.pressure(1, signal(None)),
+            Some(TraceRecord::Pressure { scope: "node", .. })
+        ));
+        assert!(matches!(
+            v.pressure(1, signal(Some("/pods/a"))),
+            Some(TraceRecord::Pressure {
+                scope: "cgroup",
+                ..
+            })
+        ));
+        assert!(v.pressure(1, signal(Some("/pods/b"))).is_none());
     }
 }

@@ -1,0 +1,294 @@
+//! Where the kernel keeps a task's memory cgroup, from the running kernel's BTF.
+//!
+//! On cgroup v1 the incident programs read `task->cgroups->subsys[memory_cgrp_id]->cgroup->kn->id`
+//! with `bpf_probe_read_kernel`; the member offsets differ between kernel builds, so they are
+//! resolved here and written into `IncidentConfig`. Only struct members are needed, so this walks
+//! the type section for STRUCT/UNION records (layout: the kernel's Documentation/bpf/btf.rst);
+//! enum values come from [`super::btf_enums`].
+use monitor_common::IncidentConfig;
+
+use super::btf_enums::{self, BtfError};
+
+/// Why the offsets could not be resolved.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OffsetError {
+    /// The BTF data is malformed, or `enum cgroup_subsys_id` lacks `memory_cgrp_id`.
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    /// No struct of that name.
+    #[error("the kernel's BTF has no struct {0}")]
+    NoSuchStruct(String),
+    /// The struct lacks a member we need (also when it is a bitfield).
+    #[error("struct {struct_name} has no member {member} in this kernel")]
+    NoSuchMember { struct_name: String, member: String },
+}
+
+/// `IncidentConfig` with the v1 memory cgroup offsets filled in.
+pub fn v1_offsets(btf: &[u8], mut config: IncidentConfig) -> Result<IncidentConfig, OffsetError> {
+    let subsys = btf_enums::enum_values(btf, "cgroup_subsys_id")?;
+    let memory = btf_enums::variant(&subsys, "cgroup_subsys_id", "memory_cgrp_id")?;
+    let types = Types::parse(btf)?;
+    config.memcg_v1 = 1;
+    config.memory_subsys = u32::try_from(memory).map_err(|_| BtfError::Truncated(0))?;
+    config.task_cgroups = types.member_offset("task_struct", "cgroups")?;
+    config.css_set_subsys = types.member_offset("css_set", "subsys")?;
+    config.css_cgroup = types.member_offset("cgroup_subsys_state", "cgroup")?;
+    config.cgroup_kn = types.member_offset("cgroup", "kn")?;
+    config.kernfs_id = types.member_offset("kernfs_node", "id")?;
+    Ok(config)
+}
+
+const MAGIC: u16 = 0xeb9f;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+
+/// One type record: kind, name, member count, kind_flag, and where its members start.
+struct TypeRecord {
+    kind: u32,
+    name_off: u32,
+    vlen: usize,
+    kind_flag: bool,
+    body: usize,
+}
+
+struct Types<'a> {
+    types: &'a [u8],
+    strings: &'a [u8],
+    /// Indexed by type id - 1 (id 0 is `void`).
+    records: Vec<TypeRecord>,
+}
+
+impl<'a> Types<'a> {
+    fn parse(btf: &'a [u8]) -> Result<Self, BtfError> {
+        if btf.get(0..2) != Some(&MAGIC.to_le_bytes()[..]) {
+            return Err(BtfError::BadHeader);
+        }
+        let field = |pos| u32_at(btf, pos).map_err(|_| BtfError::BadHeader);
+        let hdr_len = field(4)? as usize;
+        let section = |off: u32, len: u32| {
+            let start = hdr_len + off as usize;
+            btf.get(start..start + len as usize)
+                .ok_or(BtfError::Truncated(start))
+        };
+        let types = section(field(8)?, field(12)?)?;
+        let strings = section(field(16)?, field(20)?)?;
+        let mut records = Vec::new();
+        let mut pos = 0;
+        while pos < types.len() {
+            let info = u32_at(types, pos + 4)?;
+            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
+            let body = pos + 12;
+            records.push(TypeRecord {
+                kind,
+                name_off: u32_at(types, pos)?,
+                vlen,
+                kind_flag: info >> 31 == 1,
+                body,
+            });
+            pos = body + trailing_bytes(kind, vlen)?;
+        }
+        Ok(Self {
+            types,
+            strings,
+            records,
+        })
+    }
+
+    fn name(&self, offset: u32) -> Result<&'a str, BtfError> {
+        let start = offset as usize;
+        let rest = self
+            .strings
+            .get(start..)
+            .ok_or(BtfError::Truncated(start))?;
+        let end = rest
+            .iter()
+            .position(|b| *b == 0)
+            .ok_or(BtfError::Truncated(start))?;
+        std::str::from_utf8(&rest[..end]).map_err(|_| BtfError::Truncated(start))
+    }
+
+    /// Byte offset of `member` in struct `struct_name`, looking into anonymous structs and
+    /// unions the way C does.
+    fn member_offset(&self, struct_name: &str, member: &str) -> Result<u32, OffsetError> {
+        let mut found_struct = false;
+        for record in &self.records {
+            if record.kind != KIND_STRUCT || self.name(record.name_off)? != struct_name {
+                continue;
+            }
+            found_struct = true;
+            if let Some(bits) = self.find_member(record, member)? {
+                return Ok(bits / 8);
+            }
+        }
+        Err(if found_struct {
+            OffsetError::NoSuchMember {
+                struct_name: struct_name.into(),
+                member: member.into(),
+            }
+        } else {
+            OffsetError::NoSuchStruct(struct_name.into())
+        })
+    }
+
+    /// Bit offset of a byte-aligned, non-bitfield member.
+    fn find_member(&self, record: &TypeRecord, member: &str) -> Result<Option<u32>, BtfError> {
+        for i in 0..record.vlen {
+            let at = record.body + i * 12;
+            let (name_off, type_id, raw_offset) = (
+                u32_at(self.types, at)?,
+                u32_at(self.types, at + 4)?,
+                u32_at(self.types, at + 8)?,
+            );
+            // With kind_flag the high 8 bits hold a bitfield size; pointers are never bitfields.
+            let (bits, bitfield) = if record.kind_flag {
+                (raw_offset & 0xff_ffff, raw_offset >> 24 != 0)
+            } else {
+                (raw_offset, false)
+            };
+            if name_off == 0 {
+                let nested = type_id
+                    .checked_sub(1)
+                    .and_then(|i| self.records.get(i as usize))
+                    .filter(|r| matches!(r.kind, KIND_STRUCT | KIND_UNION));
+                if let Some(nested) = nested
+                    && let Some(inner) = self.find_member(nested, member)?
+                {
+                    return Ok(Some(bits + inner));
+                }
+            } else if self.name(name_off)? == member && !bitfield && bits % 8 == 0 {
+                return Ok(Some(bits));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Bytes that follow the 12-byte common type record, by kind.
+fn trailing_bytes(kind: u32, vlen: usize) -> Result<usize, BtfError> {
+    Ok(match kind {
+        // INT, VAR, DECL_TAG: one u32.
+        1 | 14 | 17 => 4,
+        // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG: nothing.
+        2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0,
+        // ARRAY: element type, index type, count.
+        3 => 12,
+        // STRUCT, UNION, DATASEC, ENUM64: 12 bytes per member.
+        4 | 5 | 15 | 19 => 12 * vlen,
+        // ENUM, FUNC_PROTO: 8 bytes per member.
+        6 | 13 => 8 * vlen,
+        other => return Err(BtfError::UnknownKind(other)),
+    })
+}
+
+fn u32_at(data: &[u8], pos: usize) -> Result<u32, BtfError> {
+    let bytes = data.get(pos..pos + 4).ok_or(BtfError::Truncated(pos))?;
+    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// BTF with `struct outer { int a; union { int b; long c; }; int d:3; }` and an INT.
+    fn sample() -> Vec<u8> {
+        let strings = b"\0int\0outer\0a\0b\0c\0d\0";
+        let name = |s: &str| {
+            let needle = format!("\0{s}\0");
+            strings
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+                .unwrap() as u32
+                + 1
+        };
+        let mut types = Vec::new();
+        let mut push = |words: &[u32]| words.iter().for_each(|w| types.extend(w.to_le_bytes()));
+        push(&[name("int"), 1 << 24, 4, 32]); // 1: INT
+        // 2: STRUCT outer with kind_flag: a at 0, anonymous union (3) at 64, d:3 at 128.
+        push(&[
+            name("outer"),
+            1 << 31 | 4 << 24 | 3,
+            24,
+            name("a"),
+            1,
+            0,
+            0,
+            3,
+            64,
+            name("d"),
+            1,
+            3 << 24 | 128,
+        ]);
+        // 3: anonymous UNION { b at 0, c at 0 }.
+        push(&[0, 5 << 24 | 2, 8, name("b"), 1, 0, name("c"), 1, 0]);
+        let mut btf = Vec::new();
+        btf.extend(MAGIC.to_le_bytes());
+        btf.extend([1u8, 0]);
+        for word in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            btf.extend(word.to_le_bytes());
+        }
+        btf.extend(&types);
+        btf.extend(strings);
+        btf
+    }
+
+    #[test]
+    fn member_offsets_by_case() {
+        let btf = sample();
+        let types = Types::parse(&btf).unwrap();
+        let cases: [(&str, &str, &str, Result<u32, OffsetError>); 5] = [
+            ("plain member", "outer", "a", Ok(0)),
+            ("member of an anonymous union", "outer", "c", Ok(8)),
+            (
+                "bitfields are refused",
+                "outer",
+                "d",
+                Err(OffsetError::NoSuchMember {
+                    struct_name: "outer".into(),
+                    member: "d".into(),
+                }),
+            ),
+            (
+                "missing member",
+                "outer",
+                "zz",
+                Err(OffsetError::NoSuchMember {
+                    struct_name: "outer".into(),
+                    member: "zz".into(),
+                }),
+            ),
+            (
+                "missing struct",
+                "inner",
+                "a",
+                Err(OffsetError::NoSuchStruct("inner".into())),
+            ),
+        ];
+        for (name, st, member, expected) in cases {
+            assert_eq!(types.member_offset(st, member), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn running_kernel_has_the_task_to_memcg_chain() {
+        let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
+            eprintln!("SKIP: this kernel exposes no BTF");
+            return;
+        };
+        let config = v1_offsets(&btf, IncidentConfig::EMPTY).unwrap();
+        assert_eq!(config.memcg_v1, 1);
+        assert!(
+            config.task_cgroups > 0 && config.cgroup_kn > 0,
+            "{config:?}"
+        );
+        assert_eq!(
+            config.css_cgroup, 0,
+            "css->cgroup is the first member of every kernel since 3.x"
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Who an event is about: a cgroup, and the pod owning it when a pod source is given.
+//!
+//! Pods come from a manifests directory through the pods module; the trace only needs the
+//! mapping from a cgroup path to a pod, which [`PodSource`] abstracts so the trace stays pure
+//! and testable.
+use serde::Serialize;
+
+use crate::cgroupfs::{CgroupVersion, paths::is_within};
+
+/// A pod, as an SRE names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct PodIdentity {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Maps a cgroup to the pod that owns it.
+pub trait PodSource {
+    /// The pod whose cgroup is `cgroup_path` or one of its ancestors (containers live below
+    /// their pod's cgroup).
+    fn pod_of(&self, cgroup_path: &str) -> Option<&PodIdentity>;
+}
+
+/// Pods with their cgroup paths (relative to the memory hierarchy root).
+#[derive(Clone, Debug, Default)]
+pub struct PodCgroups {
+    pods: Vec<(String, PodIdentity)>,
+}
+
+impl PodCgroups {
+    pub fn insert(&mut self, cgroup_path: String, pod: PodIdentity) {
+        self.pods.push((cgroup_path, pod));
+    }
+
+    /// Pods and their cgroup paths.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &PodIdentity)> {
+        self.pods.iter().map(|(path, pod)| (path.as_str(), pod))
+    }
+}
+
+impl PodSource for PodCgroups {
+    fn pod_of(&self, cgroup_path: &str) -> Option<&PodIdentity> {
+        // The deepest match wins, should pod cgroups ever nest.
+        self.pods
+            .iter()
+            .filter(|(root, _)| is_within(cgroup_path, root))
+            .max_by_key(|(root, _)| root.len())
+            .map(|(_, pod)| pod)
+    }
+}
+
+/// What an event is attributed to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Subject {
+    pub cgroup_id: u64,
+    /// Path below the memory hierarchy root; `None` for a cgroup the trace has not seen.
+    pub cgroup_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodIdentity>,
+}
+
+impl Subject {
+    /// `namespace/name` of the pod, else the cgroup path, else the id: what a person reads.
+    pub fn label(&self) -> String {
+        match (&self.pod, &self.cgroup_path) {
+            (Some(pod), _) => format!("{}/{}", pod.namespace, pod.name),
+            (None, Some(path)) => path.clone(),
+            (None, None) => format!("<cgroup id {}>", self.cgroup_id),
+        }
+    }
+}
+
+/// The memory cgroup path in the text of `/proc/<pid>/cgroup`: the `memory` controller's line
+/// on cgroup v1, the unified (`0::`) line on v2.
+pub fn memory_cgroup_in_proc(text: &str, version: CgroupVersion) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let wanted = match version {
+            CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
+            CgroupVersion::V2 => controllers.is_empty(),
+        };
+        wanted.then(|| path.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> PodIdentity {
+        PodIdentity {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    #[test]
+    fn cgroups_map_to_the_deepest_owning_pod() {
+        let mut pods = PodCgroups::default();
+        pods.insert("/kubepods/burstable/poda".into(), pod("a"));
+        pods.insert("/kubepods/podb".into(), pod("b"));
+        let cases = [
+            ("pod cgroup itself", "/kubepods/burstable/poda", Some("a")),
+            (
+                "container below the pod",
+                "/kubepods/burstable/poda/c1",
+                Some("a"),
+            ),
+            ("guaranteed pod", "/kubepods/podb/c", Some("b")),
+            (
+                "sibling with a common prefix",
+                "/kubepods/burstable/poda2",
+                None,
+            ),
+            ("qos level", "/kubepods/burstable", None),
+        ];
+        for (name, path, expected) in cases {
+            assert_eq!(
+                pods.pod_of(path).map(|p| p.name.as_str()),
+                expected,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn proc_cgroup_lines_by_version() {
+        let text = "9:name=systemd:/\n4:memory:/process_api/x\n3:cpu,cpuacct:/\n0::/user.slice/s\n";
+        let cases = [
+            (
+                "v1 picks the memory controller",
+                CgroupVersion::V1,
+                Some("/process_api/x"),
+            ),
+            (
+                "v2 picks the unified line",
+                CgroupVersion::V2,
+                Some("/user.slice/s"),
+            ),
+        ];
+        for (name, version, expected) in cases {
+            assert_eq!(
+                memory_cgroup_in_proc(text, version).as_deref(),
+                expected,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            memory_cgroup_in_proc("", CgroupVersion::V1),
+            None,
+            "exited process"
+        );
+        assert_eq!(
+            memory_cgroup_in_proc("5:cpu,memory:/a\n", CgroupVersion::V1).as_deref(),
+            Some("/a"),
+            "co-mounted controllers"
+        );
+    }
+
+    #[test]
+    fn labels_prefer_the_pod() {
+        let mut subject = Subject {
+            cgroup_id: 7,
+            cgroup_path: None,
+            pod: None,
+        };
+        assert_eq!(subject.label(), "<cgroup id 7>");
+        subject.cgroup_path = Some("/a".into());
+        assert_eq!(subject.label(), "/a");
+        subject.pod = Some(pod("a"));
+        assert_eq!(subject.label(), "ns/a");
+    }
+}

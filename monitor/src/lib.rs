@@ -9,5 +9,6 @@ pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod metrics;
+pub mod pods;
 pub mod source;
 pub mod trace;

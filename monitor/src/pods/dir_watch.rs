@@ -1,0 +1,300 @@
+//! Reloading the manifests directory when it changes, through inotify on tokio's reactor: a
+//! change is seen as soon as the kernel reports it, without polling.
+//!
+//! Only completed changes are watched for (a file closed after writing, moved in or out,
+//! deleted), so a file being written is read once it is whole. A change that leaves the pod
+//! set as it was (a text file, a reformatted manifest) yields nothing.
+use std::{
+    ffi::CString,
+    io,
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::{Path, PathBuf},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::io::{Interest, unix::AsyncFd};
+
+use super::manifests::{LoadedPods, load_dir};
+
+/// Why watching stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// inotify could not be set up for the directory.
+    #[error("watching {dir}: {source}")]
+    Watch { dir: PathBuf, source: io::Error },
+    /// Reading inotify events failed.
+    #[error("reading change events for {dir}: {source}")]
+    Events { dir: PathBuf, source: io::Error },
+    /// The directory was removed or moved away; a new watcher is needed.
+    #[error("{dir} was removed or moved away")]
+    DirectoryGone { dir: PathBuf },
+    /// The directory could not be listed after a change.
+    #[error("listing {dir}: {source}")]
+    List { dir: PathBuf, source: io::Error },
+}
+
+/// Events that complete a change of the directory's content, and the directory's own end.
+const CHANGE_MASK: u32 = libc::IN_CLOSE_WRITE
+    | libc::IN_MOVED_TO
+    | libc::IN_MOVED_FROM
+    | libc::IN_DELETE
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF;
+/// The watch is over: the directory went away, or its filesystem was unmounted.
+const GONE_MASK: u32 =
+    libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED | libc::IN_UNMOUNT;
+
+/// Watches one manifests directory.
+pub struct ManifestWatcher {
+    dir: PathBuf,
+    inotify: AsyncFd<OwnedFd>,
+    /// The pod set last handed out, to recognise changes that change nothing.
+    last: Vec<Pod>,
+}
+
+impl ManifestWatcher {
+    /// Starts watching `dir`, then reads it; the watch comes first so no change between the
+    /// two is lost. Must be called inside a tokio runtime.
+    pub fn start(dir: &Path) -> Result<(Self, LoadedPods), WatchError> {
+        let watch_error = |source| WatchError::Watch {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        let path = CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| watch_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+        // SAFETY: no pointers passed; the result is checked.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return Err(watch_error(io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a new descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+        let watch = unsafe {
+            libc::inotify_add_watch(
+                fd.as_raw_fd(),
+                path.as_ptr(),
+                CHANGE_MASK | libc::IN_ONLYDIR,
+            )
+        };
+        if watch < 0 {
+            return Err(watch_error(io::Error::last_os_error()));
+        }
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open until both are dropped.
+        let inotify = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|e| watch_error(e.into()))?;
+        let mut watcher = Self {
+            dir: dir.to_path_buf(),
+            inotify,
+            last: Vec::new(),
+        };
+        let loaded = watcher.reload()?;
+        Ok((watcher, loaded))
+    }
+
+    /// The directory being watched.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Waits for a change of the directory that changes the pod set and returns the new full
+    /// set, with the files and pods that were skipped. Cancel-safe.
+    pub async fn next_change(&mut self) -> Result<LoadedPods, WatchError> {
+        loop {
+            self.wait_for_events().await?;
+            let previous = self.last.clone();
+            let loaded = self.reload()?;
+            if loaded.pods != previous {
+                return Ok(loaded);
+            }
+        }
+    }
+
+    fn reload(&mut self) -> Result<LoadedPods, WatchError> {
+        let loaded = load_dir(&self.dir).map_err(|source| WatchError::List {
+            dir: self.dir.clone(),
+            source,
+        })?;
+        self.last = loaded.pods.clone();
+        Ok(loaded)
+    }
+
+    /// Waits until events are queued, then drains all of them so a burst leads to one reload.
+    async fn wait_for_events(&self) -> Result<(), WatchError> {
+        let events_error = |source| WatchError::Events {
+            dir: self.dir.clone(),
+            source,
+        };
+        let mut buffer = [0u8; 4096];
+        let mut drained_any = false;
+        loop {
+            let mut guard = self.inotify.readable().await.map_err(events_error)?;
+            loop {
+                let read = guard.try_io(|fd| {
+                    // SAFETY: reads into a buffer we own, at most its length.
+                    let n = unsafe {
+                        libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len())
+                    };
+                    if n < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(n as usize)
+                    }
+                });
+                match read {
+                    Ok(Ok(n)) => {
+                        if event_masks(&buffer[..n]).any(|mask| mask & GONE_MASK != 0) {
+                            return Err(WatchError::DirectoryGone {
+                                dir: self.dir.clone(),
+                            });
+                        }
+                        drained_any = true;
+                    }
+                    Ok(Err(error)) => return Err(events_error(error)),
+                    // Queue empty: readiness was cleared by try_io.
+                    Err(_would_block) if drained_any => return Ok(()),
+                    Err(_would_block) => break,
+                }
+            }
+        }
+    }
+}
+
+/// The masks of the `struct inotify_event` records in `bytes`: wd (4 bytes), mask (4),
+/// cookie (4), name length (4), then the name.
+fn event_masks(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    let field = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+    };
+    let mut offset = 0;
+    std::iter::from_fn(move || {
+        let mask = field(offset + 4)?;
+        let name_len = field(offset + 12)? as usize;
+        offset += 16 + name_len;
+        Some(mask)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fs, time::Duration};
+
+    use super::*;
+
+    const WITHIN: Duration = Duration::from_secs(1);
+
+    fn uids(loaded: &LoadedPods) -> Vec<&str> {
+        loaded
+            .pods
+            .iter()
+            .map(|p| p.metadata.uid.as_deref().unwrap_or(""))
+            .collect()
+    }
+
+    async fn change(watcher: &mut ManifestWatcher) -> LoadedPods {
+        tokio::time::timeout(WITHIN, watcher.next_change())
+            .await
+            .expect("change seen within a second")
+            .expect("watching")
+    }
+
+    #[tokio::test]
+    async fn changes_are_seen_and_no_op_changes_are_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        fs::write(dir.join("a.yaml"), "kind: Pod\nmetadata: {uid: a}\n").unwrap();
+        let (mut watcher, initial) = ManifestWatcher::start(dir).unwrap();
+        assert_eq!(uids(&initial), ["a"]);
+
+        fs::write(
+            dir.join("b.json"),
+            r#"{"kind": "Pod", "metadata": {"uid": "b"}}"#,
+        )
+        .unwrap();
+        assert_eq!(uids(&change(&mut watcher).await), ["a", "b"], "new file");
+
+        // Written elsewhere, then moved in: the way tools replace manifests atomically.
+        fs::write(dir.join(".a.yaml.tmp"), "kind: Pod\nmetadata: {uid: a2}\n").unwrap();
+        fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).unwrap();
+        assert_eq!(
+            uids(&change(&mut watcher).await),
+            ["a2", "b"],
+            "replaced file"
+        );
+
+        fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
+        fs::write(
+            dir.join("b.json"),
+            r#"{"metadata": {"uid": "b"}, "kind": "Pod"}"#,
+        )
+        .unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(300), watcher.next_change()).await;
+        assert!(
+            quiet.is_err(),
+            "a change of nothing yields nothing: {quiet:?}"
+        );
+
+        fs::remove_file(dir.join("a.yaml")).unwrap();
+        assert_eq!(uids(&change(&mut watcher).await), ["b"], "deleted file");
+
+        fs::write(dir.join("c.yaml"), "kind: Pod\nmetadata: {name: no-uid}\n").unwrap();
+        fs::write(dir.join("d.yaml"), "kind: Pod\nmetadata: {uid: d}\n").unwrap();
+        let loaded = change(&mut watcher).await;
+        // The two writes may arrive as one change or two; the last state is what counts.
+        let loaded = if uids(&loaded) == ["b"] {
+            change(&mut watcher).await
+        } else {
+            loaded
+        };
+        assert_eq!(uids(&loaded), ["b", "d"]);
+        assert_eq!(
+            loaded.errors.len(),
+            1,
+            "the pod without uid is reported: {:?}",
+            loaded.errors
+        );
+    }
+
+    #[tokio::test]
+    async fn removing_the_directory_ends_the_watch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("manifests");
+        fs::create_dir(&dir).unwrap();
+        let (mut watcher, _) = ManifestWatcher::start(&dir).unwrap();
+        fs::remove_dir(&dir).unwrap();
+        let ended = tokio::time::timeout(WITHIN, watcher.next_change())
+            .await
+            .expect("seen within a second");
+        assert!(
+            matches!(ended, Err(WatchError::DirectoryGone { .. })),
+            "{ended:?}"
+        );
+    }
+
+    #[test]
+    fn missing_directory_cannot_be_watched() {
+        let started = ManifestWatcher::start(Path::new("/nonexistent/manifests"));
+        assert!(matches!(started, Err(WatchError::Watch { .. })));
+    }
+
+    #[test]
+    fn event_records_are_split_by_name_length() {
+        let record = |mask: u32, name: &[u8]| {
+            let mut bytes = Vec::new();
+            for field in [1u32, mask, 0, name.len() as u32] {
+                bytes.extend(field.to_ne_bytes());
+            }
+            bytes.extend(name);
+            bytes
+        };
+        let mut bytes = record(libc::IN_CLOSE_WRITE, b"a.yaml\0\0\0\0\0\0\0\0\0\0");
+        bytes.extend(record(libc::IN_DELETE_SELF, b""));
+        let masks: Vec<u32> = event_masks(&bytes).collect();
+        assert_eq!(masks, [libc::IN_CLOSE_WRITE, libc::IN_DELETE_SELF]);
+    }
+}

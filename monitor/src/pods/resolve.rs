@@ -1,0 +1,108 @@
+//! Finding each pod's cgroup: its QoS class picks the kubelet's path, the directory's inode
+//! is the cgroup id kernel events carry.
+//!
+//! A pod whose cgroup is not there (not started yet, already gone, or a spec the kubelet
+//! would place differently) is logged and returned as missing: the kubelet ranks such a pod
+//! as one without stats, and so does the engine.
+use std::{fs, os::unix::fs::MetadataExt as _};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
+use crate::cgroupfs::MemoryHierarchy;
+
+/// A pod's cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodCgroup {
+    /// Inode number of the cgroup directory, the id in kernel events.
+    pub id: u64,
+    /// Path relative to the hierarchy root, starting with `/`.
+    pub rel: String,
+}
+
+/// The cgroup of each pod, in the order of `pods`; `None` where it cannot be found.
+pub fn resolve_pod_cgroups(
+    pods: &[Pod],
+    hierarchy: &MemoryHierarchy,
+    kubepods: &KubepodsCgroup,
+) -> Vec<Option<PodCgroup>> {
+    pods.iter()
+        .map(|pod| resolve_one(pod, hierarchy, kubepods))
+        .collect()
+}
+
+fn resolve_one(
+    pod: &Pod,
+    hierarchy: &MemoryHierarchy,
+    kubepods: &KubepodsCgroup,
+) -> Option<PodCgroup> {
+    let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+    let uid = pod.metadata.uid.as_deref()?;
+    let qos = pod_qos(pod)
+        .map_err(|error| log::warn!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))
+        .ok()?;
+    let rel = kubepods.pod_path(qos, uid);
+    match fs::metadata(hierarchy.dir(&rel)) {
+        Ok(meta) if meta.is_dir() => Some(PodCgroup {
+            id: meta.ino(),
+            rel,
+        }),
+        Ok(_) => {
+            log::warn!("pod {name} ({uid}): {rel} is not a cgroup directory; ranked without stats");
+            None
+        }
+        Err(error) => {
+            log::warn!("pod {name} ({uid}): cgroup {rel}: {error}; ranked without stats");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroupfs::CgroupVersion;
+
+    #[test]
+    fn present_cgroups_resolve_to_their_inode_and_absent_ones_to_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let hierarchy = MemoryHierarchy {
+            version: CgroupVersion::V2,
+            mount: tmp.path().into(),
+            hierarchy_id: 0,
+        };
+        let burstable = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_1.slice";
+        let guaranteed = "/kubepods.slice/kubepods-podg_1.slice";
+        for rel in [burstable, guaranteed] {
+            fs::create_dir_all(hierarchy.dir(rel)).unwrap();
+        }
+        let pods: Vec<Pod> = [
+            "metadata: {name: a, uid: a-1}\nspec: {containers: [{name: c, resources: {requests: {memory: 1Mi}}}]}",
+            "metadata: {name: g, uid: g-1}\nstatus: {qosClass: Guaranteed}",
+            "metadata: {name: gone, uid: z-9}",
+            "metadata: {name: bad, uid: a-1}\nspec: {containers: [{name: c, resources: {requests: {memory: x}}}]}",
+        ]
+        .iter()
+        .map(|yaml| serde_yaml::from_str(yaml).unwrap())
+        .collect();
+        let kubepods = KubepodsCgroup::from_path("kubepods.slice");
+
+        let found = resolve_pod_cgroups(&pods, &hierarchy, &kubepods);
+        let ino = |rel: &str| fs::metadata(hierarchy.dir(rel)).unwrap().ino();
+        assert_eq!(
+            found,
+            vec![
+                Some(PodCgroup {
+                    id: ino(burstable),
+                    rel: burstable.into()
+                }),
+                Some(PodCgroup {
+                    id: ino(guaranteed),
+                    rel: guaranteed.into()
+                }),
+                None,
+                None,
+            ]
+        );
+    }
+}

@@ -187,7 +187,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         }
         out.out.flush()?;
     }
-    out.record(&view.summary())?;
+    out.record(&view.summary(monotonic_ns()))?;
     out.out.flush()?;
     let drops = source.drops();
     if drops.ring_full > 0 || drops.map_full > 0 {

@@ -97,8 +97,16 @@ pub enum TraceRecord {
         some_avg60: f64,
         some_total_us: u64,
     },
-    /// The end-of-trace summary.
-    Summary(SummaryReport),
+    /// The end-of-trace summary, scoped like the trace: `cgroup_path` is the `--cgroup` root
+    /// when one was given.
+    Summary {
+        /// When the trace ended.
+        monotonic_ns: u64,
+        #[serde(flatten)]
+        scope: Option<Subject>,
+        #[serde(flatten)]
+        report: SummaryReport,
+    },
 }
 
 impl TraceRecord {
@@ -248,7 +256,7 @@ impl TraceRecord {
                 &format!("{some_avg10:.2}%"),
                 &format!("some avg10; full avg10 {full_avg10:.2}%, some avg60 {some_avg60:.2}%"),
             ),
-            TraceRecord::Summary(report) => report.text(),
+            TraceRecord::Summary { report, .. } => report.text(),
         }
     }
 
@@ -369,11 +377,14 @@ mod tests {
                 "no pod without a pod source: {json}"
             );
         }
-        let summary = serde_json::to_value(TraceRecord::Summary(
-            super::super::summary::Summary::default().report(),
-        ))
+        let summary = serde_json::to_value(TraceRecord::Summary {
+            monotonic_ns: 9,
+            scope: Some(subject(Some("/a"))),
+            report: super::super::summary::Summary::default().report(),
+        })
         .unwrap();
         assert_eq!(summary["type"], "summary");
+        assert_eq!(summary["cgroup_path"], "/a", "scoped like the trace");
         assert!(
             summary["most_stalled"].is_array() && summary["oom_kills"].is_array(),
             "{summary}"

@@ -269,9 +269,18 @@ impl TraceView {
         Some(TraceRecord::pressure(ts_ns, subject, signal.pressure))
     }
 
-    /// The end-of-trace summary of what was shown.
-    pub fn summary(&self) -> TraceRecord {
-        TraceRecord::Summary(self.summary.report())
+    /// The summary of what was shown, at `ts_ns`, scoped to the `--cgroup` root if any.
+    pub fn summary(&self, ts_ns: u64) -> TraceRecord {
+        let scope = self.filter.cgroup.as_ref().map(|root| Subject {
+            cgroup_id: self.paths.id_of(root).unwrap_or(0),
+            cgroup_path: Some(root.clone()),
+            pod: None,
+        });
+        TraceRecord::Summary {
+            monotonic_ns: ts_ns,
+            scope,
+            report: self.summary.report(),
+        }
     }
 
     /// Stalls and bursts of the last [`RECENT_RETAIN_NS`].
@@ -562,7 +571,7 @@ mod tests {
             );
             assert_eq!(trigger.cgroup_path.as_deref(), Some("/pods/b"), "{name}");
         }
-        let TraceRecord::Summary(report) = v.summary() else {
+        let TraceRecord::Summary { report, .. } = v.summary(30) else {
             panic!()
         };
         assert_eq!(report.most_stalled[0].subject, "shop/web");

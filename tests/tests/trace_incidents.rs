@@ -1,0 +1,201 @@
+//! `monitor trace` during a real incident: a cgroup with a 64 MiB limit whose process fills
+//! page cache and then allocates past the limit, so its tasks stall in memcg reclaim and the
+//! OOM killer ends it. The trace runs as a subprocess and its JSON lines are checked.
+use std::{
+    fs,
+    os::unix::process::CommandExt as _,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use serde_json::Value;
+use tests::{TestCgroup, binary, monitor_bin, running_as_root};
+
+const LIMIT: u64 = 64 << 20;
+
+/// Starts `monitor trace --output json` with extra arguments.
+fn start_trace(args: &[&str]) -> Child {
+    let child = Command::new(monitor_bin())
+        .args(["trace", "--output", "json", "--min-stall", "100us"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting monitor trace");
+    // Give the programs time to attach before the incident starts.
+    std::thread::sleep(Duration::from_millis(2000));
+    child
+}
+
+fn finish(trace: Child) -> (Vec<Value>, String) {
+    let out = trace.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "monitor trace failed: {stderr}");
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    (lines, stderr)
+}
+
+/// Inside `cgroup_dir`: writes and reads back 128 MiB of page cache (reclaimed under the
+/// limit, which is where tasks stall), then allocates 96 MiB of anonymous memory, which the
+/// limit cannot hold without swap. Returns the process; its pid is the OOM victim's.
+fn overrun(cgroup_dir: &Path, scratch: &Path) -> Child {
+    let procs = cgroup_dir.join("cgroup.procs");
+    let file = scratch.join("cache");
+    let commands = scratch.join("commands");
+    fs::write(&commands, "alloc 96\n").unwrap();
+    // `exec` keeps the shell's pid, so the spawned child's pid is the victim's.
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=128 2>/dev/null && cat {f} >/dev/null && \
+         exec {alloc} <{c}",
+        f = file.display(),
+        c = commands.display(),
+        alloc = binary("alloc", "MONITOR_ALLOC_BIN").display()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).stdout(Stdio::null());
+    // SAFETY: only a write to cgroupfs before exec.
+    unsafe {
+        cmd.pre_exec(move || fs::write(&procs, "0"));
+    }
+    cmd.spawn().expect("starting the overrun")
+}
+
+fn limited_child(cgroup: &TestCgroup, name: &str) -> std::path::PathBuf {
+    let dir = cgroup.child(name);
+    fs::write(dir.join("memory.limit_in_bytes"), LIMIT.to_string())
+        .or_else(|_| fs::write(dir.join("memory.max"), LIMIT.to_string()))
+        .expect("setting the memory limit");
+    dir
+}
+
+fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["type"] == kind).collect()
+}
+
+#[test]
+fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
+    if !running_as_root("limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup") {
+        return;
+    }
+    let cgroup = TestCgroup::create("incident");
+    let dir = limited_child(&cgroup, "app");
+    let app = cgroup.child_rel("app");
+    let scratch = tempdir("incident");
+    let trace = start_trace(&["--duration", "10", "--cgroup", &cgroup.rel]);
+    let mut victim = overrun(&dir, &scratch);
+    let pid = victim.id();
+    let status = victim.wait().unwrap();
+    let (lines, stderr) = finish(trace);
+    let _ = fs::remove_dir_all(&scratch);
+    assert!(
+        !status.success(),
+        "the overrun survived a 64 MiB limit: {status:?}"
+    );
+
+    let stalls = of_type(&lines, "stall");
+    assert!(!stalls.is_empty(), "no reclaim stalls; stderr: {stderr}");
+    for stall in &stalls {
+        assert_eq!(
+            stall["cgroup_path"],
+            app.as_str(),
+            "stall attributed elsewhere: {stall}"
+        );
+        assert!(
+            stall["duration_ns"].as_u64().unwrap() >= 100_000,
+            "below --min-stall: {stall}"
+        );
+        assert_eq!(stall["reclaim"], "memcg", "{stall}");
+    }
+    let kills = of_type(&lines, "oom_kill");
+    assert!(
+        kills
+            .iter()
+            .any(|k| k["pid"] == pid && k["cgroup_path"] == app.as_str()),
+        "no OOM kill of pid {pid} in {app}: {kills:?}; stderr: {stderr}"
+    );
+    let first_kill = lines.iter().position(|l| l["type"] == "oom_kill").unwrap();
+    let first_stall = lines.iter().position(|l| l["type"] == "stall").unwrap();
+    assert!(first_stall < first_kill, "stalls come before the kill");
+    for line in &lines {
+        if let Some(path) = line["cgroup_path"].as_str() {
+            assert!(path.starts_with(&cgroup.rel), "--cgroup let through {line}");
+        }
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary", "the last line is the summary");
+    assert_eq!(
+        summary["most_stalled"][0]["subject"],
+        app.as_str(),
+        "{summary}"
+    );
+    assert!(summary["most_stalled"][0]["stall_ns"].as_u64().unwrap() > 0);
+    assert!(
+        summary["oom_kills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["pid"] == pid),
+        "{summary}"
+    );
+    let total_ms: f64 = stalls
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() as f64 / 1e6)
+        .sum();
+    let max_ms = stalls
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() as f64 / 1e6)
+        .fold(0.0, f64::max);
+    eprintln!(
+        "observed: {} stalls, {total_ms:.1} ms in total, longest {max_ms:.1} ms",
+        stalls.len()
+    );
+}
+
+#[test]
+fn cgroup_filter_selects_exactly_the_requested_cgroup() {
+    if !running_as_root("cgroup_filter_selects_exactly_the_requested_cgroup") {
+        return;
+    }
+    let cgroup = TestCgroup::create("incident-filter");
+    let watched = limited_child(&cgroup, "watched");
+    let other = limited_child(&cgroup, "other");
+    let (watched_rel, other_rel) = (cgroup.child_rel("watched"), cgroup.child_rel("other"));
+    let scratch = tempdir("filter");
+    let trace = start_trace(&["--duration", "12", "--cgroup", &watched_rel]);
+    let (a, b) = (scratch.join("a"), scratch.join("b"));
+    fs::create_dir_all(&a).unwrap();
+    fs::create_dir_all(&b).unwrap();
+    let mut first = overrun(&other, &b);
+    first.wait().unwrap();
+    let mut second = overrun(&watched, &a);
+    let watched_pid = second.id();
+    second.wait().unwrap();
+    let (lines, stderr) = finish(trace);
+    let _ = fs::remove_dir_all(&scratch);
+    assert!(
+        of_type(&lines, "oom_kill")
+            .iter()
+            .any(|k| k["pid"] == watched_pid),
+        "the watched cgroup's kill is missing; stderr: {stderr}"
+    );
+    for line in &lines {
+        if let Some(path) = line["cgroup_path"].as_str() {
+            assert_eq!(
+                path, watched_rel,
+                "filter let through {other_rel}'s line or another: {line}"
+            );
+        }
+    }
+}
+
+/// A scratch directory for page-cache files, outside any test cgroup's limits.
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("monitor-test-{}-{name}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod metrics;
+pub mod node;
 pub mod pods;
 pub mod source;
 pub mod trace;

@@ -132,6 +132,9 @@ pub struct RankedPod {
 pub struct Report {
     /// The signal ranked for.
     pub signal: Signal,
+    /// The ranking policy used for it.
+    #[serde(skip)]
+    pub policy: RankPolicy,
     /// The node the summary comes from.
     pub node_name: String,
     /// The node-level observation of the signal, if the summary has it.
@@ -186,6 +189,7 @@ pub fn build_report(
     }
     Ok(Report {
         signal,
+        policy,
         node_name: node.to_string(),
         observation: summary.observations().get(&signal).copied(),
         pods: ranked,

@@ -247,8 +247,12 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 mod tests {
     use super::*;
 
-    /// Facts with every tracepoint in `present` (`category/tracepoint`) and the rest missing.
-    fn facts(btf: bool, ring_buffer: bool, present: &[&str]) -> KernelFeatures {
+    /// Facts where the tracepoints of the programs `present` selects exist.
+    fn facts(
+        btf: bool,
+        ring_buffer: bool,
+        present: impl Fn(&ProgramSpec) -> bool,
+    ) -> KernelFeatures {
         KernelFeatures {
             release: "test".into(),
             btf,
@@ -258,7 +262,7 @@ mod tests {
                 .iter()
                 .map(|program| ProgramSupport {
                     program,
-                    present: present.contains(&program.hook().as_str()),
+                    present: present(program),
                 })
                 .collect(),
             memory: Ok(MemoryHierarchy {
@@ -273,9 +277,14 @@ mod tests {
         }
     }
 
-    const MEMCG: [&str; 2] = ["memcg/mod_memcg_lruvec_state", "memcg/mod_memcg_state"];
-    const CGROUP: [&str; 2] = ["cgroup/cgroup_mkdir", "cgroup/cgroup_rmdir"];
-    const ALL: [&str; 4] = [MEMCG[0], MEMCG[1], CGROUP[0], CGROUP[1]];
+    fn all(_: &ProgramSpec) -> bool {
+        true
+    }
+
+    /// Kernel 6.1: the cgroup tracepoints but none of the memcg ones (6.8).
+    fn lifecycle_only(program: &ProgramSpec) -> bool {
+        program.category == "cgroup"
+    }
 
     fn names(programs: Vec<&ProgramSpec>) -> Vec<&str> {
         programs.iter().map(|p| p.name).collect()
@@ -283,14 +292,14 @@ mod tests {
 
     #[test]
     fn kernel_6_18_host_uses_every_program() {
-        let host = facts(true, true, &ALL);
+        let host = facts(true, true, all);
         assert_eq!(host.source(), EventSource::Ebpf);
         assert_eq!(host.programs_to_attach().len(), PROGRAMS.len());
     }
 
     #[test]
     fn kernel_6_1_without_memcg_tracepoints_polls_memory() {
-        let vm = facts(true, true, &CGROUP);
+        let vm = facts(true, true, lifecycle_only);
         assert_eq!(vm.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(vm.programs_to_attach()),
@@ -300,32 +309,40 @@ mod tests {
 
     #[test]
     fn no_btf_polls_even_with_every_tracepoint() {
-        let no_btf = facts(false, true, &ALL);
+        let no_btf = facts(false, true, all);
         assert_eq!(no_btf.source(), EventSource::Poll);
         assert!(no_btf.programs_to_attach().is_empty());
     }
 
     #[test]
     fn no_ring_buffer_polls() {
-        assert_eq!(facts(true, false, &ALL).source(), EventSource::Poll);
-        assert_eq!(facts(true, false, &CGROUP).source(), EventSource::Poll);
+        assert_eq!(facts(true, false, all).source(), EventSource::Poll);
+        assert_eq!(
+            facts(true, false, lifecycle_only).source(),
+            EventSource::Poll
+        );
     }
 
     #[test]
     fn one_missing_lifecycle_tracepoint_polls() {
-        let partial = facts(true, true, &[MEMCG[0], MEMCG[1], CGROUP[0]]);
+        let partial = facts(true, true, |p| p.name != "cgroup_rmdir");
         assert_eq!(partial.source(), EventSource::Poll);
     }
 
     #[test]
     fn one_missing_memcg_tracepoint_keeps_lifecycle_events() {
-        let partial = facts(true, true, &[MEMCG[1], CGROUP[0], CGROUP[1]]);
+        let partial = facts(true, true, |p| p.name != "mod_memcg_lruvec_state");
         assert_eq!(partial.source(), EventSource::EbpfPoll);
+        assert_eq!(
+            names(partial.programs_to_attach()),
+            ["cgroup_mkdir", "cgroup_rmdir"],
+            "a lone memcg program would count what is polled anyway"
+        );
     }
 
     #[test]
     fn no_tracepoints_polls() {
-        let none = facts(true, true, &[]);
+        let none = facts(true, true, |_| false);
         assert_eq!(none.source(), EventSource::Poll);
         assert!(none.programs_to_attach().is_empty());
     }

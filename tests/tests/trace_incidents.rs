@@ -17,7 +17,7 @@ const LIMIT: u64 = 64 << 20;
 /// Starts `monitor trace --output json` with extra arguments.
 fn start_trace(args: &[&str]) -> Child {
     let child = Command::new(monitor_bin())
-        .args(["trace", "--output", "json", "--min-stall", "100us"])
+        .args(["trace", "--output", "json", "--min-stall", "1ms"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -106,7 +106,7 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
             "stall attributed elsewhere: {stall}"
         );
         assert!(
-            stall["duration_ns"].as_u64().unwrap() >= 100_000,
+            stall["duration_ns"].as_u64().unwrap() >= 1_000_000,
             "below --min-stall: {stall}"
         );
         assert_eq!(stall["reclaim"], "memcg", "{stall}");
@@ -198,4 +198,69 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("monitor-test-{}-{name}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[test]
+fn pod_attribution_and_pod_filter_name_the_pod() {
+    if !running_as_root("pod_attribution_and_pod_filter_name_the_pod") {
+        return;
+    }
+    let cgroup = TestCgroup::create("incident-pods");
+    let uid = "5f0c6a1e-0000-4000-8000-00000000beef";
+    let pod_dir = limited_child(&cgroup, &format!("kubepods/burstable/pod{uid}"));
+    let sibling = limited_child(&cgroup, "kubepods/burstable/podother");
+    let scratch = tempdir("pods");
+    let manifests = scratch.join("manifests");
+    fs::create_dir_all(&manifests).unwrap();
+    // Burstable: requests without equal limits.
+    fs::write(
+        manifests.join("web.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: shop\n  uid: {uid}\n\
+             spec:\n  containers:\n  - name: app\n    image: app\n    resources:\n      requests:\n        memory: 32Mi\n"
+        ),
+    )
+    .unwrap();
+    let kubepods = format!("{}/kubepods", cgroup.rel);
+    let trace = start_trace(&[
+        "--duration",
+        "12",
+        "--pods",
+        manifests.to_str().unwrap(),
+        "--kubepods-cgroup",
+        &kubepods,
+        "--pod",
+        "shop/web",
+    ]);
+    let (a, b) = (scratch.join("a"), scratch.join("b"));
+    fs::create_dir_all(&a).unwrap();
+    fs::create_dir_all(&b).unwrap();
+    overrun(&sibling, &b).wait().unwrap();
+    let mut victim = overrun(&pod_dir, &a);
+    let pid = victim.id();
+    victim.wait().unwrap();
+    let (lines, stderr) = finish(trace);
+    let _ = fs::remove_dir_all(&scratch);
+    let attributed: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("cgroup_path").is_some() && l["type"] != "summary")
+        .collect();
+    assert!(
+        !attributed.is_empty(),
+        "nothing shown for the pod; stderr: {stderr}"
+    );
+    for line in &attributed {
+        assert_eq!(line["pod"]["namespace"], "shop", "--pod let through {line}");
+        assert_eq!(line["pod"]["name"], "web", "{line}");
+        assert_eq!(line["pod"]["uid"], uid, "{line}");
+    }
+    assert!(
+        of_type(&lines, "oom_kill").iter().any(|k| k["pid"] == pid),
+        "the pod's OOM kill is missing; stderr: {stderr}"
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(
+        summary["most_stalled"][0]["subject"], "shop/web",
+        "{summary}"
+    );
 }

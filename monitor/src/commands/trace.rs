@@ -15,14 +15,15 @@ use tokio::sync::mpsc;
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
     engine::{duration::parse_go_duration, quantity::Quantity},
+    pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
         probe::KernelFeatures,
     },
     trace::{
         TraceRecord, TraceView,
-        attribution::{PodCgroups, memory_cgroup_in_proc},
-        filter::Filter,
+        attribution::{PodCgroups, PodIdentity, PodSource, memory_cgroup_in_proc},
+        filter::{Filter, parse_pod},
         pressure::{self, PressureSignal},
         view::{BurstSettings, Lookups},
     },
@@ -64,6 +65,19 @@ pub struct TraceArgs {
     /// Report a stat when it moved by at least this many bytes since its last report.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub step: u64,
+    /// Directory of pod manifests (YAML or JSON) to attribute cgroups to pods by uid.
+    #[arg(long, value_name = "DIR")]
+    pub pods: Option<PathBuf>,
+    /// The kubelet's pod cgroup root below the memory hierarchy (default: detect `kubepods`
+    /// or `kubepods.slice`).
+    #[arg(long, value_name = "PATH", requires = "pods")]
+    pub kubepods_cgroup: Option<String>,
+    /// Only show events of this pod (needs --pods).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod, requires = "pods")]
+    pub pod: Option<(String, String)>,
+    /// Only show events of pods in this namespace (needs --pods).
+    #[arg(long, value_name = "NAMESPACE", requires = "pods")]
+    pub namespace: Option<String>,
     /// Report reclaim stalls lasting at least this long (Go syntax: 500us, 5ms, 1s). 1ms by
     /// default: shorter direct reclaims are routine on a busy node, longer ones are latency a
     /// request notices.
@@ -111,9 +125,14 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     let hierarchy = MemoryHierarchy::discover()?;
     let filter = Filter {
         cgroup: args.cgroup.as_deref().map(|c| relative_to(&hierarchy, c)),
-        ..Filter::default()
+        pod: args.pod.clone(),
+        namespace: args.namespace.clone(),
     };
-    let pods: Option<PodCgroups> = None;
+    let pods = args
+        .pods
+        .as_deref()
+        .map(|dir| load_pods(dir, args.kubepods_cgroup.as_deref(), &hierarchy))
+        .transpose()?;
     let mut source = KernelSource::load_with_incidents(
         LoadOptions {
             step_bytes: args.step,
@@ -144,7 +163,8 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         window_ns: BURST_WINDOW.as_nanos() as u64,
         bytes_per_sec: args.burst_rate,
     };
-    let mut view = TraceView::new(paths, filter, None, burst, source.page_size());
+    let pods = pods.map(|p| Box::new(p) as Box<dyn PodSource>);
+    let mut view = TraceView::new(paths, filter, pods, burst, source.page_size());
     let start_ns = monotonic_ns();
     let mut out = Printer {
         out: io::stdout().lock(),
@@ -241,6 +261,45 @@ impl Lookups for SystemLookups<'_> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         memory_cgroup_in_proc(&text, self.hierarchy.version)
     }
+}
+
+/// Pods of the manifests directory with the cgroups the kubelet gives them.
+fn load_pods(
+    dir: &Path,
+    kubepods: Option<&str>,
+    hierarchy: &MemoryHierarchy,
+) -> anyhow::Result<PodCgroups> {
+    let loaded = load_dir(dir)
+        .map_err(|e| anyhow::anyhow!("reading pod manifests in {}: {e}", dir.display()))?;
+    for error in &loaded.errors {
+        log::warn!("{error}");
+    }
+    let kubepods = match kubepods {
+        Some(path) => KubepodsCgroup::from_path(path),
+        None => KubepodsCgroup::detect(&hierarchy.mount)?,
+    };
+    let mut pods = PodCgroups::default();
+    for (pod, cgroup) in
+        loaded
+            .pods
+            .iter()
+            .zip(resolve_pod_cgroups(&loaded.pods, hierarchy, &kubepods))
+    {
+        let (Some(cgroup), Some(uid)) = (cgroup, pod.metadata.uid.clone()) else {
+            continue;
+        };
+        let identity = PodIdentity {
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid,
+        };
+        pods.insert(cgroup.rel, identity);
+    }
+    Ok(pods)
 }
 
 /// Installs PSI triggers: the node's, and those of the pods (with --pods) or of the --cgroup

@@ -3,6 +3,7 @@
 //!
 //! Data flows one way: kernel -> ring buffer ([`source`]) -> state -> rank -> decide
 //! ([`engine`], pure) -> act -> checkpoint.
+pub mod action;
 pub mod cgroupfs;
 pub mod checkpoint;
 pub mod cli;

@@ -188,3 +188,45 @@ impl Drop for Allocator {
         let _ = self.child.wait();
     }
 }
+
+/// A running `ignore_term` helper inside a cgroup: it ignores SIGTERM, so only SIGKILL ends
+/// it. Killed and reaped on drop.
+pub struct TermIgnorer {
+    child: Child,
+}
+
+impl TermIgnorer {
+    /// Starts the helper inside `cgroup_dir` and waits until it ignores SIGTERM.
+    pub fn start_in(cgroup_dir: &Path) -> Self {
+        let procs = cgroup_dir.join("cgroup.procs");
+        let mut cmd = Command::new(binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
+        cmd.stdout(Stdio::piped());
+        // SAFETY: only async-signal-safe work (open/write via std's thin wrappers) before exec.
+        unsafe {
+            cmd.pre_exec(move || fs::write(&procs, "0"));
+        }
+        let mut child = cmd.spawn().expect("starting the ignore_term helper");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut ready)
+            .expect("reading the ignore_term helper");
+        assert_eq!(ready.trim(), "ready");
+        Self { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for TermIgnorer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Pids listed in a cgroup's `cgroup.procs` (empty when the cgroup is gone).
+pub fn cgroup_pids(cgroup_dir: &Path) -> Vec<i32> {
+    pids_in(cgroup_dir)
+}

@@ -1,0 +1,369 @@
+//! Ending every process of a pod's cgroup subtree, the way a runtime stops a pod: SIGTERM,
+//! a grace period, then force.
+//!
+//! * Every process listed in the `cgroup.procs` of any cgroup in the subtree gets SIGTERM,
+//!   and so does any process that shows up there during the grace period. On v1 `cgroup.procs`
+//!   lists the process of every task in the cgroup, and a signal to a process reaches all its
+//!   threads, so this covers every task.
+//! * After the grace period: on v2 `cgroup.kill` (kernel 5.14+), which also catches processes
+//!   forking meanwhile; on v1, or without `cgroup.kill`, SIGKILL to every remaining process,
+//!   repeated until the subtree is empty.
+//! * It returns once every `cgroup.procs` in the subtree is empty, or at the cleanup timeout.
+//!
+//! A pid read from `cgroup.procs` may exit and be reused by an unrelated process before the
+//! signal. So each process is first pinned with a pidfd, then its membership is checked in
+//! /proc/<pid>/cgroup, and the signal goes through the pidfd: only a process verified to be
+//! inside the subtree is ever signalled, and never pid 0, pid 1 or this agent itself.
+use std::{
+    collections::HashSet,
+    fs, io,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use crate::cgroupfs::{CgroupVersion, MemoryHierarchy, paths::is_within};
+
+/// How often the subtree is checked for being empty.
+const POLL: Duration = Duration::from_millis(20);
+
+/// How long to wait at each step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KillTimings {
+    /// Time between SIGTERM and force (the pod's termination grace period).
+    pub grace: Duration,
+    /// Total time, from the start, after which the call gives up waiting for an empty subtree.
+    pub cleanup_timeout: Duration,
+}
+
+/// How the kill ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KillOutcome {
+    /// Every `cgroup.procs` in the subtree is empty.
+    Emptied,
+    /// The cleanup timeout passed with these processes still in the subtree.
+    TimedOut { remaining: Vec<i32> },
+}
+
+/// What a kill did and how long it took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillReport {
+    pub outcome: KillOutcome,
+    /// From the start of the call to the subtree found empty, or to the timeout.
+    pub elapsed: Duration,
+    /// Processes sent SIGTERM.
+    pub terminated: usize,
+    /// Whether the grace period ran out with processes left, so force was used.
+    pub forced: bool,
+}
+
+/// Why a kill could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum KillError {
+    /// Refused: the hierarchy root holds every process of the machine.
+    #[error("refusing to kill the root cgroup")]
+    RootCgroup,
+    /// The pod's cgroup does not exist (any more).
+    #[error("cgroup {0} does not exist")]
+    NotFound(PathBuf),
+    /// A cgroup directory or `cgroup.procs` could not be read.
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    /// `cgroup.kill` could not be written.
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    /// A process could not be signalled for a reason other than having exited.
+    #[error("sending signal {signal} to pid {pid}: {source}")]
+    Signal {
+        pid: i32,
+        signal: i32,
+        source: io::Error,
+    },
+}
+
+/// Kills every process in the cgroup `rel` (relative to the hierarchy root) and below it.
+pub async fn kill_cgroup_tree(
+    hierarchy: &MemoryHierarchy,
+    rel: &str,
+    timings: KillTimings,
+) -> Result<KillReport, KillError> {
+    let start = Instant::now();
+    let rel = format!("/{}", rel.trim_matches('/'));
+    if rel == "/" {
+        return Err(KillError::RootCgroup);
+    }
+    let root = hierarchy.dir(&rel);
+    if !root.is_dir() {
+        return Err(KillError::NotFound(root));
+    }
+    let target = Target {
+        hierarchy,
+        rel: &rel,
+        root: &root,
+    };
+    let grace_end = start + timings.grace;
+    let deadline = start + timings.cleanup_timeout;
+    let mut terminated = HashSet::new();
+    let mut forced = false;
+    loop {
+        let pids = target.pids()?;
+        let now = Instant::now();
+        if pids.is_empty() || now >= deadline {
+            let outcome = if pids.is_empty() {
+                KillOutcome::Emptied
+            } else {
+                KillOutcome::TimedOut { remaining: pids }
+            };
+            return Ok(KillReport {
+                outcome,
+                elapsed: now - start,
+                terminated: terminated.len(),
+                forced,
+            });
+        }
+        if now < grace_end {
+            for pid in pids {
+                if !terminated.contains(&pid) && target.signal(pid, libc::SIGTERM)? {
+                    terminated.insert(pid);
+                }
+            }
+        } else {
+            forced = true;
+            target.force(&pids)?;
+        }
+        let wake = if now < grace_end {
+            grace_end.min(now + POLL)
+        } else {
+            deadline.min(now + POLL)
+        };
+        tokio::time::sleep_until(wake).await;
+    }
+}
+
+/// The subtree being killed.
+struct Target<'a> {
+    hierarchy: &'a MemoryHierarchy,
+    rel: &'a str,
+    root: &'a Path,
+}
+
+impl Target<'_> {
+    /// Every process in the subtree, sorted. Cgroups removed meanwhile count as empty.
+    fn pids(&self) -> Result<Vec<i32>, KillError> {
+        let mut pids = Vec::new();
+        let mut pending = vec![self.root.to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            let procs = dir.join("cgroup.procs");
+            match fs::read_to_string(&procs) {
+                Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+                Err(e) if is_gone(&e) => continue,
+                Err(source) => {
+                    return Err(KillError::Read {
+                        path: procs,
+                        source,
+                    });
+                }
+            }
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if is_gone(&e) => continue,
+                Err(source) => return Err(KillError::Read { path: dir, source }),
+            };
+            pending.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    /// Ends the remaining processes: `cgroup.kill` on v2 where the kernel has it, else SIGKILL.
+    fn force(&self, pids: &[i32]) -> Result<(), KillError> {
+        if self.hierarchy.version == CgroupVersion::V2 {
+            let path = self.root.join("cgroup.kill");
+            match fs::write(&path, "1") {
+                Ok(()) => return Ok(()),
+                // Older kernel without cgroup.kill: fall back to signals.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if is_gone(&e) => return Ok(()),
+                Err(source) => return Err(KillError::Write { path, source }),
+            }
+        }
+        for &pid in pids {
+            self.signal(pid, libc::SIGKILL)?;
+        }
+        Ok(())
+    }
+
+    /// Signals `pid` if it is verifiably inside the subtree; false when it was not signalled
+    /// (exited, or not ours).
+    fn signal(&self, pid: i32, signal: i32) -> Result<bool, KillError> {
+        // SAFETY: getpid has no preconditions.
+        if pid <= 1 || pid == unsafe { libc::getpid() } {
+            return Ok(false);
+        }
+        let signal_error = |source| KillError::Signal {
+            pid,
+            signal,
+            source,
+        };
+        let Some(pidfd) = pidfd_open(pid).map_err(signal_error)? else {
+            return Ok(false);
+        };
+        if !self.contains(pid) {
+            return Ok(false);
+        }
+        // SAFETY: a valid pidfd, a null siginfo (as for kill(2)), no flags.
+        let sent = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        match sent {
+            0 => Ok(true),
+            _ => match io::Error::last_os_error() {
+                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+                e => Err(signal_error(e)),
+            },
+        }
+    }
+
+    /// Whether /proc/<pid>/cgroup puts the process inside the subtree, for this hierarchy.
+    fn contains(&self, pid: i32) -> bool {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            return false;
+        };
+        member_path(&text, self.hierarchy.version).is_some_and(|path| is_within(path, self.rel))
+    }
+}
+
+/// The memory cgroup path in /proc/<pid>/cgroup text: the v1 line whose controllers include
+/// `memory`, or the v2 line with hierarchy id 0.
+fn member_path(proc_cgroup: &str, version: CgroupVersion) -> Option<&str> {
+    proc_cgroup.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let ours = match version {
+            CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
+            CgroupVersion::V2 => id == "0" && controllers.is_empty(),
+        };
+        ours.then_some(path)
+    })
+}
+
+/// A pidfd pinning `pid`, or `None` when the process has already exited.
+fn pidfd_open(pid: i32) -> io::Result<Option<OwnedFd>> {
+    // SAFETY: plain syscall with integer arguments; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        return if error.raw_os_error() == Some(libc::ESRCH) {
+            Ok(None)
+        } else {
+            Err(error)
+        };
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+}
+
+/// ENOENT, or ENODEV from a cgroup removed while being read.
+fn is_gone(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ENODEV)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_is_read_from_the_memory_line() {
+        let v1 = "12:pids:/user.slice\n4:memory:/kubepods/burstable/pod1\n1:name=systemd:/x\n0::/init.scope\n";
+        let combined = "7:cpu,memory:/kubepods/pod2\n";
+        let v2 = "0::/kubepods.slice/kubepods-pod3.slice/cri-containerd-abc.scope\n";
+        let cases = [
+            (
+                "v1 memory line",
+                v1,
+                CgroupVersion::V1,
+                Some("/kubepods/burstable/pod1"),
+            ),
+            (
+                "v1 co-mounted controllers",
+                combined,
+                CgroupVersion::V1,
+                Some("/kubepods/pod2"),
+            ),
+            (
+                "v2 unified line",
+                v1,
+                CgroupVersion::V2,
+                Some("/init.scope"),
+            ),
+            (
+                "v2 only",
+                v2,
+                CgroupVersion::V2,
+                Some("/kubepods.slice/kubepods-pod3.slice/cri-containerd-abc.scope"),
+            ),
+            ("v1 without memory", v2, CgroupVersion::V1, None),
+        ];
+        for (name, text, version, want) in cases {
+            assert_eq!(member_path(text, version), want, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_root_cgroup_and_missing_cgroups_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let hierarchy = MemoryHierarchy {
+            version: CgroupVersion::V2,
+            mount: tmp.path().into(),
+            hierarchy_id: 0,
+        };
+        let timings = KillTimings {
+            grace: Duration::ZERO,
+            cleanup_timeout: Duration::ZERO,
+        };
+        for root in ["/", "", "//"] {
+            let refused = kill_cgroup_tree(&hierarchy, root, timings).await;
+            assert!(
+                matches!(refused, Err(KillError::RootCgroup)),
+                "{root:?}: {refused:?}"
+            );
+        }
+        let missing = kill_cgroup_tree(&hierarchy, "/kubepods/podx", timings).await;
+        assert!(
+            matches!(missing, Err(KillError::NotFound(_))),
+            "{missing:?}"
+        );
+    }
+
+    #[test]
+    fn pid_one_and_this_process_are_never_signalled() {
+        let hierarchy = MemoryHierarchy {
+            version: CgroupVersion::V2,
+            mount: "/".into(),
+            hierarchy_id: 0,
+        };
+        // The whole hierarchy as the target: only the pid guard can refuse.
+        let target = Target {
+            hierarchy: &hierarchy,
+            rel: "/",
+            root: Path::new("/"),
+        };
+        for pid in [0, 1, std::process::id() as i32] {
+            assert!(!target.signal(pid, 0).unwrap(), "pid {pid}");
+        }
+    }
+}

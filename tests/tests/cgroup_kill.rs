@@ -1,0 +1,127 @@
+//! Killing a pod's cgroup subtree with real cgroups and real processes (root only).
+use std::time::Duration;
+
+use monitor::action::{KillOutcome, KillTimings, kill_cgroup_tree};
+use tests::{Allocator, TermIgnorer, TestCgroup, cgroup_pids, running_as_root};
+
+const GRACE: Duration = Duration::from_millis(800);
+const CLEANUP: Duration = Duration::from_secs(10);
+
+fn timings(grace: Duration, cleanup_timeout: Duration) -> KillTimings {
+    KillTimings {
+        grace,
+        cleanup_timeout,
+    }
+}
+
+#[tokio::test]
+async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
+    if !running_as_root("a_process_ignoring_sigterm_is_killed_after_the_grace_period") {
+        return;
+    }
+    let cgroup = TestCgroup::create("kill-ignorer");
+    let ignorer = TermIgnorer::start_in(&cgroup.dir);
+    assert_eq!(cgroup_pids(&cgroup.dir), [ignorer.pid() as i32]);
+
+    let report = kill_cgroup_tree(&cgroup.hierarchy, &cgroup.rel, timings(GRACE, CLEANUP))
+        .await
+        .unwrap();
+
+    assert_eq!(report.outcome, KillOutcome::Emptied);
+    assert!(
+        report.forced,
+        "SIGTERM was ignored, so force was needed: {report:?}"
+    );
+    assert_eq!(report.terminated, 1);
+    assert!(
+        report.elapsed >= GRACE,
+        "not before the grace period: {report:?}"
+    );
+    assert!(
+        report.elapsed < GRACE + Duration::from_secs(2),
+        "soon after it: {report:?}"
+    );
+    assert!(cgroup_pids(&cgroup.dir).is_empty());
+}
+
+#[tokio::test]
+async fn a_process_that_exits_on_sigterm_ends_before_the_grace_period() {
+    if !running_as_root("a_process_that_exits_on_sigterm_ends_before_the_grace_period") {
+        return;
+    }
+    let cgroup = TestCgroup::create("kill-polite");
+    let mut allocator = Allocator::start_in(&cgroup.dir);
+    allocator.alloc(8);
+    let grace = Duration::from_secs(5);
+
+    let report = kill_cgroup_tree(&cgroup.hierarchy, &cgroup.rel, timings(grace, CLEANUP))
+        .await
+        .unwrap();
+
+    assert_eq!(report.outcome, KillOutcome::Emptied);
+    assert!(!report.forced, "{report:?}");
+    assert_eq!(report.terminated, 1);
+    assert!(
+        report.elapsed < Duration::from_secs(1),
+        "ended early: {report:?}"
+    );
+}
+
+#[tokio::test]
+async fn nested_cgroups_are_killed_and_siblings_are_left_alone() {
+    if !running_as_root("nested_cgroups_are_killed_and_siblings_are_left_alone") {
+        return;
+    }
+    let cgroup = TestCgroup::create("kill-nested");
+    let pod = cgroup.child("pod");
+    let container = cgroup.child("pod/container/inner");
+    let sibling = cgroup.child("sibling");
+    let _in_pod = Allocator::start_in(&pod);
+    let _deep = TermIgnorer::start_in(&container);
+    let mut outside = Allocator::start_in(&sibling);
+
+    let report = kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings(GRACE, CLEANUP),
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(report.outcome, KillOutcome::Emptied, "{report:?}");
+    assert_eq!(report.terminated, 2);
+    assert!(
+        report.forced,
+        "the nested process ignores SIGTERM: {report:?}"
+    );
+    assert!(cgroup_pids(&pod).is_empty() && cgroup_pids(&container).is_empty());
+    assert_eq!(cgroup_pids(&sibling), [outside.pid() as i32]);
+    outside.alloc(1);
+}
+
+#[tokio::test]
+async fn the_cleanup_timeout_reports_what_is_left() {
+    if !running_as_root("the_cleanup_timeout_reports_what_is_left") {
+        return;
+    }
+    let cgroup = TestCgroup::create("kill-timeout");
+    let ignorer = TermIgnorer::start_in(&cgroup.dir);
+    let cleanup = Duration::from_millis(300);
+
+    // The grace period outlasts the cleanup timeout, so force never comes.
+    let report = kill_cgroup_tree(&cgroup.hierarchy, &cgroup.rel, timings(CLEANUP, cleanup))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        report.outcome,
+        KillOutcome::TimedOut {
+            remaining: vec![ignorer.pid() as i32]
+        }
+    );
+    assert!(!report.forced);
+    assert!(
+        report.elapsed >= cleanup && report.elapsed < cleanup + Duration::from_secs(1),
+        "{report:?}"
+    );
+}

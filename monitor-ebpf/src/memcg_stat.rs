@@ -54,7 +54,12 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
         return Ok(());
     }
     // SAFETY: as above.
-    let (id, val) = unsafe { (ctx.read_at::<u64>(ID_OFFSET)?, ctx.read_at::<i32>(VAL_OFFSET)?) };
+    let (id, val) = unsafe {
+        (
+            ctx.read_at::<u64>(ID_OFFSET)?,
+            ctx.read_at::<i32>(VAL_OFFSET)?,
+        )
+    };
     let counters = counters_of(id)?;
     let val = i64::from(val);
     // SAFETY: the pointers come from the hash map entry and stay valid for this program run;

@@ -4,9 +4,11 @@
 //! Data flows one way: kernel -> ring buffer ([`source`]) -> state -> rank -> decide
 //! ([`engine`], pure) -> act -> checkpoint.
 pub mod action;
+pub mod agent;
 pub mod cgroupfs;
 pub mod checkpoint;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod engine;
 pub mod metrics;

@@ -24,7 +24,11 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::cgroupfs::{CgroupVersion, MemoryHierarchy, paths::is_within};
+use crate::cgroupfs::{
+    CgroupVersion, MemoryHierarchy,
+    paths::is_within,
+    procs::{is_gone, subtree_pids},
+};
 
 /// How often the subtree is checked for being empty.
 const POLL: Duration = Duration::from_millis(20);
@@ -152,35 +156,10 @@ struct Target<'a> {
 impl Target<'_> {
     /// Every process in the subtree, sorted. Cgroups removed meanwhile count as empty.
     fn pids(&self) -> Result<Vec<i32>, KillError> {
-        let mut pids = Vec::new();
-        let mut pending = vec![self.root.to_path_buf()];
-        while let Some(dir) = pending.pop() {
-            let procs = dir.join("cgroup.procs");
-            match fs::read_to_string(&procs) {
-                Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
-                Err(e) if is_gone(&e) => continue,
-                Err(source) => {
-                    return Err(KillError::Read {
-                        path: procs,
-                        source,
-                    });
-                }
-            }
-            let entries = match fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) if is_gone(&e) => continue,
-                Err(source) => return Err(KillError::Read { path: dir, source }),
-            };
-            pending.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-        pids.sort_unstable();
-        pids.dedup();
-        Ok(pids)
+        subtree_pids(self.root).map_err(|source| KillError::Read {
+            path: self.root.to_path_buf(),
+            source,
+        })
     }
 
     /// Ends the remaining processes: `cgroup.kill` on v2 where the kernel has it, else SIGKILL.
@@ -278,10 +257,6 @@ fn pidfd_open(pid: i32) -> io::Result<Option<OwnedFd>> {
 }
 
 /// ENOENT, or ENODEV from a cgroup removed while being read.
-fn is_gone(error: &io::Error) -> bool {
-    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ENODEV)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! and reading a cgroup's memory numbers. Everything that touches cgroupfs goes through here.
 pub mod hierarchy;
 pub mod paths;
+pub mod procs;
 pub mod stats;
 
 pub use hierarchy::{CgroupVersion, HierarchyError, MemoryHierarchy};

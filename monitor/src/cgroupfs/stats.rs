@@ -105,14 +105,15 @@ fn stat_value(stat: &str, key: &str) -> Option<u64> {
 }
 
 fn read_file(path: &Path) -> Result<String, StatsError> {
-    fs::read_to_string(path).map_err(|source| match source.kind() {
-        // ENODEV shows up when a cgroup is removed while its file is open.
-        io::ErrorKind::NotFound => StatsError::Gone(parent_of(path)),
-        _ if source.raw_os_error() == Some(libc::ENODEV) => StatsError::Gone(parent_of(path)),
-        _ => StatsError::Io {
-            path: path.display().to_string(),
-            source,
-        },
+    fs::read_to_string(path).map_err(|source| {
+        if super::procs::is_gone(&source) {
+            StatsError::Gone(parent_of(path))
+        } else {
+            StatsError::Io {
+                path: path.display().to_string(),
+                source,
+            }
+        }
     })
 }
 

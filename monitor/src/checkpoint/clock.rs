@@ -2,7 +2,7 @@
 use std::io;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::engine::checkpoint::Now;
+use crate::{clock::boot_time_ms, engine::checkpoint::Now};
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -22,21 +22,6 @@ pub fn unix_ms_now() -> u64 {
         .map_or(0, |since| {
             u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
         })
-}
-
-fn boot_time_ms() -> io::Result<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // The kernel never returns negative boot time.
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    Ok(secs * 1_000 + nanos / 1_000_000)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use monitor_common::Stat;
 use tokio::sync::mpsc;
 
 use crate::{
+    clock::monotonic_ns,
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
     engine::{duration::parse_go_duration, quantity::Quantity},
     pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
@@ -369,16 +370,6 @@ fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
     format!("/{}", rel.trim_matches('/'))
 }
 
-/// CLOCK_MONOTONIC now, the clock of the kernel's timestamps.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 #[cfg(test)]
 mod tests {

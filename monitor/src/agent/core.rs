@@ -1,0 +1,403 @@
+//! The agent's pure state machine: pods, their cgroups, working sets kept current from kernel
+//! events, the incremental rankings, and the decision step. Everything here takes plain data
+//! (and a clock), so the whole pipeline from event to decision is tested without root.
+use std::collections::{BTreeMap, HashMap};
+
+use monitor_common::Stat;
+
+use super::usage::{Membership, UsageTracker};
+use crate::{
+    cgroupfs::paths::is_within,
+    engine::{
+        clock::Clock,
+        config::EvictionConfig,
+        decide::{Decision, EvictionState, decide},
+        pod_facts::PodFacts,
+        rank::{FsLayout, RankPolicy},
+        rank_index::RankIndexSet,
+        signal::Signal,
+        summary::PodUsage,
+        threshold::SignalObservation,
+    },
+    node::memory::{allocatable_memory_available, memory_available},
+    pods::PodCgroup,
+};
+
+/// Node totals the signals are computed against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCapacity {
+    /// MemTotal.
+    pub memory_bytes: u64,
+    /// The kubepods cgroup's limit, or `--allocatable-memory`.
+    pub allocatable_memory_bytes: u64,
+}
+
+/// A pod the agent knows, and its cgroup if found.
+#[derive(Clone, Debug)]
+pub struct PodEntry {
+    pub facts: PodFacts,
+    pub cgroup: Option<PodCgroup>,
+    process_count: u64,
+}
+
+/// How the pod set changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodChanges {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+/// Pods, usage, rankings and remembered decisions.
+pub struct AgentCore {
+    config: EvictionConfig,
+    capacity: NodeCapacity,
+    kubepods_rel: String,
+    rankings: RankIndexSet,
+    usage: UsageTracker,
+    pods: HashMap<String, PodEntry>,
+    uid_by_cgroup: HashMap<String, String>,
+    pids: Option<SignalObservation>,
+    pub state: EvictionState,
+}
+
+impl AgentCore {
+    pub fn new(
+        config: EvictionConfig,
+        capacity: NodeCapacity,
+        kubepods_rel: &str,
+        state: EvictionState,
+    ) -> Self {
+        let rankings = RankIndexSet::new(FsLayout::Shared, config.thresholds.iter().map(|t| t.signal));
+        Self {
+            config,
+            capacity,
+            kubepods_rel: kubepods_rel.to_string(),
+            rankings,
+            usage: UsageTracker::default(),
+            pods: HashMap::new(),
+            uid_by_cgroup: HashMap::new(),
+            pids: None,
+            state,
+        }
+    }
+
+    pub fn config(&self) -> &EvictionConfig {
+        &self.config
+    }
+
+    /// Replaces the pod set: new pods are added (without stats until read), vanished ones
+    /// removed from the rankings, changed specs re-ranked.
+    pub fn set_pods(&mut self, pods: Vec<(PodFacts, Option<PodCgroup>)>) -> PodChanges {
+        let mut changes = PodChanges::default();
+        let incoming: HashMap<String, (PodFacts, Option<PodCgroup>)> =
+            pods.into_iter().map(|(f, c)| (f.pod.uid.clone(), (f, c))).collect();
+        let gone: Vec<String> =
+            self.pods.keys().filter(|uid| !incoming.contains_key(*uid)).cloned().collect();
+        for uid in gone {
+            self.remove_pod(&uid);
+            changes.removed.push(uid);
+        }
+        for (uid, (facts, cgroup)) in incoming {
+            let previous = self.pods.get(&uid);
+            if previous.is_some_and(|p| p.facts == facts && p.cgroup == cgroup) {
+                continue;
+            }
+            if previous.is_none() {
+                changes.added.push(uid.clone());
+            }
+            if let Some(old) = previous.and_then(|p| p.cgroup.clone()) {
+                self.uid_by_cgroup.remove(&old.rel);
+            }
+            if let Some(cgroup) = &cgroup {
+                self.uid_by_cgroup.insert(normalize(&cgroup.rel), uid.clone());
+            } else {
+                self.usage.set_pod(&uid, None);
+            }
+            self.rankings.upsert_pod(facts.clone());
+            let process_count = previous.map_or(0, |p| p.process_count);
+            self.pods.insert(uid.clone(), PodEntry { facts, cgroup, process_count });
+            self.rerank(&uid);
+        }
+        changes.added.sort();
+        changes.removed.sort();
+        changes
+    }
+
+    fn remove_pod(&mut self, uid: &str) {
+        if let Some(entry) = self.pods.remove(uid)
+            && let Some(cgroup) = entry.cgroup
+        {
+            self.uid_by_cgroup.remove(&normalize(&cgroup.rel));
+        }
+        self.rankings.remove(uid);
+        self.usage.set_pod(uid, None);
+        self.state.pod_cleaned_up(uid);
+    }
+
+    /// Records which pod (if any) and whether kubepods hold a cgroup, from its path.
+    pub fn classify(&mut self, cgroup_id: u64, path: &str) {
+        let membership = Membership {
+            in_kubepods: is_within(&normalize(path), &normalize(&self.kubepods_rel)),
+            pod: self.pod_owning(path),
+        };
+        self.usage.classify(cgroup_id, membership);
+    }
+
+    /// Forgets a removed cgroup.
+    pub fn forget_cgroup(&mut self, cgroup_id: u64) {
+        self.usage.forget(cgroup_id);
+    }
+
+    /// Forgets all cgroup classifications, before classifying a fresh scan.
+    pub fn clear_cgroups(&mut self) {
+        self.usage.clear_memberships();
+    }
+
+    /// The pod whose cgroup is `path` or one of its ancestors.
+    fn pod_owning(&self, path: &str) -> Option<String> {
+        let mut candidate = normalize(path);
+        loop {
+            if let Some(uid) = self.uid_by_cgroup.get(&candidate) {
+                return Some(uid.clone());
+            }
+            let cut = candidate.rfind('/')?;
+            if cut == 0 {
+                return None;
+            }
+            candidate.truncate(cut);
+        }
+    }
+
+    /// Applies a kernel stat event; returns true when a signal or a ranking moved.
+    pub fn apply_stat(&mut self, cgroup_id: u64, stat: Stat, delta_bytes: i64) -> bool {
+        if super::usage::working_set_delta(stat, delta_bytes) == 0 {
+            return false;
+        }
+        if let Some(uid) = self.usage.apply(cgroup_id, stat, delta_bytes).map(str::to_string) {
+            self.rerank(&uid);
+        }
+        true
+    }
+
+    /// Fresh cgroupfs reading of the node and kubepods working sets.
+    pub fn set_node_reading(&mut self, node_working_set: u64, kubepods_working_set: u64) {
+        self.usage.set_node(node_working_set);
+        self.usage.set_kubepods(kubepods_working_set);
+    }
+
+    /// Fresh cgroupfs reading of one pod (`None`: its cgroup is gone or unreadable).
+    pub fn set_pod_reading(&mut self, uid: &str, working_set: Option<u64>, process_count: u64) {
+        if let Some(entry) = self.pods.get_mut(uid) {
+            entry.process_count = process_count;
+            self.usage.set_pod(uid, working_set);
+            self.rerank(uid);
+        }
+    }
+
+    /// Fresh `pid.available` reading.
+    pub fn set_pid_reading(&mut self, pids: Option<SignalObservation>) {
+        self.pids = pids;
+    }
+
+    fn rerank(&mut self, uid: &str) {
+        let Some(entry) = self.pods.get(uid) else { return };
+        let usage = self.usage.pod(uid).map(|ws| PodUsage {
+            memory_working_set_bytes: ws,
+            process_count: entry.process_count,
+            ..PodUsage::default()
+        });
+        self.rankings.update_usage(uid, usage);
+    }
+
+    /// The signals the agent observes, as the kubelet computes them.
+    pub fn observations(&self) -> BTreeMap<Signal, SignalObservation> {
+        let mut observed = BTreeMap::from([
+            (
+                Signal::MemoryAvailable,
+                memory_available(self.capacity.memory_bytes, self.usage.node()),
+            ),
+            (
+                Signal::AllocatableMemoryAvailable,
+                allocatable_memory_available(
+                    self.capacity.allocatable_memory_bytes,
+                    self.usage.kubepods(),
+                ),
+            ),
+        ]);
+        if let Some(pids) = self.pids {
+            observed.insert(Signal::PidAvailable, pids);
+        }
+        observed
+    }
+
+    /// Runs the decision step on the current numbers.
+    pub fn decide(&mut self, clock: &impl Clock) -> Decision {
+        let observations = self.observations();
+        decide(&self.config, &observations, &self.rankings, &mut self.state, clock)
+    }
+
+    pub fn pod(&self, uid: &str) -> Option<&PodEntry> {
+        self.pods.get(uid)
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &PodEntry> {
+        self.pods.values()
+    }
+
+    /// A pod's current usage and the ranking policy for a signal, for reports.
+    pub fn rank_inputs(&self, uid: &str, signal: Signal) -> Option<(RankPolicy, Option<&PodUsage>)> {
+        let index = self.rankings.for_signal(signal)?;
+        Some((index.policy(), index.usage(uid)))
+    }
+
+    /// Pods in eviction order for a signal, with their usage.
+    pub fn ranking(&self, signal: Signal) -> Vec<(&PodFacts, Option<&PodUsage>)> {
+        self.rankings
+            .for_signal(signal)
+            .map(|index| index.iter().map(|f| (f.as_ref(), index.usage(&f.pod.uid))).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn node_working_set(&self) -> u64 {
+        self.usage.node()
+    }
+
+    pub fn pod_working_set(&self, uid: &str) -> Option<u64> {
+        self.usage.pod(uid)
+    }
+}
+
+fn normalize(path: &str) -> String {
+    format!("/{}", path.trim_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{
+        clock::{ManualClock, MonoInstant},
+        decide::{Action, Idle},
+        pod_facts::PodRef,
+        quantity::Quantity,
+    };
+
+    const MI: i64 = 1 << 20;
+
+    fn facts(name: &str, priority: i32, request_mi: i64, critical: bool) -> PodFacts {
+        PodFacts {
+            pod: PodRef { namespace: "default".into(), name: name.into(), uid: format!("uid-{name}") },
+            priority,
+            critical,
+            memory_request: Quantity::from_units(request_mi * MI),
+            ephemeral_storage_request: Quantity::ZERO,
+            termination_grace_period_seconds: None,
+            local_volumes: vec![],
+        }
+    }
+
+    fn cgroup(id: u64, name: &str) -> Option<PodCgroup> {
+        Some(PodCgroup { id, rel: format!("/kubepods/burstable/pod-{name}") })
+    }
+
+    /// allocatableMemory.available < 200Mi with 1 GiB allocatable.
+    fn core() -> AgentCore {
+        let config = EvictionConfig::from_yaml(
+            "evictionHard:\n  allocatableMemory.available: 200Mi\n",
+        )
+        .unwrap();
+        let capacity = NodeCapacity { memory_bytes: 8 << 30, allocatable_memory_bytes: 1 << 30 };
+        let mut core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        core.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (facts("over-high", 1000, 100, false), cgroup(20, "over-high")),
+            (facts("critical", 2_000_000_000, 10, true), cgroup(30, "critical")),
+        ]);
+        for (id, name) in [(10, "big-low"), (20, "over-high"), (30, "critical")] {
+            core.classify(id, &format!("/kubepods/burstable/pod-{name}"));
+            // A container cgroup below the pod cgroup.
+            core.classify(id + 1, &format!("/kubepods/burstable/pod-{name}/ctr"));
+        }
+        core.set_node_reading(2 << 30, 0);
+        for name in ["big-low", "over-high", "critical"] {
+            core.set_pod_reading(&format!("uid-{name}"), Some(0), 1);
+        }
+        core
+    }
+
+    fn clock() -> ManualClock {
+        ManualClock::new(MonoInstant::from_millis(1_000))
+    }
+
+    #[test]
+    fn container_events_count_for_their_pod_and_kubepods() {
+        let mut c = core();
+        assert!(c.apply_stat(11, Stat::Anon, 500 * MI));
+        assert_eq!(c.pod_working_set("uid-big-low"), Some(500 << 20));
+        let allocatable = c.observations()[&Signal::AllocatableMemoryAvailable].available;
+        assert_eq!(allocatable, (1 << 30) - 500 * MI);
+        assert!(!c.apply_stat(11, Stat::ActiveFile, MI), "active file does not move the working set");
+    }
+
+    #[test]
+    fn pod_over_its_request_goes_first_even_with_higher_priority_and_less_memory() {
+        let mut c = core();
+        c.apply_stat(11, Stat::Anon, 550 * MI); // within its 600Mi request
+        c.apply_stat(21, Stat::Anon, 150 * MI); // over its 100Mi request
+        c.apply_stat(31, Stat::Anon, 200 * MI); // critical, over request
+        let decision = c.decide(&clock());
+        let eviction = decision.eviction().expect("900Mi used of 1Gi leaves 124Mi < 200Mi");
+        assert_eq!(eviction.pod.name, "over-high");
+        assert_eq!(eviction.grace_period_seconds, 1);
+    }
+
+    #[test]
+    fn one_pod_per_interval_and_none_while_cleaning_up() {
+        let mut c = core();
+        c.apply_stat(21, Stat::Anon, 900 * MI);
+        let clock = clock();
+        assert!(c.decide(&clock).eviction().is_some());
+        assert!(matches!(c.decide(&clock).action, Action::Idle(Idle::WaitingForCleanup(_))));
+        c.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (facts("critical", 2_000_000_000, 10, true), cgroup(30, "critical")),
+        ]);
+        c.apply_stat(11, Stat::Anon, 900 * MI);
+        assert!(matches!(c.decide(&clock).action, Action::Idle(Idle::WaitingForInterval)));
+        clock.advance(std::time::Duration::from_secs(10));
+        assert_eq!(c.decide(&clock).eviction().map(|e| e.pod.name.clone()), Some("big-low".into()));
+    }
+
+    #[test]
+    fn pods_without_a_cgroup_rank_as_missing_stats() {
+        let mut c = core();
+        c.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (facts("no-cgroup", 0, 600, false), None),
+        ]);
+        c.apply_stat(11, Stat::Anon, 900 * MI);
+        let order: Vec<_> = c.ranking(Signal::AllocatableMemoryAvailable).iter().map(|(f, _)| f.pod.name.clone()).collect();
+        assert_eq!(order, ["no-cgroup", "big-low"]);
+    }
+
+    #[test]
+    fn critical_pods_are_never_chosen() {
+        let mut c = core();
+        c.set_pods(vec![(facts("critical", 2_000_000_000, 10, true), cgroup(30, "critical"))]);
+        c.apply_stat(31, Stat::Anon, 1000 * MI);
+        assert!(matches!(c.decide(&clock()).action, Action::Idle(Idle::NoEvictablePod(_))));
+    }
+
+    #[test]
+    fn system_cgroups_count_for_the_node_only() {
+        let mut c = core();
+        c.classify(99, "/system.slice/sshd.service");
+        c.apply_stat(99, Stat::Anon, 100 * MI);
+        let obs = c.observations();
+        assert_eq!(obs[&Signal::MemoryAvailable].available, (8 << 30) - (2 << 30) - 100 * MI);
+        assert_eq!(obs[&Signal::AllocatableMemoryAvailable].available, 1 << 30);
+    }
+}

@@ -1,0 +1,187 @@
+//! What the agent prints for each eviction it decides: one line for people, or one JSON object
+//! per line with monotonic and wall-clock timestamps for programs (benchmarks read it).
+use serde::Serialize;
+
+use crate::{
+    engine::{
+        decide::Eviction,
+        pod_facts::PodFacts,
+        quantity::Quantity,
+        rank::{Measured, RankPolicy},
+        summary::PodUsage,
+        threshold::ThresholdKind,
+    },
+    trace::record::bytes,
+};
+
+/// One decided eviction with the numbers that led to it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DecisionReport {
+    /// `would_evict` in dry-run, `evict` otherwise.
+    pub action: &'static str,
+    /// CLOCK_MONOTONIC nanoseconds when the decision was taken.
+    pub monotonic_ns: u64,
+    /// Wall clock, unix milliseconds.
+    pub wall_unix_ms: u64,
+    /// CLOCK_MONOTONIC nanoseconds of the kernel event that triggered the decision, if one did.
+    pub event_monotonic_ns: Option<u64>,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub signal: &'static str,
+    pub threshold_kind: ThresholdKind,
+    /// The threshold level in the signal's unit.
+    pub threshold: i64,
+    /// What was available.
+    pub observed: i64,
+    pub grace_period_seconds: i64,
+    pub priority: i32,
+    /// The pod's rank keys; absent when the pod had no stats.
+    pub rank: Option<Measured>,
+    /// The kubelet's eviction message.
+    pub reason: String,
+}
+
+/// Inputs describing the moment of the decision.
+pub struct DecisionContext<'a> {
+    pub dry_run: bool,
+    pub monotonic_ns: u64,
+    pub wall_unix_ms: u64,
+    pub event_monotonic_ns: Option<u64>,
+    pub threshold: Quantity,
+    pub facts: &'a PodFacts,
+    pub usage: Option<&'a PodUsage>,
+    pub policy: RankPolicy,
+}
+
+impl DecisionReport {
+    pub fn new(eviction: &Eviction, ctx: DecisionContext<'_>) -> Self {
+        Self {
+            action: if ctx.dry_run { "would_evict" } else { "evict" },
+            monotonic_ns: ctx.monotonic_ns,
+            wall_unix_ms: ctx.wall_unix_ms,
+            event_monotonic_ns: ctx.event_monotonic_ns,
+            namespace: eviction.pod.namespace.clone(),
+            name: eviction.pod.name.clone(),
+            uid: eviction.pod.uid.clone(),
+            signal: eviction.signal.as_str(),
+            threshold_kind: eviction.threshold.kind,
+            threshold: ctx.threshold.ceil_units(),
+            observed: eviction.observed.available,
+            grace_period_seconds: eviction.grace_period_seconds,
+            priority: ctx.facts.priority,
+            rank: ctx.policy.measure(ctx.facts, ctx.usage),
+            reason: eviction.reason.clone(),
+        }
+    }
+
+    /// `would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; exceeds
+    /// request (612.0Mi > 256.0Mi), priority 0, 356.0Mi above request`
+    pub fn text(&self) -> String {
+        let verb = if self.action == "would_evict" { "would evict" } else { "evicting" };
+        let unit = |v: i64| if self.signal == "pid.available" { v.to_string() } else { bytes(v) };
+        let keys = match &self.rank {
+            None => format!("no usage stats (ranked first), priority {}", self.priority),
+            Some(m) if self.signal == "pid.available" => {
+                format!("priority {}, {} processes", self.priority, m.usage.ceil_units())
+            }
+            Some(m) => {
+                let (usage, request) = (unit(m.usage.ceil_units()), unit(m.request.ceil_units()));
+                let side = if m.exceeds_request {
+                    format!("exceeds request ({usage} > {request})")
+                } else {
+                    format!("within request ({usage} <= {request})")
+                };
+                format!(
+                    "{side}, priority {}, {} above request",
+                    self.priority,
+                    unit(m.above_request.ceil_units())
+                )
+            }
+        };
+        format!(
+            "{verb} {}/{}: {} {} < {}; {keys}",
+            self.namespace,
+            self.name,
+            self.signal,
+            unit(self.observed),
+            unit(self.threshold)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{
+        pod_facts::PodRef,
+        signal::Signal,
+        threshold::{SignalObservation, ThresholdId},
+    };
+
+    const MI: i64 = 1 << 20;
+
+    fn facts() -> PodFacts {
+        PodFacts {
+            pod: PodRef { namespace: "default".into(), name: "web-1".into(), uid: "u".into() },
+            priority: 0,
+            critical: false,
+            memory_request: Quantity::from_units(256 * MI),
+            ephemeral_storage_request: Quantity::ZERO,
+            termination_grace_period_seconds: None,
+            local_volumes: vec![],
+        }
+    }
+
+    fn eviction(signal: Signal, available: i64) -> Eviction {
+        Eviction {
+            pod: facts().pod,
+            signal,
+            threshold: ThresholdId { signal, kind: ThresholdKind::Hard },
+            observed: SignalObservation { available, capacity: 8192 * MI },
+            grace_period_seconds: 1,
+            reason: "The node was low on resource: memory.".into(),
+        }
+    }
+
+    fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
+        let facts = facts();
+        let usage = usage.map(|ws| PodUsage { memory_working_set_bytes: ws, ..PodUsage::default() });
+        DecisionReport::new(
+            &eviction(Signal::AllocatableMemoryAvailable, 180 * MI),
+            DecisionContext {
+                dry_run,
+                monotonic_ns: 5,
+                wall_unix_ms: 6,
+                event_monotonic_ns: Some(4),
+                threshold: Quantity::from_units(200 * MI),
+                facts: &facts,
+                usage: usage.as_ref(),
+                policy: RankPolicy::Memory,
+            },
+        )
+    }
+
+    #[test]
+    fn line_names_signal_threshold_and_rank_keys() {
+        assert_eq!(
+            report(true, Some(612 << 20)).text(),
+            "would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; \
+             exceeds request (612.0Mi > 256.0Mi), priority 0, 356.0Mi above request"
+        );
+        assert!(report(false, Some(100 << 20)).text().starts_with("evicting default/web-1"));
+        assert!(report(false, Some(100 << 20)).text().contains("within request (100.0Mi <= 256.0Mi)"));
+        assert!(report(true, None).text().ends_with("no usage stats (ranked first), priority 0"));
+    }
+
+    #[test]
+    fn json_carries_both_clocks_and_the_keys() {
+        let json = serde_json::to_value(report(true, Some(612 << 20))).unwrap();
+        assert_eq!(json["action"], "would_evict");
+        assert_eq!(json["monotonic_ns"], 5);
+        assert_eq!(json["event_monotonic_ns"], 4);
+        assert_eq!(json["wall_unix_ms"], 6);
+        assert_eq!(json["signal"], "allocatableMemory.available");
+        assert_eq!(json["rank"]["exceedsRequest"], true);
+    }
+}

@@ -1,0 +1,51 @@
+//! Processes in a cgroup subtree, from every `cgroup.procs` in it.
+use std::{fs, io, path::Path};
+
+/// Distinct pids listed in `dir`'s and its descendants' `cgroup.procs`, sorted. Cgroups
+/// removed during the walk are skipped; a missing `dir` gives an empty list.
+pub fn subtree_pids(dir: &Path) -> io::Result<Vec<i32>> {
+    let mut pids = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        match fs::read_to_string(dir.join("cgroup.procs")) {
+            Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+            Err(e) if is_gone(&e) => continue,
+            Err(e) => return Err(e),
+        }
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if is_gone(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        pending.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// A cgroup removed while it is read: not found, or ENODEV for a file of a dying cgroup.
+pub fn is_gone(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ENODEV)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_the_subtree_and_dedups() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir_all(tmp.path().join("a/b")).unwrap();
+        fs::write(tmp.path().join("cgroup.procs"), "3\n1\n").unwrap();
+        fs::write(tmp.path().join("a/cgroup.procs"), "").unwrap();
+        fs::write(tmp.path().join("a/b/cgroup.procs"), "7\n3\n").unwrap();
+        assert_eq!(subtree_pids(tmp.path()).unwrap(), vec![1, 3, 7]);
+        assert_eq!(subtree_pids(&tmp.path().join("gone")).unwrap(), Vec::<i32>::new());
+    }
+}

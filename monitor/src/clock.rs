@@ -1,0 +1,52 @@
+//! The system clocks the agent reads. Kernel event timestamps (`bpf_ktime_get_ns`) are
+//! CLOCK_MONOTONIC; decisions run on CLOCK_BOOTTIME, which keeps counting through suspend and
+//! is shared by every process until reboot, so remembered instants survive agent restarts.
+use std::io;
+
+use crate::engine::clock::{Clock, MonoInstant};
+
+fn clock_ns(clock: libc::clockid_t) -> io::Result<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Neither clock is ever negative.
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    Ok(secs * 1_000_000_000 + nanos)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock of kernel event timestamps.
+pub fn monotonic_ns() -> u64 {
+    // CLOCK_MONOTONIC cannot fail on Linux.
+    clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+}
+
+/// CLOCK_BOOTTIME in milliseconds.
+pub fn boot_time_ms() -> io::Result<u64> {
+    Ok(clock_ns(libc::CLOCK_BOOTTIME)? / 1_000_000)
+}
+
+/// The decision step's clock: CLOCK_BOOTTIME.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BootClock;
+
+impl Clock for BootClock {
+    fn now(&self) -> MonoInstant {
+        MonoInstant::from_millis(boot_time_ms().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_move_forward() {
+        let (m1, b1) = (monotonic_ns(), BootClock.now());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(monotonic_ns() >= m1 + 5_000_000);
+        assert!(BootClock.now().saturating_since(b1) >= std::time::Duration::from_millis(5));
+    }
+}

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 /// Milliseconds on a monotonic clock. The agent uses a system-wide clock (the kernel's
 /// boot-time clock), so remembered instants stay meaningful across agent restarts until
 /// the next reboot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct MonoInstant {
     millis: u64,
@@ -48,12 +50,6 @@ pub trait Clock {
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now: Cell<MonoInstant>,
-}
-
-impl Default for MonoInstant {
-    fn default() -> MonoInstant {
-        MonoInstant::from_millis(0)
-    }
 }
 
 impl ManualClock {

@@ -12,6 +12,9 @@ use crate::commands;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Without a subcommand, `monitor` runs the node agent with these flags.
+    #[command(flatten)]
+    pub agent: crate::agent::AgentArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -34,9 +37,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Some(Command::Rank(args)) => commands::rank::run(args),
         Some(Command::Checkpoint(args)) => commands::checkpoint::run(args),
         Some(Command::Doctor(args)) => commands::doctor::run(args),
-        None => Err(anyhow::anyhow!(
-            "the node agent is not available yet; see `monitor --help` for the subcommands"
-        )),
+        None => crate::agent::run(cli.agent),
     };
     match result {
         Ok(code) => code,

@@ -1,7 +1,10 @@
 //! The system clocks the agent reads. Kernel event timestamps (`bpf_ktime_get_ns`) are
 //! CLOCK_MONOTONIC; decisions run on CLOCK_BOOTTIME, which keeps counting through suspend and
 //! is shared by every process until reboot, so remembered instants survive agent restarts.
-use std::io;
+use std::{
+    io,
+    time::{SystemTime, UNIX_EPOCH},
+};
 
 use crate::engine::clock::{Clock, MonoInstant};
 
@@ -26,6 +29,13 @@ pub fn monotonic_ns() -> u64 {
 /// CLOCK_BOOTTIME in milliseconds.
 pub fn boot_time_ms() -> io::Result<u64> {
     Ok(clock_ns(libc::CLOCK_BOOTTIME)? / 1_000_000)
+}
+
+/// The wall clock in unix milliseconds; 0 if it is set before 1970.
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The decision step's clock: CLOCK_BOOTTIME.

@@ -1,6 +1,11 @@
 //! The node agent: kernel events -> working sets -> rankings -> decisions -> actions ->
 //! checkpoint. [`core`] is the pure state machine; the rest wires it to the machine.
+pub mod args;
 pub mod core;
 pub mod persist;
 pub mod report;
+mod run;
 pub mod usage;
+
+pub use args::AgentArgs;
+pub use run::run;

@@ -82,6 +82,19 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
     }
 }
 
+/// Records the bytes an eviction freed, once the pod is gone, on its history entries.
+pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
+    let v1 = &mut saved.v1;
+    if v1.awaiting_cleanup.as_ref().is_some_and(|r| r.pod.uid == uid) {
+        v1.awaiting_cleanup = None;
+    }
+    for record in v1.last_eviction.iter_mut().chain(v1.recent_evictions.last_mut()) {
+        if record.pod.uid == uid {
+            record.bytes_freed = bytes_freed;
+        }
+    }
+}
+
 /// The checkpoint's form of a pod reference.
 pub fn saved_pod(pod: &PodRef) -> SavedPod {
     SavedPod { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }
@@ -160,6 +173,18 @@ mod tests {
         // Once cleanup finished, saving clears it in the checkpoint.
         save(&EvictionState::default(), &[], &mut saved, &now(1_005_000, "b", 75_000));
         assert!(restore(&saved, &now(1_006_000, "b", 76_000)).awaiting_cleanup.is_none());
+    }
+
+    #[test]
+    fn freed_bytes_land_on_the_eviction_records() {
+        let mut saved = AgentState::default();
+        saved.record_eviction(saved_pod(&pod()), "memory.available", 0, &now(1, "b", 1));
+        record_freed(&mut saved, "other", 5);
+        assert_eq!(saved.v1.last_eviction.as_ref().unwrap().bytes_freed, 0);
+        record_freed(&mut saved, "u1", 300 << 20);
+        assert_eq!(saved.v1.last_eviction.as_ref().unwrap().bytes_freed, 300 << 20);
+        assert_eq!(saved.v1.recent_evictions[0].bytes_freed, 300 << 20);
+        assert!(saved.v1.awaiting_cleanup.is_none());
     }
 
     #[test]

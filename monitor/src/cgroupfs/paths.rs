@@ -78,6 +78,11 @@ impl CgroupPaths {
             .collect()
     }
 
+    /// Every known cgroup: (id, path).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.by_id.iter().map(|(id, path)| (*id, path.as_str()))
+    }
+
     pub fn len(&self) -> usize {
         self.by_id.len()
     }

@@ -1,8 +1,10 @@
 //! Reads the clocks the continuity helpers need.
 use std::io;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::{clock::boot_time_ms, engine::checkpoint::Now};
+use crate::{
+    clock::{boot_time_ms, unix_ms_now},
+    engine::checkpoint::Now,
+};
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -15,14 +17,6 @@ pub fn read_now() -> io::Result<Now> {
     })
 }
 
-/// The wall clock in unix milliseconds; 0 if it is set before 1970.
-pub fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::clock::unix_ms_now;
+use crate::clock::unix_ms_now;
 use super::key::Key;
 use super::store::{FileStore, StoreError};
 use super::wall_time;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::checkpoint::clock::unix_ms_now;
+use crate::clock::unix_ms_now;
 use crate::checkpoint::store::{StoreError, read_file};
 use crate::checkpoint::wall_time::rfc3339;
 use crate::checkpoint::{DEFAULT_CHECKPOINT_DIR, Key};

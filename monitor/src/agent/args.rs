@@ -1,0 +1,124 @@
+//! The agent's command-line flags: `monitor [FLAGS]` with no subcommand runs the agent.
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+use crate::{
+    checkpoint::DEFAULT_CHECKPOINT_DIR,
+    engine::{duration::parse_go_duration, quantity::Quantity},
+};
+
+/// Where memory numbers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SourceMode {
+    /// Kernel programs where this kernel has them, cgroupfs polling for the rest.
+    Auto,
+    /// Kernel programs; fail if they cannot load.
+    Ebpf,
+    /// Read cgroupfs every --poll-interval, like the kubelet's housekeeping.
+    Poll,
+}
+
+/// How decisions are printed on stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DecisionOutput {
+    /// One line per decision for people.
+    Text,
+    /// One JSON object per decision, with monotonic and wall-clock timestamps.
+    Json,
+}
+
+/// Run the node agent: watch memory through the kernel and evict the pod the kubelet would
+/// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
+#[derive(Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Report each decision but never signal any process.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Directory of Pod manifests (YAML or JSON; Pod, PodList or List) for the pods on this
+    /// node; reloaded when files change. Every pod needs metadata.uid.
+    #[arg(long, value_name = "DIR")]
+    pub pods: Option<PathBuf>,
+    /// Watch this node's pods through the Kubernetes API (not available in this build).
+    #[arg(long, conflicts_with = "pods")]
+    pub kube: bool,
+    /// The kubepods cgroup below the memory hierarchy's root (`/kubepods`,
+    /// `/kubepods.slice`); detected when absent. Its name picks the cgroupfs or systemd naming.
+    #[arg(long, value_name = "PATH")]
+    pub kubepods_cgroup: Option<String>,
+    /// Allocatable memory (kubelet quantity, e.g. 6Gi); default: the kubepods cgroup's memory
+    /// limit, or the node's memory when it has none.
+    #[arg(long, value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub allocatable_memory: Option<u64>,
+    /// KubeletConfiguration YAML with evictionHard, evictionSoft, evictionSoftGracePeriod,
+    /// evictionMinimumReclaim, ... (other fields ignored). Default: the kubelet's defaults.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Event source.
+    #[arg(long, value_enum, default_value_t = SourceMode::Auto)]
+    pub source: SourceMode,
+    /// How often cgroupfs is read when polling (Go duration: 100ms, 1s, 10s).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    pub poll_interval: Duration,
+    /// How often the eBPF source's working sets are re-read from cgroupfs, correcting drift
+    /// and lost events.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_interval)]
+    pub resync_interval: Duration,
+    /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
+    #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = parse_bytes)]
+    pub step: u64,
+    /// Where the agent keeps its state across restarts.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
+    pub checkpoint_dir: PathBuf,
+    /// Move an unreadable or corrupt checkpoint aside (never deleted) and start empty.
+    #[arg(long)]
+    pub reset_state: bool,
+    /// Decision output format.
+    #[arg(long, value_enum, default_value_t = DecisionOutput::Text)]
+    pub output: DecisionOutput,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
+    pub metrics_addr: SocketAddr,
+    /// Do not serve metrics.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// Print the signals and the head of the eviction ranking to stderr this often (0: never).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_go_duration)]
+    pub status_interval: Duration,
+    /// Stop after this long (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
+    pub duration: Option<Duration>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match parse_go_duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be more than zero".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let quantity: Quantity = text.parse().map_err(|e| format!("{e}"))?;
+    u64::try_from(quantity.ceil_units())
+        .ok()
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("{text} is not a positive number of bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_values_are_checked() {
+        assert_eq!(parse_bytes("256Ki"), Ok(256 << 10));
+        assert_eq!(parse_bytes("1Gi"), Ok(1 << 30));
+        assert!(parse_bytes("-1Mi").is_err());
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("lots").is_err());
+        assert_eq!(parse_interval("100ms"), Ok(Duration::from_millis(100)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("10").is_err(), "a unit is required");
+    }
+}

@@ -1,0 +1,545 @@
+//! The agent's event loop: the thin shell around [`AgentCore`] that reads the machine and acts.
+//!
+//! Inputs are kernel ring-buffer batches, cgroupfs reads (every poll interval when polling,
+//! every resync interval with eBPF), manifest changes and finished kills. After each input
+//! that can move a signal or the ranking, the decision step runs at once; there is no
+//! decision timer.
+use std::{
+    io::{self, Write as _},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Pod;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::Mutex,
+    task::JoinSet,
+    time::{Instant, MissedTickBehavior, interval},
+};
+
+use super::{
+    args::{AgentArgs, DecisionOutput, SourceMode},
+    core::{AgentCore, NodeCapacity},
+    persist,
+    report::{DecisionContext, DecisionReport},
+};
+use crate::{
+    action::{KillTimings, kill_cgroup_tree},
+    cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
+    checkpoint::{IfUnusable, StateManager, read_now},
+    clock::{BootClock, monotonic_ns},
+    engine::{
+        checkpoint::AgentState, config::EvictionConfig, decide::Eviction, pod_facts::PodFacts,
+        signal::Signal,
+    },
+    metrics::{Metrics, server},
+    node::{
+        memory::allocatable_bytes,
+        read::{node_working_set, read_mem_total, read_memory_limit, read_pid_available},
+    },
+    pods::{KubepodsCgroup, ManifestWatcher, resolve_pod_cgroups},
+    source::{
+        ebpf::{KernelSource, LoadOptions},
+        event::KernelEvent,
+    },
+    trace::record::bytes,
+};
+
+/// Runs the agent until SIGINT, SIGTERM or `--duration`.
+pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    if args.kube {
+        bail!(
+            "--kube is not available in this build; give the node's pods as manifests with \
+             --pods DIR (for example from `kubectl get pods -o json --field-selector \
+             spec.nodeName=NODE`)"
+        );
+    }
+    let Some(pods_dir) = args.pods.clone() else {
+        bail!("the agent needs the pods on this node: --pods DIR (see `monitor --help`)");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let (watcher, first) = ManifestWatcher::start(&pods_dir)
+            .with_context(|| format!("watching pod manifests in {}", pods_dir.display()))?;
+        for error in &first.errors {
+            log::warn!("skipped: {error}");
+        }
+        let mut agent = Agent::start(args).await?;
+        agent.apply_pods(first.pods);
+        agent.evaluate(None)?;
+        agent.run(watcher).await
+    })
+}
+
+/// Kernel source plus how memory numbers are obtained.
+enum Source {
+    /// Stat events between resyncs.
+    Kernel(KernelSource),
+    /// Lifecycle events from the kernel, memory numbers by polling.
+    KernelLifecycle(KernelSource),
+    Poll,
+}
+
+impl Source {
+    fn kernel(&mut self) -> Option<&mut KernelSource> {
+        match self {
+            Source::Kernel(k) | Source::KernelLifecycle(k) => Some(k),
+            Source::Poll => None,
+        }
+    }
+
+    fn describe(&self, poll: Duration) -> String {
+        let programs = |k: &KernelSource| {
+            format!("{}/{} kernel programs", k.attached().len(), k.attached().len() + k.skipped().len())
+        };
+        match self {
+            Source::Kernel(k) => format!("ebpf ({})", programs(k)),
+            Source::KernelLifecycle(k) => {
+                format!("ebpf+poll ({}; memory polled every {poll:?})", programs(k))
+            }
+            Source::Poll => format!("poll (cgroupfs every {poll:?})"),
+        }
+    }
+}
+
+struct Agent {
+    args: AgentArgs,
+    hierarchy: MemoryHierarchy,
+    kubepods: KubepodsCgroup,
+    core: AgentCore,
+    source: Source,
+    manager: StateManager,
+    saved: AgentState,
+    metrics: Arc<Mutex<Metrics>>,
+    pods: Vec<Pod>,
+    kills: JoinSet<KillDone>,
+    /// Events counted since they were last added to the checkpoint's counters.
+    unsaved_events: u64,
+}
+
+/// A finished kill of an evicted pod.
+struct KillDone {
+    uid: String,
+    working_set_before: Option<u64>,
+    result: Result<crate::action::KillReport, crate::action::KillError>,
+}
+
+impl Agent {
+    async fn start(args: AgentArgs) -> anyhow::Result<Self> {
+        let config = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                EvictionConfig::from_yaml(&text).with_context(|| format!("{}", path.display()))?
+            }
+            None => EvictionConfig::default(),
+        };
+        let hierarchy = MemoryHierarchy::discover()?;
+        let kubepods = match &args.kubepods_cgroup {
+            Some(rel) => KubepodsCgroup::from_path(rel),
+            None => KubepodsCgroup::detect(&hierarchy.mount)?,
+        };
+        let kubepods_dir = hierarchy.dir(&kubepods.rel);
+        if !kubepods_dir.is_dir() {
+            bail!("kubepods cgroup {} does not exist", kubepods_dir.display());
+        }
+        let memory = read_mem_total()?;
+        let capacity = NodeCapacity {
+            memory_bytes: memory,
+            allocatable_memory_bytes: allocatable_bytes(
+                args.allocatable_memory,
+                read_memory_limit(&kubepods_dir, hierarchy.version)?,
+                memory,
+            ),
+        };
+        let if_unusable = if args.reset_state { IfUnusable::Reset } else { IfUnusable::Refuse };
+        let (manager, saved, startup) = StateManager::load_or_init(&args.checkpoint_dir, if_unusable)?;
+        log::info!("checkpoint {}: {startup:?}", manager.path().display());
+        let state = persist::restore(&saved, &read_now()?);
+        let source = open_source(&args, &hierarchy)?;
+        let thresholds: Vec<String> = config
+            .thresholds
+            .iter()
+            .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
+            .collect();
+        log::info!(
+            "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
+            kubepods.rel,
+            kubepods.driver,
+            hierarchy.version,
+            bytes(memory as i64),
+            bytes(capacity.allocatable_memory_bytes as i64),
+            source.describe(args.poll_interval),
+            thresholds.join(", "),
+            if args.dry_run { "; dry-run: no process will be signalled" } else { "" }
+        );
+        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        if !args.no_metrics {
+            let (addr, _task) = server::serve(args.metrics_addr, metrics.clone())
+                .await
+                .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
+            log::info!("metrics at http://{addr}/metrics");
+        }
+        let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        Ok(Self {
+            args,
+            hierarchy,
+            kubepods,
+            core,
+            source,
+            manager,
+            saved,
+            metrics,
+            pods: Vec::new(),
+            kills: JoinSet::new(),
+            unsaved_events: 0,
+        })
+    }
+
+    async fn run(mut self, mut watcher: ManifestWatcher) -> anyhow::Result<ExitCode> {
+        let read_every = match self.source {
+            Source::Kernel(_) => self.args.resync_interval,
+            Source::KernelLifecycle(_) | Source::Poll => self.args.poll_interval,
+        };
+        let mut reads = interval(read_every);
+        reads.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut status = interval(self.args.status_interval.max(Duration::from_millis(100)));
+        let show_status = !self.args.status_interval.is_zero();
+        let stop_at = self.args.duration.map(|d| Instant::now() + d);
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut batch = Vec::new();
+        loop {
+            tokio::select! {
+                read = next_batch(&mut self.source, &mut batch) => {
+                    read.context("reading the kernel ring buffer")?;
+                    let newest = self.apply_events(&mut batch)?;
+                    self.evaluate(newest)?;
+                }
+                _ = reads.tick() => {
+                    self.read_cgroupfs(true);
+                    self.evaluate(None)?;
+                    self.save_counters()?;
+                }
+                change = watcher.next_change() => {
+                    let loaded = change?;
+                    for error in &loaded.errors {
+                        log::warn!("skipped: {error}");
+                    }
+                    self.apply_pods(loaded.pods);
+                    self.evaluate(None)?;
+                }
+                Some(done) = self.kills.join_next(), if !self.kills.is_empty() => {
+                    self.finish_kill(done.context("kill task")?)?;
+                    self.evaluate(None)?;
+                }
+                _ = status.tick(), if show_status => self.print_status(),
+                _ = tokio::signal::ctrl_c() => break,
+                _ = sigterm.recv() => break,
+                _ = sleep_until(stop_at) => break,
+            }
+        }
+        self.save_counters()?;
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Applies decoded kernel records; returns the newest stat event's timestamp.
+    fn apply_events(
+        &mut self,
+        batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
+    ) -> anyhow::Result<Option<u64>> {
+        let mut newest = None;
+        let mut rescan = false;
+        let received = batch.len() as u64;
+        for decoded in batch.drain(..) {
+            match decoded? {
+                KernelEvent::Stat { cgroup_id, stat, ts_ns, delta_bytes, .. } => {
+                    if self.core.apply_stat(cgroup_id, stat, delta_bytes) {
+                        newest = newest.max(Some(ts_ns));
+                    }
+                }
+                KernelEvent::Mkdir { cgroup_id, path, .. } => {
+                    self.core.classify(cgroup_id, &path);
+                    // A pod whose cgroup did not exist yet may have just got it.
+                    rescan |= self.core.pods().any(|p| p.cgroup.is_none());
+                }
+                KernelEvent::Rmdir { cgroup_id, .. } => self.core.forget_cgroup(cgroup_id),
+                _ => {}
+            }
+        }
+        self.unsaved_events += received;
+        let mut metrics = self.metrics.try_lock();
+        if let Ok(m) = metrics.as_deref_mut() {
+            m.events_received += received;
+            if let Some(kernel) = self.source.kernel() {
+                m.events_lost = kernel.drops().ring_full;
+            }
+        }
+        drop(metrics);
+        if rescan {
+            self.apply_pods(self.pods.clone());
+        }
+        Ok(newest)
+    }
+
+    /// Replaces the pod set, finds each pod's cgroup, and reads fresh numbers.
+    fn apply_pods(&mut self, pods: Vec<Pod>) {
+        let cgroups = resolve_pod_cgroups(&pods, &self.hierarchy, &self.kubepods);
+        let mut entries = Vec::with_capacity(pods.len());
+        for (pod, cgroup) in pods.iter().zip(cgroups) {
+            match PodFacts::from_pod(pod) {
+                Ok(facts) => entries.push((facts, cgroup)),
+                Err(e) => log::warn!("skipped pod: {e}"),
+            }
+        }
+        let changes = self.core.set_pods(entries);
+        if !changes.added.is_empty() || !changes.removed.is_empty() {
+            log::info!(
+                "pods: {} added, {} removed, {} known",
+                changes.added.len(),
+                changes.removed.len(),
+                self.core.pod_count()
+            );
+        }
+        self.pods = pods;
+        self.read_cgroupfs(true);
+    }
+
+    /// Reads every number from cgroupfs; `classify` also rewalks the hierarchy so every
+    /// cgroup is attributed to its pod.
+    fn read_cgroupfs(&mut self, classify: bool) {
+        if classify {
+            match CgroupPaths::scan(&self.hierarchy.mount) {
+                Ok(paths) => {
+                    self.core.clear_cgroups();
+                    for (id, path) in paths.iter() {
+                        self.core.classify(id, path);
+                    }
+                }
+                Err(e) => log::warn!("scanning {}: {e}", self.hierarchy.mount.display()),
+            }
+        }
+        let version = self.hierarchy.version;
+        let kubepods = stats::read(&self.hierarchy.dir(&self.kubepods.rel), version);
+        match (node_working_set(&self.hierarchy), kubepods) {
+            (Ok(node), Ok(kubepods)) => self.core.set_node_reading(node, kubepods.working_set()),
+            (node, kubepods) => log::warn!(
+                "reading node memory: {:?} / {:?}",
+                node.err().map(|e| e.to_string()),
+                kubepods.err().map(|e| e.to_string())
+            ),
+        }
+        let pods: Vec<(String, Option<String>)> = self
+            .core
+            .pods()
+            .map(|p| (p.facts.pod.uid.clone(), p.cgroup.as_ref().map(|c| c.rel.clone())))
+            .collect();
+        for (uid, rel) in pods {
+            let Some(rel) = rel else { continue };
+            let dir = self.hierarchy.dir(&rel);
+            let working_set = match stats::read(&dir, version) {
+                Ok(s) => Some(s.working_set()),
+                Err(StatsError::Gone(_)) => None,
+                Err(e) => {
+                    log::warn!("{e}");
+                    None
+                }
+            };
+            let processes = subtree_pids(&dir).map_or(0, |p| p.len() as u64);
+            self.core.set_pod_reading(&uid, working_set, processes);
+        }
+        self.core.set_pid_reading(read_pid_available().ok().flatten());
+    }
+
+    /// Runs the decision step and acts on it; `trigger_ns` is the kernel event that led here.
+    fn evaluate(&mut self, trigger_ns: Option<u64>) -> anyhow::Result<()> {
+        let decision = self.core.decide(&BootClock);
+        if let Some(eviction) = decision.eviction() {
+            self.report(eviction, trigger_ns)?;
+            self.act(eviction);
+        }
+        self.update_metrics(decision.eviction(), trigger_ns);
+        let now = read_now()?;
+        persist::save(&self.core.state, &decision.node_conditions, &mut self.saved, &now);
+        if let Some(eviction) = decision.eviction() {
+            self.saved.record_eviction(persist::saved_pod(&eviction.pod), eviction.signal.as_str(), 0, &now);
+        }
+        self.manager.save_if_changed(&self.saved)?;
+        Ok(())
+    }
+
+    fn report(&mut self, eviction: &Eviction, trigger_ns: Option<u64>) -> anyhow::Result<()> {
+        let Some(entry) = self.core.pod(&eviction.pod.uid) else { return Ok(()) };
+        let Some((policy, usage)) = self.core.rank_inputs(&eviction.pod.uid, eviction.signal) else {
+            return Ok(());
+        };
+        let threshold = self
+            .core
+            .config()
+            .thresholds
+            .iter()
+            .find(|t| t.id() == eviction.threshold)
+            .map(|t| t.value.resolve(eviction.observed.capacity))
+            .unwrap_or_default();
+        let report = DecisionReport::new(
+            eviction,
+            DecisionContext {
+                dry_run: self.args.dry_run,
+                monotonic_ns: monotonic_ns(),
+                wall_unix_ms: crate::clock::unix_ms_now(),
+                event_monotonic_ns: trigger_ns,
+                threshold,
+                facts: &entry.facts,
+                usage,
+                policy,
+            },
+        );
+        let line = match self.args.output {
+            DecisionOutput::Text => report.text(),
+            DecisionOutput::Json => serde_json::to_string(&report)?,
+        };
+        let mut out = io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Kills the evicted pod's cgroup in the background, unless in dry-run.
+    fn act(&mut self, eviction: &Eviction) {
+        if self.args.dry_run {
+            return;
+        }
+        let uid = eviction.pod.uid.clone();
+        let Some(rel) = self.core.pod(&uid).and_then(|p| p.cgroup.as_ref()).map(|c| c.rel.clone()) else {
+            log::warn!("{}: no cgroup to act on; waiting for the cleanup timeout", eviction.pod);
+            return;
+        };
+        let timings = KillTimings {
+            grace: Duration::from_secs(u64::try_from(eviction.grace_period_seconds).unwrap_or(0)),
+            cleanup_timeout: self.core.config().monitor.pod_cleanup_timeout,
+        };
+        let hierarchy = self.hierarchy.clone();
+        let working_set_before = self.core.pod_working_set(&uid);
+        self.kills.spawn(async move {
+            let result = kill_cgroup_tree(&hierarchy, &rel, timings).await;
+            KillDone { uid, working_set_before, result }
+        });
+    }
+
+    /// Re-reads fresh numbers after a kill and records what it freed.
+    fn finish_kill(&mut self, done: KillDone) -> anyhow::Result<()> {
+        self.read_cgroupfs(false);
+        let after = self.core.pod_working_set(&done.uid).unwrap_or(0);
+        let freed = done.working_set_before.unwrap_or(0).saturating_sub(after);
+        match &done.result {
+            Ok(report) => log::info!(
+                "pod {} stopped: {:?} after {:?} ({} processes signalled{}), {} freed",
+                done.uid,
+                report.outcome,
+                report.elapsed,
+                report.terminated,
+                if report.forced { ", forced" } else { "" },
+                bytes(freed as i64)
+            ),
+            Err(e) => log::warn!("killing pod {}: {e}", done.uid),
+        }
+        self.core.state.pod_cleaned_up(&done.uid);
+        persist::record_freed(&mut self.saved, &done.uid, freed);
+        self.manager.save_if_changed(&self.saved)?;
+        Ok(())
+    }
+
+    fn update_metrics(&self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
+        let Ok(mut m) = self.metrics.try_lock() else { return };
+        for (signal, observed) in self.core.observations() {
+            m.signal_observations.insert(signal.as_str().into(), observed.available as f64);
+        }
+        m.threshold_met.clear();
+        for threshold in &self.core.config().thresholds {
+            let met = self.core.state.thresholds_first_observed.iter().any(|o| o.threshold == threshold.id());
+            *m.threshold_met.entry(threshold.signal.as_str().into()).or_default() |= met;
+        }
+        m.pods_ranked = self.core.pod_count() as u64;
+        if let Some(eviction) = eviction {
+            *m.evictions_by_signal.entry(eviction.signal.as_str().into()).or_default() += 1;
+            if let Some(ts) = trigger_ns {
+                m.decision_latency_seconds.observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);
+            }
+        }
+    }
+
+    fn print_status(&self) {
+        let observed = self.core.observations();
+        let signals: Vec<String> = observed
+            .iter()
+            .map(|(s, o)| match s {
+                Signal::PidAvailable => format!("{} {}", s.as_str(), o.available),
+                _ => format!("{} {}", s.as_str(), bytes(o.available)),
+            })
+            .collect();
+        eprintln!("status: {}", signals.join(", "));
+        let ranking = self.core.ranking(Signal::AllocatableMemoryAvailable);
+        for (i, (facts, usage)) in ranking.iter().take(5).enumerate() {
+            let ws = usage.map_or("no stats".to_string(), |u| bytes(u.memory_working_set_bytes as i64));
+            eprintln!(
+                "  {:>2}. {:<40} ws {:>9}  request {:>9}  priority {}{}",
+                i + 1,
+                facts.pod.to_string(),
+                ws,
+                bytes(facts.memory_request.ceil_units()),
+                facts.priority,
+                if facts.critical { "  (critical)" } else { "" }
+            );
+        }
+    }
+
+    /// Adds the events seen since the last call to the checkpoint's counters.
+    fn save_counters(&mut self) -> anyhow::Result<()> {
+        let lost = self.source.kernel().map_or(0, |k| k.drops().ring_full);
+        let already_lost = self.saved.v1.counters.events_lost;
+        self.saved.count_events(self.unsaved_events, lost.saturating_sub(already_lost));
+        self.unsaved_events = 0;
+        self.manager.save_if_changed(&self.saved)?;
+        Ok(())
+    }
+}
+
+/// Opens the event source the flags and the kernel allow.
+fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<Source> {
+    if args.source == SourceMode::Poll {
+        return Ok(Source::Poll);
+    }
+    let options = LoadOptions { step_bytes: args.step, hierarchy_id: hierarchy.hierarchy_id };
+    match KernelSource::load(options) {
+        Ok(kernel) => {
+            for skipped in kernel.skipped() {
+                log::warn!("not attached: {} ({}); {}", skipped.program.hook(), skipped.reason, skipped.program.fallback);
+            }
+            Ok(if kernel.tracks_memory() { Source::Kernel(kernel) } else { Source::KernelLifecycle(kernel) })
+        }
+        Err(e) if args.source == SourceMode::Auto => {
+            log::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
+            Ok(Source::Poll)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn next_batch(
+    source: &mut Source,
+    batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
+) -> io::Result<()> {
+    match source.kernel() {
+        Some(kernel) => kernel.next_batch(batch).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

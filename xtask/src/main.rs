@@ -1,5 +1,6 @@
 //! Developer tasks: `cargo xtask <task>`. Each task that builds calls `setup` first, so a fresh
 //! machine needs only one command.
+mod demo;
 mod setup;
 mod tasks;
 mod vm;
@@ -40,6 +41,16 @@ enum Task {
         #[arg(long)]
         no_vm: bool,
     },
+    /// Simulate a dense node (40 pods in real cgroups with real allocating processes) and run
+    /// the agent on it with a live view of the ranking and its decisions; cleans up on exit.
+    Demo {
+        /// How long to run (seconds).
+        #[arg(long, default_value_t = 60)]
+        duration: u64,
+        /// Let the agent really kill the demo pods' processes instead of --dry-run.
+        #[arg(long)]
+        enforce: bool,
+    },
     /// Boot Debian's 6.1 kernel under qemu with cgroup v2 and run the end-to-end tests there.
     VmTest,
 }
@@ -51,6 +62,9 @@ fn main() -> ExitCode {
         Task::Build { release } => setup::run().and_then(|()| tasks::build(release)),
         Task::Run { release, args } => setup::run().and_then(|()| tasks::run(release, &args)),
         Task::Test { no_vm } => setup::run().and_then(|()| tasks::test(!no_vm)),
+        Task::Demo { duration, enforce } => {
+            setup::run().and_then(|()| demo::run(std::time::Duration::from_secs(duration), enforce))
+        }
         Task::VmTest => setup::run().and_then(|()| vm::run()),
     };
     match result {

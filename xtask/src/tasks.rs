@@ -14,8 +14,19 @@ pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// The workspace's target directory (CARGO_TARGET_DIR when set).
+pub fn target_dir() -> anyhow::Result<std::path::PathBuf> {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return Ok(dir.into());
+    }
+    // xtask lives one level below the workspace root.
+    let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().context("xtask has no parent directory")?;
+    Ok(root.join("target"))
 }
 
 pub fn build(release: bool) -> anyhow::Result<()> {

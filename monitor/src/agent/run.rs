@@ -27,7 +27,7 @@ use super::{
     report::{DecisionContext, DecisionReport},
 };
 use crate::{
-    action::{KillTimings, kill_cgroup_tree},
+    action::{KillTimings, KubeEvictor, kill_cgroup_tree},
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
     checkpoint::{IfUnusable, StateManager, read_now},
     clock::{BootClock, monotonic_ns},
@@ -40,7 +40,10 @@ use crate::{
         memory::allocatable_bytes,
         read::{node_working_set, read_mem_total, read_memory_limit, read_pid_available},
     },
-    pods::{KubepodsCgroup, ManifestWatcher, resolve_pod_cgroups},
+    pods::{
+        KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, kube_watch,
+        resolve_pod_cgroups,
+    },
     source::{
         ebpf::{KernelSource, LoadOptions},
         event::KernelEvent,
@@ -50,28 +53,34 @@ use crate::{
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
-    if args.kube {
-        bail!(
-            "--kube is not available in this build; give the node's pods as manifests with \
-             --pods DIR (for example from `kubectl get pods -o json --field-selector \
-             spec.nodeName=NODE`)"
-        );
-    }
-    let Some(pods_dir) = args.pods.clone() else {
-        bail!("the agent needs the pods on this node: --pods DIR (see `monitor --help`)");
-    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let (watcher, first) = ManifestWatcher::start(&pods_dir)
-            .with_context(|| format!("watching pod manifests in {}", pods_dir.display()))?;
+        let (watcher, first, evictor) = open_pods(&args).await?;
         for error in &first.errors {
             log::warn!("skipped: {error}");
         }
-        let mut agent = Agent::start(args).await?;
+        let mut agent = Agent::start(args, evictor).await?;
         agent.apply_pods(first.pods);
         agent.evaluate(None)?;
         agent.run(watcher).await
     })
+}
+
+/// The pod source the flags name and its first pod set; with --kube also the evictor.
+async fn open_pods(args: &AgentArgs) -> anyhow::Result<(PodSource, LoadedPods, Option<KubeEvictor>)> {
+    if args.kube {
+        let node = args.node_name.as_deref().context("--kube needs --node-name or NODE_NAME")?;
+        let client = kube_watch::connect(args.kubeconfig.as_deref()).await?;
+        let (watcher, first) = KubeWatcher::start(client.clone(), node).await?;
+        log::info!("{} pods on node {node} from the Kubernetes API", first.pods.len());
+        return Ok((PodSource::Kube(watcher), first, Some(KubeEvictor::new(client))));
+    }
+    let Some(pods_dir) = &args.pods else {
+        bail!("the agent needs the pods on this node: --pods DIR or --kube (see `monitor --help`)");
+    };
+    let (watcher, first) = ManifestWatcher::start(pods_dir)
+        .with_context(|| format!("watching pod manifests in {}", pods_dir.display()))?;
+    Ok((PodSource::Dir(watcher), first, None))
 }
 
 /// Kernel source plus how memory numbers are obtained.
@@ -116,19 +125,21 @@ struct Agent {
     metrics: Arc<Mutex<Metrics>>,
     pods: Vec<Pod>,
     kills: JoinSet<KillDone>,
+    /// With --kube, evictions go through the API and the kubelet stops the pod.
+    evictor: Option<KubeEvictor>,
     /// Events counted since they were last added to the checkpoint's counters.
     unsaved_events: u64,
 }
 
 /// A finished kill of an evicted pod.
 struct KillDone {
-    uid: String,
+    pod: crate::engine::pod_facts::PodRef,
     working_set_before: Option<u64>,
     result: Result<crate::action::KillReport, crate::action::KillError>,
 }
 
 impl Agent {
-    async fn start(args: AgentArgs) -> anyhow::Result<Self> {
+    async fn start(args: AgentArgs, evictor: Option<KubeEvictor>) -> anyhow::Result<Self> {
         let config = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -195,11 +206,12 @@ impl Agent {
             metrics,
             pods: Vec::new(),
             kills: JoinSet::new(),
+            evictor,
             unsaved_events: 0,
         })
     }
 
-    async fn run(mut self, mut watcher: ManifestWatcher) -> anyhow::Result<ExitCode> {
+    async fn run(mut self, mut watcher: PodSource) -> anyhow::Result<ExitCode> {
         let read_every = match self.source {
             Source::Kernel(_) => self.args.resync_interval,
             Source::KernelLifecycle(_) | Source::Poll => self.args.poll_interval,
@@ -406,13 +418,19 @@ impl Agent {
         Ok(())
     }
 
-    /// Kills the evicted pod's cgroup in the background, unless in dry-run.
+    /// Kills the evicted pod's cgroup in the background, or with --kube asks the API server
+    /// to evict it; nothing in dry-run.
     fn act(&mut self, eviction: &Eviction) {
         if self.args.dry_run {
             return;
         }
-        let uid = eviction.pod.uid.clone();
-        let Some(rel) = self.core.pod(&uid).and_then(|p| p.cgroup.as_ref()).map(|c| c.rel.clone()) else {
+        if let Some(evictor) = &self.evictor {
+            // The pod leaving the watch ends the wait for it (AgentCore::set_pods).
+            evictor.spawn(eviction.pod.clone(), eviction.grace_period_seconds);
+            return;
+        }
+        let pod = eviction.pod.clone();
+        let Some(rel) = self.core.pod(&pod.uid).and_then(|p| p.cgroup.as_ref()).map(|c| c.rel.clone()) else {
             log::warn!("{}: no cgroup to act on; waiting for the cleanup timeout", eviction.pod);
             return;
         };
@@ -421,32 +439,33 @@ impl Agent {
             cleanup_timeout: self.core.config().monitor.pod_cleanup_timeout,
         };
         let hierarchy = self.hierarchy.clone();
-        let working_set_before = self.core.pod_working_set(&uid);
+        let working_set_before = self.core.pod_working_set(&pod.uid);
         self.kills.spawn(async move {
             let result = kill_cgroup_tree(&hierarchy, &rel, timings).await;
-            KillDone { uid, working_set_before, result }
+            KillDone { pod, working_set_before, result }
         });
     }
 
     /// Re-reads fresh numbers after a kill and records what it freed.
     fn finish_kill(&mut self, done: KillDone) -> anyhow::Result<()> {
         self.read_cgroupfs(false);
-        let after = self.core.pod_working_set(&done.uid).unwrap_or(0);
+        let uid = &done.pod.uid;
+        let after = self.core.pod_working_set(uid).unwrap_or(0);
         let freed = done.working_set_before.unwrap_or(0).saturating_sub(after);
         match &done.result {
             Ok(report) => log::info!(
                 "pod {} stopped: {:?} after {:?} ({} processes signalled{}), {} freed",
-                done.uid,
+                done.pod,
                 report.outcome,
                 report.elapsed,
                 report.terminated,
                 if report.forced { ", forced" } else { "" },
                 bytes(freed as i64)
             ),
-            Err(e) => log::warn!("killing pod {}: {e}", done.uid),
+            Err(e) => log::warn!("killing pod {}: {e}", done.pod),
         }
-        self.core.state.pod_cleaned_up(&done.uid);
-        persist::record_freed(&mut self.saved, &done.uid, freed);
+        self.core.state.pod_cleaned_up(uid);
+        persist::record_freed(&mut self.saved, uid, freed);
         self.manager.save_if_changed(&self.saved)?;
         Ok(())
     }

@@ -39,9 +39,27 @@ pub struct AgentArgs {
     /// node; reloaded when files change. Every pod needs metadata.uid.
     #[arg(long, value_name = "DIR")]
     pub pods: Option<PathBuf>,
-    /// Watch this node's pods through the Kubernetes API (not available in this build).
-    #[arg(long, conflicts_with = "pods")]
+    /// Use the Kubernetes API: watch the pods bound to this node (instead of --pods) and
+    /// evict through the Eviction API (instead of killing cgroups).
+    ///
+    /// Pods come from a list+watch of pods with the field selector spec.nodeName=NODE (see
+    /// --node-name); finished pods are left out. An eviction is a policy/v1 Eviction with the
+    /// decision's grace period, checked against PodDisruptionBudgets (a refusal is logged,
+    /// not retried until the cleanup timeout); the kubelet then stops the pod, and the agent
+    /// never signals its processes itself.
+    ///
+    /// Connects with --kubeconfig, else KUBECONFIG or ~/.kube/config, else the pod's service
+    /// account. RBAC the account needs: list and watch on pods, create on pods/eviction
+    /// (a ClusterRole: the node's pods are in every namespace).
+    #[arg(long, conflicts_with = "pods", requires = "node_name")]
     pub kube: bool,
+    /// With --kube: this node's name, as in the spec.nodeName of its pods. In a DaemonSet,
+    /// set NODE_NAME from the downward API (valueFrom.fieldRef.fieldPath: spec.nodeName).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// With --kube: the kubeconfig to connect with, when not running in the cluster.
+    #[arg(long, value_name = "FILE", requires = "kube")]
+    pub kubeconfig: Option<PathBuf>,
     /// The kubepods cgroup below the memory hierarchy's root (`/kubepods`,
     /// `/kubepods.slice`); detected when absent. Its name picks the cgroupfs or systemd naming.
     #[arg(long, value_name = "PATH")]

@@ -1,13 +1,18 @@
-//! The pods on this node and their cgroups: manifests from a directory (reloaded on change),
-//! each pod's QoS class, and its cgroup by the kubelet's naming rules.
+//! The pods on this node and their cgroups: manifests from a directory (reloaded on change)
+//! or the Kubernetes API (watched), each pod's QoS class, and its cgroup by the kubelet's
+//! naming rules.
 pub mod cgroup_path;
 pub mod dir_watch;
+pub mod kube_watch;
 pub mod manifests;
 pub mod qos;
 pub mod resolve;
+pub mod source;
 
 pub use cgroup_path::{CgroupDriver, DetectError, KubepodsCgroup};
 pub use dir_watch::{ManifestWatcher, WatchError};
+pub use kube_watch::{KubeWatchError, KubeWatcher};
 pub use manifests::{LoadedPods, ManifestError, load_dir};
 pub use qos::{QosClass, pod_qos};
 pub use resolve::{PodCgroup, resolve_pod_cgroups};
+pub use source::{PodSource, PodSourceError};

@@ -1,0 +1,130 @@
+//! Evicting a pod through the Kubernetes API: a policy/v1 Eviction, which the API server
+//! checks against the pod's PodDisruptionBudgets before it deletes the pod with the grace
+//! period asked for. The kubelet then stops the containers; the agent sees the pod leave
+//! its watch.
+//!
+//! The Eviction is built here rather than with kube-rs' `Api::evict`, whose request body
+//! names the field `delete_options`, which the API server ignores; the grace period would
+//! be lost.
+use k8s_openapi::{
+    api::policy::v1::Eviction,
+    apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions},
+};
+use kube::{Api, Client, api::PostParams, core::Status};
+
+use crate::engine::pod_facts::PodRef;
+
+/// Why an eviction was not done. None is retried here: the pod stays awaited until the
+/// cleanup timeout, after which the decision step decides again.
+#[derive(Debug, thiserror::Error)]
+pub enum EvictError {
+    /// 429: a PodDisruptionBudget allows no disruption now.
+    #[error("eviction of {pod} refused by a PodDisruptionBudget: {message}")]
+    DisruptionBudget { pod: String, message: String },
+    /// 404: the pod is already gone.
+    #[error("{pod} no longer exists")]
+    NotFound { pod: String },
+    /// 409: the name now belongs to a new pod (the uid precondition failed).
+    #[error("{pod} was replaced by a pod of the same name; not evicted: {message}")]
+    Replaced { pod: String, message: String },
+    /// Any other failure: API server unreachable, RBAC, ... The error is shown, not chained:
+    /// kube-rs' messages already repeat their causes.
+    #[error("evicting {pod}: {error} (the agent needs RBAC create on pods/eviction)")]
+    Api { pod: String, error: kube::Error },
+}
+
+/// Creates Evictions with one client.
+#[derive(Clone)]
+pub struct KubeEvictor {
+    client: Client,
+}
+
+impl KubeEvictor {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    /// Asks the API server to evict `pod` with `grace_period_seconds`. The pod's uid is a
+    /// precondition, so a same-named successor (a StatefulSet's) is never evicted instead.
+    pub async fn evict(&self, pod: &PodRef, grace_period_seconds: i64) -> Result<(), EvictError> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace);
+        let result: Result<Status, kube::Error> = api
+            .create_subresource(
+                "eviction",
+                &pod.name,
+                &PostParams::default(),
+                &eviction(pod, grace_period_seconds),
+            )
+            .await;
+        let name = pod.to_string();
+        match result {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) => Err(match status.code {
+                429 => EvictError::DisruptionBudget {
+                    pod: name,
+                    message: describe(&status),
+                },
+                404 => EvictError::NotFound { pod: name },
+                409 => EvictError::Replaced {
+                    pod: name,
+                    message: describe(&status),
+                },
+                _ => EvictError::Api {
+                    pod: name,
+                    error: kube::Error::Api(status),
+                },
+            }),
+            Err(error) => Err(EvictError::Api { pod: name, error }),
+        }
+    }
+
+    /// Evicts in the background and logs the outcome; the agent learns that the pod is
+    /// gone from its pod watch, not from this answer.
+    pub fn spawn(&self, pod: PodRef, grace_period_seconds: i64) {
+        let evictor = self.clone();
+        tokio::spawn(async move {
+            match evictor.evict(&pod, grace_period_seconds).await {
+                Ok(()) => log::info!(
+                    "eviction of {pod} accepted (grace period {grace_period_seconds}s); waiting for the kubelet"
+                ),
+                Err(error) => log::warn!("{error}"),
+            }
+        });
+    }
+}
+
+/// The Eviction for `pod`.
+fn eviction(pod: &PodRef, grace_period_seconds: i64) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            grace_period_seconds: Some(grace_period_seconds),
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                ..Preconditions::default()
+            }),
+            ..DeleteOptions::default()
+        }),
+    }
+}
+
+/// The server's message with the causes it gives (for a PDB, which budget and why).
+fn describe(status: &Status) -> String {
+    let causes: Vec<&str> = status
+        .details
+        .iter()
+        .flat_map(|d| &d.causes)
+        .map(|c| c.message.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if causes.is_empty() {
+        status.message.clone()
+    } else {
+        format!("{} ({})", status.message, causes.join("; "))
+    }
+}

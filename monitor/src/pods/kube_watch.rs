@@ -1,0 +1,194 @@
+//! The pods bound to this node, from the Kubernetes API: one list, then a watch from the
+//! list's resourceVersion, through kube-rs' watcher. It re-lists when the version has
+//! expired (410 Gone), resumes a broken watch from the last version seen, and backs off
+//! between failed attempts.
+//!
+//! The API server filters with the field selector `spec.nodeName=<node>` and leaves out
+//! finished pods (phase Succeeded or Failed), which the kubelet no longer counts as active:
+//! a pod that finishes leaves the watch as if deleted.
+//!
+//! [`KubeWatcher`] mirrors [`ManifestWatcher`](super::ManifestWatcher): `start` hands out the
+//! first full pod set, `next_change` the next one that differs.
+use std::{collections::BTreeMap, path::Path, pin::Pin};
+
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client, Config,
+    config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError},
+    runtime::{WatchStreamExt as _, watcher},
+};
+
+use super::manifests::LoadedPods;
+
+/// Why the API could not be reached, or the watch stopped.
+///
+/// kube-rs' errors repeat their causes in their own messages, so they are shown, not chained
+/// as sources: a chain would print each cause twice.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeWatchError {
+    /// No kubeconfig was found and the process does not run in a pod with a service account.
+    #[error("no Kubernetes API configuration: {0}")]
+    Infer(InferConfigError),
+    /// The kubeconfig given could not be read or used.
+    #[error("kubeconfig {path}: {error}")]
+    Kubeconfig {
+        path: String,
+        error: KubeconfigError,
+    },
+    /// The client could not be built from the configuration (TLS or proxy settings).
+    #[error("Kubernetes API client: {0}")]
+    Client(kube::Error),
+    /// The first list of the node's pods failed; the agent does not start blind.
+    #[error(
+        "listing the pods on node {node}: {error} (the agent needs RBAC list and watch on \
+         pods)"
+    )]
+    InitialList { node: String, error: watcher::Error },
+    /// The watch stream ended, which kube-rs' watcher never does while it is polled.
+    #[error("the watch of the pods on node {node} ended")]
+    Ended { node: String },
+}
+
+/// A client for the API server: `kubeconfig` when given, else what kubectl would use
+/// (KUBECONFIG, `~/.kube/config`), else the in-cluster service account.
+pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client, KubeWatchError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig_error = |error| KubeWatchError::Kubeconfig {
+                path: path.display().to_string(),
+                error,
+            };
+            let file = Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
+            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(kubeconfig_error)?
+        }
+        None => Config::infer().await.map_err(KubeWatchError::Infer)?,
+    };
+    Client::try_from(config).map_err(KubeWatchError::Client)
+}
+
+/// The field selector for the active pods bound to `node`.
+fn node_field_selector(node: &str) -> String {
+    format!("spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
+}
+
+type PodEvents = Pin<Box<dyn Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send>>;
+
+/// Watches the pods bound to one node.
+pub struct KubeWatcher {
+    node: String,
+    events: PodEvents,
+    /// The pods as last handed out, by uid.
+    pods: BTreeMap<String, Pod>,
+    /// A re-list in progress: the pods listed so far, swapped in whole when it completes so
+    /// a half-done list never looks like deletions.
+    relisting: Option<BTreeMap<String, Pod>>,
+}
+
+impl KubeWatcher {
+    /// Lists the pods on `node` and starts watching them. Fails when the first list fails
+    /// (API server unreachable, RBAC), so a misconfigured agent stops with the reason.
+    pub async fn start(client: Client, node: &str) -> Result<(Self, LoadedPods), KubeWatchError> {
+        let config = watcher::Config::default().fields(&node_field_selector(node));
+        let events = watcher(Api::<Pod>::all(client), config)
+            .default_backoff()
+            .boxed();
+        let mut this = Self {
+            node: node.to_string(),
+            events,
+            pods: BTreeMap::new(),
+            relisting: None,
+        };
+        loop {
+            match this.events.next().await {
+                Some(Ok(event)) => {
+                    let done = matches!(event, watcher::Event::InitDone);
+                    this.apply(event);
+                    if done {
+                        let first = this.loaded();
+                        return Ok((this, first));
+                    }
+                }
+                Some(Err(error)) => {
+                    return Err(KubeWatchError::InitialList {
+                        node: this.node,
+                        error,
+                    });
+                }
+                None => return Err(KubeWatchError::Ended { node: this.node }),
+            }
+        }
+    }
+
+    /// Waits for an event that changes the pod set and returns the new full set. Errors of
+    /// the watch are logged and retried with backoff, since the pods already known stay
+    /// the best knowledge the agent has. Cancel-safe: an event is applied in the same poll
+    /// that receives it.
+    pub async fn next_change(&mut self) -> Result<LoadedPods, KubeWatchError> {
+        loop {
+            match self.events.next().await {
+                Some(Ok(event)) => {
+                    if self.apply(event) {
+                        return Ok(self.loaded());
+                    }
+                }
+                Some(Err(error)) => {
+                    log::warn!("watching the pods on node {}: {error}; retrying", self.node);
+                }
+                None => {
+                    return Err(KubeWatchError::Ended {
+                        node: self.node.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Applies one watcher event; true when the pod set changed.
+    fn apply(&mut self, event: watcher::Event<Pod>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.relisting = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(pod) => {
+                if let (Some(listed), Some(uid)) = (&mut self.relisting, pod.metadata.uid.clone()) {
+                    listed.insert(uid, pod);
+                }
+                false
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relisting.take().unwrap_or_default();
+                let changed = listed != self.pods;
+                self.pods = listed;
+                changed
+            }
+            watcher::Event::Apply(pod) => {
+                // The API server always sets a uid; a pod without one could not be matched
+                // to its cgroup anyway.
+                let Some(uid) = pod.metadata.uid.clone() else {
+                    return false;
+                };
+                if self.pods.get(&uid) == Some(&pod) {
+                    return false;
+                }
+                self.pods.insert(uid, pod);
+                true
+            }
+            watcher::Event::Delete(pod) => pod
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|uid| self.pods.remove(uid).is_some()),
+        }
+    }
+
+    fn loaded(&self) -> LoadedPods {
+        LoadedPods {
+            pods: self.pods.values().cloned().collect(),
+            errors: Vec::new(),
+        }
+    }
+}

@@ -29,6 +29,15 @@ pub enum Command {
     Doctor(commands::doctor::DoctorArgs),
 }
 
+/// `--output`: for people or for programs. Each command's flag help says what its JSON holds.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Aligned text for people.
+    Text,
+    /// JSON for programs.
+    Json,
+}
+
 /// Runs the parsed command line and turns failures into a message and an exit status.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging();

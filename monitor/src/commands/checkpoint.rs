@@ -2,16 +2,17 @@
 //!
 //! Both subcommands only read; they never create the directory, remove temporaries or rewrite a
 //! file, so they are safe next to a running agent.
+use crate::cli::OutputFormat;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
-use crate::clock::unix_ms_now;
 use crate::checkpoint::store::{StoreError, read_file};
 use crate::checkpoint::wall_time::rfc3339;
 use crate::checkpoint::{DEFAULT_CHECKPOINT_DIR, Key};
+use crate::clock::unix_ms_now;
 use crate::engine::checkpoint::{
     AgentState, CheckpointV1, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
 };
@@ -65,8 +66,8 @@ struct ShowArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
     checkpoint_dir: PathBuf,
     /// `text` for people, `json` for tools (the state as the agent holds it).
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    output: Output,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
 }
 
 #[derive(Args, Debug)]
@@ -77,12 +78,6 @@ struct VerifyArgs {
     /// A checkpoint file to check instead, e.g. a copy or a file set aside by --reset-state.
     #[arg(value_name = "FILE")]
     file: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Output {
-    Text,
-    Json,
 }
 
 pub fn run(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
@@ -117,7 +112,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     match args.output {
-        Output::Json => {
+        OutputFormat::Json => {
             let report = serde_json::json!({
                 "path": path,
                 "file_version": decoded.file_version,
@@ -126,7 +121,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             });
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
-        Output::Text => print!("{}", render_text(&path, &decoded, unix_ms_now())),
+        OutputFormat::Text => print!("{}", render_text(&path, &decoded, unix_ms_now())),
     }
     Ok(ExitCode::SUCCESS)
 }

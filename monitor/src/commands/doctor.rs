@@ -1,5 +1,6 @@
 //! `monitor doctor`: what this kernel offers and which event source the agent will therefore
 //! use. Exits 0 when the agent can run here; the last line of the text output is the verdict.
+use crate::cli::OutputFormat;
 use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
 
 use serde::Serialize;
@@ -12,23 +13,15 @@ use crate::{
 #[derive(clap::Args, Debug)]
 pub struct DoctorArgs {
     /// How to print the report.
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    /// Aligned lines for people, the verdict last.
-    Text,
-    /// One JSON object for scripts and tests.
-    Json,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let report = Report::from_features(&KernelFeatures::probe());
     match args.output {
-        Output::Text => print!("{}", report.to_text()),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        OutputFormat::Text => print!("{}", report.to_text()),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     Ok(if report.ok {
         ExitCode::SUCCESS

@@ -1,5 +1,6 @@
 //! `monitor rank`: the kubelet's eviction order for a set of pods and their stats, for
 //! postmortems. Reads the files here; parsing and ranking live in `engine::report`.
+use crate::cli::OutputFormat;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,18 +48,12 @@ pub struct RankArgs {
     #[arg(long, value_name = "SIGNAL", default_value = "memory.available", value_parser = parse_signal)]
     signal: Signal,
     /// Output format: aligned text, or a JSON array in eviction order.
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    output: Output,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
     /// The runtime keeps images and writable layers on a dedicated image filesystem, so
     /// nodefs counts only logs and local volumes and imagefs only writable layers.
     #[arg(long)]
     dedicated_imagefs: bool,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Output {
-    Text,
-    Json,
 }
 
 fn parse_signal(text: &str) -> Result<Signal, String> {
@@ -70,8 +65,8 @@ pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
     match rank(&args) {
         Ok(report) => {
             let output = match args.output {
-                Output::Text => render_text(&report),
-                Output::Json => serde_json::to_string_pretty(&report.pods)? + "\n",
+                OutputFormat::Text => render_text(&report),
+                OutputFormat::Json => serde_json::to_string_pretty(&report.pods)? + "\n",
             };
             print!("{output}");
             Ok(ExitCode::SUCCESS)

@@ -1,6 +1,7 @@
 //! `monitor trace`: live kernel memory events per cgroup or pod, for incidents: stat changes,
 //! cgroup lifecycle, reclaim stalls, kswapd, OOM kills, growth bursts and PSI pressure, with a
 //! summary on exit.
+use crate::cli::OutputFormat;
 use std::{
     io::{self, Write as _},
     path::{Path, PathBuf},
@@ -8,13 +9,12 @@ use std::{
     time::Duration,
 };
 
-use clap::ValueEnum;
 use monitor_common::Stat;
 use tokio::sync::mpsc;
 
 use crate::{
-    clock::monotonic_ns,
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
+    clock::monotonic_ns,
     engine::{duration::parse_go_duration, quantity::Quantity},
     pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
     source::{
@@ -30,15 +30,6 @@ use crate::{
     },
 };
 
-/// Output format of event lines.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    /// Aligned columns for people.
-    Text,
-    /// One JSON object per line, with a `type` field; the summary is the last object.
-    Json,
-}
-
 /// Window over which `--burst-rate` is measured.
 const BURST_WINDOW: Duration = Duration::from_secs(1);
 /// PSI trigger window: the kernel signals at most once per window. Kernels since 6.5 accept
@@ -53,9 +44,10 @@ const MAX_PSI_WATCHES: usize = 256;
 /// or Ctrl-C) prints a summary: most stall time, most reclaim caused, OOM kills.
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
+    /// `text`: aligned columns; `json`: one object per line with a `type` field, the
+    /// summary last.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -172,7 +164,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         output: args.output,
         start_ns,
     };
-    if args.output == Output::Text {
+    if args.output == OutputFormat::Text {
         out.line(TraceRecord::text_header())?;
     }
     let deadline = tokio::time::sleep(
@@ -223,7 +215,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
 /// Writes records in the chosen format.
 struct Printer<W: io::Write> {
     out: W,
-    output: Output,
+    output: OutputFormat,
     start_ns: u64,
 }
 
@@ -231,8 +223,8 @@ impl<W: io::Write> Printer<W> {
     /// False when stdout was closed (`monitor trace | head`), which ends the trace quietly.
     fn record(&mut self, record: &TraceRecord) -> anyhow::Result<bool> {
         let line = match self.output {
-            Output::Text => record.text(self.start_ns),
-            Output::Json => serde_json::to_string(record)?,
+            OutputFormat::Text => record.text(self.start_ns),
+            OutputFormat::Json => serde_json::to_string(record)?,
         };
         self.line(line)
     }
@@ -369,7 +361,6 @@ fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
         .unwrap_or_else(|_| cgroup.to_string());
     format!("/{}", rel.trim_matches('/'))
 }
-
 
 #[cfg(test)]
 mod tests {

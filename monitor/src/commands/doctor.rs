@@ -212,37 +212,13 @@ fn found<T>(result: Result<T, String>) -> Found<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        cgroupfs::MemoryHierarchy,
-        source::{
-            probe::{ProgramSupport, Psi},
-            programs::PROGRAMS,
-        },
-    };
+    use crate::source::{probe::tests::facts, programs::PROGRAMS};
 
     /// The 6.1 VM: cgroup v2, BTF, ring buffer, cgroup tracepoints but no memcg ones.
     fn vm_features() -> KernelFeatures {
         KernelFeatures {
             release: "6.1.0-57-cloud-amd64".into(),
-            btf: true,
-            ring_buffer: true,
-            tracefs: Ok("/sys/kernel/tracing".into()),
-            programs: PROGRAMS
-                .iter()
-                .map(|program| ProgramSupport {
-                    program,
-                    present: program.category == "cgroup",
-                })
-                .collect(),
-            memory: Ok(MemoryHierarchy {
-                version: CgroupVersion::V2,
-                mount: "/sys/fs/cgroup".into(),
-                hierarchy_id: 0,
-            }),
-            psi: Psi {
-                node: true,
-                cgroup: Some("/sys/fs/cgroup".into()),
-            },
+            ..facts(true, true, |program| program.category == "cgroup")
         }
     }
 

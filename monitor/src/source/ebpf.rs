@@ -23,16 +23,15 @@ use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM
 use tokio::io::{Interest, unix::AsyncFd};
 
 use super::{
-    btf_enums::{self, BtfError},
+    btf::{self, BtfError},
     event::{DecodeError, KernelEvent, decode},
-    probe::{self, TracefsError},
+    probe::{self, TracefsError, VMLINUX_BTF},
     programs::{INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
 };
 pub use task_memcg::OffsetError;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
 
-const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Settings for the kernel programs.
 #[derive(Clone, Copy, Debug)]
@@ -287,8 +286,8 @@ fn missing_map() -> aya::maps::MapError {
 
 /// Kernel item numbers of the tracked stats, from BTF.
 fn config_for(btf: &[u8], options: LoadOptions) -> Result<Config, LoadError> {
-    let node = btf_enums::enum_values(btf, "node_stat_item")?;
-    let memcg = btf_enums::enum_values(btf, "memcg_stat_item")?;
+    let node = btf::enum_values(btf, "node_stat_item")?;
+    let memcg = btf::enum_values(btf, "memcg_stat_item")?;
     let mut config = Config::EMPTY;
     config.step_bytes = options.step_bytes.max(1);
     config.page_size = page_size();
@@ -303,11 +302,11 @@ fn config_for(btf: &[u8], options: LoadOptions) -> Result<Config, LoadError> {
             Stat::Kernel => (None, Some("MEMCG_KMEM")),
         };
         config.lruvec_items[slot] = match lruvec {
-            Some(name) => item(btf_enums::variant(&node, "node_stat_item", name)?),
+            Some(name) => item(btf::variant(&node, "node_stat_item", name)?),
             None => NO_ITEM,
         };
         config.memcg_items[slot] = match memcg_item {
-            Some(name) => item(btf_enums::variant(&memcg, "memcg_stat_item", name)?),
+            Some(name) => item(btf::variant(&memcg, "memcg_stat_item", name)?),
             None => NO_ITEM,
         };
     }

@@ -21,7 +21,7 @@ pub const TRACEFS: &str = "/sys/kernel/tracing";
 /// Where older systems reach tracefs, through debugfs.
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 /// The kernel's BTF description of itself (CONFIG_DEBUG_INFO_BTF).
-const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// Node-wide memory pressure (CONFIG_PSI, not disabled with `psi=0`).
 const NODE_PSI: &str = "/proc/pressure/memory";
 /// Where cgroup2 is mounted: the whole tree on unified systems, or beside the v1 controllers
@@ -244,11 +244,11 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Facts where the tracepoints of the programs `present` selects exist.
-    fn facts(
+    pub(crate) fn facts(
         btf: bool,
         ring_buffer: bool,
         present: impl Fn(&ProgramSpec) -> bool,

@@ -2,12 +2,10 @@
 //!
 //! On cgroup v1 the incident programs read `task->cgroups->subsys[memory_cgrp_id]->cgroup->kn->id`
 //! with `bpf_probe_read_kernel`; the member offsets differ between kernel builds, so they are
-//! resolved here and written into `IncidentConfig`. Only struct members are needed, so this walks
-//! the type section for STRUCT/UNION records (layout: the kernel's Documentation/bpf/btf.rst);
-//! enum values come from [`super::btf_enums`].
+//! resolved here from the type records [`crate::source::btf`] locates, and written into `IncidentConfig`.
 use monitor_common::IncidentConfig;
 
-use super::btf_enums::{self, BtfError};
+use crate::source::btf::{self, BtfError, KIND_STRUCT, KIND_UNION, TypeRecord, Types, u32_at};
 
 /// Why the offsets could not be resolved.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -25,9 +23,9 @@ pub enum OffsetError {
 
 /// `IncidentConfig` with the v1 memory cgroup offsets filled in.
 pub fn v1_offsets(btf: &[u8], mut config: IncidentConfig) -> Result<IncidentConfig, OffsetError> {
-    let subsys = btf_enums::enum_values(btf, "cgroup_subsys_id")?;
-    let memory = btf_enums::variant(&subsys, "cgroup_subsys_id", "memory_cgrp_id")?;
     let types = Types::parse(btf)?;
+    let subsys = types.enum_values("cgroup_subsys_id")?;
+    let memory = btf::variant(&subsys, "cgroup_subsys_id", "memory_cgrp_id")?;
     config.memcg_v1 = 1;
     config.memory_subsys = u32::try_from(memory).map_err(|_| BtfError::Truncated(0))?;
     config.task_cgroups = types.member_offset("task_struct", "cgroups")?;
@@ -38,75 +36,13 @@ pub fn v1_offsets(btf: &[u8], mut config: IncidentConfig) -> Result<IncidentConf
     Ok(config)
 }
 
-const MAGIC: u16 = 0xeb9f;
-const KIND_STRUCT: u32 = 4;
-const KIND_UNION: u32 = 5;
-
-/// One type record: kind, name, member count, kind_flag, and where its members start.
-struct TypeRecord {
-    kind: u32,
-    name_off: u32,
-    vlen: usize,
-    kind_flag: bool,
-    body: usize,
+/// Struct member offsets, looking into anonymous structs and unions the way C does.
+trait MemberOffsets {
+    fn member_offset(&self, struct_name: &str, member: &str) -> Result<u32, OffsetError>;
+    fn find_member(&self, record: &TypeRecord, member: &str) -> Result<Option<u32>, BtfError>;
 }
 
-struct Types<'a> {
-    types: &'a [u8],
-    strings: &'a [u8],
-    /// Indexed by type id - 1 (id 0 is `void`).
-    records: Vec<TypeRecord>,
-}
-
-impl<'a> Types<'a> {
-    fn parse(btf: &'a [u8]) -> Result<Self, BtfError> {
-        if btf.get(0..2) != Some(&MAGIC.to_le_bytes()[..]) {
-            return Err(BtfError::BadHeader);
-        }
-        let field = |pos| u32_at(btf, pos).map_err(|_| BtfError::BadHeader);
-        let hdr_len = field(4)? as usize;
-        let section = |off: u32, len: u32| {
-            let start = hdr_len + off as usize;
-            btf.get(start..start + len as usize)
-                .ok_or(BtfError::Truncated(start))
-        };
-        let types = section(field(8)?, field(12)?)?;
-        let strings = section(field(16)?, field(20)?)?;
-        let mut records = Vec::new();
-        let mut pos = 0;
-        while pos < types.len() {
-            let info = u32_at(types, pos + 4)?;
-            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
-            let body = pos + 12;
-            records.push(TypeRecord {
-                kind,
-                name_off: u32_at(types, pos)?,
-                vlen,
-                kind_flag: info >> 31 == 1,
-                body,
-            });
-            pos = body + trailing_bytes(kind, vlen)?;
-        }
-        Ok(Self {
-            types,
-            strings,
-            records,
-        })
-    }
-
-    fn name(&self, offset: u32) -> Result<&'a str, BtfError> {
-        let start = offset as usize;
-        let rest = self
-            .strings
-            .get(start..)
-            .ok_or(BtfError::Truncated(start))?;
-        let end = rest
-            .iter()
-            .position(|b| *b == 0)
-            .ok_or(BtfError::Truncated(start))?;
-        std::str::from_utf8(&rest[..end]).map_err(|_| BtfError::Truncated(start))
-    }
-
+impl MemberOffsets for Types<'_> {
     /// Byte offset of `member` in struct `struct_name`, looking into anonymous structs and
     /// unions the way C does.
     fn member_offset(&self, struct_name: &str, member: &str) -> Result<u32, OffsetError> {
@@ -163,28 +99,6 @@ impl<'a> Types<'a> {
     }
 }
 
-/// Bytes that follow the 12-byte common type record, by kind.
-fn trailing_bytes(kind: u32, vlen: usize) -> Result<usize, BtfError> {
-    Ok(match kind {
-        // INT, VAR, DECL_TAG: one u32.
-        1 | 14 | 17 => 4,
-        // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG: nothing.
-        2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0,
-        // ARRAY: element type, index type, count.
-        3 => 12,
-        // STRUCT, UNION, DATASEC, ENUM64: 12 bytes per member.
-        4 | 5 | 15 | 19 => 12 * vlen,
-        // ENUM, FUNC_PROTO: 8 bytes per member.
-        6 | 13 => 8 * vlen,
-        other => return Err(BtfError::UnknownKind(other)),
-    })
-}
-
-fn u32_at(data: &[u8], pos: usize) -> Result<u32, BtfError> {
-    let bytes = data.get(pos..pos + 4).ok_or(BtfError::Truncated(pos))?;
-    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,7 +135,7 @@ mod tests {
         // 3: anonymous UNION { b at 0, c at 0 }.
         push(&[0, 5 << 24 | 2, 8, name("b"), 1, 0, name("c"), 1, 0]);
         let mut btf = Vec::new();
-        btf.extend(MAGIC.to_le_bytes());
+        btf.extend(0xeb9f_u16.to_le_bytes());
         btf.extend([1u8, 0]);
         for word in [
             24u32,

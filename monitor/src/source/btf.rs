@@ -1,0 +1,261 @@
+//! The running kernel's BTF (/sys/kernel/btf/vmlinux), read for the few facts the kernel
+//! programs need and that change between kernel builds: enum values (the memcg tracepoints
+//! report stats by their number in `enum node_stat_item` / `enum memcg_stat_item`) and struct
+//! member offsets. Only the type-section walk is implemented (layout: the kernel's
+//! Documentation/bpf/btf.rst).
+use std::collections::HashMap;
+
+/// Why BTF could not answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BtfError {
+    /// The data does not start with a little-endian BTF header.
+    #[error("not BTF data (bad magic or header)")]
+    BadHeader,
+    /// A type or string lies outside the data.
+    #[error("BTF data is truncated or inconsistent at byte {0}")]
+    Truncated(usize),
+    /// A type kind this parser does not know; newer kernels may add kinds.
+    #[error("unknown BTF type kind {0}")]
+    UnknownKind(u32),
+    /// No enum of that name.
+    #[error("the kernel's BTF has no enum {0}")]
+    NoSuchEnum(String),
+    /// The enum lacks a variant we need.
+    #[error("enum {enum_name} has no item {variant} in this kernel")]
+    NoSuchVariant { enum_name: String, variant: String },
+}
+
+const MAGIC: u16 = 0xeb9f;
+pub(crate) const KIND_STRUCT: u32 = 4;
+pub(crate) const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_ENUM64: u32 = 19;
+
+/// One type record: kind, name, member count, kind_flag, and where its members start.
+pub(crate) struct TypeRecord {
+    pub kind: u32,
+    pub name_off: u32,
+    pub vlen: usize,
+    pub kind_flag: bool,
+    pub body: usize,
+}
+
+/// The type and string sections, with every type record located.
+pub(crate) struct Types<'a> {
+    pub types: &'a [u8],
+    strings: &'a [u8],
+    /// Indexed by type id - 1 (id 0 is `void`).
+    pub records: Vec<TypeRecord>,
+}
+
+impl<'a> Types<'a> {
+    pub fn parse(btf: &'a [u8]) -> Result<Self, BtfError> {
+        if btf.get(0..2) != Some(&MAGIC.to_le_bytes()[..]) {
+            return Err(BtfError::BadHeader);
+        }
+        let field = |pos| u32_at(btf, pos).map_err(|_| BtfError::BadHeader);
+        let hdr_len = field(4)? as usize;
+        let section = |off: u32, len: u32| {
+            let start = hdr_len + off as usize;
+            btf.get(start..start + len as usize)
+                .ok_or(BtfError::Truncated(start))
+        };
+        let types = section(field(8)?, field(12)?)?;
+        let strings = section(field(16)?, field(20)?)?;
+        let mut records = Vec::new();
+        let mut pos = 0;
+        while pos < types.len() {
+            let info = u32_at(types, pos + 4)?;
+            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
+            let body = pos + 12;
+            records.push(TypeRecord {
+                kind,
+                name_off: u32_at(types, pos)?,
+                vlen,
+                kind_flag: info >> 31 == 1,
+                body,
+            });
+            pos = body + trailing_bytes(kind, vlen)?;
+        }
+        Ok(Self {
+            types,
+            strings,
+            records,
+        })
+    }
+
+    /// The string at `offset` in the string section.
+    pub fn name(&self, offset: u32) -> Result<&'a str, BtfError> {
+        let start = offset as usize;
+        let rest = self
+            .strings
+            .get(start..)
+            .ok_or(BtfError::Truncated(start))?;
+        let end = rest
+            .iter()
+            .position(|b| *b == 0)
+            .ok_or(BtfError::Truncated(start))?;
+        std::str::from_utf8(&rest[..end]).map_err(|_| BtfError::Truncated(start))
+    }
+
+    /// Variants of the named enum, name -> value.
+    pub fn enum_values(&self, enum_name: &str) -> Result<HashMap<String, i64>, BtfError> {
+        for record in &self.records {
+            let member_size = match record.kind {
+                KIND_ENUM => 8,
+                KIND_ENUM64 => 12,
+                _ => continue,
+            };
+            if record.name_off == 0 || self.name(record.name_off)? != enum_name {
+                continue;
+            }
+            let mut values = HashMap::with_capacity(record.vlen);
+            for i in 0..record.vlen {
+                let member = record.body + i * member_size;
+                let value = if record.kind == KIND_ENUM {
+                    i64::from(u32_at(self.types, member + 4)? as i32)
+                } else {
+                    let lo = u64::from(u32_at(self.types, member + 4)?);
+                    let hi = u64::from(u32_at(self.types, member + 8)?);
+                    (hi << 32 | lo) as i64
+                };
+                values.insert(self.name(u32_at(self.types, member)?)?.to_string(), value);
+            }
+            return Ok(values);
+        }
+        Err(BtfError::NoSuchEnum(enum_name.to_string()))
+    }
+}
+
+/// Variants of the named enum in raw BTF, name -> value.
+pub fn enum_values(btf: &[u8], enum_name: &str) -> Result<HashMap<String, i64>, BtfError> {
+    Types::parse(btf)?.enum_values(enum_name)
+}
+
+/// The value of one variant.
+pub fn variant(
+    values: &HashMap<String, i64>,
+    enum_name: &str,
+    name: &str,
+) -> Result<i64, BtfError> {
+    values
+        .get(name)
+        .copied()
+        .ok_or_else(|| BtfError::NoSuchVariant {
+            enum_name: enum_name.to_string(),
+            variant: name.to_string(),
+        })
+}
+
+/// Bytes that follow the 12-byte common type record, by kind.
+fn trailing_bytes(kind: u32, vlen: usize) -> Result<usize, BtfError> {
+    Ok(match kind {
+        // INT, VAR, DECL_TAG: one u32.
+        1 | 14 | 17 => 4,
+        // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG: nothing.
+        2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0,
+        // ARRAY: element type, index type, count.
+        3 => 12,
+        // STRUCT, UNION, DATASEC, ENUM64: 12 bytes per member.
+        4 | 5 | 15 | 19 => 12 * vlen,
+        // ENUM, FUNC_PROTO: 8 bytes per member.
+        6 | 13 => 8 * vlen,
+        other => return Err(BtfError::UnknownKind(other)),
+    })
+}
+
+pub(crate) fn u32_at(data: &[u8], pos: usize) -> Result<u32, BtfError> {
+    let bytes = data.get(pos..pos + 4).ok_or(BtfError::Truncated(pos))?;
+    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds BTF with an INT, a STRUCT with one member, and an ENUM.
+    fn sample() -> Vec<u8> {
+        let strings = b"\0int\0s\0m\0colors\0RED\0BLUE\0";
+        let name = |s: &str| {
+            let needle = format!("\0{s}\0");
+            strings
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+                .unwrap() as u32
+                + 1
+        };
+        let mut types = Vec::new();
+        let mut push = |words: &[u32]| words.iter().for_each(|w| types.extend(w.to_le_bytes()));
+        push(&[name("int"), 1 << 24, 4, 32]); // INT
+        push(&[name("s"), 4 << 24 | 1, 4, name("m"), 1, 0]); // STRUCT, one member
+        push(&[
+            name("colors"),
+            6 << 24 | 2,
+            4,
+            name("RED"),
+            3,
+            name("BLUE"),
+            (-2i32) as u32,
+        ]);
+        let mut btf = Vec::new();
+        btf.extend(MAGIC.to_le_bytes());
+        btf.extend([1u8, 0]);
+        for word in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            btf.extend(word.to_le_bytes());
+        }
+        btf.extend(&types);
+        btf.extend(strings);
+        btf
+    }
+
+    #[test]
+    fn finds_enum_after_other_kinds() {
+        let values = enum_values(&sample(), "colors").unwrap();
+        assert_eq!(values["RED"], 3);
+        assert_eq!(values["BLUE"], -2);
+        assert_eq!(variant(&values, "colors", "RED"), Ok(3));
+        assert!(matches!(
+            variant(&values, "colors", "GREEN"),
+            Err(BtfError::NoSuchVariant { .. })
+        ));
+    }
+
+    #[test]
+    fn missing_enum_and_bad_data_are_errors() {
+        assert_eq!(
+            enum_values(&sample(), "shapes"),
+            Err(BtfError::NoSuchEnum("shapes".into()))
+        );
+        assert_eq!(enum_values(b"nope", "colors"), Err(BtfError::BadHeader));
+        let mut cut = sample();
+        cut.truncate(40);
+        assert!(matches!(
+            enum_values(&cut, "colors"),
+            Err(BtfError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn running_kernel_has_the_stat_items() {
+        let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
+            eprintln!("SKIP: this kernel exposes no BTF");
+            return;
+        };
+        let node = enum_values(&btf, "node_stat_item").unwrap();
+        let inactive = variant(&node, "node_stat_item", "NR_INACTIVE_FILE").unwrap();
+        let active = variant(&node, "node_stat_item", "NR_ACTIVE_FILE").unwrap();
+        assert_eq!(
+            active,
+            inactive + 1,
+            "LRU lists are consecutive in the kernel"
+        );
+        let memcg = enum_values(&btf, "memcg_stat_item").unwrap();
+        assert!(variant(&memcg, "memcg_stat_item", "MEMCG_KMEM").unwrap() > 0);
+    }
+}

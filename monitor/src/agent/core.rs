@@ -1,7 +1,7 @@
 //! The agent's pure state machine: pods, their cgroups, working sets kept current from kernel
 //! events, the incremental rankings, and the decision step. Everything here takes plain data
 //! (and a clock), so the whole pipeline from event to decision is tested without root.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use monitor_common::Stat;
 
@@ -56,6 +56,9 @@ pub struct AgentCore {
     usage: UsageTracker,
     pods: HashMap<String, PodEntry>,
     uid_by_cgroup: HashMap<String, String>,
+    /// Pods this agent has stopped itself: terminal, like a pod the kubelet evicted (failed,
+    /// no longer active), so never ranked again while they stay in the pod set.
+    evicted: HashSet<String>,
     pids: Option<SignalObservation>,
     pub state: EvictionState,
 }
@@ -76,6 +79,7 @@ impl AgentCore {
             usage: UsageTracker::default(),
             pods: HashMap::new(),
             uid_by_cgroup: HashMap::new(),
+            evicted: HashSet::new(),
             pids: None,
             state,
         }
@@ -113,7 +117,9 @@ impl AgentCore {
             } else {
                 self.usage.set_pod(&uid, None);
             }
-            self.rankings.upsert_pod(facts.clone());
+            if !self.evicted.contains(&uid) {
+                self.rankings.upsert_pod(facts.clone());
+            }
             let process_count = previous.map_or(0, |p| p.process_count);
             self.pods.insert(uid.clone(), PodEntry { facts, cgroup, process_count });
             self.rerank(&uid);
@@ -132,6 +138,17 @@ impl AgentCore {
         self.rankings.remove(uid);
         self.usage.set_pod(uid, None);
         self.state.pod_cleaned_up(uid);
+        self.evicted.remove(uid);
+    }
+
+    /// Marks a pod as stopped by this agent: it leaves the rankings for as long as it stays in
+    /// the pod set, as an evicted pod leaves the kubelet's active pods. Its cgroup still
+    /// counts towards the node and kubepods working sets.
+    pub fn mark_evicted(&mut self, uid: &str) {
+        if self.pods.contains_key(uid) {
+            self.evicted.insert(uid.to_string());
+            self.rankings.remove(uid);
+        }
     }
 
     /// Records which pod (if any) and whether kubepods hold a cgroup, from its path.
@@ -381,6 +398,39 @@ mod tests {
         c.apply_stat(11, Stat::Anon, 900 * MI);
         let order: Vec<_> = c.ranking(Signal::AllocatableMemoryAvailable).iter().map(|(f, _)| f.pod.name.clone()).collect();
         assert_eq!(order, ["no-cgroup", "big-low"]);
+    }
+
+    #[test]
+    fn a_pod_stopped_by_the_agent_is_not_chosen_again_while_listed() {
+        let mut c = core();
+        c.apply_stat(21, Stat::Anon, 300 * MI);
+        c.apply_stat(11, Stat::Anon, 550 * MI);
+        let clock = clock();
+        let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
+        assert_eq!(first.as_deref(), Some("over-high"));
+        c.mark_evicted("uid-over-high");
+        // Killed: its working set is gone, but it stays in the pod set (a manifest).
+        c.set_pod_reading("uid-over-high", Some(0), 0);
+        c.state.pod_cleaned_up("uid-over-high");
+        c.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (facts("over-high", 1000, 100, false), cgroup(20, "over-high")),
+        ]);
+        c.apply_stat(11, Stat::Anon, 300 * MI);
+        clock.advance(std::time::Duration::from_secs(10));
+        let names = |c: &AgentCore| -> Vec<String> {
+            c.ranking(Signal::AllocatableMemoryAvailable).iter().map(|(f, _)| f.pod.name.clone()).collect()
+        };
+        assert_eq!(names(&c), ["big-low"]);
+        assert_eq!(c.decide(&clock).eviction().map(|e| e.pod.name.clone()), Some("big-low".into()));
+        assert_eq!(c.pod_working_set("uid-over-high"), Some(0), "still read and counted");
+        // Once it leaves the pod set and comes back (a new pod with the same uid), it ranks.
+        c.set_pods(vec![(facts("big-low", 0, 600, false), cgroup(10, "big-low"))]);
+        c.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (facts("over-high", 1000, 100, false), cgroup(20, "over-high")),
+        ]);
+        assert_eq!(names(&c).len(), 2);
     }
 
     #[test]

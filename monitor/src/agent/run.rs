@@ -430,6 +430,9 @@ impl Agent {
             return;
         }
         let pod = eviction.pod.clone();
+        // Stopped for good, like a pod the kubelet evicted: never chosen again while it is
+        // listed (a manifest outlives its processes).
+        self.core.mark_evicted(&pod.uid);
         let Some(rel) = self.core.pod(&pod.uid).and_then(|p| p.cgroup.as_ref()).map(|c| c.rel.clone()) else {
             log::warn!("{}: no cgroup to act on; waiting for the cleanup timeout", eviction.pod);
             return;

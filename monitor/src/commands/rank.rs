@@ -7,9 +7,10 @@ use std::process::ExitCode;
 
 use crate::engine::quantity::Quantity;
 use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy, RankReason};
-use crate::engine::report::{RankedPod, Report, build_report, parse_pods};
+use crate::engine::report::{RankedPod, Report, build_report};
 use crate::engine::signal::Signal;
 use crate::engine::summary::Summary;
+use crate::pods::manifests::parse_file;
 
 /// Exit status for input that cannot be read or understood.
 const BAD_INPUT: u8 = 2;
@@ -83,7 +84,8 @@ fn rank(args: &RankArgs) -> Result<Report, String> {
     let in_file =
         |path: &Path, problem: &dyn std::fmt::Display| format!("{}: {problem}", path.display());
     let pods_text = fs::read_to_string(&args.pods).map_err(|e| in_file(&args.pods, &e))?;
-    let pods = parse_pods(&pods_text).map_err(|e| in_file(&args.pods, &e))?;
+    // The error already names the file.
+    let pods = parse_file(&args.pods, &pods_text).map_err(|e| e.to_string())?;
     let summary_text = fs::read_to_string(&args.summary).map_err(|e| in_file(&args.summary, &e))?;
     let summary = Summary::from_json(&summary_text)
         .map_err(|e| in_file(&args.summary, &format!("not Summary API JSON: {e}")))?;

@@ -6,7 +6,6 @@
 //! than the one the summary comes from.
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
-use serde_json::Value;
 
 use super::pod_facts::{PodFacts, PodFactsError};
 use super::rank::{
@@ -16,90 +15,6 @@ use super::rank_index::RankIndex;
 use super::signal::Signal;
 use super::summary::{PodUsage, Summary};
 use super::threshold::SignalObservation;
-
-/// Why a pods document was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum PodsInputError {
-    /// Neither JSON nor YAML.
-    #[error("not JSON or YAML: {0}")]
-    Syntax(String),
-    /// The top-level object is not a Pod, PodList or List.
-    #[error("expected kind Pod, PodList or List, found {0}")]
-    UnexpectedKind(String),
-    /// An item of a list is not a Pod.
-    #[error("item {index}: expected kind Pod, found {kind}")]
-    NotAPod {
-        /// Position in `items`, from 0.
-        index: usize,
-        /// Its kind.
-        kind: String,
-    },
-    /// An item does not have the shape of a Pod.
-    #[error("item {index}: not a valid Pod: {reason}")]
-    InvalidPod {
-        /// Position in `items`, from 0.
-        index: usize,
-        /// What serde reported.
-        reason: String,
-    },
-    /// A Pod's fields cannot be used for ranking.
-    #[error(transparent)]
-    Facts(#[from] PodFactsError),
-}
-
-/// Parses `kubectl get pods -o json|yaml` output (or a single Pod).
-pub fn parse_pods(text: &str) -> Result<Vec<Pod>, PodsInputError> {
-    let trimmed = text.trim_start();
-    let document: Value = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        serde_json::from_str(text).map_err(|e| PodsInputError::Syntax(e.to_string()))?
-    } else {
-        serde_yaml::from_str(text).map_err(|e| PodsInputError::Syntax(e.to_string()))?
-    };
-    let items = match kind_of(&document) {
-        Some("Pod") => vec![document],
-        Some("PodList" | "List") => match document.get("items") {
-            Some(Value::Array(items)) => items.clone(),
-            None | Some(Value::Null) => Vec::new(),
-            Some(_) => {
-                return Err(PodsInputError::UnexpectedKind(
-                    "a list whose items is not an array".into(),
-                ));
-            }
-        },
-        Some(other) => return Err(PodsInputError::UnexpectedKind(other.to_string())),
-        None => {
-            return Err(PodsInputError::UnexpectedKind(
-                "an object without kind".into(),
-            ));
-        }
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(index, mut item)| {
-            match kind_of(&item) {
-                Some("Pod") => {}
-                // Items of a PodList straight from the API server carry no kind.
-                None if item.is_object() => {
-                    item["kind"] = Value::from("Pod");
-                    item["apiVersion"] = Value::from("v1");
-                }
-                other => {
-                    let kind = other.unwrap_or("(none)").to_string();
-                    return Err(PodsInputError::NotAPod { index, kind });
-                }
-            }
-            serde_json::from_value(item).map_err(|e| PodsInputError::InvalidPod {
-                index,
-                reason: e.to_string(),
-            })
-        })
-        .collect()
-}
-
-fn kind_of(value: &Value) -> Option<&str> {
-    value.get("kind").and_then(Value::as_str)
-}
 
 /// One pod's line in the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -209,60 +124,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_shapes_kubectl_prints() {
-        let pod_json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","uid":"1"},"spec":{"containers":[]}}"#;
-        struct Case {
-            name: &'static str,
-            text: String,
-            pods: Result<usize, &'static str>,
-        }
-        let cases = [
-            Case { name: "single pod JSON", text: pod_json.into(), pods: Ok(1) },
-            Case { name: "List JSON", text: format!(r#"{{"kind":"List","items":[{pod_json},{pod_json}]}}"#), pods: Ok(2) },
-            Case {
-                name: "PodList items without kind",
-                text: r#"{"kind":"PodList","items":[{"metadata":{"name":"a","uid":"1"},"spec":{"containers":[]}}]}"#.into(),
-                pods: Ok(1),
-            },
-            Case {
-                name: "YAML list",
-                text: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, uid: '1'}\n  spec: {containers: []}\n".into(),
-                pods: Ok(1),
-            },
-            Case { name: "empty list", text: r#"{"kind":"List","items":[]}"#.into(), pods: Ok(0) },
-            Case { name: "not a pod", text: r#"{"kind":"Node"}"#.into(), pods: Err("expected kind Pod, PodList or List, found Node") },
-            Case {
-                name: "list holding a service",
-                text: r#"{"kind":"List","items":[{"kind":"Service"}]}"#.into(),
-                pods: Err("item 0: expected kind Pod, found Service"),
-            },
-            Case { name: "broken JSON", text: r#"{"kind":"#.into(), pods: Err("not JSON or YAML") },
-            Case {
-                name: "wrong field type",
-                text: r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":7}}"#.into(),
-                pods: Err("item 0: not a valid Pod"),
-            },
-        ];
-        for case in cases {
-            match (parse_pods(&case.text), case.pods) {
-                (Ok(pods), Ok(count)) => assert_eq!(pods.len(), count, "case {:?}", case.name),
-                (Err(error), Err(prefix)) => {
-                    assert!(
-                        error.to_string().starts_with(prefix),
-                        "case {:?}: {error}",
-                        case.name
-                    )
-                }
-                (got, expected) => {
-                    panic!("case {:?}: got {got:?}, expected {expected:?}", case.name)
-                }
-            }
-        }
-    }
-
-    #[test]
     fn skips_finished_pods_and_pods_on_other_nodes() {
-        let pods = parse_pods(
+        let pods = crate::pods::manifests::parse_file(
+            std::path::Path::new("pods.json"),
             r#"{"kind":"List","items":[
               {"apiVersion":"v1","kind":"Pod","metadata":{"name":"here","uid":"1"},"spec":{"nodeName":"n1","containers":[]}},
               {"apiVersion":"v1","kind":"Pod","metadata":{"name":"there","uid":"2"},"spec":{"nodeName":"n2","containers":[]}},

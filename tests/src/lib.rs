@@ -2,10 +2,16 @@
 //! a test fails, and processes that allocate real memory inside them.
 use std::{
     fs,
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
     os::unix::{fs::MetadataExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
+    sync::{
+        Arc, Condvar, Mutex,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
     time::{Duration, Instant},
 };
 
@@ -229,4 +235,503 @@ impl Drop for TermIgnorer {
 /// Pids listed in a cgroup's `cgroup.procs` (empty when the cgroup is gone).
 pub fn cgroup_pids(cgroup_dir: &Path) -> Vec<i32> {
     pids_in(cgroup_dir)
+}
+
+/// Creates a cgroup directory (its parent must exist); with `distribute`, also enables the
+/// memory controller for its children, which on v2 they need for their memory files.
+fn create_cgroup(dir: &Path, distribute: bool) {
+    if !dir.is_dir() {
+        fs::create_dir(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    }
+    let control = dir.join("cgroup.subtree_control");
+    if distribute
+        && control.exists()
+        && !fs::read_to_string(&control)
+            .unwrap_or_default()
+            .contains("memory")
+    {
+        fs::write(&control, "+memory")
+            .unwrap_or_else(|e| panic!("enabling memory in {}: {e}", control.display()));
+    }
+}
+
+/// The kubelet's QoS classes, which place a pod's cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+/// A kubepods tree below a test cgroup, named like the kubelet's cgroupfs driver does:
+/// `kubepods/pod<uid>`, `kubepods/burstable/pod<uid>`, `kubepods/besteffort/pod<uid>`.
+/// Removed with the test cgroup.
+pub struct Kubepods {
+    /// The kubepods cgroup below the hierarchy root, for `--kubepods-cgroup`.
+    pub rel: String,
+    pub dir: PathBuf,
+}
+
+impl Kubepods {
+    /// Creates `kubepods` with its `burstable` and `besteffort` levels below `cgroup`.
+    pub fn create(cgroup: &TestCgroup) -> Self {
+        let dir = cgroup.dir.join("kubepods");
+        create_cgroup(&dir, true);
+        create_cgroup(&dir.join("burstable"), true);
+        create_cgroup(&dir.join("besteffort"), true);
+        Self {
+            rel: cgroup.child_rel("kubepods"),
+            dir,
+        }
+    }
+
+    /// The pod cgroup's directory for a pod (not created).
+    pub fn pod_dir(&self, qos: Qos, uid: &str) -> PathBuf {
+        self.dir.join(match qos {
+            Qos::Guaranteed => format!("pod{uid}"),
+            Qos::Burstable => format!("burstable/pod{uid}"),
+            Qos::BestEffort => format!("besteffort/pod{uid}"),
+        })
+    }
+
+    /// Creates the pod cgroup and one container cgroup in it, as a runtime would, and
+    /// returns the container's directory (where the pod's processes go).
+    pub fn create_pod(&self, qos: Qos, uid: &str) -> PathBuf {
+        let pod = self.pod_dir(qos, uid);
+        create_cgroup(&pod, true);
+        let container = pod.join("container");
+        create_cgroup(&container, false);
+        container
+    }
+
+    /// Kills the pod's processes and removes its cgroups, as the kubelet does once a pod is
+    /// gone.
+    pub fn remove_pod(&self, qos: Qos, uid: &str) {
+        remove_tree(&self.pod_dir(qos, uid));
+    }
+}
+
+/// A pod for a manifests directory: burstable with a memory request, best-effort without.
+#[derive(Clone, Debug)]
+pub struct TestPod {
+    pub name: String,
+    pub uid: String,
+    pub memory_request_mib: Option<u64>,
+    pub priority: Option<i32>,
+    /// Carries `kubernetes.io/config.source: file`, like a static pod.
+    pub static_pod: bool,
+}
+
+impl TestPod {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            uid: format!("{name}-uid"),
+            memory_request_mib: None,
+            priority: None,
+            static_pod: false,
+        }
+    }
+
+    pub fn request_mib(mut self, mib: u64) -> Self {
+        self.memory_request_mib = Some(mib);
+        self
+    }
+
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    pub fn static_pod(mut self) -> Self {
+        self.static_pod = true;
+        self
+    }
+
+    pub fn qos(&self) -> Qos {
+        if self.memory_request_mib.is_some() {
+            Qos::Burstable
+        } else {
+            Qos::BestEffort
+        }
+    }
+
+    /// The pod as a YAML manifest.
+    pub fn manifest(&self) -> String {
+        let mut text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: default\n  uid: {}\n",
+            self.name, self.uid
+        );
+        if self.static_pod {
+            text.push_str("  annotations:\n    kubernetes.io/config.source: file\n");
+        }
+        text.push_str("spec:\n");
+        if let Some(priority) = self.priority {
+            text.push_str(&format!("  priority: {priority}\n"));
+        }
+        text.push_str("  containers:\n  - name: main\n    image: registry.k8s.io/pause:3.9\n");
+        if let Some(mib) = self.memory_request_mib {
+            text.push_str(&format!(
+                "    resources:\n      requests:\n        memory: {mib}Mi\n"
+            ));
+        }
+        text
+    }
+
+    /// Writes the manifest as `<name>.yaml` into `dir` and returns its path.
+    pub fn write_to(&self, dir: &Path) -> PathBuf {
+        let path = dir.join(format!("{}.yaml", self.name));
+        fs::write(&path, self.manifest())
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path
+    }
+}
+
+/// A directory below the system's temporary directory, removed with its content on drop.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("monitor-test-{}-{name}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        Self { path }
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Lines a child process wrote on one stream, shared with the thread reading them.
+#[derive(Default)]
+struct Lines {
+    lines: Mutex<Vec<String>>,
+    added: Condvar,
+}
+
+/// The `monitor` binary running as a subprocess. Its stdout and stderr are read line by line
+/// as they come by two threads; the process is killed and reaped on drop, and its output is
+/// printed when a test fails.
+pub struct MonitorProcess {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+    stdout_seen: Arc<Lines>,
+    stderr: Arc<Lines>,
+}
+
+impl MonitorProcess {
+    /// Starts `monitor ARGS` with info logging on stderr.
+    pub fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
+        let mut child = Command::new(monitor_bin())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting monitor");
+        let (tx, stdout) = mpsc::channel();
+        let stdout_seen = Arc::new(Lines::default());
+        let seen = stdout_seen.clone();
+        let out = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                push_line(&seen, line.clone());
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Lines::default());
+        let lines = stderr.clone();
+        let err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                push_line(&lines, line);
+            }
+        });
+        Self {
+            child,
+            stdout,
+            stdout_seen,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next stdout line, waiting at most `timeout`; `None` on timeout or end of output.
+    pub fn next_line(&self, timeout: Duration) -> Option<String> {
+        self.stdout.recv_timeout(timeout).ok()
+    }
+
+    /// The first stderr line so far or within `timeout` that `matches`.
+    pub fn wait_stderr(&self, timeout: Duration, matches: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = self.stderr.lines.lock().unwrap();
+        loop {
+            if let Some(line) = lines.iter().find(|l| matches(l)) {
+                return Some(line.clone());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            lines = self.stderr.added.wait_timeout(lines, left).unwrap().0;
+        }
+    }
+
+    /// Everything written on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lines.lock().unwrap().join("\n")
+    }
+
+    /// Every stdout line so far (including those already taken by [`Self::next_line`]).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout_seen.lines.lock().unwrap().clone()
+    }
+
+    /// Asks the agent to stop, as a service manager would.
+    pub fn terminate(&self) {
+        // SAFETY: signalling the child this value owns, which is not reaped before drop.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+    }
+
+    /// Stops the agent with SIGTERM and asserts that it exits with status 0.
+    pub fn stop(&mut self) {
+        self.terminate();
+        let status = self
+            .wait(Duration::from_secs(10))
+            .expect("the agent stops on SIGTERM");
+        assert!(
+            status.success(),
+            "exit status {status}; stderr:\n{}",
+            self.stderr()
+        );
+    }
+
+    /// Waits for the process to exit; `None` if it is still running after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for monitor") {
+                // Let the readers take the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn push_line(lines: &Lines, line: String) {
+    lines.lines.lock().unwrap().push(line);
+    lines.added.notify_all();
+}
+
+impl Drop for MonitorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- monitor stdout ---\n{}", self.stdout_lines().join("\n"));
+            eprintln!("--- monitor stderr ---\n{}", self.stderr());
+        }
+    }
+}
+
+/// `GET path` over loopback, answered body included (the connection is closed after it).
+pub fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("sending the request");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .expect("reading the answer");
+    answer
+}
+
+/// True while process `pid` exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit(')')
+                .next()
+                .map(|rest| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+/// One agent's world in a test: a kubepods tree below a test cgroup, a manifests directory,
+/// a checkpoint directory and a configuration file. The agent sees pressure once the
+/// kubepods working set passes [`AgentScene::PRESSURE_ABOVE_MIB`].
+pub struct AgentScene {
+    pub cgroup: TestCgroup,
+    pub kubepods: Kubepods,
+    pub manifests: TempDir,
+    pub checkpoint: TempDir,
+    pub config: PathBuf,
+    _files: TempDir,
+}
+
+impl AgentScene {
+    /// `--allocatable-memory`.
+    pub const ALLOCATABLE: &str = "300Mi";
+    /// The hard `allocatableMemory.available` threshold.
+    pub const THRESHOLD: &str = "100Mi";
+    /// Kubepods working set above which the threshold is met.
+    pub const PRESSURE_ABOVE_MIB: u64 = 200;
+
+    /// A scene whose configuration has the given `evictionInterval` and `podCleanupTimeout`
+    /// (Go durations).
+    pub fn new(name: &str, eviction_interval: &str, pod_cleanup_timeout: &str) -> Self {
+        let cgroup = TestCgroup::create(name);
+        let kubepods = Kubepods::create(&cgroup);
+        let files = TempDir::new(&format!("{name}-files"));
+        let config = files.join("kubelet-config.yaml");
+        fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 evictionHard:\n  allocatableMemory.available: {}\n\
+                 monitor:\n  evictionInterval: {eviction_interval}\n  \
+                 podCleanupTimeout: {pod_cleanup_timeout}\n",
+                Self::THRESHOLD
+            ),
+        )
+        .expect("writing the configuration");
+        Self {
+            cgroup,
+            kubepods,
+            manifests: TempDir::new(&format!("{name}-pods")),
+            checkpoint: TempDir::new(&format!("{name}-state")),
+            config,
+            _files: files,
+        }
+    }
+
+    /// Writes the pod's manifest.
+    pub fn write_manifest(&self, pod: &TestPod) -> PathBuf {
+        pod.write_to(&self.manifests.path)
+    }
+
+    /// Removes the pod's manifest.
+    pub fn remove_manifest(&self, pod: &TestPod) {
+        let path = self.manifests.join(&format!("{}.yaml", pod.name));
+        fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+    }
+
+    /// The pod's cgroup directory.
+    pub fn pod_dir(&self, pod: &TestPod) -> PathBuf {
+        self.kubepods.pod_dir(pod.qos(), &pod.uid)
+    }
+
+    /// Creates the pod's cgroup (with a container cgroup) and starts an allocator in the
+    /// container.
+    pub fn run_pod(&self, pod: &TestPod) -> Allocator {
+        Allocator::start_in(&self.kubepods.create_pod(pod.qos(), &pod.uid))
+    }
+
+    /// Writes the manifest, creates the cgroup and starts an allocator in it.
+    pub fn start_pod(&self, pod: &TestPod) -> Allocator {
+        self.write_manifest(pod);
+        self.run_pod(pod)
+    }
+
+    /// Waits until the pod's cgroup subtree holds no process.
+    pub fn wait_until_empty(&self, pod: &TestPod, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.pod_pids(pod).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{} still has processes {:?} after {within:?}",
+                pod.name,
+                self.pod_pids(pod)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Pids in the pod's cgroup subtree (empty when it is gone).
+    pub fn pod_pids(&self, pod: &TestPod) -> Vec<i32> {
+        let mut dirs = Vec::new();
+        collect_dirs(&self.pod_dir(pod), &mut dirs);
+        dirs.iter().flat_map(|d| pids_in(d)).collect()
+    }
+
+    /// The agent's flags for this scene: JSON decisions, no metrics, `--source auto` with a
+    /// short poll interval, and a `--duration` of 60s unless `extra` sets one.
+    pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
+        let path = |p: &Path| p.display().to_string();
+        let mut args: Vec<String> = [
+            "--pods",
+            &path(&self.manifests.path),
+            "--kubepods-cgroup",
+            &self.kubepods.rel,
+            "--allocatable-memory",
+            Self::ALLOCATABLE,
+            "--config",
+            &path(&self.config),
+            "--checkpoint-dir",
+            &path(&self.checkpoint.path),
+            "--output",
+            "json",
+            "--source",
+            "auto",
+            "--poll-interval",
+            "200ms",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if !extra.contains(&"--metrics-addr") {
+            args.push("--no-metrics".into());
+        }
+        if !extra.contains(&"--duration") {
+            args.extend(["--duration".into(), "60s".into()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Starts the agent on this scene and waits until it runs: its manifest watch is set up,
+    /// its kernel programs attached, and it has logged its configuration.
+    pub fn start_agent(&self, extra: &[&str]) -> MonitorProcess {
+        let agent = MonitorProcess::start(self.agent_args(extra));
+        let ready = agent.wait_stderr(Duration::from_secs(30), |l| {
+            l.contains(" source ") && l.contains(" thresholds ") || l.contains("Error")
+        });
+        assert!(
+            ready.as_deref().is_some_and(|l| l.contains(" thresholds ")),
+            "the agent did not start: {}",
+            agent.stderr()
+        );
+        agent
+    }
 }

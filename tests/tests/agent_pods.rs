@@ -1,0 +1,224 @@
+//! The node agent end to end, on the pod side: pods and cgroups coming and going while it
+//! runs, and input it has to skip or cannot resolve (root only).
+//!
+//! Every scene has 300Mi allocatable and a hard `allocatableMemory.available<100Mi`
+//! threshold, so the agent sees pressure once the pods' working sets pass 200Mi.
+use std::{
+    fs,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{AgentScene, MonitorProcess, TestPod, process_alive, running_as_root};
+
+/// How long a decision may take to show up once it is due (a slow VM included).
+const DECIDE: Duration = Duration::from_secs(20);
+/// How long the agent may take to notice a change of the manifests or the cgroups.
+const NOTICE: Duration = Duration::from_secs(10);
+const MIB: i64 = 1 << 20;
+
+fn next_decision(agent: &MonitorProcess, within: Duration) -> Value {
+    let line = agent
+        .next_line(within)
+        .unwrap_or_else(|| panic!("no decision within {within:?}; stderr:\n{}", agent.stderr()));
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
+}
+
+/// Waits for a stderr line containing every one of `parts`.
+fn expect_log(agent: &MonitorProcess, within: Duration, parts: &[&str]) -> String {
+    agent
+        .wait_stderr(within, |l| parts.iter().all(|p| l.contains(p)))
+        .unwrap_or_else(|| panic!("no log line with {parts:?}; stderr:\n{}", agent.stderr()))
+}
+
+fn gap(one: &Value, two: &Value) -> Duration {
+    Duration::from_nanos(
+        two["monotonic_ns"].as_u64().unwrap() - one["monotonic_ns"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
+    if !running_as_root("pods_and_cgroups_coming_and_going_are_followed_without_a_restart") {
+        return;
+    }
+    let scene = AgentScene::new("agent-churn", "500ms", "5s");
+    let early = TestPod::new("early").request_mib(50);
+    let late = TestPod::new("late").request_mib(20);
+    let blink = TestPod::new("blink").request_mib(20);
+    let mut early_proc = scene.start_pod(&early);
+    early_proc.alloc(20);
+    let mut agent = scene.start_agent(&["--dry-run", "--duration", "15s"]);
+    let started = Instant::now();
+    expect_log(&agent, NOTICE, &["pods: 1 added, 0 removed, 1 known"]);
+
+    // A manifest before its cgroup: known at once, without stats until the cgroup exists.
+    scene.write_manifest(&late);
+    expect_log(&agent, NOTICE, &["pods: 1 added, 0 removed, 2 known"]);
+    expect_log(&agent, NOTICE, &["pod late", "ranked without stats"]);
+
+    // Cgroups created and removed while the agent reads them: unrelated ones in kubepods,
+    // containers inside a pod, and the cgroup of a listed pod.
+    scene.write_manifest(&blink);
+    expect_log(&agent, NOTICE, &["pods: 1 added, 0 removed, 3 known"]);
+    let mut late_proc = scene.run_pod(&late);
+    late_proc.alloc(30);
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        let besteffort = scene.kubepods.dir.join("besteffort");
+        let late_pod = scene.pod_dir(&late);
+        let blink_pod = scene.pod_dir(&blink);
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let dirs = [
+                    besteffort.join(format!("podchurn-{rounds}")),
+                    late_pod.join(format!("sidecar-{rounds}")),
+                    blink_pod.clone(),
+                ];
+                for dir in &dirs {
+                    fs::create_dir(dir).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                for dir in dirs.iter().rev() {
+                    fs::remove_dir(dir).unwrap();
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let rounds = churn.join().expect("churn thread");
+    assert!(rounds > 10, "only {rounds} rounds of cgroup churn");
+    assert!(
+        agent.wait(Duration::ZERO).is_none(),
+        "the agent stopped during the churn:\n{}",
+        agent.stderr()
+    );
+
+    // A pod leaving: manifest removed, processes gone, cgroup removed.
+    scene.remove_manifest(&early);
+    drop(early_proc);
+    scene.kubepods.remove_pod(early.qos(), &early.uid);
+    expect_log(&agent, NOTICE, &["pods: 0 added, 1 removed, 2 known"]);
+    scene.remove_manifest(&blink);
+    expect_log(&agent, NOTICE, &["pods: 0 added, 1 removed, 1 known"]);
+
+    // The pod whose cgroup came after its manifest is measured: pressure names it, with
+    // its usage, not as a pod without stats.
+    late_proc.alloc(200);
+    let decision = next_decision(&agent, DECIDE);
+    assert_eq!(decision["action"], "would_evict", "{decision:#}");
+    assert_eq!(decision["name"], "late", "{decision:#}");
+    let usage = decision["rank"]["usage"].as_i64().unwrap_or(0);
+    assert!(
+        usage > 150 * MIB,
+        "the late pod's working set was followed: {decision:#}"
+    );
+    assert_eq!(decision["rank"]["exceedsRequest"], true, "{decision:#}");
+
+    let status = agent
+        .wait(Duration::from_secs(30))
+        .expect("the agent stops at --duration");
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        agent.stderr()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(14),
+        "stopped early"
+    );
+    let stderr = agent.stderr();
+    for line in stderr.lines() {
+        assert!(
+            !line.contains("ERROR") && !line.starts_with("Error"),
+            "{line}\n{stderr}"
+        );
+        // Cgroups vanishing between listing and reading are expected, not worth a warning,
+        // except for a listed pod whose cgroup is missing.
+        if line.contains("WARN") {
+            assert!(
+                line.contains("ranked without stats"),
+                "unexpected warning: {line}\n{stderr}"
+            );
+        }
+    }
+    assert!(process_alive(late_proc.pid()), "dry-run");
+}
+
+#[test]
+fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
+    if !running_as_root("bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first") {
+        return;
+    }
+    let cleanup_timeout = Duration::from_secs(2);
+    let scene = AgentScene::new("agent-bad-input", "500ms", "2s");
+    fs::write(
+        scene.manifests.join("broken.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: [name: oops\n",
+    )
+    .unwrap();
+    fs::write(
+        scene.manifests.join("no-uid.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: anonymous}\nspec: {containers: [{name: c}]}\n",
+    )
+    .unwrap();
+    // Listed, but its cgroup is nowhere: the kubelet ranks a pod without stats first.
+    let ghost = TestPod::new("ghost").request_mib(500).priority(1000);
+    let real = TestPod::new("real").request_mib(10);
+    let extra = TestPod::new("extra").request_mib(100);
+    scene.write_manifest(&ghost);
+    let mut real_proc = scene.start_pod(&real);
+    let mut agent = scene.start_agent(&[]);
+    expect_log(&agent, NOTICE, &["skipped", "broken.yaml"]);
+    expect_log(&agent, NOTICE, &["skipped", "no-uid.yaml", "metadata.uid"]);
+    expect_log(&agent, NOTICE, &["pod ghost", "ranked without stats"]);
+    expect_log(&agent, NOTICE, &["pods: 2 added, 0 removed, 2 known"]);
+
+    // A broken file arriving while the agent runs, along with a good one.
+    fs::write(
+        scene.manifests.join("broken-late.json"),
+        "{\"kind\": \"Pod\", ",
+    )
+    .unwrap();
+    let mut extra_proc = scene.start_pod(&extra);
+    expect_log(&agent, NOTICE, &["skipped", "broken-late.json"]);
+    expect_log(&agent, NOTICE, &["pods: 1 added, 0 removed, 3 known"]);
+    extra_proc.alloc(10);
+
+    real_proc.alloc(220);
+    let one = next_decision(&agent, DECIDE);
+    assert_eq!(one["action"], "evict", "{one:#}");
+    assert_eq!(
+        one["name"], "ghost",
+        "missing stats rank before usage: {one:#}"
+    );
+    assert!(one["rank"].is_null(), "no stats: {one:#}");
+    expect_log(&agent, NOTICE, &["default/ghost", "no cgroup to act on"]);
+    assert!(process_alive(real_proc.pid()) && process_alive(extra_proc.pid()));
+
+    // Nothing frees memory; after the cleanup timeout the next pod in line goes.
+    let two = next_decision(&agent, DECIDE);
+    assert_eq!(two["action"], "evict", "{two:#}");
+    assert_eq!(two["name"], "real", "{two:#}");
+    assert_eq!(two["rank"]["exceedsRequest"], true, "{two:#}");
+    assert!(
+        gap(&one, &two) + Duration::from_millis(20) >= cleanup_timeout,
+        "before the cleanup timeout: {:?}",
+        gap(&one, &two)
+    );
+    scene.wait_until_empty(&real, Duration::from_secs(15));
+    assert!(
+        process_alive(extra_proc.pid()),
+        "the pod within its request runs on"
+    );
+    agent.stop();
+}

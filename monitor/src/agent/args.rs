@@ -5,7 +5,8 @@ use clap::{Args, ValueEnum};
 
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
-    engine::{duration::parse_go_duration, quantity::Quantity},
+    cli::values::{positive_bytes, positive_duration},
+    engine::duration::parse_go_duration,
 };
 
 /// Where memory numbers come from.
@@ -66,7 +67,7 @@ pub struct AgentArgs {
     pub kubepods_cgroup: Option<String>,
     /// Allocatable memory (kubelet quantity, e.g. 6Gi); default: the kubepods cgroup's memory
     /// limit, or the node's memory when it has none.
-    #[arg(long, value_name = "QUANTITY", value_parser = parse_bytes)]
+    #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
     pub allocatable_memory: Option<u64>,
     /// KubeletConfiguration YAML with evictionHard, evictionSoft, evictionSoftGracePeriod,
     /// evictionMinimumReclaim, ... (other fields ignored). Default: the kubelet's defaults.
@@ -76,14 +77,14 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = SourceMode::Auto)]
     pub source: SourceMode,
     /// How often cgroupfs is read when polling (Go duration: 100ms, 1s, 10s).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = positive_duration)]
     pub poll_interval: Duration,
     /// How often the eBPF source's working sets are re-read from cgroupfs, correcting drift
     /// and lost events.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
     pub resync_interval: Duration,
     /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
-    #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = parse_bytes)]
+    #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = positive_bytes)]
     pub step: u64,
     /// Where the agent keeps its state across restarts.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
@@ -104,39 +105,6 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_go_duration)]
     pub status_interval: Duration,
     /// Stop after this long (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub duration: Option<Duration>,
-}
-
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    match parse_go_duration(text) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err("must be more than zero".into()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    let quantity: Quantity = text.parse().map_err(|e| format!("{e}"))?;
-    u64::try_from(quantity.ceil_units())
-        .ok()
-        .filter(|b| *b > 0)
-        .ok_or_else(|| format!("{text} is not a positive number of bytes"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flag_values_are_checked() {
-        assert_eq!(parse_bytes("256Ki"), Ok(256 << 10));
-        assert_eq!(parse_bytes("1Gi"), Ok(1 << 30));
-        assert!(parse_bytes("-1Mi").is_err());
-        assert!(parse_bytes("0").is_err());
-        assert!(parse_bytes("lots").is_err());
-        assert_eq!(parse_interval("100ms"), Ok(Duration::from_millis(100)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("10").is_err(), "a unit is required");
-    }
 }

@@ -1,7 +1,10 @@
 //! `monitor trace`: live kernel memory events per cgroup or pod, for incidents: stat changes,
 //! cgroup lifecycle, reclaim stalls, kswapd, OOM kills, growth bursts and PSI pressure, with a
 //! summary on exit.
-use crate::cli::OutputFormat;
+use crate::cli::{
+    OutputFormat,
+    values::{byte_rate, positive_bytes, positive_duration},
+};
 use std::{
     io::{self, Write as _},
     path::{Path, PathBuf},
@@ -15,7 +18,6 @@ use tokio::sync::mpsc;
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
     clock::monotonic_ns,
-    engine::{duration::parse_go_duration, quantity::Quantity},
     pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
@@ -56,7 +58,7 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<String>,
     /// Report a stat when it moved by at least this many bytes since its last report.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    #[arg(long, value_name = "QUANTITY", default_value = "1Mi", value_parser = positive_bytes)]
     pub step: u64,
     /// Directory of pod manifests (YAML or JSON) to attribute cgroups to pods by uid.
     #[arg(long, value_name = "DIR")]
@@ -78,28 +80,11 @@ pub struct TraceArgs {
     pub min_stall: Duration,
     /// Report a growth burst when a cgroup's memory grows faster than this many bytes per
     /// second over 1 s (Kubernetes quantity, optionally with `/s`: 100Mi, 1Gi/s).
-    #[arg(long, value_name = "BYTES/S", value_parser = parse_rate, default_value = "100Mi")]
+    #[arg(long, value_name = "BYTES/S", value_parser = byte_rate, default_value = "100Mi")]
     pub burst_rate: u64,
     /// Report PSI pressure when tasks stalled on memory at least this long within 2 s.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "200ms")]
     pub psi_stall: Duration,
-}
-
-fn positive_duration(text: &str) -> Result<Duration, String> {
-    match parse_go_duration(text) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err("must be longer than zero".into()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn parse_rate(text: &str) -> Result<u64, String> {
-    let quantity: Quantity = text
-        .strip_suffix("/s")
-        .unwrap_or(text)
-        .parse()
-        .map_err(|e| format!("{e}"))?;
-    u64::try_from(quantity.ceil_units()).map_err(|_| "must not be negative".into())
 }
 
 pub fn run(args: TraceArgs) -> anyhow::Result<ExitCode> {
@@ -362,28 +347,3 @@ fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
     format!("/{}", rel.trim_matches('/'))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flag_values_by_case() {
-        let rates = [
-            ("quantity", "100Mi", Ok(100 << 20)),
-            ("per second", "1Gi/s", Ok(1 << 30)),
-            ("plain bytes", "5000", Ok(5000)),
-        ];
-        for (name, text, expected) in rates {
-            assert_eq!(parse_rate(text), expected, "{name}");
-        }
-        assert!(parse_rate("-1Mi").is_err() && parse_rate("fast").is_err());
-        let durations = [
-            ("ms", "5ms", Ok(Duration::from_millis(5))),
-            ("s", "1s", Ok(Duration::from_secs(1))),
-        ];
-        for (name, text, expected) in durations {
-            assert_eq!(positive_duration(text), expected, "{name}");
-        }
-        assert!(positive_duration("0").is_err() && positive_duration("5").is_err());
-    }
-}

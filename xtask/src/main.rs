@@ -1,5 +1,6 @@
 //! Developer tasks: `cargo xtask <task>`. Each task that builds calls `setup` first, so a fresh
 //! machine needs only one command.
+mod bench;
 mod demo;
 mod setup;
 mod tasks;
@@ -51,6 +52,19 @@ enum Task {
         #[arg(long)]
         enforce: bool,
     },
+    /// Measure reaction latency, overhead at density, kernel cost and ranking speed, each
+    /// against a baseline measured in the same run (root, except `ranking`).
+    Bench {
+        /// One benchmark only (default: all).
+        #[arg(value_enum)]
+        name: Option<bench::Name>,
+        /// A reduced run fast enough for CI.
+        #[arg(long)]
+        quick: bool,
+        /// Also print the results as one JSON object on the last line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Boot Debian's 6.1 kernel under qemu with cgroup v2 and run the end-to-end tests there.
     VmTest,
 }
@@ -65,6 +79,7 @@ fn main() -> ExitCode {
         Task::Demo { duration, enforce } => {
             setup::run().and_then(|()| demo::run(std::time::Duration::from_secs(duration), enforce))
         }
+        Task::Bench { name, quick, json } => setup::run().and_then(|()| bench::run(name, quick, json)),
         Task::VmTest => setup::run().and_then(|()| vm::run()),
     };
     match result {

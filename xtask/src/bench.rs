@@ -1,0 +1,100 @@
+//! `cargo xtask bench [NAME] [--quick] [--json]`: the agent's speed measured side by side in
+//! one run, each figure next to a baseline measured in the same run.
+//!
+//! - `latency`: time from the allocation that crosses an eviction threshold (read by the
+//!   allocating process) to the agent's decision, for the eBPF source and the poll source at
+//!   100 ms, 1 s and 10 s.
+//! - `density`: the agent's CPU share and peak RSS with 1,000 to 10,000 pod cgroups, a share
+//!   of them churning memory, eBPF source against polling every second.
+//! - `kernel`: each kernel program's run time per hit, and how much slower page faults get
+//!   while the programs are attached.
+//! - `ranking`: the ranking micro-benchmark (incremental index against a full re-sort).
+//!
+//! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
+//! here passes or fails on speed: only a harness that cannot measure fails.
+mod density;
+mod env;
+mod kernel;
+mod latency;
+mod ranking;
+mod report;
+
+use std::time::Instant;
+
+use anyhow::bail;
+use clap::ValueEnum;
+
+pub use report::percentile;
+
+use crate::tasks::status;
+
+/// Which benchmark `cargo xtask bench NAME` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Name {
+    Latency,
+    Density,
+    Kernel,
+    Ranking,
+}
+
+pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let needs_root = name != Some(Name::Ranking);
+    if needs_root && !env::is_root() {
+        bail!(
+            "the latency, density and kernel benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+        );
+    }
+    let wanted = |n: Name| name.is_none() || name == Some(n);
+    if needs_root {
+        eprintln!("bench: building the agent and the load helper (release)");
+        status(env::cargo().args([
+            "build",
+            "--release",
+            "--quiet",
+            "--package",
+            "monitor",
+            "--bin",
+            "monitor",
+            "--package",
+            "tests",
+            "--bin",
+            "bench_load",
+        ]))?;
+    }
+    let bins = env::Binaries::locate()?;
+    let machine = env::Machine::read();
+    let mut figures = Vec::new();
+    let mut sections = serde_json::Map::new();
+    let mut run_one = |n: Name, f: &mut dyn FnMut() -> anyhow::Result<report::Section>| {
+        if !wanted(n) {
+            return Ok::<(), anyhow::Error>(());
+        }
+        let label = format!("{n:?}").to_lowercase();
+        eprintln!("bench: {label} (load {:.2})", env::loadavg());
+        let section = f()?;
+        figures.extend(section.figures);
+        sections.insert(label, section.raw);
+        Ok(())
+    };
+    run_one(Name::Latency, &mut || latency::run(&bins, &machine, quick))?;
+    run_one(Name::Density, &mut || density::run(&bins, &machine, quick))?;
+    run_one(Name::Kernel, &mut || kernel::run(&bins, &machine, quick))?;
+    run_one(Name::Ranking, &mut || ranking::run(&machine, quick))?;
+    let elapsed = started.elapsed();
+    println!("{}", report::table(&figures));
+    println!(
+        "machine: {} cores, kernel {}; bench took {:.0} s{}",
+        machine.cores,
+        machine.kernel,
+        elapsed.as_secs_f64(),
+        if quick { " (--quick)" } else { "" }
+    );
+    if json {
+        println!(
+            "{}",
+            report::json(&machine, quick, elapsed, &figures, sections)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,644 @@
+//! What the benchmarks run against: the machine, bench-owned cgroup trees with pod
+//! manifests, the agent as a child process, and the load helper.
+use std::{
+    fs,
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    sync::mpsc::{Receiver, RecvTimeoutError, channel},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use serde_json::json;
+
+/// Cores, kernel release and memory of the machine the figures come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Machine {
+    pub cores: usize,
+    pub kernel: String,
+    pub memory_bytes: u64,
+}
+
+impl Machine {
+    pub fn read() -> Self {
+        let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        let memory_bytes = fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(0, |kib| kib * 1024);
+        Self {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel,
+            memory_bytes,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!("{} cores, {}", self.cores, self.kernel)
+    }
+}
+
+/// The 1-minute load average.
+pub fn loadavg() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock the agent stamps decisions with.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A small deterministic generator for jitter (xorshift64).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn seeded() -> Self {
+        Self(monotonic_ns() | 1)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The release binaries the benchmarks run.
+pub struct Binaries {
+    pub monitor: PathBuf,
+    pub load: PathBuf,
+}
+
+impl Binaries {
+    /// Next to xtask's own target directory: xtask runs from `<target>/<profile>/xtask`.
+    pub fn locate() -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("locating the xtask executable")?;
+        let target = exe
+            .parent()
+            .and_then(Path::parent)
+            .context("xtask runs from outside a cargo target directory")?;
+        let release = target.join("release");
+        Ok(Self {
+            monitor: release.join("monitor"),
+            load: release.join("bench_load"),
+        })
+    }
+}
+
+/// The memory controller's hierarchy: its mount and whether it is cgroup v2.
+#[derive(Clone, Debug)]
+pub struct Hierarchy {
+    pub mount: PathBuf,
+    pub v2: bool,
+}
+
+impl Hierarchy {
+    pub fn discover() -> anyhow::Result<Self> {
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        if v1.join("memory.usage_in_bytes").exists() {
+            return Ok(Self {
+                mount: v1.into(),
+                v2: false,
+            });
+        }
+        let v2 = Path::new("/sys/fs/cgroup");
+        let controllers = fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        if controllers.split_whitespace().any(|c| c == "memory") {
+            return Ok(Self {
+                mount: v2.into(),
+                v2: true,
+            });
+        }
+        bail!("no memory cgroup controller mounted at /sys/fs/cgroup")
+    }
+
+    /// Working set as the agent and the kubelet compute it: usage minus inactive file.
+    pub fn working_set(&self, dir: &Path) -> anyhow::Result<u64> {
+        let (usage_file, inactive) = if self.v2 {
+            ("memory.current", "inactive_file")
+        } else {
+            ("memory.usage_in_bytes", "total_inactive_file")
+        };
+        let usage: u64 = fs::read_to_string(dir.join(usage_file))
+            .with_context(|| format!("reading {}", dir.join(usage_file).display()))?
+            .trim()
+            .parse()?;
+        let stat = fs::read_to_string(dir.join("memory.stat"))?;
+        let inactive = stat
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(inactive)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        Ok(usage.saturating_sub(inactive))
+    }
+}
+
+/// A bench-owned cgroup `/monitor-bench-<pid>-<name>` holding `kubepods/burstable/pod<uid>`
+/// cgroups and a manifests directory; everything is removed on drop, after killing whatever
+/// still runs inside.
+pub struct BenchTree {
+    pub hierarchy: Hierarchy,
+    /// The tree's root directory in the hierarchy.
+    pub dir: PathBuf,
+    /// `--kubepods-cgroup` for the agent.
+    pub kubepods_rel: String,
+    /// Scratch directory: manifests, config, checkpoints, logs.
+    pub scratch: PathBuf,
+    pub uids: Vec<String>,
+}
+
+impl BenchTree {
+    /// Creates the tree with `pods` burstable pods, their cgroups and one manifest file.
+    pub fn create(name: &str, pods: usize) -> anyhow::Result<Self> {
+        let hierarchy = Hierarchy::discover()?;
+        let rel = format!("/monitor-bench-{}-{name}", std::process::id());
+        let dir = hierarchy.mount.join(rel.trim_start_matches('/'));
+        let scratch =
+            std::env::temp_dir().join(format!("monitor-bench-{}-{name}", std::process::id()));
+        let mut tree = Self {
+            hierarchy,
+            dir: dir.clone(),
+            kubepods_rel: format!("{rel}/kubepods"),
+            scratch: scratch.clone(),
+            uids: Vec::new(),
+        };
+        // From here on, drop removes whatever was created, also on failure.
+        for d in [&dir, &dir.join("kubepods"), &dir.join("kubepods/burstable")] {
+            fs::create_dir(d).with_context(|| format!("creating {}", d.display()))?;
+            if tree.hierarchy.v2 {
+                let _ = fs::write(d.join("cgroup.subtree_control"), "+memory");
+            }
+        }
+        fs::create_dir_all(scratch.join("pods"))?;
+        let mut items = Vec::with_capacity(pods);
+        for i in 0..pods {
+            let uid = pod_uid(i);
+            let pod_dir = tree.pod_dir(&uid);
+            fs::create_dir(&pod_dir).with_context(|| format!("creating {}", pod_dir.display()))?;
+            items.push(pod_manifest(i, &uid));
+            tree.uids.push(uid);
+        }
+        let list = json!({ "apiVersion": "v1", "kind": "PodList", "items": items });
+        fs::write(scratch.join("pods/pods.json"), list.to_string())?;
+        Ok(tree)
+    }
+
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.dir.join(format!("kubepods/burstable/pod{uid}"))
+    }
+
+    pub fn kubepods_dir(&self) -> PathBuf {
+        self.dir.join("kubepods")
+    }
+
+    pub fn pods_dir(&self) -> PathBuf {
+        self.scratch.join("pods")
+    }
+
+    /// Writes a KubeletConfiguration with one hard `allocatableMemory.available` threshold and
+    /// short eviction gates, so trials can repeat.
+    pub fn write_config(&self, threshold_kib: u64) -> anyhow::Result<PathBuf> {
+        let path = self.scratch.join("kubelet.yaml");
+        fs::write(
+            &path,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 evictionHard: {{allocatableMemory.available: \"{threshold_kib}Ki\"}}\n\
+                 monitor: {{evictionInterval: 100ms, podCleanupTimeout: 100ms}}\n"
+            ),
+        )?;
+        Ok(path)
+    }
+}
+
+impl Drop for BenchTree {
+    fn drop(&mut self) {
+        remove_cgroup_tree(&self.dir);
+        let _ = fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// `00000000-0000-4000-8000-<i>`: valid, distinct and recognisable pod uids.
+pub fn pod_uid(i: usize) -> String {
+    format!("00000000-0000-4000-8000-{i:012x}")
+}
+
+fn pod_manifest(i: usize, uid: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": format!("bench-{i}"), "namespace": "bench", "uid": uid },
+        "spec": {
+            "priority": 0,
+            "containers": [{
+                "name": "app",
+                "image": "bench",
+                "resources": { "requests": { "memory": "16Mi", "cpu": "10m" } }
+            }]
+        },
+        "status": { "phase": "Running", "qosClass": "Burstable" }
+    })
+}
+
+/// Kills every process in the subtree and removes its cgroups, deepest first.
+pub fn remove_cgroup_tree(dir: &Path) {
+    let mut dirs = Vec::new();
+    collect_dirs(dir, &mut dirs);
+    for d in &dirs {
+        for pid in cgroup_pids(d) {
+            // SAFETY: signalling a process of a bench-owned cgroup.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for d in dirs {
+        while fs::remove_dir(&d).is_err() && d.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    if !dir.is_dir() {
+        return;
+    }
+    out.push(dir.to_path_buf());
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_dirs(&entry.path(), out);
+        }
+    }
+}
+
+fn cgroup_pids(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Starts `cmd` inside `cgroup_dir`: it joins the cgroup before exec.
+pub fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
+    let procs = cgroup_dir.join("cgroup.procs");
+    // SAFETY: only a file write (open/write/close) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || fs::write(&procs, "0"));
+    }
+    cmd.spawn().with_context(|| format!("starting {cmd:?}"))
+}
+
+/// A stdout line of the agent and the bench's CLOCK_MONOTONIC when it was read.
+pub struct Line {
+    pub text: String,
+    pub read_ns: u64,
+}
+
+/// The agent as a child process: stdout lines arrive on a channel, stderr goes to a log.
+pub struct Agent {
+    child: Child,
+    lines: Receiver<Line>,
+    log: PathBuf,
+}
+
+/// How the agent reads memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SourceArg {
+    Ebpf,
+    Poll(Duration),
+}
+
+impl SourceArg {
+    pub fn label(&self) -> String {
+        match self {
+            SourceArg::Ebpf => "ebpf".into(),
+            SourceArg::Poll(d) if d.as_millis() < 1000 => format!("poll {}ms", d.as_millis()),
+            SourceArg::Poll(d) => format!("poll {}s", d.as_secs()),
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        match self {
+            SourceArg::Ebpf => vec!["--source".into(), "ebpf".into()],
+            SourceArg::Poll(d) => vec![
+                "--source".into(),
+                "poll".into(),
+                "--poll-interval".into(),
+                format!("{}ms", d.as_millis()),
+            ],
+        }
+    }
+}
+
+impl Agent {
+    /// Starts `monitor --dry-run` on the tree and waits until it has loaded the pods.
+    pub fn start(
+        bins: &super::env::Binaries,
+        tree: &BenchTree,
+        source: SourceArg,
+        config: &Path,
+        allocatable: &str,
+        tag: &str,
+    ) -> anyhow::Result<Self> {
+        let checkpoint = tree.scratch.join(format!("checkpoint-{tag}"));
+        let log = tree.scratch.join(format!("agent-{tag}.log"));
+        let stderr = fs::File::create(&log)?;
+        let mut cmd = Command::new(&bins.monitor);
+        cmd.arg("--dry-run")
+            .arg("--pods")
+            .arg(tree.pods_dir())
+            .args(["--kubepods-cgroup", &tree.kubepods_rel])
+            .args(["--allocatable-memory", allocatable])
+            .arg("--config")
+            .arg(config)
+            .args(source.args())
+            .arg("--checkpoint-dir")
+            .arg(&checkpoint)
+            .args(["--output", "json", "--no-metrics"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", bins.monitor.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for text in BufReader::new(stdout).lines() {
+                let Ok(text) = text else { break };
+                if tx
+                    .send(Line {
+                        text,
+                        read_ns: monotonic_ns(),
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut agent = Self { child, lines, log };
+        agent.wait_for_log("pods: ", Duration::from_secs(120))?;
+        Ok(agent)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the agent's log contains `needle`; fails when it exits first.
+    fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if fs::read_to_string(&self.log)
+                .unwrap_or_default()
+                .contains(needle)
+            {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "the agent exited ({status}) before {needle:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no {needle:?} from the agent within {timeout:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The next stdout line, or `None` after `timeout`.
+    pub fn next_line(&mut self, timeout: Duration) -> anyhow::Result<Option<Line>> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Ok(Some(line)),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                bail!("the agent closed its output:\n{}", self.log_text())
+            }
+        }
+    }
+
+    /// Lines already read, without waiting.
+    pub fn drain(&mut self) -> Vec<Line> {
+        self.lines.try_iter().collect()
+    }
+
+    /// utime + stime in clock ticks, from /proc/<pid>/stat.
+    pub fn cpu_ticks(&self) -> anyhow::Result<u64> {
+        proc_cpu_ticks(self.pid())
+    }
+
+    /// A field of /proc/<pid>/status in bytes (`VmHWM`, `VmRSS`).
+    pub fn status_bytes(&self, field: &str) -> anyhow::Result<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        status
+            .lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+                rest.split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .map(|kib| kib * 1024)
+            .with_context(|| format!("no {field} in /proc/{}/status", self.pid()))
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within 10 s.
+    pub fn stop(mut self) -> anyhow::Result<String> {
+        self.terminate();
+        Ok(self.log_text())
+    }
+
+    fn terminate(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// utime + stime of a process in clock ticks.
+pub fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_cpu_ticks(&stat).with_context(|| format!("parsing /proc/{pid}/stat"))
+}
+
+/// utime (field 14) + stime (field 15) of a /proc/<pid>/stat line; the command name in
+/// parentheses may contain spaces.
+pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // after_comm starts at field 3 (state).
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+pub fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// The `bench_load step` helper inside a cgroup.
+pub struct Stepper {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Stepper {
+    pub fn start_in(bins: &Binaries, cgroup_dir: &Path) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(&bins.load);
+        cmd.arg("step").stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = spawn_in(&mut cmd, cgroup_dir)?;
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Ok(Self {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    pub fn command(&mut self, command: &str) -> anyhow::Result<String> {
+        writeln!(self.stdin, "{command}")?;
+        self.stdin.flush()?;
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer)?;
+        if answer.is_empty() {
+            bail!("the load helper exited on {command:?}");
+        }
+        Ok(answer.trim().to_string())
+    }
+}
+
+impl Drop for Stepper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sets a sysctl through /proc/sys and puts the previous value back on drop.
+pub struct SysctlGuard {
+    path: PathBuf,
+    previous: String,
+}
+
+impl SysctlGuard {
+    pub fn set(name: &str, value: &str) -> anyhow::Result<Self> {
+        let path = PathBuf::from("/proc/sys").join(name.replace('.', "/"));
+        let previous = fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .trim()
+            .to_string();
+        fs::write(&path, value).with_context(|| format!("setting {name}={value}"))?;
+        Ok(Self { path, previous })
+    }
+}
+
+impl Drop for SysctlGuard {
+    fn drop(&mut self) {
+        let _ = fs::write(&self.path, &self.previous);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_survive_spaces_in_the_command() {
+        let stat =
+            "4242 (tokio rt (x)) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 2 0 100 0 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(325));
+        assert_eq!(parse_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn sources_are_labelled_like_the_kubelet_periods() {
+        assert_eq!(SourceArg::Ebpf.label(), "ebpf");
+        assert_eq!(
+            SourceArg::Poll(Duration::from_millis(100)).label(),
+            "poll 100ms"
+        );
+        assert_eq!(SourceArg::Poll(Duration::from_secs(10)).label(), "poll 10s");
+        assert_eq!(
+            SourceArg::Poll(Duration::from_secs(1)).args(),
+            ["--source", "poll", "--poll-interval", "1000ms"]
+        );
+    }
+
+    #[test]
+    fn pod_uids_are_distinct_and_well_formed() {
+        assert_eq!(pod_uid(255), "00000000-0000-4000-8000-0000000000ff");
+        assert_ne!(pod_uid(1), pod_uid(2));
+    }
+
+    #[test]
+    fn jitter_is_in_the_unit_interval() {
+        let mut rng = Rng(7);
+        for _ in 0..1000 {
+            let x = rng.unit();
+            assert!((0.0..1.0).contains(&x));
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Kernel cost: each attached program's average run time per hit, and how much slower a
+//! page-fault-heavy loop gets while the agent's programs are attached.
+//!
+//! Run time per hit comes from the kernel's own accounting (`kernel.bpf_stats_enabled=1`,
+//! put back afterwards) as `bpftool prog show` reports it: the change of run_time_ns over the
+//! change of run_cnt across a window with page faults and cgroup creations. The slowdown is
+//! `bench_load faults` (map, touch and unmap 4 MiB, many times, in a pod cgroup) without
+//! the agent, with the agent (eBPF source), and without it again; statistics stay at their
+//! previous setting during those runs, so their own clock reads are not counted.
+use std::{collections::BTreeMap, process::Command, time::Duration};
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use super::{
+    env::{Agent, BenchTree, Binaries, Machine, SourceArg, SysctlGuard, loadavg, spawn_in},
+    percentile,
+    report::{Figure, Section},
+};
+use crate::setup::ensure_debian_packages;
+
+/// One program's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProgStats {
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
+}
+
+pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+    ensure_debian_packages(&["bpftool".to_string()])?;
+    let (rounds, repeats) = if quick { (150, 1) } else { (1000, 3) };
+    let tree = BenchTree::create("kernel", 2)?;
+    let config = tree.write_config(100 * 1024)?;
+    let fault_dir = tree.pod_dir(&tree.uids[1]);
+    let faults = |n: usize| -> anyhow::Result<Vec<f64>> {
+        (0..n)
+            .map(|_| fault_run(bins, &fault_dir, rounds))
+            .collect()
+    };
+    let load = loadavg();
+    eprintln!("bench: kernel: page faults without the agent (load {load:.2})");
+    let mut off = faults(repeats)?;
+    let agent = Agent::start(bins, &tree, SourceArg::Ebpf, &config, "16Gi", "kernel")?;
+    std::thread::sleep(Duration::from_millis(300));
+    eprintln!("bench: kernel: page faults with the programs attached");
+    let on = faults(repeats)?;
+    // Per-hit cost, with the kernel's statistics on for this window only.
+    let (per_prog, pages) = {
+        let _stats = SysctlGuard::set("kernel.bpf_stats_enabled", "1")?;
+        let before = agent_programs(agent.pid())?;
+        if before.is_empty() {
+            bail!(
+                "bpftool lists no programs of the agent (pid {})",
+                agent.pid()
+            );
+        }
+        let pages = fault_pages(rounds);
+        fault_run(bins, &fault_dir, rounds)?;
+        for i in 0..20 {
+            let d = tree.dir.join(format!("kubepods/burstable/lifecycle-{i}"));
+            std::fs::create_dir(&d)?;
+            std::fs::remove_dir(&d)?;
+        }
+        let after = agent_programs(agent.pid())?;
+        (delta(&before, &after), pages)
+    };
+    agent.stop()?;
+    eprintln!("bench: kernel: page faults without the agent, again");
+    off.extend(faults(repeats)?);
+
+    let mut figures = Vec::new();
+    let off_median = percentile(&off, 50.0).unwrap_or(f64::NAN);
+    let on_median = percentile(&on, 50.0).unwrap_or(f64::NAN);
+    let note = format!("median of {} runs x {pages} pages", on.len());
+    let baseline = Figure::new(
+        "kernel",
+        "page faults, not attached",
+        "ns/page",
+        off_median,
+        "ns",
+    )
+    .note(format!("median of {} runs x {pages} pages", off.len()))
+    .on(machine, load);
+    figures.push(
+        Figure::new(
+            "kernel",
+            "page faults, attached",
+            "ns/page",
+            on_median,
+            "ns",
+        )
+        .note(note)
+        .on(machine, load)
+        .against(&baseline),
+    );
+    figures.push(baseline);
+    for (name, stats) in &per_prog {
+        if stats.run_cnt == 0 {
+            continue;
+        }
+        figures.push(
+            Figure::new(
+                "kernel",
+                name,
+                "ns/hit",
+                stats.run_time_ns as f64 / stats.run_cnt as f64,
+                "ns",
+            )
+            .note(format!(
+                "{} hits, {:.2}/faulted page",
+                stats.run_cnt,
+                stats.run_cnt as f64 / pages as f64
+            ))
+            .on(machine, load),
+        );
+    }
+    let raw = json!({
+        "faults_ns_per_page_not_attached": off,
+        "faults_ns_per_page_attached": on,
+        "pages_per_run": pages,
+        "programs": per_prog.iter().map(|(n, s)| (n.clone(), json!({
+            "run_time_ns": s.run_time_ns,
+            "run_cnt": s.run_cnt,
+        }))).collect::<serde_json::Map<_, _>>(),
+        "load": load,
+    });
+    Ok(Section { figures, raw })
+}
+
+fn fault_pages(rounds: usize) -> u64 {
+    (4 << 20) / 4096 * rounds as u64
+}
+
+/// One `bench_load faults 4 ROUNDS` run in `dir`: ns per page.
+fn fault_run(bins: &Binaries, dir: &std::path::Path, rounds: usize) -> anyhow::Result<f64> {
+    let mut cmd = Command::new(&bins.load);
+    cmd.args(["faults", "4", &rounds.to_string()])
+        .stdout(std::process::Stdio::piped());
+    let child = spawn_in(&mut cmd, dir)?;
+    let out = child.wait_with_output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_faults(&text).with_context(|| format!("unexpected output of bench_load faults: {text}"))
+}
+
+/// `faults <pages> <ns per page>` -> ns per page.
+fn parse_faults(text: &str) -> Option<f64> {
+    let mut words = text.split_whitespace();
+    (words.next()? == "faults").then_some(())?;
+    let _pages: u64 = words.next()?.parse().ok()?;
+    words.next()?.parse().ok()
+}
+
+/// The agent's programs by name, from `bpftool -j prog show` (programs whose holders include
+/// the agent's pid).
+fn agent_programs(pid: u32) -> anyhow::Result<BTreeMap<String, ProgStats>> {
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .context("running bpftool")?;
+    if !out.status.success() {
+        bail!(
+            "bpftool prog show failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let progs: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
+    Ok(programs_of(&progs, pid))
+}
+
+pub fn programs_of(progs: &Value, pid: u32) -> BTreeMap<String, ProgStats> {
+    let mut found = BTreeMap::new();
+    for prog in progs.as_array().into_iter().flatten() {
+        let held = prog["pids"].as_array().is_some_and(|pids| {
+            pids.iter()
+                .any(|p| p["pid"].as_u64() == Some(u64::from(pid)))
+        });
+        if !held {
+            continue;
+        }
+        let name = prog["name"].as_str().unwrap_or("?").to_string();
+        let stats = ProgStats {
+            run_time_ns: prog["run_time_ns"].as_u64().unwrap_or(0),
+            run_cnt: prog["run_cnt"].as_u64().unwrap_or(0),
+        };
+        let entry: &mut ProgStats = found.entry(name).or_default();
+        entry.run_time_ns += stats.run_time_ns;
+        entry.run_cnt += stats.run_cnt;
+    }
+    found
+}
+
+/// Counter changes between two snapshots.
+pub fn delta(
+    before: &BTreeMap<String, ProgStats>,
+    after: &BTreeMap<String, ProgStats>,
+) -> BTreeMap<String, ProgStats> {
+    after
+        .iter()
+        .map(|(name, a)| {
+            let b = before.get(name).copied().unwrap_or_default();
+            let d = ProgStats {
+                run_time_ns: a.run_time_ns.saturating_sub(b.run_time_ns),
+                run_cnt: a.run_cnt.saturating_sub(b.run_cnt),
+            };
+            (name.clone(), d)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_agents_programs_count() {
+        let progs = json!([
+            {"id": 1, "name": "mod_memcg_lruve", "run_time_ns": 900, "run_cnt": 10,
+             "pids": [{"pid": 42, "comm": "monitor"}]},
+            {"id": 2, "name": "other", "run_time_ns": 5, "run_cnt": 5,
+             "pids": [{"pid": 7, "comm": "x"}]},
+            {"id": 3, "name": "no_holder"}
+        ]);
+        let found = programs_of(&progs, 42);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found["mod_memcg_lruve"],
+            ProgStats {
+                run_time_ns: 900,
+                run_cnt: 10
+            }
+        );
+    }
+
+    #[test]
+    fn deltas_between_snapshots() {
+        let b = BTreeMap::from([(
+            "a".to_string(),
+            ProgStats {
+                run_time_ns: 100,
+                run_cnt: 2,
+            },
+        )]);
+        let a = BTreeMap::from([
+            (
+                "a".to_string(),
+                ProgStats {
+                    run_time_ns: 400,
+                    run_cnt: 5,
+                },
+            ),
+            (
+                "b".to_string(),
+                ProgStats {
+                    run_time_ns: 10,
+                    run_cnt: 1,
+                },
+            ),
+        ]);
+        let d = delta(&b, &a);
+        assert_eq!(
+            d["a"],
+            ProgStats {
+                run_time_ns: 300,
+                run_cnt: 3
+            }
+        );
+        assert_eq!(
+            d["b"],
+            ProgStats {
+                run_time_ns: 10,
+                run_cnt: 1
+            }
+        );
+    }
+
+    #[test]
+    fn fault_output_parses() {
+        assert_eq!(parse_faults("faults 1024 1095.1\n"), Some(1095.1));
+        assert_eq!(parse_faults("nope"), None);
+    }
+}

@@ -70,7 +70,8 @@ impl AgentCore {
         kubepods_rel: &str,
         state: EvictionState,
     ) -> Self {
-        let rankings = RankIndexSet::new(FsLayout::Shared, config.thresholds.iter().map(|t| t.signal));
+        let rankings =
+            RankIndexSet::new(FsLayout::Shared, config.thresholds.iter().map(|t| t.signal));
         Self {
             config,
             capacity,
@@ -93,10 +94,16 @@ impl AgentCore {
     /// removed from the rankings, changed specs re-ranked.
     pub fn set_pods(&mut self, pods: Vec<(PodFacts, Option<PodCgroup>)>) -> PodChanges {
         let mut changes = PodChanges::default();
-        let incoming: HashMap<String, (PodFacts, Option<PodCgroup>)> =
-            pods.into_iter().map(|(f, c)| (f.pod.uid.clone(), (f, c))).collect();
-        let gone: Vec<String> =
-            self.pods.keys().filter(|uid| !incoming.contains_key(*uid)).cloned().collect();
+        let incoming: HashMap<String, (PodFacts, Option<PodCgroup>)> = pods
+            .into_iter()
+            .map(|(f, c)| (f.pod.uid.clone(), (f, c)))
+            .collect();
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|uid| !incoming.contains_key(*uid))
+            .cloned()
+            .collect();
         for uid in gone {
             self.remove_pod(&uid);
             changes.removed.push(uid);
@@ -113,7 +120,8 @@ impl AgentCore {
                 self.uid_by_cgroup.remove(&old.rel);
             }
             if let Some(cgroup) = &cgroup {
-                self.uid_by_cgroup.insert(normalize(&cgroup.rel), uid.clone());
+                self.uid_by_cgroup
+                    .insert(normalize(&cgroup.rel), uid.clone());
             } else {
                 self.usage.set_pod(&uid, None);
             }
@@ -121,7 +129,14 @@ impl AgentCore {
                 self.rankings.upsert_pod(facts.clone());
             }
             let process_count = previous.map_or(0, |p| p.process_count);
-            self.pods.insert(uid.clone(), PodEntry { facts, cgroup, process_count });
+            self.pods.insert(
+                uid.clone(),
+                PodEntry {
+                    facts,
+                    cgroup,
+                    process_count,
+                },
+            );
             self.rerank(&uid);
         }
         changes.added.sort();
@@ -190,7 +205,11 @@ impl AgentCore {
         if super::usage::working_set_delta(stat, delta_bytes) == 0 {
             return false;
         }
-        if let Some(uid) = self.usage.apply(cgroup_id, stat, delta_bytes).map(str::to_string) {
+        if let Some(uid) = self
+            .usage
+            .apply(cgroup_id, stat, delta_bytes)
+            .map(str::to_string)
+        {
             self.rerank(&uid);
         }
         true
@@ -217,7 +236,9 @@ impl AgentCore {
     }
 
     fn rerank(&mut self, uid: &str) {
-        let Some(entry) = self.pods.get(uid) else { return };
+        let Some(entry) = self.pods.get(uid) else {
+            return;
+        };
         let usage = self.usage.pod(uid).map(|ws| PodUsage {
             memory_working_set_bytes: ws,
             process_count: entry.process_count,
@@ -250,7 +271,13 @@ impl AgentCore {
     /// Runs the decision step on the current numbers.
     pub fn decide(&mut self, clock: &impl Clock) -> Decision {
         let observations = self.observations();
-        decide(&self.config, &observations, &self.rankings, &mut self.state, clock)
+        decide(
+            &self.config,
+            &observations,
+            &self.rankings,
+            &mut self.state,
+            clock,
+        )
     }
 
     pub fn pod(&self, uid: &str) -> Option<&PodEntry> {
@@ -262,7 +289,11 @@ impl AgentCore {
     }
 
     /// A pod's current usage and the ranking policy for a signal, for reports.
-    pub fn rank_inputs(&self, uid: &str, signal: Signal) -> Option<(RankPolicy, Option<&PodUsage>)> {
+    pub fn rank_inputs(
+        &self,
+        uid: &str,
+        signal: Signal,
+    ) -> Option<(RankPolicy, Option<&PodUsage>)> {
         let index = self.rankings.for_signal(signal)?;
         Some((index.policy(), index.usage(uid)))
     }
@@ -271,8 +302,18 @@ impl AgentCore {
     pub fn ranking(&self, signal: Signal) -> Vec<(&PodFacts, Option<&PodUsage>)> {
         self.rankings
             .for_signal(signal)
-            .map(|index| index.iter().map(|f| (f.as_ref(), index.usage(&f.pod.uid))).collect())
+            .map(|index| {
+                index
+                    .iter()
+                    .map(|f| (f.as_ref(), index.usage(&f.pod.uid)))
+                    .collect()
+            })
             .unwrap_or_default()
+    }
+
+    /// The cgroup ids of a pod's subtree.
+    pub fn cgroups_of(&self, uid: &str) -> Vec<u64> {
+        self.usage.cgroups_of(uid)
     }
 
     pub fn pod_count(&self) -> usize {
@@ -306,7 +347,11 @@ mod tests {
 
     fn facts(name: &str, priority: i32, request_mi: i64, critical: bool) -> PodFacts {
         PodFacts {
-            pod: PodRef { namespace: "default".into(), name: name.into(), uid: format!("uid-{name}") },
+            pod: PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+            },
             priority,
             critical,
             memory_request: Quantity::from_units(request_mi * MI),
@@ -317,21 +362,32 @@ mod tests {
     }
 
     fn cgroup(id: u64, name: &str) -> Option<PodCgroup> {
-        Some(PodCgroup { id, rel: format!("/kubepods/burstable/pod-{name}") })
+        Some(PodCgroup {
+            id,
+            rel: format!("/kubepods/burstable/pod-{name}"),
+        })
     }
 
     /// allocatableMemory.available < 200Mi with 1 GiB allocatable.
     fn core() -> AgentCore {
-        let config = EvictionConfig::from_yaml(
-            "evictionHard:\n  allocatableMemory.available: 200Mi\n",
-        )
-        .unwrap();
-        let capacity = NodeCapacity { memory_bytes: 8 << 30, allocatable_memory_bytes: 1 << 30 };
+        let config =
+            EvictionConfig::from_yaml("evictionHard:\n  allocatableMemory.available: 200Mi\n")
+                .unwrap();
+        let capacity = NodeCapacity {
+            memory_bytes: 8 << 30,
+            allocatable_memory_bytes: 1 << 30,
+        };
         let mut core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
         core.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
-            (facts("over-high", 1000, 100, false), cgroup(20, "over-high")),
-            (facts("critical", 2_000_000_000, 10, true), cgroup(30, "critical")),
+            (
+                facts("over-high", 1000, 100, false),
+                cgroup(20, "over-high"),
+            ),
+            (
+                facts("critical", 2_000_000_000, 10, true),
+                cgroup(30, "critical"),
+            ),
         ]);
         for (id, name) in [(10, "big-low"), (20, "over-high"), (30, "critical")] {
             core.classify(id, &format!("/kubepods/burstable/pod-{name}"));
@@ -356,7 +412,10 @@ mod tests {
         assert_eq!(c.pod_working_set("uid-big-low"), Some(500 << 20));
         let allocatable = c.observations()[&Signal::AllocatableMemoryAvailable].available;
         assert_eq!(allocatable, (1 << 30) - 500 * MI);
-        assert!(!c.apply_stat(11, Stat::ActiveFile, MI), "active file does not move the working set");
+        assert!(
+            !c.apply_stat(11, Stat::ActiveFile, MI),
+            "active file does not move the working set"
+        );
     }
 
     #[test]
@@ -366,7 +425,9 @@ mod tests {
         c.apply_stat(21, Stat::Anon, 150 * MI); // over its 100Mi request
         c.apply_stat(31, Stat::Anon, 200 * MI); // critical, over request
         let decision = c.decide(&clock());
-        let eviction = decision.eviction().expect("900Mi used of 1Gi leaves 124Mi < 200Mi");
+        let eviction = decision
+            .eviction()
+            .expect("900Mi used of 1Gi leaves 124Mi < 200Mi");
         assert_eq!(eviction.pod.name, "over-high");
         assert_eq!(eviction.grace_period_seconds, 1);
     }
@@ -377,15 +438,27 @@ mod tests {
         c.apply_stat(21, Stat::Anon, 900 * MI);
         let clock = clock();
         assert!(c.decide(&clock).eviction().is_some());
-        assert!(matches!(c.decide(&clock).action, Action::Idle(Idle::WaitingForCleanup(_))));
+        assert!(matches!(
+            c.decide(&clock).action,
+            Action::Idle(Idle::WaitingForCleanup(_))
+        ));
         c.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
-            (facts("critical", 2_000_000_000, 10, true), cgroup(30, "critical")),
+            (
+                facts("critical", 2_000_000_000, 10, true),
+                cgroup(30, "critical"),
+            ),
         ]);
         c.apply_stat(11, Stat::Anon, 900 * MI);
-        assert!(matches!(c.decide(&clock).action, Action::Idle(Idle::WaitingForInterval)));
+        assert!(matches!(
+            c.decide(&clock).action,
+            Action::Idle(Idle::WaitingForInterval)
+        ));
         clock.advance(std::time::Duration::from_secs(10));
-        assert_eq!(c.decide(&clock).eviction().map(|e| e.pod.name.clone()), Some("big-low".into()));
+        assert_eq!(
+            c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
+            Some("big-low".into())
+        );
     }
 
     #[test]
@@ -396,7 +469,11 @@ mod tests {
             (facts("no-cgroup", 0, 600, false), None),
         ]);
         c.apply_stat(11, Stat::Anon, 900 * MI);
-        let order: Vec<_> = c.ranking(Signal::AllocatableMemoryAvailable).iter().map(|(f, _)| f.pod.name.clone()).collect();
+        let order: Vec<_> = c
+            .ranking(Signal::AllocatableMemoryAvailable)
+            .iter()
+            .map(|(f, _)| f.pod.name.clone())
+            .collect();
         assert_eq!(order, ["no-cgroup", "big-low"]);
     }
 
@@ -414,21 +491,40 @@ mod tests {
         c.state.pod_cleaned_up("uid-over-high");
         c.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
-            (facts("over-high", 1000, 100, false), cgroup(20, "over-high")),
+            (
+                facts("over-high", 1000, 100, false),
+                cgroup(20, "over-high"),
+            ),
         ]);
         c.apply_stat(11, Stat::Anon, 300 * MI);
         clock.advance(std::time::Duration::from_secs(10));
         let names = |c: &AgentCore| -> Vec<String> {
-            c.ranking(Signal::AllocatableMemoryAvailable).iter().map(|(f, _)| f.pod.name.clone()).collect()
+            c.ranking(Signal::AllocatableMemoryAvailable)
+                .iter()
+                .map(|(f, _)| f.pod.name.clone())
+                .collect()
         };
         assert_eq!(names(&c), ["big-low"]);
-        assert_eq!(c.decide(&clock).eviction().map(|e| e.pod.name.clone()), Some("big-low".into()));
-        assert_eq!(c.pod_working_set("uid-over-high"), Some(0), "still read and counted");
+        assert_eq!(
+            c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
+            Some("big-low".into())
+        );
+        assert_eq!(
+            c.pod_working_set("uid-over-high"),
+            Some(0),
+            "still read and counted"
+        );
         // Once it leaves the pod set and comes back (a new pod with the same uid), it ranks.
-        c.set_pods(vec![(facts("big-low", 0, 600, false), cgroup(10, "big-low"))]);
+        c.set_pods(vec![(
+            facts("big-low", 0, 600, false),
+            cgroup(10, "big-low"),
+        )]);
         c.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
-            (facts("over-high", 1000, 100, false), cgroup(20, "over-high")),
+            (
+                facts("over-high", 1000, 100, false),
+                cgroup(20, "over-high"),
+            ),
         ]);
         assert_eq!(names(&c).len(), 2);
     }
@@ -436,9 +532,15 @@ mod tests {
     #[test]
     fn critical_pods_are_never_chosen() {
         let mut c = core();
-        c.set_pods(vec![(facts("critical", 2_000_000_000, 10, true), cgroup(30, "critical"))]);
+        c.set_pods(vec![(
+            facts("critical", 2_000_000_000, 10, true),
+            cgroup(30, "critical"),
+        )]);
         c.apply_stat(31, Stat::Anon, 1000 * MI);
-        assert!(matches!(c.decide(&clock()).action, Action::Idle(Idle::NoEvictablePod(_))));
+        assert!(matches!(
+            c.decide(&clock()).action,
+            Action::Idle(Idle::NoEvictablePod(_))
+        ));
     }
 
     #[test]
@@ -447,7 +549,10 @@ mod tests {
         c.classify(99, "/system.slice/sshd.service");
         c.apply_stat(99, Stat::Anon, 100 * MI);
         let obs = c.observations();
-        assert_eq!(obs[&Signal::MemoryAvailable].available, (8 << 30) - (2 << 30) - 100 * MI);
+        assert_eq!(
+            obs[&Signal::MemoryAvailable].available,
+            (8 << 30) - (2 << 30) - 100 * MI
+        );
         assert_eq!(obs[&Signal::AllocatableMemoryAvailable].available, 1 << 30);
     }
 }

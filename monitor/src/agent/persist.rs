@@ -27,14 +27,25 @@ pub fn save(
     now: &Now,
 ) {
     for signal in Signal::ALL {
-        let soft = ThresholdId { signal, kind: ThresholdKind::Soft };
-        match state.thresholds_first_observed.iter().find(|o| o.threshold == soft) {
+        let soft = ThresholdId {
+            signal,
+            kind: ThresholdKind::Soft,
+        };
+        match state
+            .thresholds_first_observed
+            .iter()
+            .find(|o| o.threshold == soft)
+        {
             Some(observed) => saved.observe_soft_threshold(signal.as_str(), &at(now, observed.at)),
             None => saved.clear_soft_threshold(signal.as_str()),
         }
     }
     for condition in CONDITIONS {
-        let status = if conditions.contains(&condition) { "True" } else { "False" };
+        let status = if conditions.contains(&condition) {
+            "True"
+        } else {
+            "False"
+        };
         saved.set_condition(condition_name(condition), status, now);
     }
     if state.awaiting_cleanup.is_none() {
@@ -50,7 +61,8 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
         // Another boot: carry the elapsed wall-clock time over; a clock that went back
         // counts as no time passed, so grace periods never end early.
         None => MonoInstant::from_millis(
-            now.boot_ms.saturating_sub(now.unix_ms.saturating_sub(unix_ms)),
+            now.boot_ms
+                .saturating_sub(now.unix_ms.saturating_sub(unix_ms)),
         ),
     };
     let thresholds_first_observed = saved
@@ -59,20 +71,34 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
         .iter()
         .filter_map(|(name, unix_ms)| {
             let signal: Signal = name.parse().ok()?;
-            let boot_ms = same_boot.and_then(|b| b.soft_threshold_first_observed_ms.get(name).copied());
+            let boot_ms =
+                same_boot.and_then(|b| b.soft_threshold_first_observed_ms.get(name).copied());
             Some(ThresholdObservedAt {
-                threshold: ThresholdId { signal, kind: ThresholdKind::Soft },
+                threshold: ThresholdId {
+                    signal,
+                    kind: ThresholdKind::Soft,
+                },
                 at: instant(*unix_ms, boot_ms),
             })
         })
         .collect();
     let last_eviction = saved.v1.last_eviction.as_ref().map(|record| {
-        instant(record.evicted_at_unix_ms, same_boot.and_then(|b| b.last_eviction_ms))
+        instant(
+            record.evicted_at_unix_ms,
+            same_boot.and_then(|b| b.last_eviction_ms),
+        )
     });
-    let awaiting_cleanup = saved.v1.awaiting_cleanup.as_ref().map(|record| PendingCleanup {
-        pod: pod_ref(&record.pod),
-        evicted_at: instant(record.evicted_at_unix_ms, same_boot.and_then(|b| b.last_eviction_ms)),
-    });
+    let awaiting_cleanup = saved
+        .v1
+        .awaiting_cleanup
+        .as_ref()
+        .map(|record| PendingCleanup {
+            pod: pod_ref(&record.pod),
+            evicted_at: instant(
+                record.evicted_at_unix_ms,
+                same_boot.and_then(|b| b.last_eviction_ms),
+            ),
+        });
     EvictionState {
         thresholds_first_observed,
         thresholds_acting: Vec::new(),
@@ -85,10 +111,18 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
 /// Records the bytes an eviction freed, once the pod is gone, on its history entries.
 pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
     let v1 = &mut saved.v1;
-    if v1.awaiting_cleanup.as_ref().is_some_and(|r| r.pod.uid == uid) {
+    if v1
+        .awaiting_cleanup
+        .as_ref()
+        .is_some_and(|r| r.pod.uid == uid)
+    {
         v1.awaiting_cleanup = None;
     }
-    for record in v1.last_eviction.iter_mut().chain(v1.recent_evictions.last_mut()) {
+    for record in v1
+        .last_eviction
+        .iter_mut()
+        .chain(v1.recent_evictions.last_mut())
+    {
         if record.pod.uid == uid {
             record.bytes_freed = bytes_freed;
         }
@@ -97,17 +131,29 @@ pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
 
 /// The checkpoint's form of a pod reference.
 pub fn saved_pod(pod: &PodRef) -> SavedPod {
-    SavedPod { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }
+    SavedPod {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    }
 }
 
 fn pod_ref(pod: &SavedPod) -> PodRef {
-    PodRef { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }
+    PodRef {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    }
 }
 
 /// `now` moved back to a boot-clock instant in the past.
 fn at(now: &Now, instant: MonoInstant) -> Now {
     let ago = now.boot_ms.saturating_sub(instant.as_millis());
-    Now { unix_ms: now.unix_ms.saturating_sub(ago), boot_id: now.boot_id.clone(), boot_ms: instant.as_millis() }
+    Now {
+        unix_ms: now.unix_ms.saturating_sub(ago),
+        boot_id: now.boot_id.clone(),
+        boot_ms: instant.as_millis(),
+    }
 }
 
 fn condition_name(condition: NodeCondition) -> &'static str {
@@ -123,17 +169,28 @@ mod tests {
     use super::*;
 
     fn now(unix_ms: u64, boot_id: &str, boot_ms: u64) -> Now {
-        Now { unix_ms, boot_id: boot_id.into(), boot_ms }
+        Now {
+            unix_ms,
+            boot_id: boot_id.into(),
+            boot_ms,
+        }
     }
 
     fn pod() -> PodRef {
-        PodRef { namespace: "default".into(), name: "web-1".into(), uid: "u1".into() }
+        PodRef {
+            namespace: "default".into(),
+            name: "web-1".into(),
+            uid: "u1".into(),
+        }
     }
 
     fn soft_memory_since(ms: u64) -> EvictionState {
         EvictionState {
             thresholds_first_observed: vec![ThresholdObservedAt {
-                threshold: ThresholdId { signal: Signal::MemoryAvailable, kind: ThresholdKind::Soft },
+                threshold: ThresholdId {
+                    signal: Signal::MemoryAvailable,
+                    kind: ThresholdKind::Soft,
+                },
                 at: MonoInstant::from_millis(ms),
             }],
             ..EvictionState::default()
@@ -143,36 +200,79 @@ mod tests {
     #[test]
     fn soft_grace_timer_survives_a_restart_in_the_same_boot() {
         let mut saved = AgentState::default();
-        save(&soft_memory_since(40_000), &[NodeCondition::MemoryPressure], &mut saved, &now(1_000_000, "b", 50_000));
-        assert_eq!(saved.v1.soft_threshold_first_observed_unix_ms["memory.available"], 990_000);
+        save(
+            &soft_memory_since(40_000),
+            &[NodeCondition::MemoryPressure],
+            &mut saved,
+            &now(1_000_000, "b", 50_000),
+        );
+        assert_eq!(
+            saved.v1.soft_threshold_first_observed_unix_ms["memory.available"],
+            990_000
+        );
         assert_eq!(saved.v1.node_conditions["MemoryPressure"].status, "True");
         assert_eq!(saved.v1.node_conditions["DiskPressure"].status, "False");
         let restored = restore(&saved, &now(1_005_000, "b", 55_000));
-        assert_eq!(restored.thresholds_first_observed, soft_memory_since(40_000).thresholds_first_observed);
+        assert_eq!(
+            restored.thresholds_first_observed,
+            soft_memory_since(40_000).thresholds_first_observed
+        );
     }
 
     #[test]
     fn another_boot_carries_wall_clock_time_over() {
         let mut saved = AgentState::default();
-        save(&soft_memory_since(40_000), &[], &mut saved, &now(1_000_000, "old", 50_000));
+        save(
+            &soft_memory_since(40_000),
+            &[],
+            &mut saved,
+            &now(1_000_000, "old", 50_000),
+        );
         // Rebooted: 20 s of wall time later, 3 s into the new boot.
         let restored = restore(&saved, &now(1_020_000, "new", 3_000));
-        assert_eq!(restored.thresholds_first_observed[0].at, MonoInstant::from_millis(0), "30 s ago saturates at boot");
+        assert_eq!(
+            restored.thresholds_first_observed[0].at,
+            MonoInstant::from_millis(0),
+            "30 s ago saturates at boot"
+        );
         // A wall clock set back means no time passed, never more.
         let restored = restore(&saved, &now(900_000, "new", 3_000));
-        assert_eq!(restored.thresholds_first_observed[0].at, MonoInstant::from_millis(3_000));
+        assert_eq!(
+            restored.thresholds_first_observed[0].at,
+            MonoInstant::from_millis(3_000)
+        );
     }
 
     #[test]
     fn last_eviction_and_pending_cleanup_are_restored() {
         let mut saved = AgentState::default();
-        saved.record_eviction(saved_pod(&pod()), "memory.available", 0, &now(1_000_000, "b", 70_000));
+        saved.record_eviction(
+            saved_pod(&pod()),
+            "memory.available",
+            0,
+            &now(1_000_000, "b", 70_000),
+        );
         let restored = restore(&saved, &now(1_004_000, "b", 74_000));
-        assert_eq!(restored.last_eviction, Some(MonoInstant::from_millis(70_000)));
-        assert_eq!(restored.awaiting_cleanup.as_ref().map(|p| p.pod.clone()), Some(pod()));
+        assert_eq!(
+            restored.last_eviction,
+            Some(MonoInstant::from_millis(70_000))
+        );
+        assert_eq!(
+            restored.awaiting_cleanup.as_ref().map(|p| p.pod.clone()),
+            Some(pod())
+        );
         // Once cleanup finished, saving clears it in the checkpoint.
-        save(&EvictionState::default(), &[], &mut saved, &now(1_005_000, "b", 75_000));
-        assert!(restore(&saved, &now(1_006_000, "b", 76_000)).awaiting_cleanup.is_none());
+        save(
+            &EvictionState::default(),
+            &[],
+            &mut saved,
+            &now(1_005_000, "b", 75_000),
+        );
+        assert!(
+            restore(&saved, &now(1_006_000, "b", 76_000))
+                .awaiting_cleanup
+                .is_none()
+        );
     }
 
     #[test]
@@ -182,7 +282,10 @@ mod tests {
         record_freed(&mut saved, "other", 5);
         assert_eq!(saved.v1.last_eviction.as_ref().unwrap().bytes_freed, 0);
         record_freed(&mut saved, "u1", 300 << 20);
-        assert_eq!(saved.v1.last_eviction.as_ref().unwrap().bytes_freed, 300 << 20);
+        assert_eq!(
+            saved.v1.last_eviction.as_ref().unwrap().bytes_freed,
+            300 << 20
+        );
         assert_eq!(saved.v1.recent_evictions[0].bytes_freed, 300 << 20);
         assert!(saved.v1.awaiting_cleanup.is_none());
     }
@@ -191,7 +294,12 @@ mod tests {
     fn cleared_soft_thresholds_leave_the_checkpoint() {
         let mut saved = AgentState::default();
         save(&soft_memory_since(1), &[], &mut saved, &now(10, "b", 5));
-        save(&EvictionState::default(), &[], &mut saved, &now(20, "b", 15));
+        save(
+            &EvictionState::default(),
+            &[],
+            &mut saved,
+            &now(20, "b", 15),
+        );
         assert!(saved.v1.soft_threshold_first_observed_unix_ms.is_empty());
     }
 }

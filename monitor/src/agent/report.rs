@@ -2,6 +2,7 @@
 //! per line with monotonic and wall-clock timestamps for programs (benchmarks read it).
 use serde::Serialize;
 
+use super::cause::Cause;
 use crate::{
     engine::{
         decide::Eviction,
@@ -40,6 +41,8 @@ pub struct DecisionReport {
     pub rank: Option<Measured>,
     /// The kubelet's eviction message.
     pub reason: String,
+    /// Reclaim stalls and growth bursts that preceded the decision.
+    pub cause: Cause,
 }
 
 /// Inputs describing the moment of the decision.
@@ -52,6 +55,7 @@ pub struct DecisionContext<'a> {
     pub facts: &'a PodFacts,
     pub usage: Option<&'a PodUsage>,
     pub policy: RankPolicy,
+    pub cause: Cause,
 }
 
 impl DecisionReport {
@@ -72,18 +76,33 @@ impl DecisionReport {
             priority: ctx.facts.priority,
             rank: ctx.policy.measure(ctx.facts, ctx.usage),
             reason: eviction.reason.clone(),
+            cause: ctx.cause,
         }
     }
 
     /// `would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; exceeds
     /// request (612.0Mi > 256.0Mi), priority 0, 356.0Mi above request`
     pub fn text(&self) -> String {
-        let verb = if self.action == "would_evict" { "would evict" } else { "evicting" };
-        let unit = |v: i64| if self.signal == "pid.available" { v.to_string() } else { bytes(v) };
+        let verb = if self.action == "would_evict" {
+            "would evict"
+        } else {
+            "evicting"
+        };
+        let unit = |v: i64| {
+            if self.signal == "pid.available" {
+                v.to_string()
+            } else {
+                bytes(v)
+            }
+        };
         let keys = match &self.rank {
             None => format!("no usage stats (ranked first), priority {}", self.priority),
             Some(m) if self.signal == "pid.available" => {
-                format!("priority {}, {} processes", self.priority, m.usage.ceil_units())
+                format!(
+                    "priority {}, {} processes",
+                    self.priority,
+                    m.usage.ceil_units()
+                )
             }
             Some(m) => {
                 let (usage, request) = (unit(m.usage.ceil_units()), unit(m.request.ceil_units()));
@@ -92,20 +111,23 @@ impl DecisionReport {
                 } else {
                     format!("within request ({usage} <= {request})")
                 };
-                format!(
-                    "{side}, priority {}, {} above request",
-                    self.priority,
-                    unit(m.above_request.ceil_units())
-                )
+                let above = m.above_request.ceil_units();
+                let margin = if above >= 0 {
+                    format!("{} above request", unit(above))
+                } else {
+                    format!("{} below request", unit(-above))
+                };
+                format!("{side}, priority {}, {margin}", self.priority)
             }
         };
         format!(
-            "{verb} {}/{}: {} {} < {}; {keys}",
+            "{verb} {}/{}: {} {} < {}; {keys}{}",
             self.namespace,
             self.name,
             self.signal,
             unit(self.observed),
-            unit(self.threshold)
+            unit(self.threshold),
+            self.cause.text()
         )
     }
 }
@@ -123,7 +145,11 @@ mod tests {
 
     fn facts() -> PodFacts {
         PodFacts {
-            pod: PodRef { namespace: "default".into(), name: "web-1".into(), uid: "u".into() },
+            pod: PodRef {
+                namespace: "default".into(),
+                name: "web-1".into(),
+                uid: "u".into(),
+            },
             priority: 0,
             critical: false,
             memory_request: Quantity::from_units(256 * MI),
@@ -137,8 +163,14 @@ mod tests {
         Eviction {
             pod: facts().pod,
             signal,
-            threshold: ThresholdId { signal, kind: ThresholdKind::Hard },
-            observed: SignalObservation { available, capacity: 8192 * MI },
+            threshold: ThresholdId {
+                signal,
+                kind: ThresholdKind::Hard,
+            },
+            observed: SignalObservation {
+                available,
+                capacity: 8192 * MI,
+            },
             grace_period_seconds: 1,
             reason: "The node was low on resource: memory.".into(),
         }
@@ -146,7 +178,10 @@ mod tests {
 
     fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
         let facts = facts();
-        let usage = usage.map(|ws| PodUsage { memory_working_set_bytes: ws, ..PodUsage::default() });
+        let usage = usage.map(|ws| PodUsage {
+            memory_working_set_bytes: ws,
+            ..PodUsage::default()
+        });
         DecisionReport::new(
             &eviction(Signal::AllocatableMemoryAvailable, 180 * MI),
             DecisionContext {
@@ -158,6 +193,7 @@ mod tests {
                 facts: &facts,
                 usage: usage.as_ref(),
                 policy: RankPolicy::Memory,
+                cause: Cause::default(),
             },
         )
     }
@@ -169,9 +205,21 @@ mod tests {
             "would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; \
              exceeds request (612.0Mi > 256.0Mi), priority 0, 356.0Mi above request"
         );
-        assert!(report(false, Some(100 << 20)).text().starts_with("evicting default/web-1"));
-        assert!(report(false, Some(100 << 20)).text().contains("within request (100.0Mi <= 256.0Mi)"));
-        assert!(report(true, None).text().ends_with("no usage stats (ranked first), priority 0"));
+        assert!(
+            report(false, Some(100 << 20))
+                .text()
+                .starts_with("evicting default/web-1")
+        );
+        assert!(
+            report(false, Some(100 << 20))
+                .text()
+                .contains("within request (100.0Mi <= 256.0Mi)")
+        );
+        assert!(
+            report(true, None)
+                .text()
+                .ends_with("no usage stats (ranked first), priority 0")
+        );
     }
 
     #[test]

@@ -60,6 +60,15 @@ impl UsageTracker {
         self.members.remove(&cgroup_id);
     }
 
+    /// The cgroups that belong to a pod (its own and its containers').
+    pub fn cgroups_of(&self, uid: &str) -> Vec<u64> {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.pod.as_deref() == Some(uid))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Forgets every cgroup membership (before a full rescan).
     pub fn clear_memberships(&mut self) {
         self.members.clear();
@@ -83,19 +92,26 @@ impl UsageTracker {
 
     /// Replaces the node's estimate with a fresh read.
     pub fn set_node(&mut self, working_set: u64) {
-        self.node = Estimate { base: working_set, delta: 0 };
+        self.node = Estimate {
+            base: working_set,
+            delta: 0,
+        };
     }
 
     /// Replaces the kubepods estimate with a fresh read.
     pub fn set_kubepods(&mut self, working_set: u64) {
-        self.kubepods = Estimate { base: working_set, delta: 0 };
+        self.kubepods = Estimate {
+            base: working_set,
+            delta: 0,
+        };
     }
 
     /// Replaces a pod's estimate with a fresh read, or drops it when its stats are missing.
     pub fn set_pod(&mut self, uid: &str, working_set: Option<u64>) {
         match working_set {
             Some(ws) => {
-                self.pods.insert(uid.to_string(), Estimate { base: ws, delta: 0 });
+                self.pods
+                    .insert(uid.to_string(), Estimate { base: ws, delta: 0 });
             }
             None => {
                 self.pods.remove(uid);
@@ -123,9 +139,27 @@ mod tests {
 
     fn tracker() -> UsageTracker {
         let mut t = UsageTracker::default();
-        t.classify(10, Membership { in_kubepods: true, pod: Some("uid-a".into()) });
-        t.classify(11, Membership { in_kubepods: true, pod: Some("uid-a".into()) });
-        t.classify(20, Membership { in_kubepods: true, pod: None });
+        t.classify(
+            10,
+            Membership {
+                in_kubepods: true,
+                pod: Some("uid-a".into()),
+            },
+        );
+        t.classify(
+            11,
+            Membership {
+                in_kubepods: true,
+                pod: Some("uid-a".into()),
+            },
+        );
+        t.classify(
+            20,
+            Membership {
+                in_kubepods: true,
+                pod: None,
+            },
+        );
         t.set_node(1000);
         t.set_kubepods(500);
         t.set_pod("uid-a", Some(100));
@@ -135,10 +169,20 @@ mod tests {
     #[test]
     fn stat_deltas_move_every_scope_the_cgroup_belongs_to() {
         let mut t = tracker();
-        assert_eq!(t.apply(11, Stat::Anon, 50), Some("uid-a"), "container cgroup of pod a");
+        assert_eq!(
+            t.apply(11, Stat::Anon, 50),
+            Some("uid-a"),
+            "container cgroup of pod a"
+        );
         assert_eq!(t.apply(20, Stat::File, 10), None, "kubepods but no pod");
         assert_eq!(t.apply(99, Stat::Kernel, 5), None, "system cgroup");
-        assert_eq!((t.node(), t.kubepods(), t.pod("uid-a")), (1065, 560, Some(150)));
+        assert_eq!(
+            (t.node(), t.kubepods(), t.pod("uid-a")),
+            (1065, 560, Some(150))
+        );
+        let mut pod_cgroups = t.cgroups_of("uid-a");
+        pod_cgroups.sort();
+        assert_eq!(pod_cgroups, [10, 11]);
     }
 
     #[test]

@@ -76,11 +76,17 @@ impl RecentIncidents {
 
     /// Incidents of `cgroup_id` that ended within `last_ns` before `now_ns`, oldest first.
     pub fn involving(&self, cgroup_id: u64, now_ns: u64, last_ns: u64) -> Vec<&Incident> {
+        self.within(now_ns, last_ns)
+            .filter(|i| i.cgroup_id() == cgroup_id)
+            .collect()
+    }
+
+    /// Every incident that ended within `last_ns` before `now_ns`, oldest first.
+    pub fn within(&self, now_ns: u64, last_ns: u64) -> impl Iterator<Item = &Incident> {
         let since = now_ns.saturating_sub(last_ns);
         self.incidents
             .iter()
-            .filter(|i| i.cgroup_id() == cgroup_id && i.end_ns() >= since && i.end_ns() <= now_ns)
-            .collect()
+            .filter(move |i| i.end_ns() >= since && i.end_ns() <= now_ns)
     }
 
     pub fn len(&self) -> usize {

@@ -10,12 +10,12 @@ use k8s_openapi::{
     api::policy::v1::Eviction,
     apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions},
 };
-use kube::{Api, Client, api::PostParams, core::Status};
+use kube::{Api, Client, Config, api::PostParams, core::Status};
 
 use crate::engine::pod_facts::PodRef;
 
-/// Why an eviction was not done. None is retried here: the pod stays awaited until the
-/// cleanup timeout, after which the decision step decides again.
+/// Why an eviction was not done. None is retried here, nor by the client: the pod stays
+/// awaited until the cleanup timeout, after which the decision step decides again.
 #[derive(Debug, thiserror::Error)]
 pub enum EvictError {
     /// 429: a PodDisruptionBudget allows no disruption now.
@@ -40,8 +40,14 @@ pub struct KubeEvictor {
 }
 
 impl KubeEvictor {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// A client for `config` that sends each Eviction once. kube-rs' client would retry a
+    /// 429 up to 15 times with growing delays, taking it for throttling; to an Eviction it
+    /// is a PodDisruptionBudget's answer, which the decision step must hear at once.
+    pub fn new(mut config: Config) -> Result<Self, kube::Error> {
+        config.default_retry = false;
+        Ok(Self {
+            client: Client::try_from(config)?,
+        })
     }
 
     /// Asks the API server to evict `pod` with `grace_period_seconds`. The pod's uid is a

@@ -50,10 +50,10 @@ pub enum KubeWatchError {
     Ended { node: String },
 }
 
-/// A client for the API server: `kubeconfig` when given, else what kubectl would use
+/// How to reach the API server: `kubeconfig` when given, else what kubectl would use
 /// (KUBECONFIG, `~/.kube/config`), else the in-cluster service account.
-pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client, KubeWatchError> {
-    let config = match kubeconfig {
+pub async fn api_config(kubeconfig: Option<&Path>) -> Result<Config, KubeWatchError> {
+    match kubeconfig {
         Some(path) => {
             let kubeconfig_error = |error| KubeWatchError::Kubeconfig {
                 path: path.display().to_string(),
@@ -62,11 +62,10 @@ pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client, KubeWatchError
             let file = Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
             Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
                 .await
-                .map_err(kubeconfig_error)?
+                .map_err(kubeconfig_error)
         }
-        None => Config::infer().await.map_err(KubeWatchError::Infer)?,
-    };
-    Client::try_from(config).map_err(KubeWatchError::Client)
+        None => Config::infer().await.map_err(KubeWatchError::Infer),
+    }
 }
 
 /// The field selector for the active pods bound to `node`.
@@ -90,7 +89,8 @@ pub struct KubeWatcher {
 impl KubeWatcher {
     /// Lists the pods on `node` and starts watching them. Fails when the first list fails
     /// (API server unreachable, RBAC), so a misconfigured agent stops with the reason.
-    pub async fn start(client: Client, node: &str) -> Result<(Self, LoadedPods), KubeWatchError> {
+    pub async fn start(config: Config, node: &str) -> Result<(Self, LoadedPods), KubeWatchError> {
+        let client = Client::try_from(config).map_err(KubeWatchError::Client)?;
         let config = watcher::Config::default().fields(&node_field_selector(node));
         let events = watcher(Api::<Pod>::all(client), config)
             .default_backoff()

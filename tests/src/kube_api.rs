@@ -1,0 +1,418 @@
+//! A MOCK Kubernetes API server for the `--kube` tests, since no real one can run here: plain
+//! HTTP/1.1 on loopback, one thread per connection, serving just what the agent uses.
+//!
+//! - `GET /api/v1/pods` lists the pods with the current resourceVersion;
+//! - `GET /api/v1/pods?watch=true&resourceVersion=N` streams every change after N as JSON
+//!   lines (`ADDED`, `MODIFIED`, `DELETED`), chunked, until the mock is dropped;
+//! - `POST /api/v1/namespaces/{ns}/pods/{name}/eviction` is answered with the status the
+//!   test chose (201, 429 with a PodDisruptionBudget cause, 404).
+//!
+//! Every request is recorded, body included. Pods are rendered from [`TestPod`]s bound to the
+//! mock's node; the field selector is recorded, not applied.
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    sync::{Arc, Condvar, Mutex, MutexGuard},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use crate::TestPod;
+
+/// A request the mock received.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    /// Path and query, as sent.
+    pub target: String,
+    pub body: String,
+}
+
+impl Request {
+    /// The path without the query.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or_default()
+    }
+
+    /// A query parameter, percent-decoded.
+    pub fn query(&self, name: &str) -> Option<String> {
+        let (_, query) = self.target.split_once('?')?;
+        query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| percent_decode(value))
+    }
+
+    /// A watch rather than a list.
+    pub fn is_watch(&self) -> bool {
+        self.query("watch").is_some_and(|w| w == "true" || w == "1")
+    }
+}
+
+/// One change of the pod set: the resourceVersion it produced, its type and the pod.
+struct Change {
+    version: u64,
+    kind: &'static str,
+    pod: TestPod,
+}
+
+struct State {
+    node: String,
+    pods: BTreeMap<String, TestPod>,
+    version: u64,
+    changes: Vec<Change>,
+    requests: Vec<Request>,
+    eviction_status: u16,
+    stopped: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled on every change and request.
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The mock API server; stops serving on drop.
+pub struct MockKubeApi {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl MockKubeApi {
+    /// Serves on an ephemeral loopback port the pods of `node`, none yet.
+    pub fn start(node: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the mock API server");
+        let addr = listener.local_addr().expect("its address");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                node: node.to_string(),
+                pods: BTreeMap::new(),
+                version: 1,
+                changes: Vec::new(),
+                requests: Vec::new(),
+                eviction_status: 201,
+                stopped: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let serving = shared.clone();
+        let accept = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if serving.lock().stopped {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let shared = serving.clone();
+                std::thread::spawn(move || serve(stream, &shared));
+            }
+        });
+        Self {
+            addr,
+            shared,
+            accept: Some(accept),
+        }
+    }
+
+    /// Writes a kubeconfig that points at the mock over plain HTTP, without credentials.
+    pub fn write_kubeconfig(&self, path: &Path) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\n\
+             clusters:\n- name: mock\n  cluster:\n    server: http://{}\n\
+             users:\n- name: mock\n  user: {{}}\n\
+             contexts:\n- name: mock\n  context:\n    cluster: mock\n    user: mock\n\
+             current-context: mock\n",
+            self.addr
+        );
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+
+    /// Adds the pod, or replaces it (same name): an `ADDED` or `MODIFIED` event.
+    pub fn apply_pod(&self, pod: &TestPod) {
+        let mut state = self.shared.lock();
+        let kind = if state.pods.contains_key(&pod.name) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        state.pods.insert(pod.name.clone(), pod.clone());
+        self.record_change(state, kind, pod.clone());
+    }
+
+    /// Removes the pod: a `DELETED` event.
+    pub fn delete_pod(&self, pod: &TestPod) {
+        let mut state = self.shared.lock();
+        let removed = state
+            .pods
+            .remove(&pod.name)
+            .expect("deleting a pod the mock serves");
+        self.record_change(state, "DELETED", removed);
+    }
+
+    fn record_change(&self, mut state: MutexGuard<'_, State>, kind: &'static str, pod: TestPod) {
+        state.version += 1;
+        let version = state.version;
+        state.changes.push(Change { version, kind, pod });
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The HTTP status evictions are answered with from now on.
+    pub fn answer_evictions_with(&self, status: u16) {
+        self.shared.lock().eviction_status = status;
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// The first request so far or within `timeout` that `matches`.
+    pub fn wait_for_request(
+        &self,
+        timeout: Duration,
+        matches: impl Fn(&Request) -> bool,
+    ) -> Option<Request> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.lock();
+        loop {
+            if let Some(request) = state.requests.iter().find(|r| matches(r)) {
+                return Some(request.clone());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for MockKubeApi {
+    fn drop(&mut self) {
+        self.shared.lock().stopped = true;
+        self.shared.changed.notify_all();
+        // Wakes the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+/// Answers one request and closes the connection (every answer says so, and the client
+/// opens a new one for the next request).
+fn serve(stream: TcpStream, shared: &Shared) {
+    let Some(request) = read_request(&stream) else {
+        return;
+    };
+    shared.lock().requests.push(request.clone());
+    shared.changed.notify_all();
+    let mut out = stream;
+    let path = request.path().to_string();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let _ = match (request.method.as_str(), segments.as_slice()) {
+        ("GET", ["api", "v1", "pods"]) if request.is_watch() => watch(&mut out, &request, shared),
+        ("GET", ["api", "v1", "pods"]) => {
+            let state = shared.lock();
+            let items: Vec<String> = state
+                .pods
+                .values()
+                .map(|p| pod_json(p, &state.node, state.version))
+                .collect();
+            let body = format!(
+                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
+                state.version,
+                items.join(",")
+            );
+            drop(state);
+            respond(&mut out, 200, &body)
+        }
+        ("POST", ["api", "v1", "namespaces", _, "pods", name, "eviction"]) => {
+            let status = shared.lock().eviction_status;
+            respond(&mut out, status, &eviction_answer(status, name))
+        }
+        _ => respond(
+            &mut out,
+            404,
+            &status_json(404, "NotFound", "not served by the mock", ""),
+        ),
+    };
+}
+
+/// Streams the changes after the request's resourceVersion until the mock stops or the
+/// client goes away.
+fn watch(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+         Connection: close\r\n\r\n"
+    )?;
+    let mut sent: u64 = request
+        .query("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut state = shared.lock();
+    loop {
+        let lines: String = state
+            .changes
+            .iter()
+            .filter(|c| c.version > sent)
+            .map(|c| {
+                format!(
+                    "{{\"type\":\"{}\",\"object\":{}}}\n",
+                    c.kind,
+                    pod_json(&c.pod, &state.node, c.version)
+                )
+            })
+            .collect();
+        sent = state.version;
+        if state.stopped {
+            drop(state);
+            return out.write_all(b"0\r\n\r\n");
+        }
+        if !lines.is_empty() {
+            drop(state);
+            write!(out, "{:x}\r\n{lines}\r\n", lines.len())?;
+            out.flush()?;
+            state = shared.lock();
+            continue;
+        }
+        state = shared
+            .changed
+            .wait_timeout(state, Duration::from_millis(100))
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0;
+    }
+}
+
+fn read_request(stream: &TcpStream) -> Option<Request> {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let mut length = 0;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).ok()?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(Request {
+        method,
+        target,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+fn respond(out: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        reason(status),
+        body.len()
+    )
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        _ => "Error",
+    }
+}
+
+/// What the API server answers an Eviction with.
+fn eviction_answer(status: u16, pod: &str) -> String {
+    match status {
+        200 | 201 => {
+            format!(
+                r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Success","code":{status}}}"#
+            )
+        }
+        429 => status_json(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            &format!(
+                r#","details":{{"causes":[{{"reason":"DisruptionBudget","message":"The disruption budget {pod}-pdb needs 1 healthy pods and has 1 currently"}}]}}"#
+            ),
+        ),
+        404 => status_json(404, "NotFound", &format!("pods \"{pod}\" not found"), ""),
+        _ => status_json(status, "InternalError", "mock failure", ""),
+    }
+}
+
+/// A failure Status; `extra` is appended inside the object (`,"details":...`).
+fn status_json(code: u16, reason: &str, message: &str, extra: &str) -> String {
+    format!(
+        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"{message}","reason":"{reason}","code":{code}{extra}}}"#
+    )
+}
+
+/// The pod as the API server would serve it, bound to `node`, running.
+fn pod_json(pod: &TestPod, node: &str, version: u64) -> String {
+    let resources = pod.memory_request_mib.map_or(String::new(), |mib| {
+        format!(r#","resources":{{"requests":{{"memory":"{mib}Mi"}}}}"#)
+    });
+    let priority = pod
+        .priority
+        .map_or(String::new(), |p| format!(r#","priority":{p}"#));
+    format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default","uid":"{}","resourceVersion":"{version}"}},"spec":{{"nodeName":"{node}"{priority},"containers":[{{"name":"main","image":"registry.k8s.io/pause:3.9"{resources}}}]}},"status":{{"phase":"Running"}}}}"#,
+        pod.name, pod.uid
+    )
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

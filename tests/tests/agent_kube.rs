@@ -1,0 +1,376 @@
+//! `--kube` against a MOCK Kubernetes API server ([`MockKubeApi`]), since no real one can run
+//! here. Without root: the pod watch and the Eviction client through kube-rs, pointed at the
+//! mock by a kubeconfig the test writes. With root: the real `monitor` binary with `--kube`
+//! on a kubepods tree of real cgroups, its pods served by the mock.
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use monitor::{
+    action::{EvictError, KubeEvictor},
+    engine::pod_facts::PodRef,
+    pods::{KubeWatchError, KubeWatcher, LoadedPods, kube_watch},
+};
+use serde_json::Value;
+use tests::{
+    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, process_alive,
+    running_as_root,
+};
+
+/// The node the mock's pods are bound to.
+const NODE: &str = "node-a";
+/// How long a change or a decision may take (a slow VM included).
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// A kubeconfig pointing at `api`, in a directory removed on drop.
+fn kubeconfig(api: &MockKubeApi, name: &str) -> (TempDir, PathBuf) {
+    let files = TempDir::new(name);
+    let path = files.join("kubeconfig");
+    api.write_kubeconfig(&path);
+    (files, path)
+}
+
+fn names(loaded: &LoadedPods) -> Vec<String> {
+    loaded
+        .pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+async fn change(watcher: &mut KubeWatcher) -> LoadedPods {
+    tokio::time::timeout(WITHIN, watcher.next_change())
+        .await
+        .expect("a change within the timeout")
+        .expect("watching")
+}
+
+/// The node-name part of a field selector, which may hold further terms.
+fn selects_node(selector: &str) -> bool {
+    selector
+        .split(',')
+        .any(|term| term == format!("spec.nodeName={NODE}"))
+}
+
+fn hog() -> PodRef {
+    PodRef {
+        namespace: "default".into(),
+        name: "hog".into(),
+        uid: "hog-uid".into(),
+    }
+}
+
+#[tokio::test]
+async fn the_watch_lists_the_nodes_pods_then_follows_added_and_deleted_pods() {
+    let api = MockKubeApi::start(NODE);
+    let a = TestPod::new("a").request_mib(10);
+    let b = TestPod::new("b");
+    api.apply_pod(&a);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-watch");
+    let config = kube_watch::api_config(Some(&kubeconfig))
+        .await
+        .expect("a configuration for the mock");
+
+    let (mut watcher, first) = KubeWatcher::start(config, NODE)
+        .await
+        .expect("the first list");
+    assert_eq!(names(&first), ["a"]);
+    assert_eq!(first.pods[0].metadata.uid.as_deref(), Some("a-uid"));
+    let list = api
+        .requests()
+        .into_iter()
+        .find(|r| r.path() == "/api/v1/pods" && !r.is_watch())
+        .expect("a list of pods");
+    let selector = list.query("fieldSelector").expect("a field selector");
+    assert!(selects_node(&selector), "list selector {selector:?}");
+
+    api.apply_pod(&b);
+    assert_eq!(names(&change(&mut watcher).await), ["a", "b"], "ADDED");
+    let watch = api
+        .requests()
+        .into_iter()
+        .find(|r| r.is_watch())
+        .expect("a watch of pods");
+    let selector = watch.query("fieldSelector").expect("a field selector");
+    assert!(selects_node(&selector), "watch selector {selector:?}");
+    // The list answered with version 2 (one pod added to the empty mock); the watch goes on
+    // from there instead of listing again.
+    assert_eq!(watch.query("resourceVersion").as_deref(), Some("2"));
+
+    api.delete_pod(&a);
+    let after = change(&mut watcher).await;
+    assert_eq!(names(&after), ["b"], "DELETED");
+    assert_eq!(
+        after.pods[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref()),
+        Some(NODE)
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_stops_the_start_with_the_reason() {
+    let api = MockKubeApi::start(NODE);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-unreachable");
+    drop(api);
+    let config = kube_watch::api_config(Some(&kubeconfig))
+        .await
+        .expect("a configuration (connecting comes later)");
+    let started = tokio::time::timeout(WITHIN, KubeWatcher::start(config, NODE))
+        .await
+        .expect("an answer within the timeout");
+    let Err(error) = started else {
+        panic!("started without an API server")
+    };
+    assert!(
+        matches!(error, KubeWatchError::InitialList { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(NODE) && message.contains("list and watch on pods"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn an_eviction_is_a_policy_v1_eviction_with_the_grace_period_and_the_pods_uid() {
+    let api = MockKubeApi::start(NODE);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-evict");
+    let config = kube_watch::api_config(Some(&kubeconfig))
+        .await
+        .expect("config");
+
+    KubeEvictor::new(config)
+        .expect("a client")
+        .evict(&hog(), 7)
+        .await
+        .expect("the mock accepts the eviction");
+
+    let posts: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(
+        posts[0].path(),
+        "/api/v1/namespaces/default/pods/hog/eviction"
+    );
+    let body: Value = serde_json::from_str(&posts[0].body).expect("a JSON body");
+    assert_eq!(body["apiVersion"], "policy/v1", "{body:#}");
+    assert_eq!(body["kind"], "Eviction", "{body:#}");
+    assert_eq!(body["metadata"]["name"], "hog", "{body:#}");
+    assert_eq!(body["metadata"]["namespace"], "default", "{body:#}");
+    assert_eq!(body["deleteOptions"]["gracePeriodSeconds"], 7, "{body:#}");
+    assert_eq!(
+        body["deleteOptions"]["preconditions"]["uid"], "hog-uid",
+        "{body:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_pdb_refusal_and_a_missing_pod_are_reported_each_after_one_request() {
+    let api = MockKubeApi::start(NODE);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-refused");
+    let config = kube_watch::api_config(Some(&kubeconfig))
+        .await
+        .expect("config");
+    let evictor = KubeEvictor::new(config).expect("a client");
+
+    api.answer_evictions_with(429);
+    // Bounded: a client that retried 429 would take minutes.
+    let refused = tokio::time::timeout(WITHIN, evictor.evict(&hog(), 1))
+        .await
+        .expect("answered at once")
+        .expect_err("429 refuses");
+    assert!(
+        matches!(refused, EvictError::DisruptionBudget { .. }),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("default/hog")
+            && message.contains("PodDisruptionBudget")
+            && message.contains("hog-pdb needs 1 healthy pods"),
+        "the budget and its cause are named: {message}"
+    );
+
+    api.answer_evictions_with(404);
+    let missing = evictor.evict(&hog(), 1).await.expect_err("404 refuses");
+    assert!(
+        matches!(missing, EvictError::NotFound { .. }),
+        "{missing:?}"
+    );
+
+    let posts = api.requests().iter().filter(|r| r.method == "POST").count();
+    assert_eq!(posts, 2, "each eviction is one request, never retried");
+}
+
+/// The agent's flags for `scene` with its pods from the mock instead of the manifests
+/// directory, started and ready (its pods loaded).
+fn start_kube_agent(scene: &AgentScene, kubeconfig: &Path, extra: &[&str]) -> MonitorProcess {
+    let mut args = scene.agent_args(extra);
+    // --kube replaces the scene's manifests directory.
+    let at = args.iter().position(|a| a == "--pods").expect("--pods");
+    args.drain(at..at + 2);
+    args.extend(
+        ["--kube", "--node-name", NODE, "--kubeconfig"]
+            .map(String::from)
+            .into_iter()
+            .chain([kubeconfig.display().to_string()]),
+    );
+    let agent = MonitorProcess::start(args);
+    let ready = agent.wait_stderr(WITHIN, |l| {
+        l.contains("pods: ") && l.contains(" known") || l.contains("monitor: ")
+    });
+    assert!(
+        ready.as_deref().is_some_and(|l| l.contains(" known")),
+        "the agent did not start: {}",
+        agent.stderr()
+    );
+    agent
+}
+
+fn next_decision(agent: &MonitorProcess) -> Value {
+    let line = agent
+        .next_line(WITHIN)
+        .unwrap_or_else(|| panic!("no decision; stderr:\n{}", agent.stderr()));
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
+}
+
+/// Pods on the mock and in real cgroups: `hog` over its request, `calm` within its own;
+/// the two together pass the scene's threshold once allocated.
+struct KubeScene {
+    scene: AgentScene,
+    api: MockKubeApi,
+    kubeconfig: PathBuf,
+    hog: TestPod,
+    calm: TestPod,
+    _files: TempDir,
+}
+
+impl KubeScene {
+    fn new(name: &str) -> Self {
+        let scene = AgentScene::new(name, "10s", "30s");
+        let api = MockKubeApi::start(NODE);
+        let hog = TestPod::new("hog").request_mib(20);
+        let calm = TestPod::new("calm").request_mib(300);
+        api.apply_pod(&hog);
+        api.apply_pod(&calm);
+        let (files, kubeconfig) = kubeconfig(&api, &format!("{name}-kubeconfig"));
+        Self {
+            scene,
+            api,
+            kubeconfig,
+            hog,
+            calm,
+            _files: files,
+        }
+    }
+
+    fn posts(&self) -> usize {
+        self.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count()
+    }
+}
+
+fn assert_decides_on_hog(decision: &Value, action: &str) {
+    assert_eq!(decision["action"], action, "{decision:#}");
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["uid"], "hog-uid", "{decision:#}");
+    assert_eq!(decision["namespace"], "default", "{decision:#}");
+}
+
+#[test]
+fn dry_run_decides_on_the_pod_the_api_server_serves() {
+    if !running_as_root("dry_run_decides_on_the_pod_the_api_server_serves") {
+        return;
+    }
+    let kube = KubeScene::new("kube-dry-run");
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &["--dry-run"]);
+
+    hog.alloc(60);
+    calm.alloc(160);
+    // The manifests directory is empty and unused: the pods come from the API alone.
+    assert_decides_on_hog(&next_decision(&agent), "would_evict");
+    let list = kube
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.path() == "/api/v1/pods")
+        .expect("the agent listed pods");
+    assert!(selects_node(
+        &list.query("fieldSelector").unwrap_or_default()
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(kube.posts(), 0, "dry-run asks for no eviction");
+    assert!(process_alive(hog.pid()));
+}
+
+#[test]
+fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
+    if !running_as_root("the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet") {
+        return;
+    }
+    let kube = KubeScene::new("kube-evict");
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let mut agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+
+    hog.alloc(60);
+    calm.alloc(160);
+    let decision = next_decision(&agent);
+    assert_decides_on_hog(&decision, "evict");
+    let post = kube
+        .api
+        .wait_for_request(WITHIN, |r| r.method == "POST")
+        .expect("an eviction request");
+    assert_eq!(post.path(), "/api/v1/namespaces/default/pods/hog/eviction");
+    let body: Value = serde_json::from_str(&post.body).expect("a JSON body");
+    assert_eq!(body["kind"], "Eviction", "{body:#}");
+    assert_eq!(
+        body["deleteOptions"]["gracePeriodSeconds"], decision["grace_period_seconds"],
+        "{body:#}"
+    );
+    assert!(
+        agent
+            .wait_stderr(WITHIN, |l| l.contains("eviction of default/hog accepted"))
+            .is_some(),
+        "{}",
+        agent.stderr()
+    );
+
+    // The grace period is 1 s; a cgroup kill would have ended the process by now.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        process_alive(hog.pid()) && !kube.scene.pod_pids(&kube.hog).is_empty(),
+        "the agent leaves stopping the pod to the kubelet"
+    );
+
+    // The kubelet's part: the pod stops and the API server deletes it.
+    kube.scene
+        .kubepods
+        .remove_pod(kube.hog.qos(), &kube.hog.uid);
+    kube.api.delete_pod(&kube.hog);
+    assert!(
+        agent
+            .wait_stderr(WITHIN, |l| l.contains("1 removed"))
+            .is_some(),
+        "the agent sees the pod leave the watch: {}",
+        agent.stderr()
+    );
+    assert_eq!(kube.posts(), 1, "one eviction for one decision");
+    agent.terminate();
+    let status = agent
+        .wait(Duration::from_secs(10))
+        .expect("stops on SIGTERM");
+    assert!(status.success(), "{status}; {}", agent.stderr());
+}

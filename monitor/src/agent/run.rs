@@ -22,6 +22,7 @@ use tokio::{
 
 use super::{
     args::{AgentArgs, DecisionOutput, SourceMode},
+    cause::CauseLog,
     core::{AgentCore, NodeCapacity},
     persist,
     report::{DecisionContext, DecisionReport},
@@ -45,7 +46,7 @@ use crate::{
         resolve_pod_cgroups,
     },
     source::{
-        ebpf::{KernelSource, LoadOptions},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions},
         event::KernelEvent,
     },
     trace::record::bytes,
@@ -53,7 +54,9 @@ use crate::{
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let (watcher, first, evictor) = open_pods(&args).await?;
         for error in &first.errors {
@@ -111,7 +114,11 @@ impl Source {
 
     fn describe(&self, poll: Duration) -> String {
         let programs = |k: &KernelSource| {
-            format!("{}/{} kernel programs", k.attached().len(), k.attached().len() + k.skipped().len())
+            format!(
+                "{}/{} kernel programs",
+                k.attached().len(),
+                k.attached().len() + k.skipped().len()
+            )
         };
         match self {
             Source::Kernel(k) => format!("ebpf ({})", programs(k)),
@@ -138,6 +145,8 @@ struct Agent {
     evictor: Option<KubeEvictor>,
     /// Events counted since they were last added to the checkpoint's counters.
     unsaved_events: u64,
+    /// Stalls and bursts, to say what led to a decision.
+    causes: CauseLog,
 }
 
 /// A finished kill of an evicted pod.
@@ -175,8 +184,13 @@ impl Agent {
                 memory,
             ),
         };
-        let if_unusable = if args.reset_state { IfUnusable::Reset } else { IfUnusable::Refuse };
-        let (manager, saved, startup) = StateManager::load_or_init(&args.checkpoint_dir, if_unusable)?;
+        let if_unusable = if args.reset_state {
+            IfUnusable::Reset
+        } else {
+            IfUnusable::Refuse
+        };
+        let (manager, saved, startup) =
+            StateManager::load_or_init(&args.checkpoint_dir, if_unusable)?;
         log::info!("checkpoint {}: {startup:?}", manager.path().display());
         let state = persist::restore(&saved, &read_now()?);
         let source = open_source(&args, &hierarchy)?;
@@ -194,7 +208,11 @@ impl Agent {
             bytes(capacity.allocatable_memory_bytes as i64),
             source.describe(args.poll_interval),
             thresholds.join(", "),
-            if args.dry_run { "; dry-run: no process will be signalled" } else { "" }
+            if args.dry_run {
+                "; dry-run: no process will be signalled"
+            } else {
+                ""
+            }
         );
         let metrics = Arc::new(Mutex::new(Metrics::default()));
         if !args.no_metrics {
@@ -217,6 +235,7 @@ impl Agent {
             kills: JoinSet::new(),
             evictor,
             unsaved_events: 0,
+            causes: CauseLog::default(),
         })
     }
 
@@ -276,17 +295,38 @@ impl Agent {
         let received = batch.len() as u64;
         for decoded in batch.drain(..) {
             match decoded? {
-                KernelEvent::Stat { cgroup_id, stat, ts_ns, delta_bytes, .. } => {
+                KernelEvent::Stat {
+                    cgroup_id,
+                    stat,
+                    ts_ns,
+                    delta_bytes,
+                    ..
+                } => {
+                    self.causes.stat(cgroup_id, stat, ts_ns, delta_bytes);
                     if self.core.apply_stat(cgroup_id, stat, delta_bytes) {
                         newest = newest.max(Some(ts_ns));
                     }
                 }
-                KernelEvent::Mkdir { cgroup_id, path, .. } => {
+                KernelEvent::Mkdir {
+                    cgroup_id, path, ..
+                } => {
                     self.core.classify(cgroup_id, &path);
                     // A pod whose cgroup did not exist yet may have just got it.
                     rescan |= self.core.pods().any(|p| p.cgroup.is_none());
                 }
-                KernelEvent::Rmdir { cgroup_id, .. } => self.core.forget_cgroup(cgroup_id),
+                KernelEvent::Rmdir { cgroup_id, .. } => {
+                    self.core.forget_cgroup(cgroup_id);
+                    self.causes.forget(cgroup_id);
+                }
+                KernelEvent::Stall {
+                    cgroup_id,
+                    reclaim,
+                    start_ns,
+                    duration_ns,
+                    ..
+                } => {
+                    self.causes.stall(cgroup_id, reclaim, start_ns, duration_ns);
+                }
                 _ => {}
             }
         }
@@ -355,7 +395,12 @@ impl Agent {
         let pods: Vec<(String, Option<String>)> = self
             .core
             .pods()
-            .map(|p| (p.facts.pod.uid.clone(), p.cgroup.as_ref().map(|c| c.rel.clone())))
+            .map(|p| {
+                (
+                    p.facts.pod.uid.clone(),
+                    p.cgroup.as_ref().map(|c| c.rel.clone()),
+                )
+            })
             .collect();
         for (uid, rel) in pods {
             let Some(rel) = rel else { continue };
@@ -371,7 +416,8 @@ impl Agent {
             let processes = subtree_pids(&dir).map_or(0, |p| p.len() as u64);
             self.core.set_pod_reading(&uid, working_set, processes);
         }
-        self.core.set_pid_reading(read_pid_available().ok().flatten());
+        self.core
+            .set_pid_reading(read_pid_available().ok().flatten());
     }
 
     /// Runs the decision step and acts on it; `trigger_ns` is the kernel event that led here.
@@ -383,17 +429,30 @@ impl Agent {
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         let now = read_now()?;
-        persist::save(&self.core.state, &decision.node_conditions, &mut self.saved, &now);
+        persist::save(
+            &self.core.state,
+            &decision.node_conditions,
+            &mut self.saved,
+            &now,
+        );
         if let Some(eviction) = decision.eviction() {
-            self.saved.record_eviction(persist::saved_pod(&eviction.pod), eviction.signal.as_str(), 0, &now);
+            self.saved.record_eviction(
+                persist::saved_pod(&eviction.pod),
+                eviction.signal.as_str(),
+                0,
+                &now,
+            );
         }
         self.manager.save_if_changed(&self.saved)?;
         Ok(())
     }
 
     fn report(&mut self, eviction: &Eviction, trigger_ns: Option<u64>) -> anyhow::Result<()> {
-        let Some(entry) = self.core.pod(&eviction.pod.uid) else { return Ok(()) };
-        let Some((policy, usage)) = self.core.rank_inputs(&eviction.pod.uid, eviction.signal) else {
+        let Some(entry) = self.core.pod(&eviction.pod.uid) else {
+            return Ok(());
+        };
+        let Some((policy, usage)) = self.core.rank_inputs(&eviction.pod.uid, eviction.signal)
+        else {
             return Ok(());
         };
         let threshold = self
@@ -415,6 +474,9 @@ impl Agent {
                 facts: &entry.facts,
                 usage,
                 policy,
+                cause: self
+                    .causes
+                    .explain(&self.core.cgroups_of(&eviction.pod.uid), monotonic_ns()),
             },
         );
         let line = match self.args.output {
@@ -442,8 +504,16 @@ impl Agent {
         // Stopped for good, like a pod the kubelet evicted: never chosen again while it is
         // listed (a manifest outlives its processes).
         self.core.mark_evicted(&pod.uid);
-        let Some(rel) = self.core.pod(&pod.uid).and_then(|p| p.cgroup.as_ref()).map(|c| c.rel.clone()) else {
-            log::warn!("{}: no cgroup to act on; waiting for the cleanup timeout", eviction.pod);
+        let Some(rel) = self
+            .core
+            .pod(&pod.uid)
+            .and_then(|p| p.cgroup.as_ref())
+            .map(|c| c.rel.clone())
+        else {
+            log::warn!(
+                "{}: no cgroup to act on; waiting for the cleanup timeout",
+                eviction.pod
+            );
             return;
         };
         let timings = KillTimings {
@@ -454,7 +524,11 @@ impl Agent {
         let working_set_before = self.core.pod_working_set(&pod.uid);
         self.kills.spawn(async move {
             let result = kill_cgroup_tree(&hierarchy, &rel, timings).await;
-            KillDone { pod, working_set_before, result }
+            KillDone {
+                pod,
+                working_set_before,
+                result,
+            }
         });
     }
 
@@ -483,20 +557,33 @@ impl Agent {
     }
 
     fn update_metrics(&self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
-        let Ok(mut m) = self.metrics.try_lock() else { return };
+        let Ok(mut m) = self.metrics.try_lock() else {
+            return;
+        };
         for (signal, observed) in self.core.observations() {
-            m.signal_observations.insert(signal.as_str().into(), observed.available as f64);
+            m.signal_observations
+                .insert(signal.as_str().into(), observed.available as f64);
         }
         m.threshold_met.clear();
         for threshold in &self.core.config().thresholds {
-            let met = self.core.state.thresholds_first_observed.iter().any(|o| o.threshold == threshold.id());
-            *m.threshold_met.entry(threshold.signal.as_str().into()).or_default() |= met;
+            let met = self
+                .core
+                .state
+                .thresholds_first_observed
+                .iter()
+                .any(|o| o.threshold == threshold.id());
+            *m.threshold_met
+                .entry(threshold.signal.as_str().into())
+                .or_default() |= met;
         }
         m.pods_ranked = self.core.pod_count() as u64;
         if let Some(eviction) = eviction {
-            *m.evictions_by_signal.entry(eviction.signal.as_str().into()).or_default() += 1;
+            *m.evictions_by_signal
+                .entry(eviction.signal.as_str().into())
+                .or_default() += 1;
             if let Some(ts) = trigger_ns {
-                m.decision_latency_seconds.observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);
+                m.decision_latency_seconds
+                    .observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);
             }
         }
     }
@@ -513,7 +600,9 @@ impl Agent {
         eprintln!("status: {}", signals.join(", "));
         let ranking = self.core.ranking(Signal::AllocatableMemoryAvailable);
         for (i, (facts, usage)) in ranking.iter().take(5).enumerate() {
-            let ws = usage.map_or("no stats".to_string(), |u| bytes(u.memory_working_set_bytes as i64));
+            let ws = usage.map_or("no stats".to_string(), |u| {
+                bytes(u.memory_working_set_bytes as i64)
+            });
             eprintln!(
                 "  {:>2}. {:<40} ws {:>9}  request {:>9}  priority {}{}",
                 i + 1,
@@ -530,7 +619,8 @@ impl Agent {
     fn save_counters(&mut self) -> anyhow::Result<()> {
         let lost = self.source.kernel().map_or(0, |k| k.drops().ring_full);
         let already_lost = self.saved.v1.counters.events_lost;
-        self.saved.count_events(self.unsaved_events, lost.saturating_sub(already_lost));
+        self.saved
+            .count_events(self.unsaved_events, lost.saturating_sub(already_lost));
         self.unsaved_events = 0;
         self.manager.save_if_changed(&self.saved)?;
         Ok(())
@@ -542,13 +632,29 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     if args.source == SourceMode::Poll {
         return Ok(Source::Poll);
     }
-    let options = LoadOptions { step_bytes: args.step, hierarchy_id: hierarchy.hierarchy_id };
-    match KernelSource::load(options) {
+    let options = LoadOptions {
+        step_bytes: args.step,
+        hierarchy_id: hierarchy.hierarchy_id,
+    };
+    // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
+    let incidents = IncidentOptions {
+        min_stall: Duration::from_millis(1),
+    };
+    match KernelSource::load_with_incidents(options, incidents) {
         Ok(kernel) => {
             for skipped in kernel.skipped() {
-                log::warn!("not attached: {} ({}); {}", skipped.program.hook(), skipped.reason, skipped.program.fallback);
+                log::warn!(
+                    "not attached: {} ({}); {}",
+                    skipped.program.hook(),
+                    skipped.reason,
+                    skipped.program.fallback
+                );
             }
-            Ok(if kernel.tracks_memory() { Source::Kernel(kernel) } else { Source::KernelLifecycle(kernel) })
+            Ok(if kernel.tracks_memory() {
+                Source::Kernel(kernel)
+            } else {
+                Source::KernelLifecycle(kernel)
+            })
         }
         Err(e) if args.source == SourceMode::Auto => {
             log::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");

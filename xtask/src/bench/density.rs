@@ -32,6 +32,8 @@ pub struct Usage {
     /// Percent of one core over the window.
     pub cpu_percent: f64,
     pub peak_rss: u64,
+    /// Anonymous RSS at the end of the window (the rest is mapped files and maps).
+    pub rss_anon: u64,
     pub window: Duration,
     pub load: f64,
 }
@@ -66,6 +68,7 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
             std::thread::sleep(window);
             let end = (agent.cpu_ticks()?, Instant::now());
             let peak_rss = agent.status_bytes("VmHWM")?;
+            let rss_anon = agent.status_bytes("RssAnon")?;
             let log = agent.stop()?;
             if let Some(warning) = log.lines().find(|l| l.contains("WARN")) {
                 eprintln!("bench: agent warned: {warning}");
@@ -76,6 +79,7 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
                 source,
                 cpu_percent: cpu_percent(end.0 - start.0, clock_ticks_per_sec(), elapsed),
                 peak_rss,
+                rss_anon,
                 window: elapsed,
                 load,
             });
@@ -176,6 +180,7 @@ pub fn summarize(machine: &Machine, results: &[Usage]) -> Section {
                 "source": u.source.label(),
                 "cpu_percent_of_core": u.cpu_percent,
                 "peak_rss_bytes": u.peak_rss,
+                "rss_anon_bytes": u.rss_anon,
                 "window_secs": u.window.as_secs_f64(),
                 "load": u.load,
                 "churn_share": CHURN_SHARE,
@@ -211,6 +216,7 @@ mod tests {
             source,
             cpu_percent: cpu,
             peak_rss: rss << 20,
+            rss_anon: rss << 19,
             window: Duration::from_secs(30),
             load: 0.3,
         };

@@ -3,7 +3,8 @@
 //!
 //! Run time per hit comes from the kernel's own accounting (`kernel.bpf_stats_enabled=1`,
 //! put back afterwards) as `bpftool prog show` reports it: the change of run_time_ns over the
-//! change of run_cnt across a window with page faults and cgroup creations. The slowdown is
+//! change of run_cnt across a window with page faults and cgroup creations, for the programs
+//! the agent holds open. The slowdown is
 //! `bench_load faults` (map, touch and unmap 4 MiB, many times, in a pod cgroup) without
 //! the agent, with the agent (eBPF source), and without it again; statistics stay at their
 //! previous setting during those runs, so their own clock reads are not counted.
@@ -150,9 +151,14 @@ fn parse_faults(text: &str) -> Option<f64> {
     words.next()?.parse().ok()
 }
 
-/// The agent's programs by name, from `bpftool -j prog show` (programs whose holders include
-/// the agent's pid).
+/// The agent's programs by name, from `bpftool -j prog show`: those whose ids appear in the
+/// agent's file descriptors (`prog_id:` in /proc/<pid>/fdinfo).
 fn agent_programs(pid: u32) -> anyhow::Result<BTreeMap<String, ProgStats>> {
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))?.flatten() {
+        let info = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        ids.extend(prog_id(&info));
+    }
     let out = Command::new("bpftool")
         .args(["-j", "prog", "show"])
         .output()
@@ -164,27 +170,26 @@ fn agent_programs(pid: u32) -> anyhow::Result<BTreeMap<String, ProgStats>> {
         );
     }
     let progs: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
-    Ok(programs_of(&progs, pid))
+    Ok(programs_of(&progs, &ids))
 }
 
-pub fn programs_of(progs: &Value, pid: u32) -> BTreeMap<String, ProgStats> {
+/// The program id of a BPF program fd's fdinfo.
+fn prog_id(fdinfo: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
+}
+
+pub fn programs_of(progs: &Value, ids: &[u64]) -> BTreeMap<String, ProgStats> {
     let mut found = BTreeMap::new();
     for prog in progs.as_array().into_iter().flatten() {
-        let held = prog["pids"].as_array().is_some_and(|pids| {
-            pids.iter()
-                .any(|p| p["pid"].as_u64() == Some(u64::from(pid)))
-        });
-        if !held {
+        if !prog["id"].as_u64().is_some_and(|id| ids.contains(&id)) {
             continue;
         }
         let name = prog["name"].as_str().unwrap_or("?").to_string();
-        let stats = ProgStats {
-            run_time_ns: prog["run_time_ns"].as_u64().unwrap_or(0),
-            run_cnt: prog["run_cnt"].as_u64().unwrap_or(0),
-        };
         let entry: &mut ProgStats = found.entry(name).or_default();
-        entry.run_time_ns += stats.run_time_ns;
-        entry.run_cnt += stats.run_cnt;
+        entry.run_time_ns += prog["run_time_ns"].as_u64().unwrap_or(0);
+        entry.run_cnt += prog["run_cnt"].as_u64().unwrap_or(0);
     }
     found
 }
@@ -214,14 +219,18 @@ mod tests {
     #[test]
     fn only_the_agents_programs_count() {
         let progs = json!([
-            {"id": 1, "name": "mod_memcg_lruve", "run_time_ns": 900, "run_cnt": 10,
-             "pids": [{"pid": 42, "comm": "monitor"}]},
-            {"id": 2, "name": "other", "run_time_ns": 5, "run_cnt": 5,
-             "pids": [{"pid": 7, "comm": "x"}]},
-            {"id": 3, "name": "no_holder"}
+            {"id": 1, "name": "mod_memcg_lruve", "run_time_ns": 900, "run_cnt": 10},
+            {"id": 2, "name": "other", "run_time_ns": 5, "run_cnt": 5},
+            {"id": 3, "name": "no_stats"}
         ]);
-        let found = programs_of(&progs, 42);
-        assert_eq!(found.len(), 1);
+        let found = programs_of(&progs, &[1, 3]);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found["no_stats"], ProgStats::default());
+        assert_eq!(
+            prog_id("pos:\t0\nprog_type:\t5\nprog_id:\t969\n"),
+            Some(969)
+        );
+        assert_eq!(prog_id("pos:\t0\n"), None);
         assert_eq!(
             found["mod_memcg_lruve"],
             ProgStats {

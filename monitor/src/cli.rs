@@ -8,7 +8,19 @@ use crate::commands;
 /// Watches memory pressure through the kernel and evicts the right pod, the way the kubelet
 /// would, but from kernel events instead of a 10-second poll.
 #[derive(Parser, Debug)]
-#[command(name = "monitor", version, about, long_about = None)]
+#[command(
+    name = "monitor",
+    version,
+    about,
+    long_about = None,
+    after_help = "\
+Without a subcommand, monitor runs the node agent (as root):
+  monitor --dry-run --pods DIR        report what would be evicted, and why; signal nothing
+  monitor --pods DIR                  evict: SIGTERM the pod's cgroup, SIGKILL after its grace
+  monitor --kube --node-name NODE     pods and evictions through the Kubernetes API
+Thresholds come from --config (a KubeletConfiguration file), else the kubelet's defaults.
+Start with `monitor doctor` to see what this kernel offers."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -5,7 +5,10 @@ use clap::{Args, ValueEnum};
 
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
-    cli::values::{positive_bytes, positive_duration},
+    cli::{
+        OutputFormat,
+        values::{positive_bytes, positive_duration},
+    },
     engine::duration::parse_go_duration,
 };
 
@@ -18,15 +21,6 @@ pub enum SourceMode {
     Ebpf,
     /// Read cgroupfs every --poll-interval, like the kubelet's housekeeping.
     Poll,
-}
-
-/// How decisions are printed on stdout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DecisionOutput {
-    /// One line per decision for people.
-    Text,
-    /// One JSON object per decision, with monotonic and wall-clock timestamps.
-    Json,
 }
 
 /// Run the node agent: watch memory through the kernel and evict the pod the kubelet would
@@ -92,9 +86,10 @@ pub struct AgentArgs {
     /// Move an unreadable or corrupt checkpoint aside (never deleted) and start empty.
     #[arg(long)]
     pub reset_state: bool,
-    /// Decision output format.
-    #[arg(long, value_enum, default_value_t = DecisionOutput::Text)]
-    pub output: DecisionOutput,
+    /// `text`: one line per decision; `json`: one object per decision with monotonic and
+    /// wall-clock timestamps.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
     pub metrics_addr: SocketAddr,

@@ -21,7 +21,7 @@ use tokio::{
 };
 
 use super::{
-    args::{AgentArgs, DecisionOutput, SourceMode},
+    args::{AgentArgs, SourceMode},
     cause::CauseLog,
     core::{AgentCore, NodeCapacity},
     persist,
@@ -31,6 +31,7 @@ use crate::{
     action::{KillTimings, KubeEvictor, kill_cgroup_tree},
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
     checkpoint::{IfUnusable, StateManager, read_now},
+    cli::OutputFormat,
     clock::{BootClock, monotonic_ns},
     engine::{
         checkpoint::AgentState, config::EvictionConfig, decide::Eviction, pod_facts::PodFacts,
@@ -480,8 +481,8 @@ impl Agent {
             },
         );
         let line = match self.args.output {
-            DecisionOutput::Text => report.text(),
-            DecisionOutput::Json => serde_json::to_string(&report)?,
+            OutputFormat::Text => report.text(),
+            OutputFormat::Json => serde_json::to_string(&report)?,
         };
         let mut out = io::stdout().lock();
         writeln!(out, "{line}")?;

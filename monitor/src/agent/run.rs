@@ -34,7 +34,11 @@ use crate::{
     cli::OutputFormat,
     clock::{BootClock, monotonic_ns},
     engine::{
-        checkpoint::AgentState, config::EvictionConfig, decide::Eviction, pod_facts::PodFacts,
+        checkpoint::AgentState,
+        config::EvictionConfig,
+        decide::{Eviction, EvictionState},
+        pod_facts::PodFacts,
+        signal::NodeCondition,
         signal::Signal,
     },
     metrics::{Metrics, server},
@@ -148,6 +152,8 @@ struct Agent {
     unsaved_events: u64,
     /// Stalls and bursts, to say what led to a decision.
     causes: CauseLog,
+    /// Decision state and node conditions as last written to the checkpoint.
+    persisted: Option<(EvictionState, Vec<NodeCondition>)>,
 }
 
 /// A finished kill of an evicted pod.
@@ -237,6 +243,7 @@ impl Agent {
             evictor,
             unsaved_events: 0,
             causes: CauseLog::default(),
+            persisted: None,
         })
     }
 
@@ -260,7 +267,9 @@ impl Agent {
                     self.evaluate(newest)?;
                 }
                 _ = reads.tick() => {
-                    self.read_cgroupfs(true);
+                    // With kernel lifecycle events the cgroup classification is already
+                    // current; only polling must rewalk the hierarchy.
+                    self.read_cgroupfs(matches!(self.source, Source::Poll));
                     self.evaluate(None)?;
                     self.save_counters()?;
                 }
@@ -429,6 +438,12 @@ impl Agent {
             self.act(eviction);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
+        // Most evaluations change nothing worth keeping; skip building the checkpoint then.
+        let snapshot = (self.core.state.clone(), decision.node_conditions.clone());
+        if decision.eviction().is_none() && self.persisted.as_ref() == Some(&snapshot) {
+            return Ok(());
+        }
+        self.persisted = Some(snapshot);
         let now = read_now()?;
         persist::save(
             &self.core.state,

@@ -1,5 +1,5 @@
 //! Reads the clocks the continuity helpers need.
-use std::io;
+use std::{io, sync::OnceLock};
 
 use crate::{
     clock::{boot_time_ms, unix_ms_now},
@@ -12,11 +12,20 @@ const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 pub fn read_now() -> io::Result<Now> {
     Ok(Now {
         unix_ms: unix_ms_now(),
-        boot_id: std::fs::read_to_string(BOOT_ID_PATH)?.trim().to_owned(),
+        boot_id: boot_id()?,
         boot_ms: boot_time_ms()?,
     })
 }
 
+/// The boot id, read once: it cannot change while this process lives.
+fn boot_id() -> io::Result<String> {
+    static BOOT_ID: OnceLock<String> = OnceLock::new();
+    if let Some(id) = BOOT_ID.get() {
+        return Ok(id.clone());
+    }
+    let id = std::fs::read_to_string(BOOT_ID_PATH)?.trim().to_owned();
+    Ok(BOOT_ID.get_or_init(|| id).clone())
+}
 
 #[cfg(test)]
 mod tests {

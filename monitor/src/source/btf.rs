@@ -40,12 +40,14 @@ pub(crate) struct TypeRecord {
     pub body: usize,
 }
 
-/// The type and string sections, with every type record located.
+/// The type and string sections, with every type record located. Only each record's start is
+/// kept (4 bytes per type, the kernel has over a hundred thousand): records are decoded when
+/// asked for, which keeps the agent's peak memory low.
 pub(crate) struct Types<'a> {
     pub types: &'a [u8],
     strings: &'a [u8],
-    /// Indexed by type id - 1 (id 0 is `void`).
-    pub records: Vec<TypeRecord>,
+    /// Start of each record, indexed by type id - 1 (id 0 is `void`).
+    starts: Vec<u32>,
 }
 
 impl<'a> Types<'a> {
@@ -62,26 +64,32 @@ impl<'a> Types<'a> {
         };
         let types = section(field(8)?, field(12)?)?;
         let strings = section(field(16)?, field(20)?)?;
-        let mut records = Vec::new();
+        let mut starts = Vec::new();
         let mut pos = 0;
         while pos < types.len() {
-            let info = u32_at(types, pos + 4)?;
-            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
-            let body = pos + 12;
-            records.push(TypeRecord {
-                kind,
-                name_off: u32_at(types, pos)?,
-                vlen,
-                kind_flag: info >> 31 == 1,
-                body,
-            });
-            pos = body + trailing_bytes(kind, vlen)?;
+            let start = u32::try_from(pos).map_err(|_| BtfError::Truncated(pos))?;
+            starts.push(start);
+            let record = record_at(types, pos)?;
+            pos = record.body + trailing_bytes(record.kind, record.vlen)?;
         }
         Ok(Self {
             types,
             strings,
-            records,
+            starts,
         })
+    }
+
+    /// Every type record, in type id order.
+    pub fn records(&self) -> impl Iterator<Item = Result<TypeRecord, BtfError>> + '_ {
+        self.starts
+            .iter()
+            .map(|start| record_at(self.types, *start as usize))
+    }
+
+    /// The record of a type id (0 is `void`, which has none).
+    pub fn record(&self, type_id: u32) -> Option<TypeRecord> {
+        let start = *self.starts.get(type_id.checked_sub(1)? as usize)?;
+        record_at(self.types, start as usize).ok()
     }
 
     /// The string at `offset` in the string section.
@@ -100,7 +108,8 @@ impl<'a> Types<'a> {
 
     /// Variants of the named enum, name -> value.
     pub fn enum_values(&self, enum_name: &str) -> Result<HashMap<String, i64>, BtfError> {
-        for record in &self.records {
+        for record in self.records() {
+            let record = record?;
             let member_size = match record.kind {
                 KIND_ENUM => 8,
                 KIND_ENUM64 => 12,
@@ -125,6 +134,17 @@ impl<'a> Types<'a> {
         }
         Err(BtfError::NoSuchEnum(enum_name.to_string()))
     }
+}
+
+fn record_at(types: &[u8], pos: usize) -> Result<TypeRecord, BtfError> {
+    let info = u32_at(types, pos + 4)?;
+    Ok(TypeRecord {
+        kind: (info >> 24) & 0x1f,
+        name_off: u32_at(types, pos)?,
+        vlen: (info & 0xffff) as usize,
+        kind_flag: info >> 31 == 1,
+        body: pos + 12,
+    })
 }
 
 /// Variants of the named enum in raw BTF, name -> value.

@@ -15,7 +15,7 @@ mod task_memcg;
 use std::{io, path::Path, time::Duration};
 
 use aya::{
-    Ebpf,
+    Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
@@ -23,7 +23,7 @@ use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM
 use tokio::io::{Interest, unix::AsyncFd};
 
 use super::{
-    btf::{self, BtfError},
+    btf::{self, BtfError, Types},
     event::{DecodeError, KernelEvent, decode},
     probe::{self, TracefsError, VMLINUX_BTF},
     programs::{INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
@@ -31,7 +31,6 @@ use super::{
 pub use task_memcg::OffsetError;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
-
 
 /// Settings for the kernel programs.
 #[derive(Clone, Copy, Debug)]
@@ -150,16 +149,25 @@ impl KernelSource {
             return Err(LoadError::NotRoot);
         }
         let btf = std::fs::read(VMLINUX_BTF).map_err(|_| LoadError::NoBtf)?;
-        let config = config_for(&btf, options)?;
-        let mut ebpf = Ebpf::load(OBJECT)?;
+        // Parsed once for every lookup, and freed before the programs are loaded.
+        let types = Types::parse(&btf)?;
+        let config = config_for(&types, options)?;
+        let incident_config = incidents
+            .map(|i| incident_config_for(&types, options, i))
+            .transpose()?;
+        drop(types);
+        drop(btf);
+        // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
+        // map and need no CO-RE relocation, so aya's own copy of the kernel's BTF (which
+        // `EbpfLoader::new` parses regardless) is dropped before loading.
+        let mut ebpf = EbpfLoader::new().btf(None).load(OBJECT)?;
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
             .and_then(|mut array| array.set(0, config, 0))
             .map_err(|source| LoadError::Map {
                 name: "CONFIG",
                 source,
             })?;
-        if let Some(incidents) = incidents {
-            let config = incident_config_for(&btf, options, incidents)?;
+        if let Some(config) = incident_config {
             Array::<_, IncidentConfig>::try_from(map(&mut ebpf, "INCIDENT_CONFIG")?)
                 .and_then(|mut array| array.set(0, config, 0))
                 .map_err(|source| LoadError::Map {
@@ -192,6 +200,10 @@ impl KernelSource {
         // holds it.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| LoadError::Poll(e.into()))?;
+        // Loading parsed the kernel's BTF twice (ours and aya's); glibc keeps such freed heap
+        // mapped unless told, and an agent on every node should stay small.
+        // SAFETY: malloc_trim only returns free memory to the kernel.
+        unsafe { libc::malloc_trim(0) };
         Ok(Self {
             ebpf,
             ring,
@@ -285,9 +297,9 @@ fn missing_map() -> aya::maps::MapError {
 }
 
 /// Kernel item numbers of the tracked stats, from BTF.
-fn config_for(btf: &[u8], options: LoadOptions) -> Result<Config, LoadError> {
-    let node = btf::enum_values(btf, "node_stat_item")?;
-    let memcg = btf::enum_values(btf, "memcg_stat_item")?;
+fn config_for(btf: &Types<'_>, options: LoadOptions) -> Result<Config, LoadError> {
+    let node = btf.enum_values("node_stat_item")?;
+    let memcg = btf.enum_values("memcg_stat_item")?;
     let mut config = Config::EMPTY;
     config.step_bytes = options.step_bytes.max(1);
     config.page_size = page_size();
@@ -317,7 +329,7 @@ fn config_for(btf: &[u8], options: LoadOptions) -> Result<Config, LoadError> {
 /// The incident programs' settings. A memory controller on its own v1 hierarchy (id > 0) needs
 /// the task -> memory cgroup offsets; on v2 the programs ask the kernel for the cgroup id.
 fn incident_config_for(
-    btf: &[u8],
+    btf: &Types<'_>,
     options: LoadOptions,
     incidents: IncidentOptions,
 ) -> Result<IncidentConfig, LoadError> {

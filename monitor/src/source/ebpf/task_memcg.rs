@@ -22,8 +22,10 @@ pub enum OffsetError {
 }
 
 /// `IncidentConfig` with the v1 memory cgroup offsets filled in.
-pub fn v1_offsets(btf: &[u8], mut config: IncidentConfig) -> Result<IncidentConfig, OffsetError> {
-    let types = Types::parse(btf)?;
+pub fn v1_offsets(
+    types: &Types<'_>,
+    mut config: IncidentConfig,
+) -> Result<IncidentConfig, OffsetError> {
     let subsys = types.enum_values("cgroup_subsys_id")?;
     let memory = btf::variant(&subsys, "cgroup_subsys_id", "memory_cgrp_id")?;
     config.memcg_v1 = 1;
@@ -47,12 +49,13 @@ impl MemberOffsets for Types<'_> {
     /// unions the way C does.
     fn member_offset(&self, struct_name: &str, member: &str) -> Result<u32, OffsetError> {
         let mut found_struct = false;
-        for record in &self.records {
+        for record in self.records() {
+            let record = record?;
             if record.kind != KIND_STRUCT || self.name(record.name_off)? != struct_name {
                 continue;
             }
             found_struct = true;
-            if let Some(bits) = self.find_member(record, member)? {
+            if let Some(bits) = self.find_member(&record, member)? {
                 return Ok(bits / 8);
             }
         }
@@ -82,12 +85,11 @@ impl MemberOffsets for Types<'_> {
                 (raw_offset, false)
             };
             if name_off == 0 {
-                let nested = type_id
-                    .checked_sub(1)
-                    .and_then(|i| self.records.get(i as usize))
+                let nested = self
+                    .record(type_id)
                     .filter(|r| matches!(r.kind, KIND_STRUCT | KIND_UNION));
                 if let Some(nested) = nested
-                    && let Some(inner) = self.find_member(nested, member)?
+                    && let Some(inner) = self.find_member(&nested, member)?
                 {
                     return Ok(Some(bits + inner));
                 }
@@ -194,7 +196,7 @@ mod tests {
             eprintln!("SKIP: this kernel exposes no BTF");
             return;
         };
-        let config = v1_offsets(&btf, IncidentConfig::EMPTY).unwrap();
+        let config = v1_offsets(&Types::parse(&btf).unwrap(), IncidentConfig::EMPTY).unwrap();
         assert_eq!(config.memcg_v1, 1);
         assert!(
             config.task_cgroups > 0 && config.cgroup_kn > 0,

@@ -578,7 +578,7 @@ impl Agent {
         };
         for (signal, observed) in self.core.observations() {
             m.signal_observations
-                .insert(signal.as_str().into(), observed.available as f64);
+                .insert(signal.as_str(), observed.available as f64);
         }
         m.threshold_met.clear();
         for threshold in &self.core.config().thresholds {
@@ -589,13 +589,13 @@ impl Agent {
                 .iter()
                 .any(|o| o.threshold == threshold.id());
             *m.threshold_met
-                .entry(threshold.signal.as_str().into())
+                .entry(threshold.signal.as_str())
                 .or_default() |= met;
         }
         m.pods_ranked = self.core.pod_count() as u64;
         if let Some(eviction) = eviction {
             *m.evictions_by_signal
-                .entry(eviction.signal.as_str().into())
+                .entry(eviction.signal.as_str())
                 .or_default() += 1;
             if let Some(ts) = trigger_ns {
                 m.decision_latency_seconds

@@ -86,7 +86,8 @@ impl UsageTracker {
             self.kubepods.delta += delta;
         }
         let pod = member.pod.as_deref()?;
-        self.pods.entry(pod.to_string()).or_default().delta += delta;
+        // A pod without a base read has no stats yet; its first read sets them.
+        self.pods.get_mut(pod)?.delta += delta;
         Some(pod)
     }
 

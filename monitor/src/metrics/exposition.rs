@@ -49,11 +49,11 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// Everything the agent exports. Keys of the maps are signal names (`memory.available`).
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    pub evictions_by_signal: BTreeMap<String, u64>,
+    pub evictions_by_signal: BTreeMap<&'static str, u64>,
     /// Latest observed value of each signal, in its unit (bytes or a count).
-    pub signal_observations: BTreeMap<String, f64>,
+    pub signal_observations: BTreeMap<&'static str, f64>,
     /// 1 while a threshold of the signal is met.
-    pub threshold_met: BTreeMap<String, bool>,
+    pub threshold_met: BTreeMap<&'static str, bool>,
     pub pods_ranked: u64,
     pub events_received: u64,
     pub events_lost: u64,
@@ -181,10 +181,10 @@ mod tests {
     #[test]
     fn exposition_names_every_family_once_with_labels() {
         let mut m = Metrics::default();
-        m.evictions_by_signal.insert("memory.available".into(), 2);
+        m.evictions_by_signal.insert("memory.available", 2);
         m.signal_observations
             .insert("memory.available".into(), 1048576.0);
-        m.threshold_met.insert("memory.available".into(), true);
+        m.threshold_met.insert("memory.available", true);
         m.events_received = 10;
         m.events_lost = 1;
         m.pods_ranked = 40;

@@ -6,7 +6,6 @@
 use std::{
     fs,
     io::{BufRead as _, BufReader, Write as _},
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -14,12 +13,15 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
 
-use crate::tasks::{cargo, status, target_dir};
+use crate::{
+    cgroup_tree,
+    tasks::{cargo, status, target_dir},
+};
 
 /// Below the memory hierarchy's root.
 const DEMO_ROOT: &str = "monitor-demo";
@@ -54,25 +56,78 @@ pub fn demo_pods() -> Vec<DemoPod> {
     let mut pods = Vec::new();
     let mut add = |name: String, namespace, qos, request_mib, priority, pattern| {
         let uid = format!("00000000-0000-4000-8000-{:012}", pods.len());
-        pods.push(DemoPod { name, namespace, uid, qos, request_mib, priority, pattern });
+        pods.push(DemoPod {
+            name,
+            namespace,
+            uid,
+            qos,
+            request_mib,
+            priority,
+            pattern,
+        });
     };
     for i in 0..10 {
-        add(format!("web-{i}"), "shop", "burstable", 32, 0, Pattern::Steady(20 + i));
+        add(
+            format!("web-{i}"),
+            "shop",
+            "burstable",
+            32,
+            0,
+            Pattern::Steady(20 + i),
+        );
     }
     for i in 0..10 {
-        add(format!("api-{i}"), "shop", "guaranteed", 64, 1000, Pattern::Steady(40));
+        add(
+            format!("api-{i}"),
+            "shop",
+            "guaranteed",
+            64,
+            1000,
+            Pattern::Steady(40),
+        );
     }
     for i in 0..5 {
-        add(format!("batch-{i}"), "jobs", "besteffort", 0, 0, Pattern::Grow { step: 4 + i, cap: 100 });
+        add(
+            format!("batch-{i}"),
+            "jobs",
+            "besteffort",
+            0,
+            0,
+            Pattern::Grow {
+                step: 4 + i,
+                cap: 100,
+            },
+        );
     }
     for i in 5..10 {
-        add(format!("batch-{i}"), "jobs", "besteffort", 0, 0, Pattern::Steady(8));
+        add(
+            format!("batch-{i}"),
+            "jobs",
+            "besteffort",
+            0,
+            0,
+            Pattern::Steady(8),
+        );
     }
     for i in 0..5 {
-        add(format!("cache-{i}"), "shop", "burstable", 128, 100, Pattern::Spike(48 + 8 * i));
+        add(
+            format!("cache-{i}"),
+            "shop",
+            "burstable",
+            128,
+            100,
+            Pattern::Spike(48 + 8 * i),
+        );
     }
     for i in 0..5 {
-        add(format!("node-agent-{i}"), "kube-system", "burstable", 16, 2_000_001_000, Pattern::Grow { step: 2, cap: 40 });
+        add(
+            format!("node-agent-{i}"),
+            "kube-system",
+            "burstable",
+            16,
+            2_000_001_000,
+            Pattern::Grow { step: 2, cap: 40 },
+        );
     }
     pods
 }
@@ -115,9 +170,16 @@ monitor:
 ";
 
 pub fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
-    status(cargo().args(["build", "--package", "monitor", "--package", "tests", "--bins"]))?;
+    status(cargo().args([
+        "build",
+        "--package",
+        "monitor",
+        "--package",
+        "tests",
+        "--bins",
+    ]))?;
     let bin = target_dir()?.join("debug");
-    let (mount, v2) = memory_mount()?;
+    let (mount, v2) = cgroup_tree::memory_mount()?;
     let stop = Arc::new(AtomicBool::new(false));
     let handler_stop = stop.clone();
     ctrlc::set_handler(move || handler_stop.store(true, Ordering::SeqCst))
@@ -128,13 +190,23 @@ pub fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
     let tree = DemoTree::create(&mount, v2)?;
     let pods = demo_pods();
     for pod in &pods {
-        fs::write(work.join("pods").join(format!("{}.yaml", pod.name)), manifest(pod))?;
+        fs::write(
+            work.join("pods").join(format!("{}.yaml", pod.name)),
+            manifest(pod),
+        )?;
         tree.mkdir(&format!("kubepods/{}", pod_cgroup(pod)))?;
     }
     fs::write(work.join("config.yaml"), CONFIG)?;
     let workers: Vec<Worker> = pods
         .iter()
-        .map(|pod| Worker::start(&bin.join("alloc"), &tree.dir(&format!("kubepods/{}", pod_cgroup(pod))), pod.pattern, stop.clone()))
+        .map(|pod| {
+            Worker::start(
+                &bin.join("alloc"),
+                &tree.dir(&format!("kubepods/{}", pod_cgroup(pod))),
+                pod.pattern,
+                stop.clone(),
+            )
+        })
         .collect::<anyhow::Result<_>>()?;
     eprintln!(
         "demo: {} pods under {}/kubepods, allocatable {ALLOCATABLE}; the agent prints its \
@@ -148,7 +220,10 @@ pub fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
         .args(["--kubepods-cgroup", &format!("/{DEMO_ROOT}/kubepods")])
         .args(["--allocatable-memory", ALLOCATABLE])
         .args(["--config", &work.join("config.yaml").to_string_lossy()])
-        .args(["--checkpoint-dir", &work.join("checkpoint").to_string_lossy()])
+        .args([
+            "--checkpoint-dir",
+            &work.join("checkpoint").to_string_lossy(),
+        ])
         .args(["--status-interval", "2s", "--no-metrics"])
         .args(["--duration", &format!("{}s", duration.as_secs())]);
     if !enforce {
@@ -167,20 +242,6 @@ pub fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The memory controller's mount and whether it is cgroup v2.
-fn memory_mount() -> anyhow::Result<(PathBuf, bool)> {
-    let v1 = Path::new("/sys/fs/cgroup/memory");
-    if v1.join("memory.stat").exists() {
-        return Ok((v1.to_path_buf(), false));
-    }
-    let unified = Path::new("/sys/fs/cgroup");
-    let controllers = fs::read_to_string(unified.join("cgroup.controllers")).unwrap_or_default();
-    if controllers.split_whitespace().any(|c| c == "memory") {
-        return Ok((unified.to_path_buf(), true));
-    }
-    bail!("no memory cgroup controller found at /sys/fs/cgroup/memory or /sys/fs/cgroup")
-}
-
 /// The demo's cgroups; killed and removed on drop, deepest first.
 struct DemoTree {
     root: PathBuf,
@@ -189,13 +250,19 @@ struct DemoTree {
 
 impl DemoTree {
     fn create(mount: &Path, v2: bool) -> anyhow::Result<Self> {
-        let tree = Self { root: mount.join(DEMO_ROOT), v2 };
+        let tree = Self {
+            root: mount.join(DEMO_ROOT),
+            v2,
+        };
         if tree.root.exists() {
-            eprintln!("demo: removing {} left by an earlier run", tree.root.display());
-            tree.remove();
+            eprintln!(
+                "demo: removing {} left by an earlier run",
+                tree.root.display()
+            );
+            cgroup_tree::remove_tree(&tree.root);
         }
-        fs::create_dir(&tree.root).with_context(|| format!("creating {}", tree.root.display()))?;
-        tree.enable_memory(&tree.root);
+        cgroup_tree::create_dirs(mount, DEMO_ROOT, v2)
+            .with_context(|| format!("creating {}", tree.root.display()))?;
         Ok(tree)
     }
 
@@ -203,52 +270,16 @@ impl DemoTree {
         self.root.join(rel)
     }
 
-    /// Creates `rel` and its parents; on v2 each level delegates the memory controller.
     fn mkdir(&self, rel: &str) -> anyhow::Result<()> {
-        let mut dir = self.root.clone();
-        for part in rel.split('/') {
-            dir.push(part);
-            if !dir.exists() {
-                fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            }
-            self.enable_memory(&dir);
-        }
+        cgroup_tree::create_dirs(&self.root, rel, self.v2)
+            .with_context(|| format!("creating {}", self.root.join(rel).display()))?;
         Ok(())
-    }
-
-    fn enable_memory(&self, dir: &Path) {
-        if self.v2 {
-            let _ = fs::write(dir.join("cgroup.subtree_control"), "+memory");
-        }
-    }
-
-    fn remove(&self) {
-        let mut dirs = Vec::new();
-        let mut pending = vec![self.root.clone()];
-        while let Some(dir) = pending.pop() {
-            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    pending.push(entry.path());
-                }
-            }
-            dirs.push(dir);
-        }
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for dir in dirs {
-            while dir.exists() && fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
-                for pid in fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
-                    let _ = Command::new("kill").args(["-9", pid.trim()]).status();
-                }
-                thread::sleep(Duration::from_millis(50));
-            }
-        }
     }
 }
 
 impl Drop for DemoTree {
     fn drop(&mut self) {
-        self.remove();
+        cgroup_tree::remove_tree(&self.root);
     }
 }
 
@@ -259,15 +290,16 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(alloc: &Path, cgroup: &Path, pattern: Pattern, stop: Arc<AtomicBool>) -> anyhow::Result<Self> {
-        let procs = cgroup.join("cgroup.procs");
+    fn start(
+        alloc: &Path,
+        cgroup: &Path,
+        pattern: Pattern,
+        stop: Arc<AtomicBool>,
+    ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(alloc);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        // SAFETY: only a write to cgroupfs (open/write/close) happens between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || fs::write(&procs, "0"));
-        }
-        let mut child = cmd.spawn().with_context(|| format!("starting {}", alloc.display()))?;
+        let mut child = cgroup_tree::spawn_in(&mut cmd, cgroup)
+            .with_context(|| format!("starting {}", alloc.display()))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut answers = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let driver = thread::spawn(move || {
@@ -293,7 +325,10 @@ impl Worker {
                 thread::sleep(Duration::from_secs(1));
             }
         });
-        Ok(Self { child, driver: Some(driver) })
+        Ok(Self {
+            child,
+            driver: Some(driver),
+        })
     }
 }
 

@@ -1,6 +1,9 @@
 //! Developer tasks: `cargo xtask <task>`. Each task that builds calls `setup` first, so a fresh
 //! machine needs only one command.
 mod bench;
+// Shared with the tests crate, which xtask cannot depend on (it needs the kernel toolchain).
+#[path = "../../tests/src/cgroup_tree.rs"]
+mod cgroup_tree;
 mod demo;
 mod setup;
 mod tasks;
@@ -79,7 +82,9 @@ fn main() -> ExitCode {
         Task::Demo { duration, enforce } => {
             setup::run().and_then(|()| demo::run(std::time::Duration::from_secs(duration), enforce))
         }
-        Task::Bench { name, quick, json } => setup::run().and_then(|()| bench::run(name, quick, json)),
+        Task::Bench { name, quick, json } => {
+            setup::run().and_then(|()| bench::run(name, quick, json))
+        }
         Task::VmTest => setup::run().and_then(|()| vm::run()),
     };
     match result {

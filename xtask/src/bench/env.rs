@@ -3,7 +3,6 @@
 use std::{
     fs,
     io::{BufRead as _, BufReader, Write as _},
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     sync::mpsc::{Receiver, RecvTimeoutError, channel},
@@ -12,6 +11,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
+
+use crate::cgroup_tree;
 
 /// Cores, kernel release and memory of the machine the figures come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,22 +122,8 @@ pub struct Hierarchy {
 
 impl Hierarchy {
     pub fn discover() -> anyhow::Result<Self> {
-        let v1 = Path::new("/sys/fs/cgroup/memory");
-        if v1.join("memory.usage_in_bytes").exists() {
-            return Ok(Self {
-                mount: v1.into(),
-                v2: false,
-            });
-        }
-        let v2 = Path::new("/sys/fs/cgroup");
-        let controllers = fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
-        if controllers.split_whitespace().any(|c| c == "memory") {
-            return Ok(Self {
-                mount: v2.into(),
-                v2: true,
-            });
-        }
-        bail!("no memory cgroup controller mounted at /sys/fs/cgroup")
+        let (mount, v2) = cgroup_tree::memory_mount()?;
+        Ok(Self { mount, v2 })
     }
 
     /// Working set as the agent and the kubelet compute it: usage minus inactive file.
@@ -195,12 +182,12 @@ impl BenchTree {
             uids: Vec::new(),
         };
         // From here on, drop removes whatever was created, also on failure.
-        for d in [&dir, &dir.join("kubepods"), &dir.join("kubepods/burstable")] {
-            fs::create_dir(d).with_context(|| format!("creating {}", d.display()))?;
-            if tree.hierarchy.v2 {
-                let _ = fs::write(d.join("cgroup.subtree_control"), "+memory");
-            }
-        }
+        cgroup_tree::create_dirs(
+            &tree.hierarchy.mount,
+            &format!("{}/kubepods/burstable", rel.trim_start_matches('/')),
+            tree.hierarchy.v2,
+        )
+        .with_context(|| format!("creating {}", dir.display()))?;
         fs::create_dir_all(scratch.join("pods"))?;
         let mut items = Vec::with_capacity(pods);
         for i in 0..pods {
@@ -245,7 +232,7 @@ impl BenchTree {
 
 impl Drop for BenchTree {
     fn drop(&mut self) {
-        remove_cgroup_tree(&self.dir);
+        cgroup_tree::remove_tree(&self.dir);
         let _ = fs::remove_dir_all(&self.scratch);
     }
 }
@@ -272,53 +259,9 @@ fn pod_manifest(i: usize, uid: &str) -> serde_json::Value {
     })
 }
 
-/// Kills every process in the subtree and removes its cgroups, deepest first.
-pub fn remove_cgroup_tree(dir: &Path) {
-    let mut dirs = Vec::new();
-    collect_dirs(dir, &mut dirs);
-    for d in &dirs {
-        for pid in cgroup_pids(d) {
-            // SAFETY: signalling a process of a bench-owned cgroup.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for d in dirs {
-        while fs::remove_dir(&d).is_err() && d.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    if !dir.is_dir() {
-        return;
-    }
-    out.push(dir.to_path_buf());
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            collect_dirs(&entry.path(), out);
-        }
-    }
-}
-
-fn cgroup_pids(dir: &Path) -> Vec<i32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 /// Starts `cmd` inside `cgroup_dir`: it joins the cgroup before exec.
 pub fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
-    let procs = cgroup_dir.join("cgroup.procs");
-    // SAFETY: only a file write (open/write/close) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || fs::write(&procs, "0"));
-    }
-    cmd.spawn().with_context(|| format!("starting {cmd:?}"))
+    cgroup_tree::spawn_in(cmd, cgroup_dir).with_context(|| format!("starting {cmd:?}"))
 }
 
 /// A stdout line of the agent and the bench's CLOCK_MONOTONIC when it was read.

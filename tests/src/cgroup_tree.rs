@@ -1,0 +1,93 @@
+//! Cgroup trees owned by a test, the demo or a benchmark: find the memory controller, create
+//! cgroups (delegating the memory controller on v2), start processes inside them, and remove a
+//! whole tree, killing whatever still runs there. The tests crate and xtask both use this file
+//! and cannot depend on each other, so it needs nothing but std and libc.
+use std::{
+    fs, io,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Where the memory controller is mounted, and whether it is cgroup v2.
+pub fn memory_mount() -> io::Result<(PathBuf, bool)> {
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    if v1.join("memory.stat").exists() {
+        return Ok((v1.to_path_buf(), false));
+    }
+    let unified = Path::new("/sys/fs/cgroup");
+    let controllers = fs::read_to_string(unified.join("cgroup.controllers")).unwrap_or_default();
+    if controllers.split_whitespace().any(|c| c == "memory") {
+        return Ok((unified.to_path_buf(), true));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "no memory cgroup controller at /sys/fs/cgroup/memory or /sys/fs/cgroup",
+    ))
+}
+
+/// Creates `root/rel` and the levels between; on v2 each level delegates the memory controller
+/// to its children, or they would have no memory files.
+pub fn create_dirs(root: &Path, rel: &str, v2: bool) -> io::Result<PathBuf> {
+    let mut dir = root.to_path_buf();
+    for part in rel.split('/').filter(|p| !p.is_empty()) {
+        dir.push(part);
+        if !dir.exists() {
+            fs::create_dir(&dir)?;
+        }
+        if v2 {
+            fs::write(dir.join("cgroup.subtree_control"), "+memory")?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Starts `cmd` inside the cgroup `dir`: the child joins it before exec, so everything it
+/// allocates is charged there.
+pub fn spawn_in(cmd: &mut Command, dir: &Path) -> io::Result<Child> {
+    let procs = dir.join("cgroup.procs");
+    // SAFETY: only a file write (open, write, close) happens between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || fs::write(&procs, "0"));
+    }
+    cmd.spawn()
+}
+
+/// Pids listed in a cgroup's `cgroup.procs` (empty when the cgroup is gone).
+pub fn pids_in(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Kills every process in the tree below `dir` and removes its cgroups, deepest first.
+pub fn remove_tree(dir: &Path) {
+    let mut dirs = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        if !d.is_dir() {
+            continue;
+        }
+        for entry in fs::read_dir(&d).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push(entry.path());
+            }
+        }
+        dirs.push(d);
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for d in dirs {
+        while d.exists() && fs::remove_dir(&d).is_err() && Instant::now() < deadline {
+            for pid in pids_in(&d) {
+                // SAFETY: signalling a process inside a cgroup this program created.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

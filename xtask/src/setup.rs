@@ -159,7 +159,9 @@ pub fn ensure_debian_packages(packages: &[String]) -> anyhow::Result<()> {
         .join(" ");
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc_geteuid() } != 0 {
-        bail!("missing Debian packages: {list}\ninstall them as root: apt-get update && apt-get install -y {list}");
+        bail!(
+            "missing Debian packages: {list}\ninstall them as root: apt-get update && apt-get install -y {list}"
+        );
     }
     eprintln!("setup: installing {list}");
     status(Command::new("apt-get").args(["update", "-qq"]))?;
@@ -189,7 +191,8 @@ mod tests {
 
     #[test]
     fn llvm_major_from_rustc_verbose() {
-        let out = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\nLLVM version: 22.1.2\n";
+        let out =
+            "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\nLLVM version: 22.1.2\n";
         assert_eq!(parse_llvm_major(out), Some(22));
         assert_eq!(parse_llvm_major("rustc 1.0\n"), None);
     }

@@ -5,9 +5,7 @@ use anyhow::{Context as _, bail};
 
 /// Runs a command, failing with its rendering when it does not exit 0.
 pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("starting {cmd:?}"))?;
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }

@@ -312,14 +312,14 @@ impl Worker {
                         held += step;
                         Some(format!("alloc {step}"))
                     }
-                    Pattern::Spike(mib) if tick % 2 == 0 => Some(format!("alloc {mib}")),
+                    Pattern::Spike(mib) if tick.is_multiple_of(2) => Some(format!("alloc {mib}")),
                     Pattern::Spike(_) => Some("free".to_string()),
                     _ => None,
                 };
-                if let Some(command) = command {
-                    if writeln!(stdin, "{command}").is_err() || answers.next().is_none() {
-                        return;
-                    }
+                if let Some(command) = command
+                    && (writeln!(stdin, "{command}").is_err() || answers.next().is_none())
+                {
+                    return;
                 }
                 tick += 1;
                 thread::sleep(Duration::from_secs(1));

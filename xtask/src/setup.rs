@@ -109,7 +109,7 @@ fn ensure_bpf_linker(llvm: u32) -> anyhow::Result<()> {
 fn linked_llvm_major(linker: &PathBuf) -> Option<u32> {
     let ldd = stdout_of(Command::new("ldd").arg(linker)).ok()?;
     ldd.lines().find_map(|line| {
-        let lib = line.trim().split_whitespace().next()?;
+        let lib = line.split_whitespace().next()?;
         let version = lib
             .strip_prefix("libLLVM.so.")
             .or_else(|| lib.strip_prefix("libLLVM-"))?;

@@ -182,8 +182,7 @@ mod tests {
     fn exposition_names_every_family_once_with_labels() {
         let mut m = Metrics::default();
         m.evictions_by_signal.insert("memory.available", 2);
-        m.signal_observations
-            .insert("memory.available".into(), 1048576.0);
+        m.signal_observations.insert("memory.available", 1048576.0);
         m.threshold_met.insert("memory.available", true);
         m.events_received = 10;
         m.events_lost = 1;

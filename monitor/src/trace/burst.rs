@@ -112,7 +112,9 @@ mod tests {
         let mut twice = fast.clone();
         twice.extend((0..5).map(|i| (3000 + i * 100, Anon, -1)));
         twice.extend((0..30).map(|i| (5000 + i * 10, File, 4)));
-        let cases: [(&str, Vec<(u64, Stat, i64)>, Vec<u64>); 6] = [
+        // (name, (ms, stat, MiB) events, burst times in ms)
+        type Case = (&'static str, Vec<(u64, Stat, i64)>, Vec<u64>);
+        let cases: [Case; 6] = [
             ("steady 50 MiB/s stays quiet", steady, vec![]),
             (
                 "120 MiB within 300 ms is one burst at 100 MiB",

@@ -86,7 +86,15 @@ mod tests {
             ..by_pod.clone()
         };
         let in_pod = Some("/kubepods/podu1/c");
-        let cases: [(&str, &Filter, Option<&str>, Option<&PodIdentity>, bool); 9] = [
+        // (name, filter, cgroup path, pod, shown)
+        type Case<'a> = (
+            &'a str,
+            &'a Filter,
+            Option<&'a str>,
+            Option<&'a PodIdentity>,
+            bool,
+        );
+        let cases: [Case; 9] = [
             (
                 "no filter shows everything",
                 &Filter::default(),

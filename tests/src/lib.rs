@@ -17,8 +17,6 @@ use std::{
 
 use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
-pub mod kube_api;
-
 /// True when the test may run. Outside CI a test that needs root is skipped with a visible
 /// message; in CI (which runs as root) not being root fails the test.
 pub fn running_as_root(test: &str) -> bool {
@@ -432,6 +430,7 @@ pub struct MonitorProcess {
     stdout: mpsc::Receiver<String>,
     stdout_seen: Arc<Lines>,
     stderr: Arc<Lines>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl MonitorProcess {
@@ -449,7 +448,7 @@ impl MonitorProcess {
         let stdout_seen = Arc::new(Lines::default());
         let seen = stdout_seen.clone();
         let out = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
+        let stdout_reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
                 push_line(&seen, line.clone());
@@ -461,7 +460,7 @@ impl MonitorProcess {
         let stderr = Arc::new(Lines::default());
         let lines = stderr.clone();
         let err = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             for line in BufReader::new(err).lines() {
                 let Ok(line) = line else { break };
                 push_line(&lines, line);
@@ -472,6 +471,7 @@ impl MonitorProcess {
             stdout,
             stdout_seen,
             stderr,
+            readers: vec![stdout_reader, stderr_reader],
         }
     }
 
@@ -531,8 +531,10 @@ impl MonitorProcess {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("waiting for monitor") {
-                // Let the readers take the last lines.
-                std::thread::sleep(Duration::from_millis(50));
+                // The pipes are closed: the readers end once they took the last lines.
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {
@@ -735,5 +737,52 @@ impl AgentScene {
             agent.stderr()
         );
         agent
+    }
+}
+
+/// Runs `f` on a thread of its own inside a new network namespace whose loopback interface
+/// is up, so a test can serve and connect on 127.0.0.1 wherever it runs (the test VM brings
+/// no interface up) without touching the machine's own network. Processes started by `f`
+/// share the namespace, which goes away with the last of them.
+pub fn in_own_network_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // SAFETY: changes the network namespace of this thread only.
+                let unshared = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+                assert_eq!(
+                    unshared,
+                    0,
+                    "unshare(CLONE_NEWNET): {}",
+                    std::io::Error::last_os_error()
+                );
+                loopback_up();
+                f()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Sets the `lo` interface of the current network namespace up.
+fn loopback_up() {
+    // SAFETY: a plain datagram socket used only for the interface ioctls below, closed at
+    // the end; `ifreq` is plain data, zeroed before use and only read after the kernel
+    // filled it.
+    unsafe {
+        let socket = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        assert!(socket >= 0, "socket: {}", std::io::Error::last_os_error());
+        let mut request: libc::ifreq = std::mem::zeroed();
+        for (to, from) in request.ifr_name.iter_mut().zip(b"lo\0") {
+            *to = *from as libc::c_char;
+        }
+        let got = libc::ioctl(socket, libc::SIOCGIFFLAGS, &mut request);
+        let error = std::io::Error::last_os_error();
+        assert_eq!(got, 0, "SIOCGIFFLAGS lo: {error}");
+        request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        let set = libc::ioctl(socket, libc::SIOCSIFFLAGS, &request);
+        let error = std::io::Error::last_os_error();
+        libc::close(socket);
+        assert_eq!(set, 0, "SIOCSIFFLAGS lo: {error}");
     }
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TermIgnorer, TestPod, http_get, process_alive,
-    running_as_root,
+    AgentScene, Allocator, MonitorProcess, TermIgnorer, TestPod, http_get,
+    in_own_network_namespace, process_alive, running_as_root,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -362,37 +362,40 @@ fn metrics_count_evictions_and_kernel_events() {
     }
     let scene = AgentScene::new("agent-metrics", "10s", "5s");
     let over = TestPod::new("over").request_mib(20);
-    let mut agent = scene.start_agent(&["--dry-run", "--metrics-addr", "127.0.0.1:0"]);
-    let line = agent
-        .wait_stderr(Duration::from_secs(5), |l| l.contains("metrics at http://"))
-        .expect("the bound address is logged");
-    let addr = line
-        .split("metrics at http://")
-        .nth(1)
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    // The agent serves on loopback in a network namespace of the test's own.
+    in_own_network_namespace(|| {
+        let mut agent = scene.start_agent(&["--dry-run", "--metrics-addr", "127.0.0.1:0"]);
+        let line = agent
+            .wait_stderr(Duration::from_secs(5), |l| l.contains("metrics at http://"))
+            .expect("the bound address is logged");
+        let addr = line
+            .split("metrics at http://")
+            .nth(1)
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
 
-    // Created after the start, so the kernel reports the pod's cgroup.
-    let mut over_proc = scene.start_pod(&over);
-    over_proc.alloc(230);
-    let decision = next_decision(&agent, DECIDE);
-    assert_decision(&decision, "would_evict", &over);
+        // Created after the start, so the kernel reports the pod's cgroup.
+        let mut over_proc = scene.start_pod(&over);
+        over_proc.alloc(230);
+        let decision = next_decision(&agent, DECIDE);
+        assert_decision(&decision, "would_evict", &over);
 
-    let answer = http_get(addr, "/metrics");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let sample = |prefix: &str| -> f64 {
-        answer
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no sample {prefix} in\n{answer}"))
-    };
-    assert!(
-        sample("monitor_evictions_total{signal=\"allocatableMemory.available\"}") >= 1.0,
-        "{answer}"
-    );
-    assert!(sample("monitor_events_received_total") > 0.0, "{answer}");
-    agent.stop();
+        let answer = http_get(addr, "/metrics");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let sample = |prefix: &str| -> f64 {
+            answer
+                .lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no sample {prefix} in\n{answer}"))
+        };
+        assert!(
+            sample("monitor_evictions_total{signal=\"allocatableMemory.available\"}") >= 1.0,
+            "{answer}"
+        );
+        assert!(sample("monitor_events_received_total") > 0.0, "{answer}");
+        agent.stop();
+    });
 }

@@ -142,11 +142,11 @@ fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
             !line.contains("ERROR") && !line.starts_with("Error"),
             "{line}\n{stderr}"
         );
-        // Cgroups vanishing between listing and reading are expected, not worth a warning,
-        // except for a listed pod whose cgroup is missing.
+        // Cgroups vanishing between listing and reading are expected, not worth a warning;
+        // a listed pod whose cgroup is missing is, and so is a kernel without some hooks.
         if line.contains("WARN") {
             assert!(
-                line.contains("ranked without stats"),
+                line.contains("ranked without stats") || line.contains("not attached:"),
                 "unexpected warning: {line}\n{stderr}"
             );
         }

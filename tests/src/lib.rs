@@ -17,6 +17,8 @@ use std::{
 
 use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
+pub mod kube_api;
+
 /// True when the test may run. Outside CI a test that needs root is skipped with a visible
 /// message; in CI (which runs as root) not being root fails the test.
 pub fn running_as_root(test: &str) -> bool {

@@ -19,13 +19,19 @@ async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
     if !running_as_root("a_process_ignoring_sigterm_is_killed_after_the_grace_period") {
         return;
     }
+    // Processes live in a leaf: cgroup v2 allows none where children get controllers.
     let cgroup = TestCgroup::create("kill-ignorer");
-    let ignorer = TermIgnorer::start_in(&cgroup.dir);
-    assert_eq!(cgroup_pids(&cgroup.dir), [ignorer.pid() as i32]);
+    let pod = cgroup.child("pod");
+    let ignorer = TermIgnorer::start_in(&pod);
+    assert_eq!(cgroup_pids(&pod), [ignorer.pid() as i32]);
 
-    let report = kill_cgroup_tree(&cgroup.hierarchy, &cgroup.rel, timings(GRACE, CLEANUP))
-        .await
-        .unwrap();
+    let report = kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings(GRACE, CLEANUP),
+    )
+    .await
+    .unwrap();
 
     assert_eq!(report.outcome, KillOutcome::Emptied);
     assert!(
@@ -41,7 +47,7 @@ async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
         report.elapsed < GRACE + Duration::from_secs(2),
         "soon after it: {report:?}"
     );
-    assert!(cgroup_pids(&cgroup.dir).is_empty());
+    assert!(cgroup_pids(&pod).is_empty());
 }
 
 #[tokio::test]
@@ -50,13 +56,17 @@ async fn a_process_that_exits_on_sigterm_ends_before_the_grace_period() {
         return;
     }
     let cgroup = TestCgroup::create("kill-polite");
-    let mut allocator = Allocator::start_in(&cgroup.dir);
+    let mut allocator = Allocator::start_in(&cgroup.child("pod"));
     allocator.alloc(8);
     let grace = Duration::from_secs(5);
 
-    let report = kill_cgroup_tree(&cgroup.hierarchy, &cgroup.rel, timings(grace, CLEANUP))
-        .await
-        .unwrap();
+    let report = kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings(grace, CLEANUP),
+    )
+    .await
+    .unwrap();
 
     assert_eq!(report.outcome, KillOutcome::Emptied);
     assert!(!report.forced, "{report:?}");
@@ -105,13 +115,17 @@ async fn the_cleanup_timeout_reports_what_is_left() {
         return;
     }
     let cgroup = TestCgroup::create("kill-timeout");
-    let ignorer = TermIgnorer::start_in(&cgroup.dir);
+    let ignorer = TermIgnorer::start_in(&cgroup.child("pod"));
     let cleanup = Duration::from_millis(300);
 
     // The grace period outlasts the cleanup timeout, so force never comes.
-    let report = kill_cgroup_tree(&cgroup.hierarchy, &cgroup.rel, timings(CLEANUP, cleanup))
-        .await
-        .unwrap();
+    let report = kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings(CLEANUP, cleanup),
+    )
+    .await
+    .unwrap();
 
     assert_eq!(
         report.outcome,

@@ -39,6 +39,8 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tracefs nodev /sys/kernel/tracing
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control
+# Loopback only: tests serve metrics and a mock API server on 127.0.0.1.
+ip link set lo up
 # The initramfs root is a writable tmpfs: /tmp needs no mount of its own.
 export MONITOR_BIN={monitor} MONITOR_VM=1 HOME=/tmp RUST_BACKTRACE=1
 cd /tmp

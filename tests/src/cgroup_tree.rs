@@ -28,17 +28,19 @@ pub fn memory_mount() -> io::Result<(PathBuf, bool)> {
     ))
 }
 
-/// Creates `root/rel` and the levels between; on v2 each level delegates the memory controller
-/// to its children, or they would have no memory files.
+/// Creates `root/rel` and the levels between. On v2 `root` and every level above the last
+/// delegate the memory controller to their children, or those would have no memory files; the
+/// last level does not, so processes may join it (v2 allows none where controllers are
+/// delegated).
 pub fn create_dirs(root: &Path, rel: &str, v2: bool) -> io::Result<PathBuf> {
     let mut dir = root.to_path_buf();
     for part in rel.split('/').filter(|p| !p.is_empty()) {
+        if v2 {
+            fs::write(dir.join("cgroup.subtree_control"), "+memory")?;
+        }
         dir.push(part);
         if !dir.exists() {
             fs::create_dir(&dir)?;
-        }
-        if v2 {
-            fs::write(dir.join("cgroup.subtree_control"), "+memory")?;
         }
     }
     Ok(dir)
@@ -64,8 +66,8 @@ pub fn pids_in(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-/// Kills every process in the tree below `dir` and removes its cgroups, deepest first.
-pub fn remove_tree(dir: &Path) {
+/// `dir` and every cgroup below it.
+fn subtree(dir: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
@@ -79,14 +81,30 @@ pub fn remove_tree(dir: &Path) {
         }
         dirs.push(d);
     }
+    dirs
+}
+
+/// Pids of every cgroup in the tree below `dir`.
+pub fn subtree_pids(dir: &Path) -> Vec<i32> {
+    subtree(dir).iter().flat_map(|d| pids_in(d)).collect()
+}
+
+/// Kills every process in the tree below `dir` and removes its cgroups, deepest first.
+pub fn remove_tree(dir: &Path) {
+    let kill = |pids: Vec<i32>| {
+        for pid in pids {
+            // SAFETY: signalling a process inside a cgroup this program created.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    };
+    kill(subtree_pids(dir));
+    let mut dirs = subtree(dir);
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     let deadline = Instant::now() + Duration::from_secs(20);
     for d in dirs {
         while d.exists() && fs::remove_dir(&d).is_err() && Instant::now() < deadline {
-            for pid in pids_in(&d) {
-                // SAFETY: signalling a process inside a cgroup this program created.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
+            // Processes forked meanwhile, or not yet reaped.
+            kill(pids_in(&d));
             thread::sleep(Duration::from_millis(20));
         }
     }

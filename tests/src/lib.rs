@@ -4,7 +4,7 @@ use std::{
     fs,
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpStream},
-    os::unix::{fs::MetadataExt as _, process::CommandExt as _},
+    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
     sync::{
@@ -17,6 +17,7 @@ use std::{
 
 use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
+pub mod cgroup_tree;
 pub mod kube_api;
 
 /// True when the test may run. Outside CI a test that needs root is skipped with a visible
@@ -26,7 +27,10 @@ pub fn running_as_root(test: &str) -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    assert!(std::env::var_os("CI").is_none(), "{test} needs root, and CI runs as root");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs root, and CI runs as root"
+    );
     eprintln!("SKIP: {test} needs root");
     false
 }
@@ -47,21 +51,27 @@ impl TestCgroup {
         let rel = format!("/monitor-test-{}-{name}", std::process::id());
         let dir = hierarchy.dir(&rel);
         if dir.exists() {
-            remove_tree(&dir);
+            cgroup_tree::remove_tree(&dir);
         }
         fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         if hierarchy.version == CgroupVersion::V2 {
-            // Children need the memory controller enabled in their parent.
-            let _ = fs::write(dir.join("cgroup.subtree_control"), "+memory");
+            // Children need the memory controller delegated; processes go into children.
+            fs::write(dir.join("cgroup.subtree_control"), "+memory")
+                .unwrap_or_else(|e| panic!("delegating memory in {}: {e}", dir.display()));
         }
-        Self { hierarchy, rel, dir }
+        Self {
+            hierarchy,
+            rel,
+            dir,
+        }
     }
 
-    /// Creates a child cgroup (`a/b` allowed) and returns its directory.
+    /// Creates a child cgroup (`a/b` allowed) and returns its directory. On v2 the levels
+    /// above it delegate the memory controller; the child itself can hold processes.
     pub fn child(&self, name: &str) -> PathBuf {
-        let dir = self.dir.join(name);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        dir
+        let v2 = self.hierarchy.version == CgroupVersion::V2;
+        cgroup_tree::create_dirs(&self.dir, name, v2)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", self.dir.join(name).display()))
     }
 
     /// Relative path of a child, as kernel events name it.
@@ -72,52 +82,13 @@ impl TestCgroup {
 
 impl Drop for TestCgroup {
     fn drop(&mut self) {
-        remove_tree(&self.dir);
+        cgroup_tree::remove_tree(&self.dir);
     }
 }
 
 /// The cgroup id of a cgroup directory: its inode number.
 pub fn cgroup_id(dir: &Path) -> u64 {
     fs::metadata(dir).expect("cgroup directory").ino()
-}
-
-/// Kills every process in the subtree and removes its cgroups, deepest first.
-fn remove_tree(dir: &Path) {
-    let mut dirs = Vec::new();
-    collect_dirs(dir, &mut dirs);
-    for d in &dirs {
-        for pid in pids_in(d) {
-            // SAFETY: signalling a process of a test-owned cgroup.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for d in dirs {
-        while fs::remove_dir(&d).is_err() && d.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    if !dir.is_dir() {
-        return;
-    }
-    out.push(dir.to_path_buf());
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            collect_dirs(&entry.path(), out);
-        }
-    }
-}
-
-fn pids_in(dir: &Path) -> Vec<i32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 /// Path of a workspace binary: from `env_var` when set (the VM test sets it), else next to the
@@ -132,8 +103,69 @@ pub fn binary(name: &str, env_var: &str) -> PathBuf {
         .and_then(Path::parent)
         .expect("test executable lives in target/<profile>/deps");
     let path = target_dir.join(name);
-    assert!(path.exists(), "{} not built; run the tests through cargo", path.display());
+    assert!(
+        path.exists(),
+        "{} not built; run the tests through cargo",
+        path.display()
+    );
     path
+}
+
+/// Starts `monitor trace` with `args` and returns once its kernel programs are attached, so
+/// what the test does next is traced. Its stdout stays piped; its stderr is collected and
+/// handed back with the exit status by [`Trace::finish`].
+pub struct Trace {
+    child: Child,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Trace {
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(monitor_bin())
+            .arg("trace")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting monitor trace");
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let stderr = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("tracing with") {
+                    let _ = ready_tx.send(());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        // Slow machines (the emulated VM) take seconds to load the programs.
+        if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "monitor trace did not start: {}",
+                stderr.join().unwrap_or_default()
+            );
+        }
+        Self { child, stderr }
+    }
+
+    /// Waits for the trace to end; its exit status, stdout and stderr.
+    pub fn finish(self) -> (ExitStatus, String, String) {
+        let out = self
+            .child
+            .wait_with_output()
+            .expect("waiting for monitor trace");
+        let stderr = self.stderr.join().unwrap_or_default();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr,
+        )
+    }
 }
 
 /// The `monitor` binary under test.
@@ -151,17 +183,17 @@ pub struct Allocator {
 impl Allocator {
     /// Starts the helper inside `cgroup_dir` (it joins the cgroup before exec).
     pub fn start_in(cgroup_dir: &Path) -> Self {
-        let procs = cgroup_dir.join("cgroup.procs");
         let mut cmd = Command::new(binary("alloc", "MONITOR_ALLOC_BIN"));
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        // SAFETY: only async-signal-safe work (open/write via std's thin wrappers) before exec.
-        unsafe {
-            cmd.pre_exec(move || fs::write(&procs, "0"));
-        }
-        let mut child = cmd.spawn().expect("starting the alloc helper");
+        let mut child =
+            cgroup_tree::spawn_in(&mut cmd, cgroup_dir).expect("starting the alloc helper");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Self { child, stdin, stdout }
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -181,7 +213,10 @@ impl Allocator {
 
     /// Allocates and touches `mib` MiB.
     pub fn alloc(&mut self, mib: usize) {
-        assert_eq!(self.command(&format!("alloc {mib}")), format!("allocated {mib}"));
+        assert_eq!(
+            self.command(&format!("alloc {mib}")),
+            format!("allocated {mib}")
+        );
     }
 
     /// Frees everything allocated.
@@ -206,14 +241,10 @@ pub struct TermIgnorer {
 impl TermIgnorer {
     /// Starts the helper inside `cgroup_dir` and waits until it ignores SIGTERM.
     pub fn start_in(cgroup_dir: &Path) -> Self {
-        let procs = cgroup_dir.join("cgroup.procs");
         let mut cmd = Command::new(binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
         cmd.stdout(Stdio::piped());
-        // SAFETY: only async-signal-safe work (open/write via std's thin wrappers) before exec.
-        unsafe {
-            cmd.pre_exec(move || fs::write(&procs, "0"));
-        }
-        let mut child = cmd.spawn().expect("starting the ignore_term helper");
+        let mut child =
+            cgroup_tree::spawn_in(&mut cmd, cgroup_dir).expect("starting the ignore_term helper");
         let mut ready = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut ready)
@@ -234,29 +265,10 @@ impl Drop for TermIgnorer {
     }
 }
 
-/// Pids listed in a cgroup's `cgroup.procs` (empty when the cgroup is gone).
-pub fn cgroup_pids(cgroup_dir: &Path) -> Vec<i32> {
-    pids_in(cgroup_dir)
-}
+pub use cgroup_tree::pids_in as cgroup_pids;
 
 /// Creates a cgroup directory (its parent must exist); with `distribute`, also enables the
 /// memory controller for its children, which on v2 they need for their memory files.
-fn create_cgroup(dir: &Path, distribute: bool) {
-    if !dir.is_dir() {
-        fs::create_dir(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-    }
-    let control = dir.join("cgroup.subtree_control");
-    if distribute
-        && control.exists()
-        && !fs::read_to_string(&control)
-            .unwrap_or_default()
-            .contains("memory")
-    {
-        fs::write(&control, "+memory")
-            .unwrap_or_else(|e| panic!("enabling memory in {}: {e}", control.display()));
-    }
-}
-
 /// The kubelet's QoS classes, which place a pod's cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Qos {
@@ -272,18 +284,18 @@ pub struct Kubepods {
     /// The kubepods cgroup below the hierarchy root, for `--kubepods-cgroup`.
     pub rel: String,
     pub dir: PathBuf,
+    v2: bool,
 }
 
 impl Kubepods {
     /// Creates `kubepods` with its `burstable` and `besteffort` levels below `cgroup`.
     pub fn create(cgroup: &TestCgroup) -> Self {
-        let dir = cgroup.dir.join("kubepods");
-        create_cgroup(&dir, true);
-        create_cgroup(&dir.join("burstable"), true);
-        create_cgroup(&dir.join("besteffort"), true);
+        cgroup.child("kubepods/burstable");
+        cgroup.child("kubepods/besteffort");
         Self {
             rel: cgroup.child_rel("kubepods"),
-            dir,
+            dir: cgroup.dir.join("kubepods"),
+            v2: cgroup.hierarchy.version == CgroupVersion::V2,
         }
     }
 
@@ -300,16 +312,18 @@ impl Kubepods {
     /// returns the container's directory (where the pod's processes go).
     pub fn create_pod(&self, qos: Qos, uid: &str) -> PathBuf {
         let pod = self.pod_dir(qos, uid);
-        create_cgroup(&pod, true);
-        let container = pod.join("container");
-        create_cgroup(&container, false);
-        container
+        let rel = pod
+            .strip_prefix(&self.dir)
+            .expect("pod below kubepods")
+            .join("container");
+        cgroup_tree::create_dirs(&self.dir, &rel.to_string_lossy(), self.v2)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", pod.display()))
     }
 
     /// Kills the pod's processes and removes its cgroups, as the kubelet does once a pod is
     /// gone.
     pub fn remove_pod(&self, qos: Qos, uid: &str) {
-        remove_tree(&self.pod_dir(qos, uid));
+        cgroup_tree::remove_tree(&self.pod_dir(qos, uid));
     }
 }
 
@@ -686,9 +700,7 @@ impl AgentScene {
 
     /// Pids in the pod's cgroup subtree (empty when it is gone).
     pub fn pod_pids(&self, pod: &TestPod) -> Vec<i32> {
-        let mut dirs = Vec::new();
-        collect_dirs(&self.pod_dir(pod), &mut dirs);
-        dirs.iter().flat_map(|d| pids_in(d)).collect()
+        cgroup_tree::subtree_pids(&self.pod_dir(pod))
     }
 
     /// The agent's flags for this scene: JSON decisions, no metrics, `--source auto` with a

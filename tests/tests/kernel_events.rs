@@ -1,21 +1,21 @@
 //! The kernel programs loaded into the running kernel, watching real cgroups in which real
 //! processes allocate real memory.
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use monitor::source::{
     ebpf::{KernelSource, LoadOptions},
     event::KernelEvent,
 };
 use monitor_common::Stat;
-use tests::{Allocator, TestCgroup, cgroup_id, monitor_bin, running_as_root};
+use tests::{Allocator, TestCgroup, Trace, cgroup_id, running_as_root};
 
 const MIB: i64 = 1 << 20;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn load(cgroup: &TestCgroup) -> KernelSource {
@@ -38,8 +38,13 @@ async fn collect(
     let mut settle_until: Option<Instant> = None;
     loop {
         let until = settle_until.unwrap_or(deadline).min(deadline);
-        let Some(wait) = until.checked_duration_since(Instant::now()) else { break };
-        if tokio::time::timeout(wait, source.next_batch(&mut batch)).await.is_err() {
+        let Some(wait) = until.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        if tokio::time::timeout(wait, source.next_batch(&mut batch))
+            .await
+            .is_err()
+        {
             break;
         }
         events.extend(batch.drain(..).map(|r| r.expect("decodable record")));
@@ -54,9 +59,12 @@ fn anon_sum(events: &[KernelEvent], id: u64) -> i64 {
     events
         .iter()
         .filter_map(|e| match e {
-            KernelEvent::Stat { cgroup_id, stat: Stat::Anon, delta_bytes, .. } if *cgroup_id == id => {
-                Some(*delta_bytes)
-            }
+            KernelEvent::Stat {
+                cgroup_id,
+                stat: Stat::Anon,
+                delta_bytes,
+                ..
+            } if *cgroup_id == id => Some(*delta_bytes),
             _ => None,
         })
         .sum()
@@ -80,7 +88,10 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
         let expected = 256 * MIB;
         allocator.alloc(256);
         let grown = anon_sum(
-            &collect(&mut source, Duration::from_secs(10), |ev| anon_sum(ev, id) >= expected * 9 / 10).await,
+            &collect(&mut source, Duration::from_secs(10), |ev| {
+                anon_sum(ev, id) >= expected * 9 / 10
+            })
+            .await,
             id,
         );
         assert!(
@@ -89,7 +100,10 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
         );
         allocator.free();
         let shrunk = anon_sum(
-            &collect(&mut source, Duration::from_secs(10), |ev| anon_sum(ev, id) <= -expected * 9 / 10).await,
+            &collect(&mut source, Duration::from_secs(10), |ev| {
+                anon_sum(ev, id) <= -expected * 9 / 10
+            })
+            .await,
             id,
         );
         assert!(
@@ -141,22 +155,21 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
         return;
     }
     let cgroup = TestCgroup::create("trace-cli");
-    let trace = Command::new(monitor_bin())
-        .args(["trace", "--output", "json", "--duration", "4", "--cgroup", &cgroup.rel])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting monitor trace");
-    // Give the programs time to attach; the cgroup is created afterwards, so its mkdir is
-    // reported on every kernel, including those whose memory is polled.
-    std::thread::sleep(Duration::from_millis(1500));
+    let trace = Trace::start(&[
+        "--output",
+        "json",
+        "--duration",
+        "4",
+        "--cgroup",
+        &cgroup.rel,
+    ]);
+    // Created after the programs attached, so its mkdir is reported on every kernel,
+    // including those whose memory is polled.
     let dir = cgroup.child("app");
     let mut allocator = Allocator::start_in(&dir);
     allocator.alloc(64);
-    let out = trace.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "monitor trace failed: {stderr}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let (status, stdout, stderr) = trace.finish();
+    assert!(status.success(), "monitor trace failed: {stderr}");
     let lines: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
@@ -175,12 +188,17 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
     }
     let app = cgroup.child_rel("app");
     assert!(
-        lines.iter().any(|l| l["type"] == "mkdir" && l["cgroup_path"] == app.as_str()),
+        lines
+            .iter()
+            .any(|l| l["type"] == "mkdir" && l["cgroup_path"] == app.as_str()),
         "mkdir of {app} not reported: {stdout}"
     );
     if !stdout.contains("\"type\":\"stat\"") {
         // Kernels without memcg tracepoints report only the cgroup's lifecycle.
-        assert!(stderr.contains("not attached"), "no stat events and no explanation: {stderr}");
+        assert!(
+            stderr.contains("not attached"),
+            "no stat events and no explanation: {stderr}"
+        );
         return;
     }
     let anon: i64 = lines
@@ -188,12 +206,18 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
         .filter(|l| l["type"] == "stat" && l["stat"] == "anon" && l["cgroup_path"] == app.as_str())
         .map(|l| l["delta_bytes"].as_i64().unwrap())
         .sum();
-    assert!((anon - 64 * MIB).abs() <= 64 * MIB / 10, "anon deltas sum to {anon}");
+    assert!(
+        (anon - 64 * MIB).abs() <= 64 * MIB / 10,
+        "anon deltas sum to {anon}"
+    );
     let last_current = lines
         .iter()
         .rev()
         .find(|l| l["stat"] == "anon" && l["cgroup_path"] == app.as_str())
         .and_then(|l| l["current_bytes"].as_i64())
         .unwrap();
-    assert!((last_current - 64 * MIB).abs() <= 64 * MIB / 10, "current_bytes {last_current}");
+    assert!(
+        (last_current - 64 * MIB).abs() <= 64 * MIB / 10,
+        "current_bytes {last_current}"
+    );
 }

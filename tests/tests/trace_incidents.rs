@@ -3,48 +3,42 @@
 //! OOM killer ends it. The trace runs as a subprocess and its JSON lines are checked.
 use std::{
     fs,
-    os::unix::process::CommandExt as _,
     path::Path,
     process::{Child, Command, Stdio},
-    time::Duration,
 };
 
 use serde_json::Value;
-use tests::{TestCgroup, binary, monitor_bin, running_as_root};
+use tests::{TestCgroup, Trace, binary, cgroup_tree::spawn_in, running_as_root};
 
 const LIMIT: u64 = 64 << 20;
 
 /// Starts `monitor trace --output json` with extra arguments.
-fn start_trace(args: &[&str]) -> Child {
-    let child = Command::new(monitor_bin())
-        .args(["trace", "--output", "json", "--min-stall", "1ms"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting monitor trace");
-    // Give the programs time to attach before the incident starts.
-    std::thread::sleep(Duration::from_millis(2000));
-    child
+fn start_trace(args: &[&str]) -> Trace {
+    let mut all = vec!["--output", "json", "--min-stall", "1ms"];
+    all.extend_from_slice(args);
+    Trace::start(&all)
 }
 
-fn finish(trace: Child) -> (Vec<Value>, String) {
-    let out = trace.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "monitor trace failed: {stderr}");
-    let lines = String::from_utf8(out.stdout)
-        .unwrap()
+fn finish(trace: Trace) -> (Vec<Value>, String) {
+    let (status, stdout, stderr) = trace.finish();
+    assert!(status.success(), "monitor trace failed: {stderr}");
+    let lines = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
         .collect();
     (lines, stderr)
 }
 
+/// An OOM kill of one of the workload's processes (the shell that becomes the allocator, or
+/// its `dd`: which one the kernel picks depends on whether the page cache is reclaimable).
+fn is_workload_kill(kill: &Value, shell_pid: u32) -> bool {
+    kill["pid"] == shell_pid || kill["comm"] == "dd"
+}
+
 /// Inside `cgroup_dir`: writes and reads back 128 MiB of page cache (reclaimed under the
 /// limit, which is where tasks stall), then allocates 96 MiB of anonymous memory, which the
 /// limit cannot hold without swap. Returns the process; its pid is the OOM victim's.
 fn overrun(cgroup_dir: &Path, scratch: &Path) -> Child {
-    let procs = cgroup_dir.join("cgroup.procs");
     let file = scratch.join("cache");
     let commands = scratch.join("commands");
     fs::write(&commands, "alloc 96\n").unwrap();
@@ -58,11 +52,7 @@ fn overrun(cgroup_dir: &Path, scratch: &Path) -> Child {
     );
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &script]).stdout(Stdio::null());
-    // SAFETY: only a write to cgroupfs before exec.
-    unsafe {
-        cmd.pre_exec(move || fs::write(&procs, "0"));
-    }
-    cmd.spawn().expect("starting the overrun")
+    spawn_in(&mut cmd, cgroup_dir).expect("starting the overrun")
 }
 
 fn limited_child(cgroup: &TestCgroup, name: &str) -> std::path::PathBuf {
@@ -115,12 +105,15 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
     assert!(
         kills
             .iter()
-            .any(|k| k["pid"] == pid && k["cgroup_path"] == app.as_str()),
+            .any(|k| is_workload_kill(k, pid) && k["cgroup_path"] == app.as_str()),
         "no OOM kill of pid {pid} in {app}: {kills:?}; stderr: {stderr}"
     );
-    let first_kill = lines.iter().position(|l| l["type"] == "oom_kill").unwrap();
-    let first_stall = lines.iter().position(|l| l["type"] == "stall").unwrap();
-    assert!(first_stall < first_kill, "stalls come before the kill");
+    // A stall is reported when it ends, which can be after the kill it led to; compare when
+    // they began.
+    let time = |l: &&Value| l["monotonic_ns"].as_u64().unwrap();
+    let first_kill = kills.iter().map(time).min().unwrap();
+    let first_stall = stalls.iter().map(time).min().unwrap();
+    assert!(first_stall < first_kill, "stalls begin before the kill");
     for line in &lines {
         if let Some(path) = line["cgroup_path"].as_str() {
             assert!(path.starts_with(&cgroup.rel), "--cgroup let through {line}");
@@ -180,7 +173,7 @@ fn cgroup_filter_selects_exactly_the_requested_cgroup() {
     assert!(
         of_type(&lines, "oom_kill")
             .iter()
-            .any(|k| k["pid"] == watched_pid),
+            .any(|k| is_workload_kill(k, watched_pid)),
         "the watched cgroup's kill is missing; stderr: {stderr}"
     );
     for line in &lines {
@@ -255,7 +248,9 @@ fn pod_attribution_and_pod_filter_name_the_pod() {
         assert_eq!(line["pod"]["uid"], uid, "{line}");
     }
     assert!(
-        of_type(&lines, "oom_kill").iter().any(|k| k["pid"] == pid),
+        of_type(&lines, "oom_kill")
+            .iter()
+            .any(|k| is_workload_kill(k, pid)),
         "the pod's OOM kill is missing; stderr: {stderr}"
     );
     let summary = lines.last().unwrap();

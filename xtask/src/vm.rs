@@ -28,7 +28,7 @@ const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const GUEST_TARGET: &str = "/target";
 
 pub fn run() -> anyhow::Result<()> {
-    let packages = ["qemu-system-x86", "busybox-static", "binutils"];
+    let packages = ["qemu-system-x86", "busybox-static", "binutils", "ca-certificates"];
     ensure_debian_packages(&packages.map(String::from))?;
     let target = target_dir()?;
     let work = target.join("vm");

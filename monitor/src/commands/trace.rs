@@ -127,6 +127,10 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             skipped.reason
         );
     }
+    log::info!(
+        "tracing with {} kernel programs attached",
+        source.attached().len()
+    );
     // Scan after attaching so that no cgroup created in between is missed.
     let paths = CgroupPaths::scan(&hierarchy.mount)?;
     let (psi_tx, mut psi_rx) = mpsc::unbounded_channel();
@@ -346,4 +350,3 @@ fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
         .unwrap_or_else(|_| cgroup.to_string());
     format!("/{}", rel.trim_matches('/'))
 }
-

@@ -17,6 +17,9 @@ use super::cpio::Tree;
 use crate::tasks::status;
 
 const BUSYBOX: &str = "/bin/busybox";
+/// The CA bundle: a node has one, and the Kubernetes client refuses to start without any
+/// root certificate even when it talks plain HTTP to the tests' mock API server.
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Writes the initramfs to `out`; `executables` are (host path, path in the VM).
 pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow::Result<()> {
@@ -27,6 +30,7 @@ pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow
     }
     tree.file("init", 0o755, init.as_bytes().to_vec());
     add_file(&mut tree, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
+    add_file(&mut tree, Path::new(CA_BUNDLE), Path::new(CA_BUNDLE))?;
     for applet in busybox_applets()? {
         tree.symlink(&format!("bin/{applet}"), "busybox");
     }

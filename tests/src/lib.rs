@@ -578,22 +578,30 @@ impl Drop for MonitorProcess {
 }
 
 /// `GET path` over loopback, answered body included (the connection is closed after it).
+/// A connection reset is retried a few times: on the emulated VM a fresh connection to a
+/// just-started server is sometimes reset before the request goes out.
 pub fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    let mut last_error = None;
+    for _ in 0..5 {
+        match try_http_get(addr, path) {
+            Ok(answer) => return answer,
+            Err(e) => last_error = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("GET http://{addr}{path}: {last_error:?}")
+}
+
+fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("sending the request");
+    )?;
     let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .expect("reading the answer");
-    answer
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
 }
 
 /// True while process `pid` exists and is not a zombie.

@@ -12,6 +12,16 @@ use tests::{TestCgroup, Trace, binary, cgroup_tree::spawn_in, running_as_root};
 
 const LIMIT: u64 = 64 << 20;
 
+/// One incident at a time: each trace sees every cgroup's events, and three overruns traced
+/// three times over can fill the ring buffer and drop the OOM record the tests look for.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Starts `monitor trace --output json` with extra arguments.
 fn start_trace(args: &[&str]) -> Trace {
     let mut all = vec!["--output", "json", "--min-stall", "1ms"];
@@ -72,6 +82,7 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
     if !running_as_root("limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("incident");
     let dir = limited_child(&cgroup, "app");
     let app = cgroup.child_rel("app");
@@ -132,7 +143,7 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|k| k["pid"] == pid),
+            .any(|k| is_workload_kill(k, pid)),
         "{summary}"
     );
     let total_ms: f64 = stalls
@@ -154,6 +165,7 @@ fn cgroup_filter_selects_exactly_the_requested_cgroup() {
     if !running_as_root("cgroup_filter_selects_exactly_the_requested_cgroup") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("incident-filter");
     let watched = limited_child(&cgroup, "watched");
     let other = limited_child(&cgroup, "other");
@@ -198,6 +210,7 @@ fn pod_attribution_and_pod_filter_name_the_pod() {
     if !running_as_root("pod_attribution_and_pod_filter_name_the_pod") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("incident-pods");
     let uid = "5f0c6a1e-0000-4000-8000-00000000beef";
     let pod_dir = limited_child(&cgroup, &format!("kubepods/burstable/pod{uid}"));

@@ -500,6 +500,15 @@ impl MonitorProcess {
         self.stdout.recv_timeout(timeout).ok()
     }
 
+    /// The next decision the agent prints (a JSON line), waiting at most `within`.
+    pub fn next_decision(&self, within: Duration) -> serde_json::Value {
+        let line = self
+            .next_line(within)
+            .unwrap_or_else(|| panic!("no decision within {within:?}; stderr:\n{}", self.stderr()));
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
+    }
+
     /// The first stderr line so far or within `timeout` that `matches`.
     pub fn wait_stderr(&self, timeout: Duration, matches: impl Fn(&str) -> bool) -> Option<String> {
         let deadline = Instant::now() + timeout;

@@ -20,14 +20,6 @@ const DECIDE: Duration = Duration::from_secs(20);
 const KILL: Duration = Duration::from_secs(15);
 const MIB: i64 = 1 << 20;
 
-/// The next decision the agent prints, waiting at most `within`.
-fn next_decision(agent: &MonitorProcess, within: Duration) -> Value {
-    let line = agent
-        .next_line(within)
-        .unwrap_or_else(|| panic!("no decision within {within:?}; stderr:\n{}", agent.stderr()));
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
-}
-
 /// Asserts that the agent decides nothing for `window`.
 fn assert_no_decision(agent: &MonitorProcess, window: Duration, why: &str) {
     if let Some(line) = agent.next_line(window) {
@@ -78,7 +70,7 @@ fn the_pod_over_its_request_is_evicted_first_despite_top_priority_and_less_memor
     small_proc.alloc(30);
     big_proc.alloc(140);
 
-    let decision = next_decision(&agent, DECIDE);
+    let decision = agent.next_decision(DECIDE);
     assert_decision(&decision, "evict", &over);
     assert_eq!(decision["priority"], 1000, "{decision:#}");
     let rank = &decision["rank"];
@@ -123,13 +115,13 @@ fn one_eviction_per_interval_while_the_signal_stays_met() {
     second_proc.alloc(80);
     steady_proc.alloc(160);
 
-    let one = next_decision(&agent, DECIDE);
+    let one = agent.next_decision(DECIDE);
     assert_decision(&one, "evict", &first);
     scene.wait_until_empty(&first, KILL);
     assert!(alive(&second_proc) && alive(&steady_proc));
 
     // 240Mi are still in use: the signal stays met, and the next pod goes one interval later.
-    let two = next_decision(&agent, DECIDE);
+    let two = agent.next_decision(DECIDE);
     assert_decision(&two, "evict", &second);
     let gap = Duration::from_nanos(
         two["monotonic_ns"].as_u64().unwrap() - one["monotonic_ns"].as_u64().unwrap(),
@@ -178,9 +170,9 @@ fn the_next_eviction_waits_until_the_evicted_pod_is_gone() {
     next_proc.alloc(60);
     steady_proc.alloc(160);
 
-    let one = next_decision(&agent, DECIDE);
+    let one = agent.next_decision(DECIDE);
     assert_decision(&one, "evict", &stubborn);
-    let two = next_decision(&agent, DECIDE);
+    let two = agent.next_decision(DECIDE);
     assert_decision(&two, "evict", &next);
     assert!(
         scene.pod_pids(&stubborn).is_empty(),
@@ -231,7 +223,7 @@ fn critical_pods_are_never_evicted_even_as_the_biggest_offenders() {
     static_proc.alloc(70);
     system_proc.alloc(170);
 
-    let decision = next_decision(&agent, DECIDE);
+    let decision = agent.next_decision(DECIDE);
     assert_decision(&decision, "evict", &normal);
     assert_eq!(decision["rank"]["exceedsRequest"], false, "{decision:#}");
     scene.wait_until_empty(&normal, KILL);
@@ -275,11 +267,11 @@ fn dry_run_reports_decisions_and_kills_nothing() {
     big_proc.alloc(160);
     let pids_before = (scene.pod_pids(&over), scene.pod_pids(&big));
 
-    let one = next_decision(&agent, DECIDE);
+    let one = agent.next_decision(DECIDE);
     assert_decision(&one, "would_evict", &over);
     // Nothing goes away, so once the cleanup timeout and the interval have passed the same
     // pod is reported again, and it still runs.
-    let two = next_decision(&agent, DECIDE);
+    let two = agent.next_decision(DECIDE);
     assert_decision(&two, "would_evict", &over);
     let gap = two["monotonic_ns"].as_u64().unwrap() - one["monotonic_ns"].as_u64().unwrap();
     assert!(
@@ -309,7 +301,7 @@ fn a_restart_within_the_interval_does_not_evict_again() {
     keeper_proc.alloc(230);
 
     let mut agent = scene.start_agent(&[]);
-    let decision = next_decision(&agent, DECIDE);
+    let decision = agent.next_decision(DECIDE);
     let evicted_at = Instant::now();
     assert_decision(&decision, "evict", &victim);
     scene.wait_until_empty(&victim, KILL);
@@ -351,7 +343,7 @@ fn a_restart_within_the_interval_does_not_evict_again() {
     let at = args.iter().position(|a| a == "--checkpoint-dir").unwrap();
     args[at + 1] = fresh.path.display().to_string();
     let control = MonitorProcess::start(args);
-    let decision = next_decision(&control, DECIDE);
+    let decision = control.next_decision(DECIDE);
     assert_decision(&decision, "would_evict", &keeper);
 }
 
@@ -378,7 +370,7 @@ fn metrics_count_evictions_and_kernel_events() {
         // Created after the start, so the kernel reports the pod's cgroup.
         let mut over_proc = scene.start_pod(&over);
         over_proc.alloc(230);
-        let decision = next_decision(&agent, DECIDE);
+        let decision = agent.next_decision(DECIDE);
         assert_decision(&decision, "would_evict", &over);
 
         let answer = http_get(addr, "/metrics");

@@ -21,13 +21,6 @@ const DECIDE: Duration = Duration::from_secs(20);
 const NOTICE: Duration = Duration::from_secs(10);
 const MIB: i64 = 1 << 20;
 
-fn next_decision(agent: &MonitorProcess, within: Duration) -> Value {
-    let line = agent
-        .next_line(within)
-        .unwrap_or_else(|| panic!("no decision within {within:?}; stderr:\n{}", agent.stderr()));
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
-}
-
 /// Waits for a stderr line containing every one of `parts`.
 fn expect_log(agent: &MonitorProcess, within: Duration, parts: &[&str]) -> String {
     agent
@@ -114,7 +107,7 @@ fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
     // The pod whose cgroup came after its manifest is measured: pressure names it, with
     // its usage, not as a pod without stats.
     late_proc.alloc(200);
-    let decision = next_decision(&agent, DECIDE);
+    let decision = agent.next_decision(DECIDE);
     assert_eq!(decision["action"], "would_evict", "{decision:#}");
     assert_eq!(decision["name"], "late", "{decision:#}");
     let usage = decision["rank"]["usage"].as_i64().unwrap_or(0);
@@ -195,7 +188,7 @@ fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
     extra_proc.alloc(10);
 
     real_proc.alloc(220);
-    let one = next_decision(&agent, DECIDE);
+    let one = agent.next_decision(DECIDE);
     assert_eq!(one["action"], "evict", "{one:#}");
     assert_eq!(
         one["name"], "ghost",
@@ -206,7 +199,7 @@ fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
     assert!(process_alive(real_proc.pid()) && process_alive(extra_proc.pid()));
 
     // Nothing frees memory; after the cleanup timeout the next pod in line goes.
-    let two = next_decision(&agent, DECIDE);
+    let two = agent.next_decision(DECIDE);
     assert_eq!(two["action"], "evict", "{two:#}");
     assert_eq!(two["name"], "real", "{two:#}");
     assert_eq!(two["rank"]["exceedsRequest"], true, "{two:#}");

@@ -189,49 +189,65 @@ pub(crate) fn u32_at(data: &[u8], pos: usize) -> Result<u32, BtfError> {
     Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
 }
 
+/// Test builders of BTF blobs, shared with the other BTF readers' tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::MAGIC;
 
-    /// Builds BTF with an INT, a STRUCT with one member, and an ENUM.
-    fn sample() -> Vec<u8> {
-        let strings = b"\0int\0s\0m\0colors\0RED\0BLUE\0";
-        let name = |s: &str| {
-            let needle = format!("\0{s}\0");
-            strings
-                .windows(needle.len())
-                .position(|w| w == needle.as_bytes())
-                .unwrap() as u32
-                + 1
-        };
-        let mut types = Vec::new();
-        let mut push = |words: &[u32]| words.iter().for_each(|w| types.extend(w.to_le_bytes()));
-        push(&[name("int"), 1 << 24, 4, 32]); // INT
-        push(&[name("s"), 4 << 24 | 1, 4, name("m"), 1, 0]); // STRUCT, one member
-        push(&[
-            name("colors"),
-            6 << 24 | 2,
-            4,
-            name("RED"),
-            3,
-            name("BLUE"),
-            (-2i32) as u32,
-        ]);
+    /// Offset of `name` in a NUL-separated string section.
+    pub fn name_offset(strings: &[u8], name: &str) -> u32 {
+        let needle = format!("\0{name}\0");
+        strings
+            .windows(needle.len())
+            .position(|w| w == needle.as_bytes())
+            .expect("name in the string section") as u32
+            + 1
+    }
+
+    /// A little-endian BTF blob: header, the type records (as u32 words) and the strings.
+    pub fn build(strings: &[u8], records: &[&[u32]]) -> Vec<u8> {
+        let types: Vec<u8> = records
+            .iter()
+            .flat_map(|words| words.iter().flat_map(|w| w.to_le_bytes()))
+            .collect();
         let mut btf = Vec::new();
         btf.extend(MAGIC.to_le_bytes());
         btf.extend([1u8, 0]);
-        for word in [
-            24u32,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
+        let len = types.len() as u32;
+        for word in [24u32, 0, len, len, strings.len() as u32] {
             btf.extend(word.to_le_bytes());
         }
         btf.extend(&types);
         btf.extend(strings);
         btf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{build, name_offset};
+    use super::*;
+
+    /// Builds BTF with an INT, a STRUCT with one member, and an ENUM.
+    fn sample() -> Vec<u8> {
+        let strings: &[u8] = b"\0int\0s\0m\0colors\0RED\0BLUE\0";
+        let name = |s| name_offset(strings, s);
+        build(
+            strings,
+            &[
+                &[name("int"), 1 << 24, 4, 32],                // INT
+                &[name("s"), 4 << 24 | 1, 4, name("m"), 1, 0], // STRUCT, one member
+                &[
+                    name("colors"),
+                    6 << 24 | 2,
+                    4,
+                    name("RED"),
+                    3,
+                    name("BLUE"),
+                    (-2i32) as u32,
+                ],
+            ],
+        )
     }
 
     #[test]

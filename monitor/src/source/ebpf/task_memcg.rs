@@ -104,53 +104,36 @@ impl MemberOffsets for Types<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::btf::testing::{build, name_offset};
 
     /// BTF with `struct outer { int a; union { int b; long c; }; int d:3; }` and an INT.
     fn sample() -> Vec<u8> {
-        let strings = b"\0int\0outer\0a\0b\0c\0d\0";
-        let name = |s: &str| {
-            let needle = format!("\0{s}\0");
-            strings
-                .windows(needle.len())
-                .position(|w| w == needle.as_bytes())
-                .unwrap() as u32
-                + 1
-        };
-        let mut types = Vec::new();
-        let mut push = |words: &[u32]| words.iter().for_each(|w| types.extend(w.to_le_bytes()));
-        push(&[name("int"), 1 << 24, 4, 32]); // 1: INT
-        // 2: STRUCT outer with kind_flag: a at 0, anonymous union (3) at 64, d:3 at 128.
-        push(&[
-            name("outer"),
-            1 << 31 | 4 << 24 | 3,
-            24,
-            name("a"),
-            1,
-            0,
-            0,
-            3,
-            64,
-            name("d"),
-            1,
-            3 << 24 | 128,
-        ]);
-        // 3: anonymous UNION { b at 0, c at 0 }.
-        push(&[0, 5 << 24 | 2, 8, name("b"), 1, 0, name("c"), 1, 0]);
-        let mut btf = Vec::new();
-        btf.extend(0xeb9f_u16.to_le_bytes());
-        btf.extend([1u8, 0]);
-        for word in [
-            24u32,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
-            btf.extend(word.to_le_bytes());
-        }
-        btf.extend(&types);
-        btf.extend(strings);
-        btf
+        let strings: &[u8] = b"\0int\0outer\0a\0b\0c\0d\0";
+        let name = |s| name_offset(strings, s);
+        build(
+            strings,
+            &[
+                // 1: INT
+                &[name("int"), 1 << 24, 4, 32],
+                // 2: STRUCT outer with kind_flag: a at 0, anonymous union (3) at 64, d:3 at 128.
+                &[
+                    name("outer"),
+                    1 << 31 | 4 << 24 | 3,
+                    24,
+                    name("a"),
+                    1,
+                    0,
+                    0,
+                    3,
+                    64,
+                    name("d"),
+                    1,
+                    3 << 24 | 128,
+                ],
+                // 3: anonymous UNION { b at 0, c at 0 }.
+                &[0, 5 << 24 | 2, 8, name("b"), 1, 0, name("c"), 1, 0],
+            ],
+        )
     }
 
     #[test]

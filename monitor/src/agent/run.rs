@@ -35,6 +35,7 @@ use crate::{
     clock::{BootClock, monotonic_ns},
     engine::{
         checkpoint::AgentState,
+        clock::{Clock as _, ManualClock},
         config::EvictionConfig,
         decide::{Eviction, EvictionState},
         pod_facts::PodFacts,
@@ -432,9 +433,12 @@ impl Agent {
 
     /// Runs the decision step and acts on it; `trigger_ns` is the kernel event that led here.
     fn evaluate(&mut self, trigger_ns: Option<u64>) -> anyhow::Result<()> {
-        let decision = self.core.decide(&BootClock);
+        // Both clocks are read back to back before deciding, so the report's monotonic stamp
+        // is the instant the interval and grace rules saw, however long the rest takes.
+        let decided_ns = monotonic_ns();
+        let decision = self.core.decide(&ManualClock::new(BootClock.now()));
         if let Some(eviction) = decision.eviction() {
-            self.report(eviction, trigger_ns)?;
+            self.report(eviction, decided_ns, trigger_ns)?;
             self.act(eviction);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
@@ -463,7 +467,12 @@ impl Agent {
         Ok(())
     }
 
-    fn report(&mut self, eviction: &Eviction, trigger_ns: Option<u64>) -> anyhow::Result<()> {
+    fn report(
+        &mut self,
+        eviction: &Eviction,
+        decided_ns: u64,
+        trigger_ns: Option<u64>,
+    ) -> anyhow::Result<()> {
         let Some(entry) = self.core.pod(&eviction.pod.uid) else {
             return Ok(());
         };
@@ -483,7 +492,7 @@ impl Agent {
             eviction,
             DecisionContext {
                 dry_run: self.args.dry_run,
-                monotonic_ns: monotonic_ns(),
+                monotonic_ns: decided_ns,
                 wall_unix_ms: crate::clock::unix_ms_now(),
                 event_monotonic_ns: trigger_ns,
                 threshold,

@@ -46,7 +46,8 @@ pub trait Clock {
     fn now(&self) -> MonoInstant;
 }
 
-/// A clock that only moves when told to, for tests and replays.
+/// A clock that only moves when told to: for tests and replays, and for pinning one decision
+/// step to an instant read beforehand.
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now: Cell<MonoInstant>,

@@ -1,17 +1,21 @@
 //! Killing a pod's cgroup subtree with real cgroups and real processes (root only).
 use std::time::Duration;
 
-use monitor::action::{KillOutcome, KillTimings, kill_cgroup_tree};
+use monitor::action::{KillOutcome, KillReport, KillTimings, kill_cgroup_tree};
 use tests::{Allocator, TermIgnorer, TestCgroup, cgroup_pids, running_as_root};
 
 const GRACE: Duration = Duration::from_millis(800);
 const CLEANUP: Duration = Duration::from_secs(10);
 
-fn timings(grace: Duration, cleanup_timeout: Duration) -> KillTimings {
-    KillTimings {
+/// Kills the test cgroup's `pod` subtree with the given grace period and cleanup timeout.
+async fn kill_pod(cgroup: &TestCgroup, grace: Duration, cleanup_timeout: Duration) -> KillReport {
+    let timings = KillTimings {
         grace,
         cleanup_timeout,
-    }
+    };
+    kill_cgroup_tree(&cgroup.hierarchy, &cgroup.child_rel("pod"), timings)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -25,13 +29,7 @@ async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
     let ignorer = TermIgnorer::start_in(&pod);
     assert_eq!(cgroup_pids(&pod), [ignorer.pid() as i32]);
 
-    let report = kill_cgroup_tree(
-        &cgroup.hierarchy,
-        &cgroup.child_rel("pod"),
-        timings(GRACE, CLEANUP),
-    )
-    .await
-    .unwrap();
+    let report = kill_pod(&cgroup, GRACE, CLEANUP).await;
 
     assert_eq!(report.outcome, KillOutcome::Emptied);
     assert!(
@@ -60,13 +58,7 @@ async fn a_process_that_exits_on_sigterm_ends_before_the_grace_period() {
     allocator.alloc(8);
     let grace = Duration::from_secs(5);
 
-    let report = kill_cgroup_tree(
-        &cgroup.hierarchy,
-        &cgroup.child_rel("pod"),
-        timings(grace, CLEANUP),
-    )
-    .await
-    .unwrap();
+    let report = kill_pod(&cgroup, grace, CLEANUP).await;
 
     assert_eq!(report.outcome, KillOutcome::Emptied);
     assert!(!report.forced, "{report:?}");
@@ -91,13 +83,7 @@ async fn nested_cgroups_are_killed_and_siblings_are_left_alone() {
     let _deep = TermIgnorer::start_in(&container);
     let mut outside = Allocator::start_in(&sibling);
 
-    let report = kill_cgroup_tree(
-        &cgroup.hierarchy,
-        &cgroup.child_rel("pod"),
-        timings(GRACE, CLEANUP),
-    )
-    .await
-    .unwrap();
+    let report = kill_pod(&cgroup, GRACE, CLEANUP).await;
 
     assert_eq!(report.outcome, KillOutcome::Emptied, "{report:?}");
     assert_eq!(report.terminated, 2);
@@ -120,13 +106,7 @@ async fn the_cleanup_timeout_reports_what_is_left() {
     let cleanup = Duration::from_millis(300);
 
     // The grace period outlasts the cleanup timeout, so force never comes.
-    let report = kill_cgroup_tree(
-        &cgroup.hierarchy,
-        &cgroup.child_rel("pod"),
-        timings(CLEANUP, cleanup),
-    )
-    .await
-    .unwrap();
+    let report = kill_pod(&cgroup, CLEANUP, cleanup).await;
 
     assert_eq!(
         report.outcome,

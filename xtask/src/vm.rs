@@ -51,9 +51,10 @@ pub fn run() -> anyhow::Result<()> {
         .map(|host| Ok((host.as_path(), in_guest(&target, host)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let initrd = work.join("initrd.gz");
-    initramfs::write(&initrd, &init, &executables)?;
-    eprintln!("vm-test: booting {} (TCG)", kernel.display());
-    qemu::boot(&kernel, &initrd, &nonce, TIMEOUT)
+    let modules = [(kernel.ramdisk_module.as_path(), PathBuf::from(init::RAMDISK_MODULE))];
+    initramfs::write(&initrd, &init, &executables, &modules)?;
+    eprintln!("vm-test: booting {} (TCG)", kernel.image.display());
+    qemu::boot(&kernel.image, &initrd, &nonce, TIMEOUT)
 }
 
 /// cargo's target directory: xtask runs from `<target>/<profile>/xtask`.

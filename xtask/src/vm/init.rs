@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 
 /// Start of the result line; the nonce follows so no test output can fake it.
 const MARKER: &str = "VM-TEST-RESULT";
+/// Where the initramfs holds the RAM disk driver.
+pub const RAMDISK_MODULE: &str = "/lib/modules/brd.ko";
+/// The RAM disk's size in KiB: room for the page-cache files of two overrunning cgroups.
+const RAMDISK_KIB: u32 = 512 * 1024;
 
 /// What the VM runs.
 pub struct Plan<'a> {
@@ -41,9 +45,6 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control
 # Loopback only: tests serve metrics and a mock API server on 127.0.0.1.
 ip link set lo up
-# The initramfs root is a writable tmpfs: /tmp needs no mount of its own.
-export MONITOR_BIN={monitor} MONITOR_VM=1 HOME=/tmp RUST_BACKTRACE=1
-cd /tmp
 failed=
 run() {{
     name=$1
@@ -51,6 +52,17 @@ run() {{
     echo "=== $name"
     "$@" || failed="$failed $name"
 }}
+# Temporary files go to ext4 on a RAM disk: brd's own pages belong to no cgroup, so a test's
+# page cache there is reclaimable as on a node's disk, where on the tmpfs root it is not.
+scratch() {{
+    insmod {RAMDISK_MODULE} rd_nr=1 rd_size={RAMDISK_KIB} &&
+        mke2fs -q /dev/ram0 &&
+        mkdir -p /scratch &&
+        mount -t ext4 /dev/ram0 /scratch
+}}
+run scratch-disk scratch
+export MONITOR_BIN={monitor} MONITOR_VM=1 HOME=/tmp TMPDIR=/scratch RUST_BACKTRACE=1
+cd /tmp
 {runs}if [ -z "$failed" ]; then
     echo "{MARKER} {nonce} pass"
 else
@@ -116,6 +128,9 @@ mod tests {
         assert!(at("mount -t cgroup2 cgroup2 /sys/fs/cgroup") < at("echo +memory"));
         assert!(at("mount -t tracefs") < at("run doctor '/t/debug/monitor' doctor"));
         assert!(at("export MONITOR_BIN='/t/debug/monitor' MONITOR_VM=1") < at("run doctor"));
+        assert!(at("insmod /lib/modules/brd.ko") < at("mount -t ext4 /dev/ram0 /scratch"));
+        assert!(at("run scratch-disk scratch") < at("TMPDIR=/scratch"));
+        assert!(at("TMPDIR=/scratch") < at("run doctor"));
         assert!(
             at("run doctor")
                 < at("run 'cgroup_v2-1f2e' '/t/debug/deps/cgroup_v2-1f2e' --test-threads=1")

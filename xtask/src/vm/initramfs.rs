@@ -1,5 +1,6 @@
-//! The VM's root filesystem: busybox with its applets, `/init`, the executables under test and
-//! the shared libraries `ldd` says they load. Written as gzip-compressed cpio.
+//! The VM's root filesystem: busybox with its applets, `/init`, the executables under test,
+//! the shared libraries `ldd` says they load and the kernel modules init loads. Written as
+//! gzip-compressed cpio.
 //!
 //! Executables lose their debug info on the way in: it is nine tenths of a debug build, and
 //! unpacking it under TCG took longer than the tests. Symbols stay, so backtraces keep function
@@ -21,8 +22,13 @@ const BUSYBOX: &str = "/bin/busybox";
 /// root certificate even when it talks plain HTTP to the tests' mock API server.
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// Writes the initramfs to `out`; `executables` are (host path, path in the VM).
-pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow::Result<()> {
+/// Writes the initramfs to `out`; `executables` and `modules` are (host path, path in the VM).
+pub fn write(
+    out: &Path,
+    init: &str,
+    executables: &[(&Path, PathBuf)],
+    modules: &[(&Path, PathBuf)],
+) -> anyhow::Result<()> {
     let stripped = out.with_extension("stripped");
     let mut tree = Tree::default();
     for dir in ["dev", "proc", "sys", "tmp"] {
@@ -31,6 +37,9 @@ pub fn write(out: &Path, init: &str, executables: &[(&Path, PathBuf)]) -> anyhow
     tree.file("init", 0o755, init.as_bytes().to_vec());
     add_file(&mut tree, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
     add_file(&mut tree, Path::new(CA_BUNDLE), Path::new(CA_BUNDLE))?;
+    for (host, guest) in modules {
+        add_file(&mut tree, host, guest)?;
+    }
     for applet in busybox_applets()? {
         tree.symlink(&format!("bin/{applet}"), "busybox");
     }

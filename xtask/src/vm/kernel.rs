@@ -1,7 +1,8 @@
 //! Debian's 6.1 cloud kernel: downloaded once with `apt-get download`, unpacked with
 //! `dpkg-deb -x`, and kept under the VM work directory. It has BTF, the BPF ring buffer and the
 //! cgroup tracepoints but not the memcg ones (6.8), and it boots without modules as long as no
-//! disk is attached (virtio is modular there).
+//! disk is attached (virtio is modular there). ext4 is built in; the RAM disk driver `brd` is a
+//! module the initramfs carries.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -15,10 +16,33 @@ use crate::tasks::status;
 const PACKAGE_PREFIX: &str = "linux-image-6.1.0-";
 const PACKAGE_SUFFIX: &str = "-cloud-amd64-unsigned";
 
-/// The kernel image, downloading and unpacking the package on first use.
-pub fn ensure(work: &Path) -> anyhow::Result<PathBuf> {
+/// What the VM boots: the kernel image and the one module it loads.
+pub struct Kernel {
+    pub image: PathBuf,
+    /// `brd.ko`, the RAM disk driver.
+    pub ramdisk_module: PathBuf,
+}
+
+/// The kernel, downloading and unpacking the package on first use.
+pub fn ensure(work: &Path) -> anyhow::Result<Kernel> {
+    let image = unpacked_image(work)?;
     let unpacked = work.join("kernel");
-    if let Some(vmlinuz) = find_vmlinuz(&unpacked) {
+    let ramdisk_module = find_module(&unpacked, "drivers/block/brd.ko").with_context(|| {
+        format!(
+            "no drivers/block/brd.ko under {}; remove that directory to unpack the kernel again",
+            unpacked.join("lib/modules").display()
+        )
+    })?;
+    Ok(Kernel {
+        image,
+        ramdisk_module,
+    })
+}
+
+/// The image under `work/kernel`, downloading and unpacking the package there first if needed.
+fn unpacked_image(work: &Path) -> anyhow::Result<PathBuf> {
+    let unpacked = &work.join("kernel");
+    if let Some(vmlinuz) = find_vmlinuz(unpacked) {
         return Ok(vmlinuz);
     }
     fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
@@ -47,9 +71,9 @@ pub fn ensure(work: &Path) -> anyhow::Result<PathBuf> {
     let partial = work.join("kernel.partial");
     let _ = fs::remove_dir_all(&partial);
     status(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
-    fs::rename(&partial, &unpacked)?;
+    fs::rename(&partial, unpacked)?;
     fs::remove_file(&deb)?;
-    find_vmlinuz(&unpacked).with_context(|| format!("no boot/vmlinuz-* in {}", deb.display()))
+    find_vmlinuz(unpacked).with_context(|| format!("no boot/vmlinuz-* in {}", deb.display()))
 }
 
 fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
@@ -61,6 +85,15 @@ fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
             p.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
         })
+}
+
+/// `relative` (below `kernel/`) in the one version directory under `lib/modules`.
+fn find_module(unpacked: &Path, relative: &str) -> Option<PathBuf> {
+    fs::read_dir(unpacked.join("lib/modules"))
+        .ok()?
+        .flatten()
+        .map(|version| version.path().join("kernel").join(relative))
+        .find(|module| module.is_file())
 }
 
 /// The newest 6.1 cloud kernel package apt knows, refreshing the package lists if it knows none.

@@ -11,11 +11,12 @@
 //!
 //! Minimum kernel: 5.8 (BPF ring buffer) with BTF; the memcg stat programs need 6.8.
 mod task_memcg;
+mod without_kernel_btf;
 
 use std::{io, path::Path, time::Duration};
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
@@ -158,9 +159,8 @@ impl KernelSource {
         drop(types);
         drop(btf);
         // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
-        // map and need no CO-RE relocation, so aya's own copy of the kernel's BTF (which
-        // `EbpfLoader::new` parses regardless) is dropped before loading.
-        let mut ebpf = EbpfLoader::new().btf(None).load(OBJECT)?;
+        // map and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
+        let mut ebpf = without_kernel_btf::load(OBJECT)?;
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
             .and_then(|mut array| array.set(0, config, 0))
             .map_err(|source| LoadError::Map {
@@ -200,8 +200,8 @@ impl KernelSource {
         // holds it.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| LoadError::Poll(e.into()))?;
-        // Loading parsed the kernel's BTF twice (ours and aya's); glibc keeps such freed heap
-        // mapped unless told, and an agent on every node should stay small.
+        // Loading parsed the kernel's BTF (ours, and aya's where it could not be hidden); glibc
+        // keeps such freed heap mapped unless told, and an agent on every node should stay small.
         // SAFETY: malloc_trim only returns free memory to the kernel.
         unsafe { libc::malloc_trim(0) };
         Ok(Self {

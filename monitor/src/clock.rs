@@ -9,7 +9,10 @@ use std::{
 use crate::engine::clock::{Clock, MonoInstant};
 
 fn clock_ns(clock: libc::clockid_t) -> io::Result<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return Err(io::Error::last_os_error());
@@ -35,7 +38,9 @@ pub fn boot_time_ms() -> io::Result<u64> {
 pub fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// The decision step's clock: CLOCK_BOOTTIME.

@@ -505,8 +505,7 @@ impl MonitorProcess {
         let line = self
             .next_line(within)
             .unwrap_or_else(|| panic!("no decision within {within:?}; stderr:\n{}", self.stderr()));
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
     }
 
     /// The first stderr line so far or within `timeout` that `matches`.

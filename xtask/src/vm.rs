@@ -28,7 +28,12 @@ const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const GUEST_TARGET: &str = "/target";
 
 pub fn run() -> anyhow::Result<()> {
-    let packages = ["qemu-system-x86", "busybox-static", "binutils", "ca-certificates"];
+    let packages = [
+        "qemu-system-x86",
+        "busybox-static",
+        "binutils",
+        "ca-certificates",
+    ];
     ensure_debian_packages(&packages.map(String::from))?;
     let target = target_dir()?;
     let work = target.join("vm");
@@ -51,7 +56,10 @@ pub fn run() -> anyhow::Result<()> {
         .map(|host| Ok((host.as_path(), in_guest(&target, host)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let initrd = work.join("initrd.gz");
-    let modules = [(kernel.ramdisk_module.as_path(), PathBuf::from(init::RAMDISK_MODULE))];
+    let modules = [(
+        kernel.ramdisk_module.as_path(),
+        PathBuf::from(init::RAMDISK_MODULE),
+    )];
     initramfs::write(&initrd, &init, &executables, &modules)?;
     eprintln!("vm-test: booting {} (TCG)", kernel.image.display());
     qemu::boot(&kernel.image, &initrd, &nonce, TIMEOUT)

@@ -181,8 +181,12 @@ mod tests {
             assert_eq!(p, Path::new("/sys/fs/cgroup"));
             Some("cpuset cpu io memory pids\n".into())
         });
-        assert_eq!(with.map(|h| (h.version, h.hierarchy_id)), Some((CgroupVersion::V2, 0)));
-        let without = MemoryHierarchy::from_proc(UNIFIED, PROC_CGROUPS, |_| Some("cpu pids".into()));
+        assert_eq!(
+            with.map(|h| (h.version, h.hierarchy_id)),
+            Some((CgroupVersion::V2, 0))
+        );
+        let without =
+            MemoryHierarchy::from_proc(UNIFIED, PROC_CGROUPS, |_| Some("cpu pids".into()));
         assert_eq!(without, None);
     }
 
@@ -202,7 +206,10 @@ mod tests {
             mount: "/sys/fs/cgroup".into(),
             hierarchy_id: 0,
         };
-        assert_eq!(h.dir("/kubepods/pod1"), PathBuf::from("/sys/fs/cgroup/kubepods/pod1"));
+        assert_eq!(
+            h.dir("/kubepods/pod1"),
+            PathBuf::from("/sys/fs/cgroup/kubepods/pod1")
+        );
         assert_eq!(h.dir("/"), PathBuf::from("/sys/fs/cgroup/"));
     }
 }

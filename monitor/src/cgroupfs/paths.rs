@@ -125,7 +125,13 @@ mod tests {
     #[test]
     fn subtree_matches_whole_components_only() {
         let mut paths = CgroupPaths::default();
-        for (id, p) in [(1, "/"), (2, "/a"), (3, "/a/b"), (4, "/a/b/c"), (5, "/a/bc")] {
+        for (id, p) in [
+            (1, "/"),
+            (2, "/a"),
+            (3, "/a/b"),
+            (4, "/a/b/c"),
+            (5, "/a/bc"),
+        ] {
             paths.insert(id, p.into());
         }
         let mut below = paths.subtree("/a/b");

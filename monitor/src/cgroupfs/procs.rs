@@ -46,6 +46,9 @@ mod tests {
         fs::write(tmp.path().join("a/cgroup.procs"), "").unwrap();
         fs::write(tmp.path().join("a/b/cgroup.procs"), "7\n3\n").unwrap();
         assert_eq!(subtree_pids(tmp.path()).unwrap(), vec![1, 3, 7]);
-        assert_eq!(subtree_pids(&tmp.path().join("gone")).unwrap(), Vec::<i32>::new());
+        assert_eq!(
+            subtree_pids(&tmp.path().join("gone")).unwrap(),
+            Vec::<i32>::new()
+        );
     }
 }

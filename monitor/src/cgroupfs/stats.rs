@@ -130,7 +130,10 @@ mod tests {
         let stat = "cache 10\nrss 20\ninactive_file 5\ntotal_cache 4096\ntotal_rss 8192\n\
                     total_inactive_file 1024\ntotal_active_file 3072\n";
         let s = from_stat(20000, stat, "total_");
-        assert_eq!((s.file, s.anon, s.inactive_file, s.active_file), (4096, 8192, 1024, 3072));
+        assert_eq!(
+            (s.file, s.anon, s.inactive_file, s.active_file),
+            (4096, 8192, 1024, 3072)
+        );
         assert_eq!(s.working_set(), 20000 - 1024);
     }
 
@@ -139,7 +142,11 @@ mod tests {
         let stat = "anon 100\nfile 900\nkernel 7\nactive_file 100\ninactive_file 800\n";
         let s = from_stat(500, stat, "");
         assert_eq!((s.anon, s.file, s.inactive_file), (100, 900, 800));
-        assert_eq!(s.working_set(), 0, "inactive file above usage floors at zero");
+        assert_eq!(
+            s.working_set(),
+            0,
+            "inactive file above usage floors at zero"
+        );
     }
 
     #[test]
@@ -158,8 +165,14 @@ mod tests {
         assert_eq!(own(Stat::Kernel), 123);
         assert_eq!(own(Stat::ActiveFile), 0, "absent lines read as zero");
         fs::write(tmp.path().join("memory.stat"), "anon 7\nkernel 9\n").unwrap();
-        assert_eq!(read_own(tmp.path(), CgroupVersion::V2, Stat::Kernel).unwrap(), 9);
-        assert_eq!(read_own(tmp.path(), CgroupVersion::V2, Stat::Anon).unwrap(), 7);
+        assert_eq!(
+            read_own(tmp.path(), CgroupVersion::V2, Stat::Kernel).unwrap(),
+            9
+        );
+        assert_eq!(
+            read_own(tmp.path(), CgroupVersion::V2, Stat::Anon).unwrap(),
+            7
+        );
     }
 
     #[test]
@@ -173,7 +186,11 @@ mod tests {
     fn reads_files_in_a_directory() {
         let tmp = tempfile::tempdir().unwrap();
         fs::write(tmp.path().join("memory.current"), "4096\n").unwrap();
-        fs::write(tmp.path().join("memory.stat"), "anon 4096\ninactive_file 0\n").unwrap();
+        fs::write(
+            tmp.path().join("memory.stat"),
+            "anon 4096\ninactive_file 0\n",
+        )
+        .unwrap();
         let s = read(tmp.path(), CgroupVersion::V2).unwrap();
         assert_eq!((s.usage, s.anon, s.working_set()), (4096, 4096, 4096));
         fs::write(tmp.path().join("memory.current"), "lots\n").unwrap();

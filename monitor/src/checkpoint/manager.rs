@@ -2,10 +2,10 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::clock::unix_ms_now;
 use super::key::Key;
 use super::store::{FileStore, StoreError};
 use super::wall_time;
+use crate::clock::unix_ms_now;
 use crate::engine::checkpoint::{
     AgentState, CURRENT_VERSION, CheckpointError, decode, encode, state_checksum,
 };

@@ -45,6 +45,16 @@ impl Stat {
         Stat::ALL.get(slot as usize).copied()
     }
 
+    /// How a change of this stat moves the working set (usage - inactive_file, as the
+    /// kubelet computes it): +1, -1 or 0 times the change.
+    pub fn working_set_sign(self) -> i64 {
+        match self {
+            Stat::Anon | Stat::File | Stat::Kernel => 1,
+            Stat::InactiveFile => -1,
+            Stat::ActiveFile => 0,
+        }
+    }
+
     /// Name as it appears in cgroup v2's memory.stat.
     pub fn name(self) -> &'static str {
         match self {
@@ -157,7 +167,32 @@ pub struct StatEvent {
     pub delta_bytes: i64,
     /// Bytes accumulated since the programs were attached.
     pub total_bytes: i64,
+    /// The [`WakeSlot::Growth`] sum after this record was counted.
+    pub growth_bytes: i64,
 }
+
+/// When stat records wake userspace: the slots of the `WAKE` array map, one `i64` each (two
+/// entries rather than one struct, so userspace can set its slot while the kernel adds to
+/// the other).
+///
+/// Most records only keep the pod ranking current and can wait for userspace's next read;
+/// the ones that may take a signal across a threshold must wake it at once. Userspace knows how
+/// far each memory signal is from its thresholds, and no working set can grow by more than
+/// all working sets together, so it sets the wake-up level to the growth that could close the
+/// smallest distance, and records are sent without a wake-up until the growth reaches it.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeSlot {
+    /// Sum of the working-set growth of every stat record sent (kernel-maintained; decreases
+    /// are not subtracted, so it only rises).
+    Growth = 0,
+    /// Set by userspace: records wake it once the growth reaches this. 0, the initial value,
+    /// leaves the ring buffer's usual behaviour: every record can wake the reader.
+    WakeAt = 1,
+}
+
+/// Number of [`WakeSlot`]s.
+pub const NWAKE: u32 = 2;
 
 /// Longest cgroup path carried in a [`CgroupEvent`], including the NUL.
 pub const PATH_MAX: usize = 256;
@@ -312,7 +347,7 @@ pub const NDROPS: u32 = 2;
 // Both sides must agree on these layouts byte for byte.
 const _: () = assert!(core::mem::size_of::<Config>() == 64);
 const _: () = assert!(core::mem::size_of::<CgroupCounters>() == 16 * NSTATS);
-const _: () = assert!(core::mem::size_of::<StatEvent>() == 40);
+const _: () = assert!(core::mem::size_of::<StatEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<CgroupEvent>() == 32 + PATH_MAX);
 const _: () = assert!(core::mem::size_of::<IncidentConfig>() == 40);
 const _: () = assert!(core::mem::size_of::<StallEvent>() == 48 + COMM_LEN);

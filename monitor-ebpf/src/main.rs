@@ -17,6 +17,7 @@ mod memcg_stat;
 mod oom_victim;
 mod reclaim_stall;
 mod task_memcg;
+mod wake;
 
 #[cfg(not(test))]
 #[panic_handler]

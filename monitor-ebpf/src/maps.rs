@@ -4,7 +4,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NDROPS};
+use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NDROPS, NWAKE};
 
 /// Single entry written by userspace before attaching.
 #[map]
@@ -23,9 +23,16 @@ pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0
 #[map]
 pub static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
+/// Size of [`EVENTS`] in bytes.
+pub const EVENTS_BYTES: u64 = 256 * 1024;
+
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);
+
+/// Growth counted by the kernel and wake-up level set by userspace, indexed by `WakeSlot`.
+#[map]
+pub static WAKE: Array<i64> = Array::with_max_entries(NWAKE, 0);
 
 /// Counts of what could not be recorded, indexed by `DropReason`.
 #[map]

@@ -2,7 +2,8 @@
 //!
 //! Both tracepoints fire on every update of a memcg's statistics with the memcg's cgroup id,
 //! the stat item number and the change in pages. We keep a running sum per cgroup and stat and
-//! send a record only when the sum moved by at least `Config::step_bytes` since the last record.
+//! send a record only when the sum moved by at least `Config::step_bytes` since the last record;
+//! the record wakes userspace only when it may matter for a threshold (see `wake`).
 //! Minimum kernel: 6.8 (the memcg tracepoints were added then); on older kernels userspace
 //! polls instead.
 
@@ -10,11 +11,12 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::tracepoint,
     programs::TracePointContext,
 };
-use monitor_common::{CgroupCounters, DropReason, EventKind, NSTATS, StatEvent};
+use monitor_common::{CgroupCounters, DropReason, EventKind, NSTATS, Stat, StatEvent};
 
 use crate::{
     atomic,
     maps::{CGROUP_STATS, EVENTS, config, count_drop},
+    wake,
 };
 
 // Field offsets from /sys/kernel/tracing/events/memcg/mod_memcg_state/format; both tracepoints
@@ -82,16 +84,20 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
         return Ok(());
     }
     let page = cfg.page_size as i64;
+    let delta_bytes = (total - last) * page;
+    let sign = Stat::from_slot(slot as u32).map_or(0, Stat::working_set_sign);
+    let (growth_bytes, flags) = wake::count_growth(sign * delta_bytes);
     let event = StatEvent {
         kind: EventKind::Stat as u32,
         stat: slot as u32,
         cgroup_id: id,
         // SAFETY: helper without preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },
-        delta_bytes: (total - last) * page,
+        delta_bytes,
         total_bytes: total * page,
+        growth_bytes,
     };
-    if EVENTS.output::<StatEvent>(&event, 0).is_err() {
+    if EVENTS.output::<StatEvent>(&event, flags).is_err() {
         // Give the delta back so the next record carries it.
         // SAFETY: as above.
         unsafe { atomic::swap_if(reported_ptr, total, last) };

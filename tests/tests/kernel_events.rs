@@ -114,6 +114,79 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
 }
 
 #[test]
+fn records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader() {
+    if !running_as_root(
+        "records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader",
+    ) {
+        return;
+    }
+    let cgroup = TestCgroup::create("wake");
+    let dir = cgroup.child("alloc");
+    let id = cgroup_id(&dir);
+    runtime().block_on(async {
+        let mut source = load(&cgroup);
+        if !source.tracks_memory() {
+            eprintln!("SKIP: this kernel has no memcg stat tracepoints; memory is polled here");
+            return;
+        }
+        let mut batch = Vec::new();
+        // Far from any threshold: 64 MiB of growth is far below 8 GiB of headroom (the rest of
+        // the node would have to grow by gigabytes within the second to wake us).
+        assert!(!source.wake_after_growth(Some(8 << 30)).unwrap());
+        // Wake-ups from records sent before the level was set are used up first.
+        while tokio::time::timeout(Duration::from_millis(300), source.next_batch(&mut batch))
+            .await
+            .is_ok()
+        {
+            batch.clear();
+        }
+        source.read_pending(&mut batch);
+        batch.clear();
+        let mut allocator = Allocator::start_in(&dir);
+        allocator.alloc(64);
+        let woke =
+            tokio::time::timeout(Duration::from_secs(1), source.next_batch(&mut batch)).await;
+        assert!(woke.is_err(), "woken below the headroom: {batch:?}");
+        source.read_pending(&mut batch);
+        let waiting: Vec<KernelEvent> = batch.drain(..).map(|r| r.unwrap()).collect();
+        let sum = anon_sum(&waiting, id);
+        assert!(
+            sum >= 64 * MIB * 9 / 10,
+            "the allocation's records did not wait in the ring: {sum} bytes"
+        );
+
+        // Near a threshold: 16 MiB of headroom, and 64 MiB more must wake the reader.
+        source.wake_after_growth(Some(16 << 20)).unwrap();
+        allocator.alloc(64);
+        tokio::time::timeout(Duration::from_secs(5), source.next_batch(&mut batch))
+            .await
+            .expect("growth past the headroom did not wake the reader")
+            .unwrap();
+        let growth = batch
+            .iter()
+            .filter_map(|r| match r {
+                Ok(KernelEvent::Stat { growth_bytes, .. }) => Some(*growth_bytes),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let seen_before = waiting
+            .iter()
+            .filter_map(|e| match e {
+                KernelEvent::Stat { growth_bytes, .. } => Some(*growth_bytes),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            growth >= seen_before + (16 << 20),
+            "woken at growth {growth}, before the level {} was reached",
+            seen_before + (16 << 20)
+        );
+    });
+}
+
+#[test]
 fn cgroup_creation_and_removal_are_reported_with_their_path() {
     if !running_as_root("cgroup_creation_and_removal_are_reported_with_their_path") {
         return;

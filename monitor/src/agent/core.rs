@@ -12,6 +12,7 @@ use crate::{
         clock::Clock,
         config::EvictionConfig,
         decide::{Decision, EvictionState, decide},
+        headroom::memory_headroom,
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},
         rank_index::RankIndexSet,
@@ -278,6 +279,11 @@ impl AgentCore {
             &mut self.state,
             clock,
         )
+    }
+
+    /// How much the working sets may grow before a memory threshold could be met.
+    pub fn memory_headroom(&self) -> Option<u64> {
+        memory_headroom(&self.config.thresholds, &self.observations())
     }
 
     pub fn pod(&self, uid: &str) -> Option<&PodEntry> {

@@ -3,7 +3,9 @@
 //! Inputs are kernel ring-buffer batches, cgroupfs reads (every poll interval when polling,
 //! every resync interval with eBPF), manifest changes and finished kills. After each input
 //! that can move a signal or the ranking, the decision step runs at once; there is no
-//! decision timer.
+//! decision timer. Kernel records wake the agent only once working sets may have grown by
+//! the distance to the nearest memory threshold (see [`crate::engine::headroom`]); the rest
+//! wait in the ring and are read every second.
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -57,6 +59,10 @@ use crate::{
     },
     trace::record::bytes,
 };
+
+/// How often stat records the kernel sent without a wake-up (far from every threshold) are
+/// read, so rankings, metrics and status stay this fresh.
+const WAITING_RECORDS_READ_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
@@ -260,13 +266,16 @@ impl Agent {
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut batch = Vec::new();
+        let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
+        waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let wakes_on_growth = matches!(self.source, Source::Kernel(_));
         loop {
             tokio::select! {
                 read = next_batch(&mut self.source, &mut batch) => {
                     read.context("reading the kernel ring buffer")?;
-                    let newest = self.apply_events(&mut batch)?;
-                    self.evaluate(newest)?;
+                    self.apply_batch(&mut batch)?;
                 }
+                _ = waiting.tick(), if wakes_on_growth => self.read_waiting(&mut batch)?,
                 _ = reads.tick() => {
                     // With kernel lifecycle events the cgroup classification is already
                     // current; only polling must rewalk the hierarchy.
@@ -291,9 +300,45 @@ impl Agent {
                 _ = sigterm.recv() => break,
                 _ = sleep_until(stop_at) => break,
             }
+            // Every input can move the signals, and with them the growth that must wake us.
+            while self.rearm_wake()? {
+                self.read_waiting(&mut batch)?;
+            }
         }
         self.save_counters()?;
         Ok(ExitCode::SUCCESS)
+    }
+
+    fn apply_batch(
+        &mut self,
+        batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
+    ) -> anyhow::Result<()> {
+        let newest = self.apply_events(batch)?;
+        self.evaluate(newest)
+    }
+
+    /// Reads and applies the records the kernel sent without waking us.
+    fn read_waiting(
+        &mut self,
+        batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
+    ) -> anyhow::Result<()> {
+        let read = self.source.kernel().map_or(0, |k| k.read_pending(batch));
+        if read > 0 {
+            self.apply_batch(batch)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the kernel how far working sets may grow before a memory threshold could be met,
+    /// so records below that send no wake-up. True when that growth was already counted and
+    /// the waiting records must be read now.
+    fn rearm_wake(&mut self) -> anyhow::Result<bool> {
+        let Source::Kernel(kernel) = &mut self.source else {
+            return Ok(false);
+        };
+        kernel
+            .wake_after_growth(self.core.memory_headroom())
+            .context("setting the kernel's wake-up level")
     }
 
     /// Applies decoded kernel records; returns the newest stat event's timestamp.

@@ -20,11 +20,7 @@ pub struct Membership {
 
 /// Change of the working set caused by a change of one stat.
 pub fn working_set_delta(stat: Stat, delta_bytes: i64) -> i64 {
-    match stat {
-        Stat::Anon | Stat::File | Stat::Kernel => delta_bytes,
-        Stat::InactiveFile => -delta_bytes,
-        Stat::ActiveFile => 0,
-    }
+    stat.working_set_sign() * delta_bytes
 }
 
 /// Exact base plus event deltas since the base was read.

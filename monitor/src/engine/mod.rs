@@ -6,12 +6,14 @@
 //! * [`summary`]: pod usage, and the kubelet's Summary API as one source of it;
 //! * [`rank`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
+//! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
 //! * [`report`]: the eviction order explained, for `monitor rank`.
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod duration;
+pub mod headroom;
 pub mod pod_facts;
 pub mod pod_request;
 pub mod quantity;

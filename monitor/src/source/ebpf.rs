@@ -20,7 +20,9 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
-use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM, NSTATS, Stat};
+use monitor_common::{
+    CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM, NSTATS, Stat, WakeSlot,
+};
 use tokio::io::{Interest, unix::AsyncFd};
 
 use super::{
@@ -123,6 +125,10 @@ pub struct KernelSource {
     attached: Vec<&'static ProgramSpec>,
     skipped: Vec<Skipped>,
     page_size: u64,
+    /// Highest working-set growth sum carried by a stat record read so far.
+    growth_seen: i64,
+    /// Wake-up level last written to the kernel.
+    wake_at: Option<i64>,
 }
 
 impl KernelSource {
@@ -210,6 +216,8 @@ impl KernelSource {
             attached,
             skipped,
             page_size: config.page_size,
+            growth_seen: 0,
+            wake_at: None,
         })
     }
 
@@ -242,16 +250,63 @@ impl KernelSource {
     ) -> io::Result<()> {
         loop {
             let mut guard = self.ring.readable_mut().await?;
-            let ring = guard.get_inner_mut();
-            let before = out.len();
-            while let Some(record) = ring.next() {
-                out.push(decode(&record));
-            }
+            let read = Self::drain(guard.get_inner_mut(), &mut self.growth_seen, out);
             guard.clear_ready();
-            if out.len() > before {
+            if read > 0 {
                 return Ok(());
             }
         }
+    }
+
+    /// Appends the records waiting in the ring without waiting for a wake-up (records sent
+    /// below the wake-up level wait there until read); returns how many.
+    pub fn read_pending(&mut self, out: &mut Vec<Result<KernelEvent, DecodeError>>) -> usize {
+        Self::drain(self.ring.get_mut(), &mut self.growth_seen, out)
+    }
+
+    fn drain(
+        ring: &mut RingBuf<MapData>,
+        growth_seen: &mut i64,
+        out: &mut Vec<Result<KernelEvent, DecodeError>>,
+    ) -> usize {
+        let before = out.len();
+        while let Some(record) = ring.next() {
+            let event = decode(&record);
+            if let Ok(KernelEvent::Stat { growth_bytes, .. }) = event {
+                *growth_seen = (*growth_seen).max(growth_bytes);
+            }
+            out.push(event);
+        }
+        out.len() - before
+    }
+
+    /// Lets stat records wake the reader only once working sets may have grown by `headroom`
+    /// bytes beyond what the records read so far carried (`None`: never for that reason;
+    /// the caller reads on its own timer). Returns true when the level was lowered to growth
+    /// the kernel has already counted, whose records sent no wake-up: read the ring now.
+    pub fn wake_after_growth(
+        &mut self,
+        headroom: Option<u64>,
+    ) -> Result<bool, aya::maps::MapError> {
+        let wake_at = match headroom {
+            // At least 1: 0 would mean "every record wakes", which is the safe reading anyway.
+            Some(bytes) => self
+                .growth_seen
+                .saturating_add(i64::try_from(bytes).unwrap_or(i64::MAX))
+                .max(1),
+            None => i64::MAX,
+        };
+        let previous = self.wake_at.replace(wake_at);
+        if previous == Some(wake_at) {
+            return Ok(false);
+        }
+        let mut wake =
+            Array::<_, i64>::try_from(self.ebpf.map_mut("WAKE").ok_or_else(missing_map)?)?;
+        wake.set(WakeSlot::WakeAt as u32, wake_at, 0)?;
+        // Records at or above the previous level were sent with a wake-up; only a lower level
+        // can leave some that reached it waiting.
+        let lowered = previous.is_some_and(|p| wake_at < p);
+        Ok(lowered && wake.get(&(WakeSlot::Growth as u32), 0)? >= wake_at)
     }
 
     /// Bytes of `stat` the kernel has summed for a cgroup since attaching, read from the map now.

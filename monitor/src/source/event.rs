@@ -16,6 +16,8 @@ pub enum KernelEvent {
         delta_bytes: i64,
         /// Bytes accumulated since the programs were attached.
         total_bytes: i64,
+        /// Working-set growth of all cgroups counted by the kernel up to this record.
+        growth_bytes: i64,
     },
     /// A cgroup was created.
     Mkdir {
@@ -99,6 +101,7 @@ pub fn decode(record: &[u8]) -> Result<KernelEvent, DecodeError> {
                 ts_ns: ev.ts_ns,
                 delta_bytes: ev.delta_bytes,
                 total_bytes: ev.total_bytes,
+                growth_bytes: ev.growth_bytes,
             })
         }
         kind @ (EventKind::Mkdir | EventKind::Rmdir) => {
@@ -200,6 +203,7 @@ mod tests {
             ts_ns: 77,
             delta_bytes: -1 << 20,
             total_bytes: 3 << 20,
+            growth_bytes: 9 << 20,
         };
         assert_eq!(
             decode(&bytes_of(&ev)),
@@ -209,6 +213,7 @@ mod tests {
                 ts_ns: 77,
                 delta_bytes: -1 << 20,
                 total_bytes: 3 << 20,
+                growth_bytes: 9 << 20,
             })
         );
     }
@@ -331,6 +336,7 @@ mod tests {
             ts_ns: 1,
             delta_bytes: 0,
             total_bytes: 0,
+            growth_bytes: 0,
         };
         assert_eq!(
             decode(&bytes_of(&bad_slot)),

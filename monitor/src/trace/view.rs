@@ -120,6 +120,7 @@ impl TraceView {
                 ts_ns,
                 delta_bytes,
                 total_bytes,
+                ..
             } => {
                 let subject = self.subject(cgroup_id);
                 if !self.shown(&subject) {
@@ -321,6 +322,7 @@ mod tests {
             ts_ns: 1,
             delta_bytes: delta,
             total_bytes: total,
+            growth_bytes: delta.max(0),
         }
     }
 
@@ -590,6 +592,7 @@ mod tests {
                 ts_ns: i * 1_000_000,
                 delta_bytes: MIB,
                 total_bytes: MIB * (i as i64 + 1),
+                growth_bytes: MIB * (i as i64 + 1),
             };
             all.extend(v.apply(event, &mut Fake));
         }

@@ -3,7 +3,8 @@
 //!
 //! Only completed changes are watched for (a file closed after writing, moved in or out,
 //! deleted), so a file being written is read once it is whole. A change that leaves the pod
-//! set as it was (a text file, a reformatted manifest) yields nothing.
+//! set and the skipped files as they were (a text file, a reformatted manifest) yields
+//! nothing; a newly broken manifest is a change, so it is reported when it appears.
 use std::{
     ffi::CString,
     io,
@@ -53,6 +54,8 @@ pub struct ManifestWatcher {
     inotify: AsyncFd<OwnedFd>,
     /// The pod set last handed out, to recognise changes that change nothing.
     last: Vec<Pod>,
+    /// The reasons files and pods were skipped at the last reload, likewise.
+    last_errors: Vec<String>,
 }
 
 impl ManifestWatcher {
@@ -90,8 +93,9 @@ impl ManifestWatcher {
             dir: dir.to_path_buf(),
             inotify,
             last: Vec::new(),
+            last_errors: Vec::new(),
         };
-        let loaded = watcher.reload()?;
+        let loaded = watcher.reload()?.unwrap_or_default();
         Ok((watcher, loaded))
     }
 
@@ -100,26 +104,30 @@ impl ManifestWatcher {
         &self.dir
     }
 
-    /// Waits for a change of the directory that changes the pod set and returns the new full
-    /// set, with the files and pods that were skipped. Cancel-safe.
+    /// Waits for a change of the directory that changes the pod set or what was skipped and
+    /// returns the new full set, with the files and pods that were skipped. Cancel-safe.
     pub async fn next_change(&mut self) -> Result<LoadedPods, WatchError> {
         loop {
             self.wait_for_events().await?;
-            let previous = self.last.clone();
-            let loaded = self.reload()?;
-            if loaded.pods != previous {
+            if let Some(loaded) = self.reload()? {
                 return Ok(loaded);
             }
         }
     }
 
-    fn reload(&mut self) -> Result<LoadedPods, WatchError> {
+    /// Reads the directory; `None` when neither the pods nor the skipped files changed.
+    fn reload(&mut self) -> Result<Option<LoadedPods>, WatchError> {
         let loaded = load_dir(&self.dir).map_err(|source| WatchError::List {
             dir: self.dir.clone(),
             source,
         })?;
+        let errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
+        if loaded.pods == self.last && errors == self.last_errors {
+            return Ok(None);
+        }
         self.last = loaded.pods.clone();
-        Ok(loaded)
+        self.last_errors = errors;
+        Ok(Some(loaded))
     }
 
     /// Waits until events are queued, then drains all of them so a burst leads to one reload.
@@ -238,6 +246,19 @@ mod tests {
             quiet.is_err(),
             "a change of nothing yields nothing: {quiet:?}"
         );
+
+        // A broken manifest leaves the pods as they were but is news: it is reported when it
+        // appears, and its removal clears the report.
+        fs::write(dir.join("e.yaml"), "kind: Pod\nmetadata: [not, a, map\n").unwrap();
+        let broken = change(&mut watcher).await;
+        assert_eq!(uids(&broken), ["a2", "b"]);
+        assert!(
+            broken.errors.len() == 1 && broken.errors[0].to_string().contains("e.yaml"),
+            "{:?}",
+            broken.errors
+        );
+        fs::remove_file(dir.join("e.yaml")).unwrap();
+        assert!(change(&mut watcher).await.errors.is_empty());
 
         fs::remove_file(dir.join("a.yaml")).unwrap();
         assert_eq!(uids(&change(&mut watcher).await), ["b"], "deleted file");

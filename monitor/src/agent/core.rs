@@ -201,19 +201,27 @@ impl AgentCore {
         }
     }
 
-    /// Applies a kernel stat event; returns true when a signal or a ranking moved.
-    pub fn apply_stat(&mut self, cgroup_id: u64, stat: Stat, delta_bytes: i64) -> bool {
-        if super::usage::working_set_delta(stat, delta_bytes) == 0 {
-            return false;
+    /// Applies a batch of kernel stat events (cgroup id, stat, bytes); returns true when one
+    /// moved a working set. Each pod is re-ranked once per batch, however many of its events
+    /// the batch holds: after a quiet spell the kernel hands over hundreds at once.
+    pub fn apply_stats(&mut self, events: &[(u64, Stat, i64)]) -> bool {
+        let mut moved = false;
+        let mut touched: HashSet<String> = HashSet::new();
+        for &(cgroup_id, stat, delta_bytes) in events {
+            if super::usage::working_set_delta(stat, delta_bytes) == 0 {
+                continue;
+            }
+            moved = true;
+            if let Some(uid) = self.usage.apply(cgroup_id, stat, delta_bytes)
+                && !touched.contains(uid)
+            {
+                touched.insert(uid.to_string());
+            }
         }
-        if let Some(uid) = self
-            .usage
-            .apply(cgroup_id, stat, delta_bytes)
-            .map(str::to_string)
-        {
-            self.rerank(&uid);
+        for uid in &touched {
+            self.rerank(uid);
         }
-        true
+        moved
     }
 
     /// Fresh cgroupfs reading of the node and kubepods working sets.
@@ -414,22 +422,50 @@ mod tests {
     #[test]
     fn container_events_count_for_their_pod_and_kubepods() {
         let mut c = core();
-        assert!(c.apply_stat(11, Stat::Anon, 500 * MI));
+        assert!(c.apply_stats(&[(11, Stat::Anon, 500 * MI)]));
         assert_eq!(c.pod_working_set("uid-big-low"), Some(500 << 20));
         let allocatable = c.observations()[&Signal::AllocatableMemoryAvailable].available;
         assert_eq!(allocatable, (1 << 30) - 500 * MI);
         assert!(
-            !c.apply_stat(11, Stat::ActiveFile, MI),
+            !c.apply_stats(&[(11, Stat::ActiveFile, MI)]),
             "active file does not move the working set"
         );
     }
 
     #[test]
+    fn a_batch_ranks_like_its_events_one_by_one() {
+        let events = [
+            (11, Stat::Anon, 300 * MI),
+            (21, Stat::Anon, 50 * MI),
+            (11, Stat::InactiveFile, 40 * MI),
+            (21, Stat::Anon, 100 * MI),
+            (11, Stat::Anon, -100 * MI),
+            (31, Stat::ActiveFile, 5 * MI),
+        ];
+        let mut batched = core();
+        assert!(batched.apply_stats(&events));
+        let mut single = core();
+        for event in events {
+            single.apply_stats(&[event]);
+        }
+        let order = |c: &AgentCore| -> Vec<(String, Option<u64>)> {
+            c.ranking(Signal::AllocatableMemoryAvailable)
+                .iter()
+                .map(|(f, _)| (f.pod.name.clone(), c.pod_working_set(&f.pod.uid)))
+                .collect()
+        };
+        assert_eq!(order(&batched), order(&single));
+        assert_eq!(batched.pod_working_set("uid-big-low"), Some(160 << 20));
+        assert_eq!(batched.pod_working_set("uid-over-high"), Some(150 << 20));
+        assert_eq!(batched.observations(), single.observations());
+    }
+
+    #[test]
     fn pod_over_its_request_goes_first_even_with_higher_priority_and_less_memory() {
         let mut c = core();
-        c.apply_stat(11, Stat::Anon, 550 * MI); // within its 600Mi request
-        c.apply_stat(21, Stat::Anon, 150 * MI); // over its 100Mi request
-        c.apply_stat(31, Stat::Anon, 200 * MI); // critical, over request
+        c.apply_stats(&[(11, Stat::Anon, 550 * MI)]); // within its 600Mi request
+        c.apply_stats(&[(21, Stat::Anon, 150 * MI)]); // over its 100Mi request
+        c.apply_stats(&[(31, Stat::Anon, 200 * MI)]); // critical, over request
         let decision = c.decide(&clock());
         let eviction = decision
             .eviction()
@@ -441,7 +477,7 @@ mod tests {
     #[test]
     fn one_pod_per_interval_and_none_while_cleaning_up() {
         let mut c = core();
-        c.apply_stat(21, Stat::Anon, 900 * MI);
+        c.apply_stats(&[(21, Stat::Anon, 900 * MI)]);
         let clock = clock();
         assert!(c.decide(&clock).eviction().is_some());
         assert!(matches!(
@@ -455,7 +491,7 @@ mod tests {
                 cgroup(30, "critical"),
             ),
         ]);
-        c.apply_stat(11, Stat::Anon, 900 * MI);
+        c.apply_stats(&[(11, Stat::Anon, 900 * MI)]);
         assert!(matches!(
             c.decide(&clock).action,
             Action::Idle(Idle::WaitingForInterval)
@@ -474,7 +510,7 @@ mod tests {
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
             (facts("no-cgroup", 0, 600, false), None),
         ]);
-        c.apply_stat(11, Stat::Anon, 900 * MI);
+        c.apply_stats(&[(11, Stat::Anon, 900 * MI)]);
         let order: Vec<_> = c
             .ranking(Signal::AllocatableMemoryAvailable)
             .iter()
@@ -486,8 +522,8 @@ mod tests {
     #[test]
     fn a_pod_stopped_by_the_agent_is_not_chosen_again_while_listed() {
         let mut c = core();
-        c.apply_stat(21, Stat::Anon, 300 * MI);
-        c.apply_stat(11, Stat::Anon, 550 * MI);
+        c.apply_stats(&[(21, Stat::Anon, 300 * MI)]);
+        c.apply_stats(&[(11, Stat::Anon, 550 * MI)]);
         let clock = clock();
         let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
         assert_eq!(first.as_deref(), Some("over-high"));
@@ -502,7 +538,7 @@ mod tests {
                 cgroup(20, "over-high"),
             ),
         ]);
-        c.apply_stat(11, Stat::Anon, 300 * MI);
+        c.apply_stats(&[(11, Stat::Anon, 300 * MI)]);
         clock.advance(std::time::Duration::from_secs(10));
         let names = |c: &AgentCore| -> Vec<String> {
             c.ranking(Signal::AllocatableMemoryAvailable)
@@ -542,7 +578,7 @@ mod tests {
             facts("critical", 2_000_000_000, 10, true),
             cgroup(30, "critical"),
         )]);
-        c.apply_stat(31, Stat::Anon, 1000 * MI);
+        c.apply_stats(&[(31, Stat::Anon, 1000 * MI)]);
         assert!(matches!(
             c.decide(&clock()).action,
             Action::Idle(Idle::NoEvictablePod(_))
@@ -553,7 +589,7 @@ mod tests {
     fn system_cgroups_count_for_the_node_only() {
         let mut c = core();
         c.classify(99, "/system.slice/sshd.service");
-        c.apply_stat(99, Stat::Anon, 100 * MI);
+        c.apply_stats(&[(99, Stat::Anon, 100 * MI)]);
         let obs = c.observations();
         assert_eq!(
             obs[&Signal::MemoryAvailable].available,

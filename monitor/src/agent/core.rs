@@ -91,6 +91,12 @@ impl AgentCore {
         &self.config
     }
 
+    /// Whether pods are ranked by their process counts: only for `pid.available`, so only
+    /// when a threshold watches it.
+    pub fn counts_processes(&self) -> bool {
+        self.rankings.for_signal(Signal::PidAvailable).is_some()
+    }
+
     /// Replaces the pod set: new pods are added (without stats until read), vanished ones
     /// removed from the rankings, changed specs re-ranked.
     pub fn set_pods(&mut self, pods: Vec<(PodFacts, Option<PodCgroup>)>) -> PodChanges {
@@ -430,6 +436,18 @@ mod tests {
             !c.apply_stats(&[(11, Stat::ActiveFile, MI)]),
             "active file does not move the working set"
         );
+    }
+
+    #[test]
+    fn process_counts_are_wanted_only_with_a_pid_threshold() {
+        assert!(!core().counts_processes(), "memory thresholds only");
+        let config = EvictionConfig::from_yaml("evictionHard:\n  pid.available: 10%\n").unwrap();
+        let capacity = NodeCapacity {
+            memory_bytes: 8 << 30,
+            allocatable_memory_bytes: 1 << 30,
+        };
+        let core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        assert!(core.counts_processes());
     }
 
     #[test]

@@ -472,6 +472,9 @@ impl Agent {
                 )
             })
             .collect();
+        // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
+        // uses the counts.
+        let count_processes = self.core.counts_processes();
         for (uid, rel) in pods {
             let Some(rel) = rel else { continue };
             let dir = self.hierarchy.dir(&rel);
@@ -483,7 +486,11 @@ impl Agent {
                     None
                 }
             };
-            let processes = subtree_pids(&dir).map_or(0, |p| p.len() as u64);
+            let processes = if count_processes {
+                subtree_pids(&dir).map_or(0, |p| p.len() as u64)
+            } else {
+                0
+            };
             self.core.set_pod_reading(&uid, working_set, processes);
         }
         self.core

@@ -26,6 +26,16 @@ fn load(cgroup: &TestCgroup) -> KernelSource {
     .expect("loading the kernel programs")
 }
 
+/// The programs, or `None` (with a note) on kernels without the memcg stat tracepoints.
+fn load_tracking_memory(cgroup: &TestCgroup) -> Option<KernelSource> {
+    let source = load(cgroup);
+    if !source.tracks_memory() {
+        eprintln!("SKIP: this kernel has no memcg stat tracepoints; memory is polled here");
+        return None;
+    }
+    Some(source)
+}
+
 /// Collects events until `done` holds (then 300 ms more, to catch stragglers) or `timeout`.
 async fn collect(
     source: &mut KernelSource,
@@ -70,6 +80,18 @@ fn anon_sum(events: &[KernelEvent], id: u64) -> i64 {
         .sum()
 }
 
+/// The highest working-set growth sum the stat records carry.
+fn max_growth(events: &[KernelEvent]) -> i64 {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::Stat { growth_bytes, .. } => Some(*growth_bytes),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 #[test]
 fn anon_events_add_up_to_an_allocation_and_its_release() {
     if !running_as_root("anon_events_add_up_to_an_allocation_and_its_release") {
@@ -79,11 +101,9 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
     let dir = cgroup.child("alloc");
     let id = cgroup_id(&dir);
     runtime().block_on(async {
-        let mut source = load(&cgroup);
-        if !source.tracks_memory() {
-            eprintln!("SKIP: this kernel has no memcg stat tracepoints; memory is polled here");
+        let Some(mut source) = load_tracking_memory(&cgroup) else {
             return;
-        }
+        };
         let mut allocator = Allocator::start_in(&dir);
         let expected = 256 * MIB;
         allocator.alloc(256);
@@ -124,11 +144,9 @@ fn records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader(
     let dir = cgroup.child("alloc");
     let id = cgroup_id(&dir);
     runtime().block_on(async {
-        let mut source = load(&cgroup);
-        if !source.tracks_memory() {
-            eprintln!("SKIP: this kernel has no memcg stat tracepoints; memory is polled here");
+        let Some(mut source) = load_tracking_memory(&cgroup) else {
             return;
-        }
+        };
         let mut batch = Vec::new();
         // Far from any threshold: 64 MiB of growth is far below 8 GiB of headroom (the rest of
         // the node would have to grow by gigabytes within the second to wake us).
@@ -162,22 +180,8 @@ fn records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader(
             .await
             .expect("growth past the headroom did not wake the reader")
             .unwrap();
-        let growth = batch
-            .iter()
-            .filter_map(|r| match r {
-                Ok(KernelEvent::Stat { growth_bytes, .. }) => Some(*growth_bytes),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        let seen_before = waiting
-            .iter()
-            .filter_map(|e| match e {
-                KernelEvent::Stat { growth_bytes, .. } => Some(*growth_bytes),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let woken: Vec<KernelEvent> = batch.drain(..).map(|r| r.unwrap()).collect();
+        let (growth, seen_before) = (max_growth(&woken), max_growth(&waiting));
         assert!(
             growth >= seen_before + (16 << 20),
             "woken at growth {growth}, before the level {} was reached",

@@ -22,12 +22,13 @@ pub fn count_growth(growth_bytes: i64) -> (i64, u64) {
     ) else {
         return (0, 0);
     };
-    // SAFETY: the pointer comes from the array map and stays valid for this program run;
-    // other CPUs update the same entry, hence atomics.
     if growth_bytes > 0 {
+        // SAFETY: the pointer comes from the array map and stays valid for this program run;
+        // other CPUs update the same entry, hence atomics.
         unsafe { atomic::add(total_ptr, growth_bytes) };
     }
     // May include other CPUs' later growth, which only makes the wake-up earlier.
+    // SAFETY: as above.
     let total = unsafe { atomic::load(total_ptr) };
     (total, flags(total, wake_at))
 }

@@ -3,9 +3,7 @@
 //! (and a clock), so the whole pipeline from event to decision is tested without root.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use monitor_common::Stat;
-
-use super::usage::{Membership, UsageTracker};
+use super::usage::{Membership, StatChange, UsageTracker};
 use crate::{
     cgroupfs::paths::is_within,
     engine::{
@@ -130,7 +128,7 @@ impl AgentCore {
                 self.uid_by_cgroup
                     .insert(normalize(&cgroup.rel), uid.clone());
             } else {
-                self.usage.set_pod(&uid, None);
+                self.usage.drop_pod(&uid);
             }
             if !self.evicted.contains(&uid) {
                 self.rankings.upsert_pod(facts.clone());
@@ -158,7 +156,7 @@ impl AgentCore {
             self.uid_by_cgroup.remove(&normalize(&cgroup.rel));
         }
         self.rankings.remove(uid);
-        self.usage.set_pod(uid, None);
+        self.usage.drop_pod(uid);
         self.state.pod_cleaned_up(uid);
         self.evicted.remove(uid);
     }
@@ -207,18 +205,18 @@ impl AgentCore {
         }
     }
 
-    /// Applies a batch of kernel stat events (cgroup id, stat, bytes); returns true when one
-    /// moved a working set. Each pod is re-ranked once per batch, however many of its events
-    /// the batch holds: after a quiet spell the kernel hands over hundreds at once.
-    pub fn apply_stats(&mut self, events: &[(u64, Stat, i64)]) -> bool {
+    /// Applies a batch of kernel stat records; returns true when one moved a working set.
+    /// Each pod is re-ranked once per batch, however many of its records the batch holds:
+    /// after a quiet spell the kernel hands over hundreds at once.
+    pub fn apply_stats(&mut self, changes: &[StatChange]) -> bool {
         let mut moved = false;
         let mut touched: HashSet<String> = HashSet::new();
-        for &(cgroup_id, stat, delta_bytes) in events {
-            if super::usage::working_set_delta(stat, delta_bytes) == 0 {
+        for &change in changes {
+            if super::usage::working_set_delta(change.stat, change.bytes) == 0 {
                 continue;
             }
             moved = true;
-            if let Some(uid) = self.usage.apply(cgroup_id, stat, delta_bytes)
+            if let Some(uid) = self.usage.apply(change)
                 && !touched.contains(uid)
             {
                 touched.insert(uid.to_string());
@@ -230,17 +228,33 @@ impl AgentCore {
         moved
     }
 
-    /// Fresh cgroupfs reading of the node and kubepods working sets.
-    pub fn set_node_reading(&mut self, node_working_set: u64, kubepods_working_set: u64) {
-        self.usage.set_node(node_working_set);
-        self.usage.set_kubepods(kubepods_working_set);
+    /// Fresh cgroupfs reading of the node and kubepods working sets, started at `read_ns`
+    /// (CLOCK_MONOTONIC): kernel records sent before it are already contained.
+    pub fn set_node_reading(
+        &mut self,
+        node_working_set: u64,
+        kubepods_working_set: u64,
+        read_ns: u64,
+    ) {
+        self.usage.set_node(node_working_set, read_ns);
+        self.usage.set_kubepods(kubepods_working_set, read_ns);
     }
 
-    /// Fresh cgroupfs reading of one pod (`None`: its cgroup is gone or unreadable).
-    pub fn set_pod_reading(&mut self, uid: &str, working_set: Option<u64>, process_count: u64) {
+    /// Fresh cgroupfs reading of one pod, started at `read_ns` (`None`: its cgroup is gone or
+    /// unreadable).
+    pub fn set_pod_reading(
+        &mut self,
+        uid: &str,
+        working_set: Option<u64>,
+        process_count: u64,
+        read_ns: u64,
+    ) {
         if let Some(entry) = self.pods.get_mut(uid) {
             entry.process_count = process_count;
-            self.usage.set_pod(uid, working_set);
+            match working_set {
+                Some(ws) => self.usage.set_pod(uid, ws, read_ns),
+                None => self.usage.drop_pod(uid),
+            }
             self.rerank(uid);
         }
     }
@@ -355,6 +369,8 @@ fn normalize(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use monitor_common::Stat;
+
     use super::*;
     use crate::engine::{
         clock::{ManualClock, MonoInstant},
@@ -388,6 +404,22 @@ mod tests {
         })
     }
 
+    /// When the fixture reads cgroupfs; its kernel records come later.
+    const READ_NS: u64 = 1_000;
+
+    /// Kernel records (cgroup id, stat, bytes), sent after the fixture's reads.
+    fn stats(records: &[(u64, Stat, i64)]) -> Vec<StatChange> {
+        records
+            .iter()
+            .map(|&(cgroup_id, stat, bytes)| StatChange {
+                cgroup_id,
+                stat,
+                bytes,
+                sent_ns: READ_NS + 1,
+            })
+            .collect()
+    }
+
     /// allocatableMemory.available < 200Mi with 1 GiB allocatable.
     fn core() -> AgentCore {
         let config =
@@ -414,9 +446,9 @@ mod tests {
             // A container cgroup below the pod cgroup.
             core.classify(id + 1, &format!("/kubepods/burstable/pod-{name}/ctr"));
         }
-        core.set_node_reading(2 << 30, 0);
+        core.set_node_reading(2 << 30, 0, READ_NS);
         for name in ["big-low", "over-high", "critical"] {
-            core.set_pod_reading(&format!("uid-{name}"), Some(0), 1);
+            core.set_pod_reading(&format!("uid-{name}"), Some(0), 1, READ_NS);
         }
         core
     }
@@ -428,12 +460,12 @@ mod tests {
     #[test]
     fn container_events_count_for_their_pod_and_kubepods() {
         let mut c = core();
-        assert!(c.apply_stats(&[(11, Stat::Anon, 500 * MI)]));
+        assert!(c.apply_stats(&stats(&[(11, Stat::Anon, 500 * MI)])));
         assert_eq!(c.pod_working_set("uid-big-low"), Some(500 << 20));
         let allocatable = c.observations()[&Signal::AllocatableMemoryAvailable].available;
         assert_eq!(allocatable, (1 << 30) - 500 * MI);
         assert!(
-            !c.apply_stats(&[(11, Stat::ActiveFile, MI)]),
+            !c.apply_stats(&stats(&[(11, Stat::ActiveFile, MI)])),
             "active file does not move the working set"
         );
     }
@@ -461,10 +493,10 @@ mod tests {
             (31, Stat::ActiveFile, 5 * MI),
         ];
         let mut batched = core();
-        assert!(batched.apply_stats(&events));
+        assert!(batched.apply_stats(&stats(&events)));
         let mut single = core();
         for event in events {
-            single.apply_stats(&[event]);
+            single.apply_stats(&stats(&[event]));
         }
         let order = |c: &AgentCore| -> Vec<(String, Option<u64>)> {
             c.ranking(Signal::AllocatableMemoryAvailable)
@@ -479,11 +511,37 @@ mod tests {
     }
 
     #[test]
+    fn records_that_waited_in_the_ring_past_a_read_do_not_count_twice() {
+        let mut c = core();
+        // big-low allocated 550Mi (within its 600Mi request); the record waited in the ring
+        // while a resync read it, and arrives after the read.
+        c.set_pod_reading("uid-big-low", Some(550 << 20), 1, READ_NS + 10);
+        let waited = StatChange {
+            cgroup_id: 11,
+            stat: Stat::Anon,
+            bytes: 550 * MI,
+            sent_ns: READ_NS + 5,
+        };
+        c.apply_stats(&[waited]);
+        assert_eq!(
+            c.pod_working_set("uid-big-low"),
+            Some(550 << 20),
+            "the pod read already held it"
+        );
+        let allocatable = c.observations()[&Signal::AllocatableMemoryAvailable].available;
+        assert_eq!(
+            allocatable,
+            (1 << 30) - 550 * MI,
+            "the kubepods read was older, so it counts there"
+        );
+    }
+
+    #[test]
     fn pod_over_its_request_goes_first_even_with_higher_priority_and_less_memory() {
         let mut c = core();
-        c.apply_stats(&[(11, Stat::Anon, 550 * MI)]); // within its 600Mi request
-        c.apply_stats(&[(21, Stat::Anon, 150 * MI)]); // over its 100Mi request
-        c.apply_stats(&[(31, Stat::Anon, 200 * MI)]); // critical, over request
+        c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)])); // within its 600Mi request
+        c.apply_stats(&stats(&[(21, Stat::Anon, 150 * MI)])); // over its 100Mi request
+        c.apply_stats(&stats(&[(31, Stat::Anon, 200 * MI)])); // critical, over request
         let decision = c.decide(&clock());
         let eviction = decision
             .eviction()
@@ -495,7 +553,7 @@ mod tests {
     #[test]
     fn one_pod_per_interval_and_none_while_cleaning_up() {
         let mut c = core();
-        c.apply_stats(&[(21, Stat::Anon, 900 * MI)]);
+        c.apply_stats(&stats(&[(21, Stat::Anon, 900 * MI)]));
         let clock = clock();
         assert!(c.decide(&clock).eviction().is_some());
         assert!(matches!(
@@ -509,7 +567,7 @@ mod tests {
                 cgroup(30, "critical"),
             ),
         ]);
-        c.apply_stats(&[(11, Stat::Anon, 900 * MI)]);
+        c.apply_stats(&stats(&[(11, Stat::Anon, 900 * MI)]));
         assert!(matches!(
             c.decide(&clock).action,
             Action::Idle(Idle::WaitingForInterval)
@@ -528,7 +586,7 @@ mod tests {
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
             (facts("no-cgroup", 0, 600, false), None),
         ]);
-        c.apply_stats(&[(11, Stat::Anon, 900 * MI)]);
+        c.apply_stats(&stats(&[(11, Stat::Anon, 900 * MI)]));
         let order: Vec<_> = c
             .ranking(Signal::AllocatableMemoryAvailable)
             .iter()
@@ -540,14 +598,14 @@ mod tests {
     #[test]
     fn a_pod_stopped_by_the_agent_is_not_chosen_again_while_listed() {
         let mut c = core();
-        c.apply_stats(&[(21, Stat::Anon, 300 * MI)]);
-        c.apply_stats(&[(11, Stat::Anon, 550 * MI)]);
+        c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
+        c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)]));
         let clock = clock();
         let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
         assert_eq!(first.as_deref(), Some("over-high"));
         c.mark_evicted("uid-over-high");
         // Killed: its working set is gone, but it stays in the pod set (a manifest).
-        c.set_pod_reading("uid-over-high", Some(0), 0);
+        c.set_pod_reading("uid-over-high", Some(0), 0, READ_NS);
         c.state.pod_cleaned_up("uid-over-high");
         c.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
@@ -556,7 +614,7 @@ mod tests {
                 cgroup(20, "over-high"),
             ),
         ]);
-        c.apply_stats(&[(11, Stat::Anon, 300 * MI)]);
+        c.apply_stats(&stats(&[(11, Stat::Anon, 300 * MI)]));
         clock.advance(std::time::Duration::from_secs(10));
         let names = |c: &AgentCore| -> Vec<String> {
             c.ranking(Signal::AllocatableMemoryAvailable)
@@ -596,7 +654,7 @@ mod tests {
             facts("critical", 2_000_000_000, 10, true),
             cgroup(30, "critical"),
         )]);
-        c.apply_stats(&[(31, Stat::Anon, 1000 * MI)]);
+        c.apply_stats(&stats(&[(31, Stat::Anon, 1000 * MI)]));
         assert!(matches!(
             c.decide(&clock()).action,
             Action::Idle(Idle::NoEvictablePod(_))
@@ -607,7 +665,7 @@ mod tests {
     fn system_cgroups_count_for_the_node_only() {
         let mut c = core();
         c.classify(99, "/system.slice/sshd.service");
-        c.apply_stats(&[(99, Stat::Anon, 100 * MI)]);
+        c.apply_stats(&stats(&[(99, Stat::Anon, 100 * MI)]));
         let obs = c.observations();
         assert_eq!(
             obs[&Signal::MemoryAvailable].available,

@@ -28,7 +28,7 @@ use super::{
     core::{AgentCore, NodeCapacity},
     persist,
     report::{DecisionContext, DecisionReport},
-    usage::working_set_delta,
+    usage::{StatChange, working_set_delta},
 };
 use crate::{
     action::{KillTimings, KubeEvictor, kill_cgroup_tree},
@@ -373,7 +373,12 @@ impl Agent {
                     if working_set_delta(stat, delta_bytes) != 0 {
                         newest = newest.max(Some(ts_ns));
                     }
-                    stats.push((cgroup_id, stat, delta_bytes));
+                    stats.push(StatChange {
+                        cgroup_id,
+                        stat,
+                        bytes: delta_bytes,
+                        sent_ns: ts_ns,
+                    });
                 }
                 KernelEvent::Mkdir {
                     cgroup_id, path, ..
@@ -453,9 +458,14 @@ impl Agent {
             }
         }
         let version = self.hierarchy.version;
+        // Taken before each read: kernel records sent earlier are contained in it.
+        let read_ns = monotonic_ns();
         let kubepods = stats::read(&self.hierarchy.dir(&self.kubepods.rel), version);
         match (node_working_set(&self.hierarchy), kubepods) {
-            (Ok(node), Ok(kubepods)) => self.core.set_node_reading(node, kubepods.working_set()),
+            (Ok(node), Ok(kubepods)) => {
+                self.core
+                    .set_node_reading(node, kubepods.working_set(), read_ns)
+            }
             (node, kubepods) => log::warn!(
                 "reading node memory: {:?} / {:?}",
                 node.err().map(|e| e.to_string()),
@@ -478,6 +488,7 @@ impl Agent {
         for (uid, rel) in pods {
             let Some(rel) = rel else { continue };
             let dir = self.hierarchy.dir(&rel);
+            let read_ns = monotonic_ns();
             let working_set = match stats::read(&dir, version) {
                 Ok(s) => Some(s.working_set()),
                 Err(StatsError::Gone(_)) => None,
@@ -491,7 +502,8 @@ impl Agent {
             } else {
                 0
             };
-            self.core.set_pod_reading(&uid, working_set, processes);
+            self.core
+                .set_pod_reading(&uid, working_set, processes, read_ns);
         }
         self.core
             .set_pid_reading(read_pid_available().ok().flatten());

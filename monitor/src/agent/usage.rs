@@ -5,6 +5,12 @@
 //! added to every scope the cgroup belongs to: anonymous, file and kernel memory raise usage,
 //! inactive file cache is subtracted. The next read replaces the estimate, which bounds drift
 //! and repairs lost events.
+//!
+//! Records can wait in the ring buffer (up to a second when no threshold is near), so a read
+//! may already contain changes whose records arrive after it. Each estimate remembers when it
+//! was read and skips records the kernel sent before that; counting them again would inflate
+//! the working set by everything that happened while they waited. What remains is one step
+//! per cgroup and stat: changes the kernel had summed but not yet sent when the read was taken.
 use std::collections::HashMap;
 
 use monitor_common::Stat;
@@ -23,14 +29,42 @@ pub fn working_set_delta(stat: Stat, delta_bytes: i64) -> i64 {
     stat.working_set_sign() * delta_bytes
 }
 
-/// Exact base plus event deltas since the base was read.
+/// One kernel stat record: `bytes` of `stat` changed in `cgroup_id`, sent by the kernel at
+/// `sent_ns` (CLOCK_MONOTONIC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatChange {
+    pub cgroup_id: u64,
+    pub stat: Stat,
+    pub bytes: i64,
+    pub sent_ns: u64,
+}
+
+/// Exact base read at `read_ns` (CLOCK_MONOTONIC) plus the deltas of records sent after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Estimate {
     base: u64,
+    read_ns: u64,
     delta: i64,
 }
 
 impl Estimate {
+    fn read(base: u64, read_ns: u64) -> Self {
+        Self {
+            base,
+            read_ns,
+            delta: 0,
+        }
+    }
+
+    /// Adds a record's delta unless the read already contains it; true when added.
+    fn add(&mut self, delta: i64, sent_ns: u64) -> bool {
+        if sent_ns < self.read_ns {
+            return false;
+        }
+        self.delta += delta;
+        true
+    }
+
     fn value(self) -> u64 {
         (self.base as i64).saturating_add(self.delta).max(0) as u64
     }
@@ -70,50 +104,42 @@ impl UsageTracker {
         self.members.clear();
     }
 
-    /// Applies one stat event; returns the pod it changed, if any.
-    pub fn apply(&mut self, cgroup_id: u64, stat: Stat, delta_bytes: i64) -> Option<&str> {
-        let delta = working_set_delta(stat, delta_bytes);
+    /// Applies one stat record; returns the pod whose working set it changed, if any.
+    pub fn apply(&mut self, change: StatChange) -> Option<&str> {
+        let delta = working_set_delta(change.stat, change.bytes);
         if delta == 0 {
             return None;
         }
-        self.node.delta += delta;
-        let member = self.members.get(&cgroup_id)?;
+        self.node.add(delta, change.sent_ns);
+        let member = self.members.get(&change.cgroup_id)?;
         if member.in_kubepods {
-            self.kubepods.delta += delta;
+            self.kubepods.add(delta, change.sent_ns);
         }
         let pod = member.pod.as_deref()?;
         // A pod without a base read has no stats yet; its first read sets them.
-        self.pods.get_mut(pod)?.delta += delta;
-        Some(pod)
+        let added = self.pods.get_mut(pod)?.add(delta, change.sent_ns);
+        added.then_some(pod)
     }
 
-    /// Replaces the node's estimate with a fresh read.
-    pub fn set_node(&mut self, working_set: u64) {
-        self.node = Estimate {
-            base: working_set,
-            delta: 0,
-        };
+    /// Replaces the node's estimate with a read started at `read_ns`.
+    pub fn set_node(&mut self, working_set: u64, read_ns: u64) {
+        self.node = Estimate::read(working_set, read_ns);
     }
 
-    /// Replaces the kubepods estimate with a fresh read.
-    pub fn set_kubepods(&mut self, working_set: u64) {
-        self.kubepods = Estimate {
-            base: working_set,
-            delta: 0,
-        };
+    /// Replaces the kubepods estimate with a read started at `read_ns`.
+    pub fn set_kubepods(&mut self, working_set: u64, read_ns: u64) {
+        self.kubepods = Estimate::read(working_set, read_ns);
     }
 
-    /// Replaces a pod's estimate with a fresh read, or drops it when its stats are missing.
-    pub fn set_pod(&mut self, uid: &str, working_set: Option<u64>) {
-        match working_set {
-            Some(ws) => {
-                self.pods
-                    .insert(uid.to_string(), Estimate { base: ws, delta: 0 });
-            }
-            None => {
-                self.pods.remove(uid);
-            }
-        }
+    /// Replaces a pod's estimate with a read started at `read_ns`.
+    pub fn set_pod(&mut self, uid: &str, working_set: u64, read_ns: u64) {
+        self.pods
+            .insert(uid.to_string(), Estimate::read(working_set, read_ns));
+    }
+
+    /// Drops a pod's estimate: its stats are missing until the next read.
+    pub fn drop_pod(&mut self, uid: &str) {
+        self.pods.remove(uid);
     }
 
     pub fn node(&self) -> u64 {
@@ -134,32 +160,37 @@ impl UsageTracker {
 mod tests {
     use super::*;
 
+    /// When the fixture's reads were taken.
+    const READ_NS: u64 = 1_000;
+
+    /// A record the kernel sent after the fixture's reads.
+    fn change(cgroup_id: u64, stat: Stat, bytes: i64) -> StatChange {
+        sent_at(cgroup_id, stat, bytes, READ_NS + 1)
+    }
+
+    fn sent_at(cgroup_id: u64, stat: Stat, bytes: i64, sent_ns: u64) -> StatChange {
+        StatChange {
+            cgroup_id,
+            stat,
+            bytes,
+            sent_ns,
+        }
+    }
+
     fn tracker() -> UsageTracker {
         let mut t = UsageTracker::default();
-        t.classify(
-            10,
-            Membership {
-                in_kubepods: true,
-                pod: Some("uid-a".into()),
-            },
-        );
-        t.classify(
-            11,
-            Membership {
-                in_kubepods: true,
-                pod: Some("uid-a".into()),
-            },
-        );
-        t.classify(
-            20,
-            Membership {
-                in_kubepods: true,
-                pod: None,
-            },
-        );
-        t.set_node(1000);
-        t.set_kubepods(500);
-        t.set_pod("uid-a", Some(100));
+        for (id, pod) in [(10, Some("uid-a")), (11, Some("uid-a")), (20, None)] {
+            t.classify(
+                id,
+                Membership {
+                    in_kubepods: true,
+                    pod: pod.map(str::to_string),
+                },
+            );
+        }
+        t.set_node(1000, READ_NS);
+        t.set_kubepods(500, READ_NS);
+        t.set_pod("uid-a", 100, READ_NS);
         t
     }
 
@@ -167,12 +198,16 @@ mod tests {
     fn stat_deltas_move_every_scope_the_cgroup_belongs_to() {
         let mut t = tracker();
         assert_eq!(
-            t.apply(11, Stat::Anon, 50),
+            t.apply(change(11, Stat::Anon, 50)),
             Some("uid-a"),
             "container cgroup of pod a"
         );
-        assert_eq!(t.apply(20, Stat::File, 10), None, "kubepods but no pod");
-        assert_eq!(t.apply(99, Stat::Kernel, 5), None, "system cgroup");
+        assert_eq!(
+            t.apply(change(20, Stat::File, 10)),
+            None,
+            "kubepods but no pod"
+        );
+        assert_eq!(t.apply(change(99, Stat::Kernel, 5)), None, "system cgroup");
         assert_eq!(
             (t.node(), t.kubepods(), t.pod("uid-a")),
             (1065, 560, Some(150))
@@ -185,8 +220,8 @@ mod tests {
     #[test]
     fn inactive_file_lowers_the_working_set_and_active_file_does_not_count() {
         let mut t = tracker();
-        t.apply(10, Stat::InactiveFile, 30);
-        t.apply(10, Stat::ActiveFile, 999);
+        t.apply(change(10, Stat::InactiveFile, 30));
+        t.apply(change(10, Stat::ActiveFile, 999));
         assert_eq!(t.pod("uid-a"), Some(70));
         assert_eq!(working_set_delta(Stat::ActiveFile, 5), 0);
     }
@@ -194,13 +229,38 @@ mod tests {
     #[test]
     fn reads_replace_estimates_and_floor_at_zero() {
         let mut t = tracker();
-        t.apply(10, Stat::Anon, -500);
+        t.apply(change(10, Stat::Anon, -500));
         assert_eq!(t.pod("uid-a"), Some(0), "never negative");
-        t.set_pod("uid-a", Some(42));
+        t.set_pod("uid-a", 42, READ_NS);
         assert_eq!(t.pod("uid-a"), Some(42));
-        t.set_pod("uid-a", None);
+        t.drop_pod("uid-a");
         assert_eq!(t.pod("uid-a"), None, "missing stats");
         t.forget(10);
-        assert_eq!(t.apply(10, Stat::Anon, 1), None);
+        assert_eq!(t.apply(change(10, Stat::Anon, 1)), None);
+    }
+
+    #[test]
+    fn a_record_sent_before_a_read_is_already_in_it() {
+        let mut t = tracker();
+        // 30 bytes allocated before the reads; their record waited in the ring until now.
+        assert_eq!(t.apply(sent_at(11, Stat::Anon, 30, READ_NS - 1)), None);
+        assert_eq!(
+            (t.node(), t.kubepods(), t.pod("uid-a")),
+            (1000, 500, Some(100)),
+            "not counted twice"
+        );
+        // A pod read later than the node: a record between the two counts for the node only.
+        t.set_pod("uid-a", 100, READ_NS + 10);
+        assert_eq!(t.apply(sent_at(11, Stat::Anon, 7, READ_NS + 5)), None);
+        assert_eq!(
+            (t.node(), t.kubepods(), t.pod("uid-a")),
+            (1007, 507, Some(100))
+        );
+        assert_eq!(
+            t.apply(sent_at(11, Stat::Anon, 5, READ_NS + 10)),
+            Some("uid-a"),
+            "sent as the read began: the read may have missed it"
+        );
+        assert_eq!(t.pod("uid-a"), Some(105));
     }
 }

@@ -1,6 +1,8 @@
 //! `monitor trace` during a real incident: a cgroup with a 64 MiB limit whose process fills
 //! page cache and then allocates past the limit, so its tasks stall in memcg reclaim and the
-//! OOM killer ends it. The trace runs as a subprocess and its JSON lines are checked.
+//! OOM killer ends it. The trace runs as a subprocess and its JSON lines are checked: stalls,
+//! the kill, and the PSI pressure they cause (node-wide, and per cgroup where the memory
+//! controller is on cgroup2).
 use std::{
     fs,
     path::Path,
@@ -87,7 +89,17 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
     let dir = limited_child(&cgroup, "app");
     let app = cgroup.child_rel("app");
     let scratch = tempdir("incident");
-    let trace = start_trace(&["--duration", "10", "--cgroup", &cgroup.rel]);
+    // Per-cgroup PSI lives in cgroup2: the limited cgroup has it when the memory controller
+    // is on cgroup2 (the test VM), not on a host with the memory controller on v1.
+    let cgroup_psi = dir.join("memory.pressure").exists();
+    let trace = start_trace(&[
+        "--duration",
+        "10",
+        "--cgroup",
+        &cgroup.rel,
+        "--psi-stall",
+        "1ms",
+    ]);
     let mut victim = overrun(&dir, &scratch);
     let pid = victim.id();
     let status = victim.wait().unwrap();
@@ -129,6 +141,26 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
         if let Some(path) = line["cgroup_path"].as_str() {
             assert!(path.starts_with(&cgroup.rel), "--cgroup let through {line}");
         }
+    }
+    let pressure = of_type(&lines, "pressure");
+    // The stalls count towards the node's PSI too, where the kernel has it.
+    if Path::new("/proc/pressure/memory").exists() {
+        assert!(
+            pressure
+                .iter()
+                .any(|p| p["scope"] == "node" && p["some_total_us"].as_u64().unwrap() > 0),
+            "no node PSI pressure: {pressure:?}; stderr: {stderr}"
+        );
+    }
+    if cgroup_psi {
+        assert!(
+            pressure.iter().any(|p| p["scope"] == "cgroup"
+                && p["cgroup_path"] == app.as_str()
+                && p["some_total_us"].as_u64().unwrap() > 0),
+            "no PSI pressure of {app}: {pressure:?}; stderr: {stderr}"
+        );
+    } else {
+        eprintln!("no per-cgroup PSI for {app} here (memory controller on cgroup v1): not checked");
     }
     let summary = lines.last().unwrap();
     assert_eq!(summary["type"], "summary", "the last line is the summary");

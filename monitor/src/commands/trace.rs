@@ -21,22 +21,19 @@ use crate::{
     pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
-        probe::KernelFeatures,
+        pressure::{self, PressureSignal},
+        probe::{KernelFeatures, NODE_PSI},
     },
     trace::{
         TraceRecord, TraceView,
         attribution::{PodCgroups, PodIdentity, PodSource, memory_cgroup_in_proc},
         filter::{Filter, parse_pod},
-        pressure::{self, PressureSignal},
         view::{BurstSettings, Lookups},
     },
 };
 
 /// Window over which `--burst-rate` is measured.
 const BURST_WINDOW: Duration = Duration::from_secs(1);
-/// PSI trigger window: the kernel signals at most once per window. Kernels since 6.5 accept
-/// triggers without CAP_SYS_RESOURCE (as in containers) only with windows in multiples of 2 s.
-const PSI_WINDOW: Duration = Duration::from_secs(2);
 /// At most this many cgroup pressure files are watched (one descriptor each).
 const MAX_PSI_WATCHES: usize = 256;
 
@@ -138,7 +135,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         &paths,
         &filter,
         pods.as_ref(),
-        &pressure::trigger(args.psi_stall, PSI_WINDOW),
+        &pressure::trigger(args.psi_stall, pressure::WINDOW),
         psi_tx,
     );
     let burst = BurstSettings {
@@ -295,14 +292,9 @@ fn watch_pressure(
 ) {
     let psi = KernelFeatures::probe().psi;
     if psi.node
-        && let Err(e) = pressure::watch(
-            PathBuf::from("/proc/pressure/memory"),
-            None,
-            trigger,
-            tx.clone(),
-        )
+        && let Err(e) = pressure::watch(PathBuf::from(NODE_PSI), None, trigger, tx.clone())
     {
-        log::warn!("no node pressure events: /proc/pressure/memory: {e}");
+        log::warn!("no node pressure events: {NODE_PSI}: {e}");
     }
     let Some(root) = psi.cgroup else {
         log::info!(

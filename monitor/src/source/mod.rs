@@ -1,7 +1,8 @@
 //! Where memory numbers come from: the kernel programs (ring buffer) or, where they cannot
-//! load, cgroupfs polling.
+//! load, cgroupfs polling; and PSI triggers, the kernel's word that tasks stall on memory.
 pub mod btf;
 pub mod ebpf;
 pub mod event;
+pub mod pressure;
 pub mod probe;
 pub mod programs;

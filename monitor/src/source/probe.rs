@@ -23,7 +23,7 @@ const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 /// The kernel's BTF description of itself (CONFIG_DEBUG_INFO_BTF).
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// Node-wide memory pressure (CONFIG_PSI, not disabled with `psi=0`).
-const NODE_PSI: &str = "/proc/pressure/memory";
+pub const NODE_PSI: &str = "/proc/pressure/memory";
 /// Where cgroup2 is mounted: the whole tree on unified systems, or beside the v1 controllers
 /// on hybrid ones. Only consulted when the memory controller itself is not on cgroup2.
 const CGROUP2_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
@@ -101,6 +101,16 @@ pub struct Psi {
     pub cgroup: Option<PathBuf>,
 }
 
+impl Psi {
+    /// What PSI this kernel offers, given the memory hierarchy (when one was found).
+    pub fn probe(memory: Option<&MemoryHierarchy>) -> Self {
+        Self {
+            node: fs::read_to_string(NODE_PSI).is_ok(),
+            cgroup: cgroup_psi_mount(memory),
+        }
+    }
+}
+
 /// Everything the agent needs to know about the running kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelFeatures {
@@ -162,10 +172,7 @@ impl KernelFeatures {
             })
             .collect();
         let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
-        let psi = Psi {
-            node: fs::read_to_string(NODE_PSI).is_ok(),
-            cgroup: cgroup_psi_mount(memory.as_ref().ok()),
-        };
+        let psi = Psi::probe(memory.as_ref().ok());
         Self {
             ring_buffer: ring_buffer_supported(&release),
             release,

@@ -1,12 +1,11 @@
 //! `monitor trace`: turning kernel events into lines a person (text) or a program (JSON lines)
 //! reads, attributed to pods or cgroups, with reclaim stalls, OOM kills, growth bursts and
 //! pressure, and a summary at the end. The event loop lives in `commands::trace`; everything
-//! here is pure apart from [`pressure::watch`], which installs PSI triggers.
+//! here is pure.
 pub mod attribution;
 pub mod burst;
 pub mod filter;
 pub mod incident;
-pub mod pressure;
 pub mod record;
 pub mod summary;
 pub mod view;

@@ -5,9 +5,9 @@ use serde::Serialize;
 
 use super::{
     attribution::Subject,
-    pressure::Pressure,
     summary::{SummaryReport, millis},
 };
+use crate::source::pressure::Pressure;
 
 /// What `monitor trace` prints for one kernel event, or the summary at the end.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -11,12 +11,14 @@ use super::{
     burst::BurstDetector,
     filter::Filter,
     incident::{Incident, RecentIncidents},
-    pressure::PressureSignal,
     summary::Summary,
 };
 use crate::{
     cgroupfs::CgroupPaths,
-    source::event::{KernelEvent, Reclaim},
+    source::{
+        event::{KernelEvent, Reclaim},
+        pressure::PressureSignal,
+    },
 };
 
 /// How long [`TraceView::recent`] keeps incidents.
@@ -614,7 +616,7 @@ mod tests {
 
     #[test]
     fn pressure_signals_follow_the_filter() {
-        use crate::trace::pressure::Pressure;
+        use crate::source::pressure::Pressure;
         let v = view(Filter {
             pod: Some(("shop".into(), "web".into())),
             ..Filter::default()

@@ -62,6 +62,10 @@ pub fn parse(text: &str) -> Result<Pressure, PressureError> {
     })
 }
 
+/// The trigger window: the kernel signals at most once per window. Kernels since 6.5 accept
+/// triggers without CAP_SYS_RESOURCE (as in containers) only with windows in multiples of 2 s.
+pub const WINDOW: Duration = Duration::from_secs(2);
+
 /// The trigger line for a stall threshold within a window. The kernel accepts windows from
 /// 500 ms to 10 s and thresholds up to the window.
 pub fn trigger(stall: Duration, window: Duration) -> String {

@@ -2,7 +2,7 @@
 //! a test fails, and processes that allocate real memory inside them.
 use std::{
     fs,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{self, BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
@@ -89,6 +89,12 @@ impl Drop for TestCgroup {
 /// The cgroup id of a cgroup directory: its inode number.
 pub fn cgroup_id(dir: &Path) -> u64 {
     fs::metadata(dir).expect("cgroup directory").ino()
+}
+
+/// Limits the memory of the cgroup `dir` (v1 `memory.limit_in_bytes`, v2 `memory.max`).
+pub fn set_memory_limit(dir: &Path, bytes: u64) -> io::Result<()> {
+    fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())
+        .or_else(|_| fs::write(dir.join("memory.max"), bytes.to_string()))
 }
 
 /// Path of a workspace binary: from `env_var` when set (the VM test sets it), else next to the
@@ -216,6 +222,15 @@ impl Allocator {
         assert_eq!(
             self.command(&format!("alloc {mib}")),
             format!("allocated {mib}")
+        );
+    }
+
+    /// Writes `mib` MiB to `path` and syncs it: clean page cache charged to the cgroup, which
+    /// reclaim can take back.
+    pub fn cache(&mut self, mib: usize, path: &Path) {
+        assert_eq!(
+            self.command(&format!("cache {mib} {}", path.display())),
+            format!("cached {mib}")
         );
     }
 
@@ -719,8 +734,8 @@ impl AgentScene {
         cgroup_tree::subtree_pids(&self.pod_dir(pod))
     }
 
-    /// The agent's flags for this scene: JSON decisions, no metrics, `--source auto` with a
-    /// short poll interval, and a `--duration` of 60s unless `extra` sets one.
+    /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
+    /// them `--source auto` with a short poll interval and a `--duration` of 60s.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
         let mut args: Vec<String> = [
@@ -736,14 +751,15 @@ impl AgentScene {
             &path(&self.checkpoint.path),
             "--output",
             "json",
-            "--source",
-            "auto",
-            "--poll-interval",
-            "200ms",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        for (flag, default) in [("--source", "auto"), ("--poll-interval", "200ms")] {
+            if !extra.contains(&flag) {
+                args.extend([flag.to_string(), default.to_string()]);
+            }
+        }
         if !extra.contains(&"--metrics-addr") {
             args.push("--no-metrics".into());
         }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TermIgnorer, TestPod, http_get,
-    in_own_network_namespace, process_alive, running_as_root,
+    AgentScene, Allocator, MonitorProcess, TempDir, TermIgnorer, TestPod, http_get,
+    in_own_network_namespace, process_alive, running_as_root, set_memory_limit,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -132,6 +132,51 @@ fn memory_read_while_its_kernel_records_wait_in_the_ring_counts_once() {
     assert_decision(&decision, "evict", &over);
     scene.wait_until_empty(&over, KILL);
     assert!(alive(&small_proc) && alive(&big_proc));
+    agent.stop();
+}
+
+#[test]
+fn a_polling_agent_reads_memory_at_once_when_tasks_stall_on_it() {
+    if !running_as_root("a_polling_agent_reads_memory_at_once_when_tasks_stall_on_it") {
+        return;
+    }
+    let scene = AgentScene::new("agent-psi", "10s", "10s");
+    // A real limit on kubepods, so that filling it makes tasks stall in reclaim; the agent
+    // still sees the scene's 300Mi allocatable.
+    set_memory_limit(&scene.kubepods.dir, 360 * MIB as u64).expect("limiting kubepods");
+    let files = TempDir::new("agent-psi-cache");
+    let hog = TestPod::new("hog").request_mib(20);
+    // Memory is read once a minute, the agent stops after one: only PSI can bring it a
+    // decision in between.
+    let mut agent = scene.start_agent(&[
+        "--source",
+        "poll",
+        "--poll-interval",
+        "60s",
+        "--psi-stall",
+        "1ms",
+    ]);
+    let psi = agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("no PSI") || l.contains("at once when tasks stall")
+        })
+        .expect("the agent says whether it has PSI wake-ups");
+    if psi.contains("no PSI") {
+        eprintln!("skipped: {psi}");
+        return;
+    }
+    let mut hog_proc = scene.start_pod(&hog);
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| l.contains("1 known"))
+        .expect("the agent reads the pod");
+
+    // 160Mi of clean page cache (not working set), then 220Mi of anonymous memory: past the
+    // 360Mi limit, so reclaim takes back cache while the allocation waits for it.
+    hog_proc.cache(160, &files.join("cache"));
+    hog_proc.alloc(220);
+    let decision = agent.next_decision(DECIDE);
+    assert_decision(&decision, "evict", &hog);
+    scene.wait_until_empty(&hog, KILL);
     agent.stop();
 }
 

@@ -10,7 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
-use tests::{TestCgroup, Trace, binary, cgroup_tree::spawn_in, running_as_root};
+use tests::{TestCgroup, Trace, binary, cgroup_tree::spawn_in, running_as_root, set_memory_limit};
 
 const LIMIT: u64 = 64 << 20;
 
@@ -69,9 +69,7 @@ fn overrun(cgroup_dir: &Path, scratch: &Path) -> Child {
 
 fn limited_child(cgroup: &TestCgroup, name: &str) -> std::path::PathBuf {
     let dir = cgroup.child(name);
-    fs::write(dir.join("memory.limit_in_bytes"), LIMIT.to_string())
-        .or_else(|_| fs::write(dir.join("memory.max"), LIMIT.to_string()))
-        .expect("setting the memory limit");
+    set_memory_limit(&dir, LIMIT).expect("setting the memory limit");
     dir
 }
 

@@ -77,6 +77,11 @@ pub struct AgentArgs {
     /// and lost events.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
     pub resync_interval: Duration,
+    /// While memory is polled (no memcg tracepoints, or --source poll), read cgroupfs at once
+    /// when tasks stalled on memory at least this long within 2 s, not at the next poll: PSI
+    /// triggers on the node and, on cgroup v2, on the kubepods cgroup (0s: off).
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_go_duration)]
+    pub psi_stall: Duration,
     /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
     #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = positive_bytes)]
     pub step: u64,

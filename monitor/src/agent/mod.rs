@@ -4,6 +4,7 @@ pub mod args;
 pub mod cause;
 pub mod core;
 pub mod persist;
+mod psi_wake;
 pub mod report;
 mod run;
 pub mod usage;

@@ -1,7 +1,8 @@
 //! The agent's event loop: the thin shell around [`AgentCore`] that reads the machine and acts.
 //!
 //! Inputs are kernel ring-buffer batches, cgroupfs reads (every poll interval when polling,
-//! every resync interval with eBPF), manifest changes and finished kills. After each input
+//! every resync interval with eBPF, and at once when PSI reports memory stalls while
+//! polling), manifest changes and finished kills. After each input
 //! that can move a signal or the ranking, the decision step runs at once; there is no
 //! decision timer. Kernel records wake the agent only once working sets may have grown by
 //! the distance to the nearest memory threshold (see [`crate::engine::headroom`]); the rest
@@ -27,6 +28,7 @@ use super::{
     cause::CauseLog,
     core::{AgentCore, NodeCapacity},
     persist,
+    psi_wake::PsiWake,
     report::{DecisionContext, DecisionReport},
     usage::{StatChange, working_set_delta},
 };
@@ -274,6 +276,7 @@ impl Agent {
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = matches!(self.source, Source::Kernel(_));
+        let mut psi = self.install_psi_wake();
         loop {
             tokio::select! {
                 read = next_batch(&mut self.source, &mut batch) => {
@@ -281,6 +284,11 @@ impl Agent {
                     self.apply_batch(&mut batch)?;
                 }
                 _ = waiting.tick(), if wakes_on_growth => self.read_waiting(&mut batch)?,
+                signal = next_pressure(&mut psi) => {
+                    log::debug!("memory pressure {signal:?}: reading cgroupfs now");
+                    self.read_cgroupfs(matches!(self.source, Source::Poll));
+                    self.evaluate(None)?;
+                }
                 _ = reads.tick() => {
                     // With kernel lifecycle events the cgroup classification is already
                     // current; only polling must rewalk the hierarchy.
@@ -320,6 +328,31 @@ impl Agent {
     ) -> anyhow::Result<()> {
         let newest = self.apply_events(batch)?;
         self.evaluate(newest)
+    }
+
+    /// PSI triggers that make a polling agent read at once when memory stalls; none with the
+    /// stat programs, whose records already wake it.
+    fn install_psi_wake(&self) -> Option<PsiWake> {
+        if matches!(self.source, Source::Kernel(_)) || self.args.psi_stall.is_zero() {
+            return None;
+        }
+        let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);
+        if psi.watched.is_empty() {
+            log::info!("no PSI on this kernel: memory is read every poll interval only");
+            return None;
+        }
+        let files: Vec<String> = psi
+            .watched
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        log::info!(
+            "between polls, memory is read at once when tasks stall on it for {:?} within {:?} ({})",
+            self.args.psi_stall,
+            crate::source::pressure::WINDOW,
+            files.join(", ")
+        );
+        Some(psi)
     }
 
     /// Reads and applies the records the kernel sent without waking us.
@@ -773,6 +806,13 @@ async fn next_batch(
 ) -> io::Result<()> {
     match source.kernel() {
         Some(kernel) => kernel.next_batch(batch).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_pressure(psi: &mut Option<PsiWake>) -> crate::source::pressure::PressureSignal {
+    match psi {
+        Some(psi) => psi.next().await,
         None => std::future::pending().await,
     }
 }

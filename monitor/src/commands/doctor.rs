@@ -239,8 +239,10 @@ mod tests {
         );
         assert_eq!(text.lines().last(), Some(verdict.as_str()));
         assert!(
-            program_line(&text, "memcg/mod_memcg_state")
-                .ends_with(" missing (since 6.8): poll memory.stat at the poll interval"),
+            program_line(&text, "memcg/mod_memcg_state").ends_with(
+                " missing (since 6.8): poll memory.stat at the poll interval, sooner on PSI \
+                     memory stalls"
+            ),
             "{text}"
         );
         assert!(

@@ -42,7 +42,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         category: "memcg",
         tracepoint: "mod_memcg_lruvec_state",
         provides: "per-cgroup anon, file and LRU page deltas as they happen",
-        fallback: "poll memory.stat at the poll interval",
+        fallback: "poll memory.stat at the poll interval, sooner on PSI memory stalls",
         since: "6.8",
     },
     ProgramSpec {
@@ -50,7 +50,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         category: "memcg",
         tracepoint: "mod_memcg_state",
         provides: "per-cgroup kernel memory deltas",
-        fallback: "poll memory.stat at the poll interval",
+        fallback: "poll memory.stat at the poll interval, sooner on PSI memory stalls",
         since: "6.8",
     },
     ProgramSpec {

@@ -2,9 +2,14 @@
 //!
 //! Reads commands from stdin, one per line, and answers each on stdout once done:
 //! - `alloc MIB`: maps MIB MiB of anonymous memory and touches every page -> `allocated MIB`
+//! - `cache MIB PATH`: writes MIB MiB to the file PATH and syncs it, leaving that much clean
+//!   page cache charged to the process's cgroup -> `cached MIB`
 //! - `free`: unmaps everything allocated so far -> `freed`
 //! - `exit` or end of input: exits.
-use std::io::{self, BufRead as _, Write as _};
+use std::{
+    fs::File,
+    io::{self, BufRead as _, Write as _},
+};
 
 fn main() {
     let page = page_size();
@@ -34,6 +39,17 @@ fn main() {
                 }
                 mappings.push((addr, len));
                 writeln!(out, "allocated {mib}").unwrap();
+            }
+            (Some("cache"), Some(Ok(mib))) => {
+                let path = words.next().expect("cache MIB PATH");
+                let mut file = File::create(path).expect("creating the cache file");
+                let chunk = vec![1u8; 1 << 20];
+                for _ in 0..mib {
+                    file.write_all(&chunk).expect("writing the cache file");
+                }
+                // Clean pages: reclaim drops them without writeback.
+                file.sync_all().expect("syncing the cache file");
+                writeln!(out, "cached {mib}").unwrap();
             }
             (Some("free"), None) => {
                 for (addr, len) in mappings.drain(..) {

@@ -143,7 +143,7 @@ fn a_polling_agent_reads_memory_at_once_when_tasks_stall_on_it() {
     let scene = AgentScene::new("agent-psi", "10s", "10s");
     // A real limit on kubepods, so that filling it makes tasks stall in reclaim; the agent
     // still sees the scene's 300Mi allocatable.
-    set_memory_limit(&scene.kubepods.dir, 360 * MIB as u64).expect("limiting kubepods");
+    set_memory_limit(&scene.kubepods.dir, 400 * MIB as u64).expect("limiting kubepods");
     let files = TempDir::new("agent-psi-cache");
     let hog = TestPod::new("hog").request_mib(20);
     // Memory is read once a minute, the agent stops after one: only PSI can bring it a
@@ -165,17 +165,26 @@ fn a_polling_agent_reads_memory_at_once_when_tasks_stall_on_it() {
         eprintln!("skipped: {psi}");
         return;
     }
-    let mut hog_proc = scene.start_pod(&hog);
+    // The pod reaches the node before its cgroup exists, as from the kubelet; no kernel
+    // event announces the cgroup when polling.
+    scene.write_manifest(&hog);
     agent
         .wait_stderr(Duration::from_secs(10), |l| l.contains("1 known"))
-        .expect("the agent reads the pod");
+        .expect("the agent reads the manifest");
+    let mut hog_proc = scene.run_pod(&hog);
 
-    // 160Mi of clean page cache (not working set), then 220Mi of anonymous memory: past the
-    // 360Mi limit, so reclaim takes back cache while the allocation waits for it.
+    // 160Mi of clean page cache (not working set), then 270Mi of anonymous memory: past the
+    // 400Mi limit, so reclaim takes back cache while the allocation waits for it. Tasks
+    // stall only once the working set is near 240Mi, well past the 200Mi of the threshold.
     hog_proc.cache(160, &files.join("cache"));
-    hog_proc.alloc(220);
+    hog_proc.alloc(270);
     let decision = agent.next_decision(DECIDE);
     assert_decision(&decision, "evict", &hog);
+    let usage = decision["rank"]["usage"].as_i64();
+    assert!(
+        usage.is_some_and(|u| u > 200 * MIB),
+        "the pod's cgroup was found and read: {decision:#}"
+    );
     scene.wait_until_empty(&hog, KILL);
     agent.stop();
 }

@@ -8,6 +8,7 @@
 //! the distance to the nearest memory threshold (see [`crate::engine::headroom`]); the rest
 //! wait in the ring and are read every second.
 use std::{
+    collections::HashSet,
     io::{self, Write as _},
     process::ExitCode,
     sync::Arc,
@@ -53,8 +54,8 @@ use crate::{
         read::{node_working_set, read_mem_total, read_memory_limit, read_pid_available},
     },
     pods::{
-        KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, kube_watch,
-        resolve_pod_cgroups,
+        KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, find_pod_cgroup,
+        kube_watch, resolve_pod_cgroups,
     },
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
@@ -286,13 +287,11 @@ impl Agent {
                 _ = waiting.tick(), if wakes_on_growth => self.read_waiting(&mut batch)?,
                 signal = next_pressure(&mut psi) => {
                     log::debug!("memory pressure {signal:?}: reading cgroupfs now");
-                    self.read_cgroupfs(matches!(self.source, Source::Poll));
+                    self.read_unprompted();
                     self.evaluate(None)?;
                 }
                 _ = reads.tick() => {
-                    // With kernel lifecycle events the cgroup classification is already
-                    // current; only polling must rewalk the hierarchy.
-                    self.read_cgroupfs(matches!(self.source, Source::Poll));
+                    self.read_unprompted();
                     self.evaluate(None)?;
                     self.save_counters()?;
                 }
@@ -474,6 +473,40 @@ impl Agent {
         }
         self.pods = pods;
         self.read_cgroupfs(true);
+    }
+
+    /// A read on the timer or on PSI. With kernel lifecycle events the cgroup classification
+    /// is already current. Polling must rewalk the hierarchy, and nothing announces a new
+    /// cgroup, so pods still waiting for theirs (the manifest came first, as a pod reaches
+    /// the node before its cgroup exists) are matched again.
+    fn read_unprompted(&mut self) {
+        let polling = matches!(self.source, Source::Poll);
+        if polling && self.waiting_pod_has_its_cgroup() {
+            self.apply_pods(self.pods.clone());
+        } else {
+            self.read_cgroupfs(polling);
+        }
+    }
+
+    /// Whether a pod known without a cgroup has one now.
+    fn waiting_pod_has_its_cgroup(&self) -> bool {
+        let waiting: HashSet<&str> = self
+            .core
+            .pods()
+            .filter(|p| p.cgroup.is_none())
+            .map(|p| p.facts.pod.uid.as_str())
+            .collect();
+        !waiting.is_empty()
+            && self
+                .pods
+                .iter()
+                .filter(|pod| {
+                    pod.metadata
+                        .uid
+                        .as_deref()
+                        .is_some_and(|uid| waiting.contains(uid))
+                })
+                .any(|pod| find_pod_cgroup(pod, &self.hierarchy, &self.kubepods).is_ok())
     }
 
     /// Reads every number from cgroupfs; `classify` also rewalks the hierarchy so every

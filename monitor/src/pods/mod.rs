@@ -14,5 +14,5 @@ pub use dir_watch::{ManifestWatcher, WatchError};
 pub use kube_watch::{KubeWatchError, KubeWatcher};
 pub use manifests::{LoadedPods, ManifestError, load_dir};
 pub use qos::{QosClass, pod_qos};
-pub use resolve::{PodCgroup, resolve_pod_cgroups};
+pub use resolve::{PodCgroup, find_pod_cgroup, resolve_pod_cgroups};
 pub use source::{PodSource, PodSourceError};

@@ -20,41 +20,46 @@ pub struct PodCgroup {
     pub rel: String,
 }
 
-/// The cgroup of each pod, in the order of `pods`; `None` where it cannot be found.
+/// The cgroup of each pod, in the order of `pods`; `None` (logged) where it cannot be found.
 pub fn resolve_pod_cgroups(
     pods: &[Pod],
     hierarchy: &MemoryHierarchy,
     kubepods: &KubepodsCgroup,
 ) -> Vec<Option<PodCgroup>> {
     pods.iter()
-        .map(|pod| resolve_one(pod, hierarchy, kubepods))
+        .map(|pod| {
+            find_pod_cgroup(pod, hierarchy, kubepods)
+                .map_err(|reason| log::warn!("{reason}; ranked without stats"))
+                .ok()
+        })
         .collect()
 }
 
-fn resolve_one(
+/// One pod's cgroup, or why it cannot be found (not logged: callers that look again for a
+/// pod still waiting for its cgroup stay quiet).
+pub fn find_pod_cgroup(
     pod: &Pod,
     hierarchy: &MemoryHierarchy,
     kubepods: &KubepodsCgroup,
-) -> Option<PodCgroup> {
+) -> Result<PodCgroup, String> {
     let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
-    let uid = pod.metadata.uid.as_deref()?;
+    let uid = pod
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
     let qos = pod_qos(pod)
-        .map_err(|error| log::warn!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))
-        .ok()?;
+        .map_err(|error| format!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))?;
     let rel = kubepods.pod_path(qos, uid);
     match fs::metadata(hierarchy.dir(&rel)) {
-        Ok(meta) if meta.is_dir() => Some(PodCgroup {
+        Ok(meta) if meta.is_dir() => Ok(PodCgroup {
             id: meta.ino(),
             rel,
         }),
-        Ok(_) => {
-            log::warn!("pod {name} ({uid}): {rel} is not a cgroup directory; ranked without stats");
-            None
-        }
-        Err(error) => {
-            log::warn!("pod {name} ({uid}): cgroup {rel}: {error}; ranked without stats");
-            None
-        }
+        Ok(_) => Err(format!(
+            "pod {name} ({uid}): {rel} is not a cgroup directory"
+        )),
+        Err(error) => Err(format!("pod {name} ({uid}): cgroup {rel}: {error}")),
     }
 }
 

@@ -442,6 +442,44 @@ fn a_restart_within_the_interval_does_not_evict_again() {
 }
 
 #[test]
+fn a_pod_killed_before_a_restart_is_not_chosen_again() {
+    if !running_as_root("a_pod_killed_before_a_restart_is_not_chosen_again") {
+        return;
+    }
+    let scene = AgentScene::new("agent-killed-restart", "1s", "5s");
+    let victim = TestPod::new("victim").request_mib(10);
+    let keeper = TestPod::new("keeper").request_mib(300);
+    let mut victim_proc = scene.start_pod(&victim);
+    let mut keeper_proc = scene.start_pod(&keeper);
+    victim_proc.alloc(60);
+    keeper_proc.alloc(230);
+
+    let mut agent = scene.start_agent(&[]);
+    let decision = agent.next_decision(DECIDE);
+    assert_decision(&decision, "evict", &victim);
+    scene.wait_until_empty(&victim, KILL);
+    agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains(&format!("pod default/{} stopped", victim.name))
+        })
+        .expect("the kill is finished and recorded");
+    agent.stop();
+
+    // The victim's manifest and empty cgroup stay, as in a manifest directory nobody tidies;
+    // the keeper's 230Mi keep the threshold met. Within its request and with an empty cgroup,
+    // the victim would rank first again ("less above its request") if it were a candidate.
+    std::thread::sleep(Duration::from_secs(1));
+    let restarted = scene.start_agent(&["--dry-run"]);
+    restarted
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("default/victim was evicted before the restart")
+        })
+        .expect("the restarted agent takes the victim as stopped");
+    let decision = restarted.next_decision(DECIDE);
+    assert_decision(&decision, "would_evict", &keeper);
+}
+
+#[test]
 fn metrics_count_evictions_and_kernel_events() {
     if !running_as_root("metrics_count_evictions_and_kernel_events") {
         return;

@@ -84,6 +84,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         }
         let mut agent = Agent::start(args, evictor).await?;
         agent.apply_pods(first.pods);
+        agent.restore_stopped_pods();
         agent.evaluate(None)?;
         agent.run(watcher).await
     })
@@ -656,6 +657,36 @@ impl Agent {
         writeln!(out, "{line}")?;
         out.flush()?;
         Ok(())
+    }
+
+    /// After a restart: pods the checkpoint lists among the recent evictions that are still
+    /// in the pod set but have no process left (or no cgroup) are taken as stopped by this
+    /// agent, as they were before the restart, so they are not chosen again. A listed pod
+    /// that runs (a dry-run decision, or started again) ranks as usual.
+    fn restore_stopped_pods(&mut self) {
+        let evicted: HashSet<&str> = self
+            .saved
+            .v1
+            .recent_evictions
+            .iter()
+            .map(|r| r.pod.uid.as_str())
+            .collect();
+        let stopped: Vec<_> = self
+            .core
+            .pods()
+            .filter(|p| evicted.contains(p.facts.pod.uid.as_str()))
+            .filter(|p| match &p.cgroup {
+                Some(c) => subtree_pids(&self.hierarchy.dir(&c.rel)).is_ok_and(|p| p.is_empty()),
+                None => true,
+            })
+            .map(|p| p.facts.pod.clone())
+            .collect();
+        for pod in stopped {
+            log::info!(
+                "pod {pod} was evicted before the restart and has not run since: not a candidate"
+            );
+            self.core.mark_evicted(&pod.uid);
+        }
     }
 
     /// Kills the evicted pod's cgroup in the background, or with --kube asks the API server

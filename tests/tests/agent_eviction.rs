@@ -381,12 +381,11 @@ fn dry_run_reports_decisions_and_kills_nothing() {
     assert!(!agent.stderr().contains("stopped:"), "{}", agent.stderr());
 }
 
-#[test]
-fn a_restart_within_the_interval_does_not_evict_again() {
-    if !running_as_root("a_restart_within_the_interval_does_not_evict_again") {
-        return;
-    }
-    let scene = AgentScene::new("agent-restart", "20s", "5s");
+/// Runs an agent that evicts `victim` (50Mi over its 10Mi request) beside `keeper`, whose
+/// 230Mi within its 300Mi request keep the threshold met on their own, waits until the kill
+/// is finished and recorded, and stops the agent. Returns both pods, the keeper's process and
+/// when the eviction was decided.
+fn victim_killed_beside_a_keeper(scene: &AgentScene) -> (TestPod, TestPod, Allocator, Instant) {
     let victim = TestPod::new("victim").request_mib(10);
     let keeper = TestPod::new("keeper").request_mib(300);
     let mut victim_proc = scene.start_pod(&victim);
@@ -405,6 +404,16 @@ fn a_restart_within_the_interval_does_not_evict_again() {
         })
         .expect("the kill is finished and recorded");
     agent.stop();
+    (victim, keeper, keeper_proc, evicted_at)
+}
+
+#[test]
+fn a_restart_within_the_interval_does_not_evict_again() {
+    if !running_as_root("a_restart_within_the_interval_does_not_evict_again") {
+        return;
+    }
+    let scene = AgentScene::new("agent-restart", "20s", "5s");
+    let (victim, keeper, keeper_proc, evicted_at) = victim_killed_beside_a_keeper(&scene);
     // The evicted pod goes away, as the kubelet would remove it; the keeper's 230Mi keep
     // the threshold met.
     scene.remove_manifest(&victim);
@@ -447,23 +456,7 @@ fn a_pod_killed_before_a_restart_is_not_chosen_again() {
         return;
     }
     let scene = AgentScene::new("agent-killed-restart", "1s", "5s");
-    let victim = TestPod::new("victim").request_mib(10);
-    let keeper = TestPod::new("keeper").request_mib(300);
-    let mut victim_proc = scene.start_pod(&victim);
-    let mut keeper_proc = scene.start_pod(&keeper);
-    victim_proc.alloc(60);
-    keeper_proc.alloc(230);
-
-    let mut agent = scene.start_agent(&[]);
-    let decision = agent.next_decision(DECIDE);
-    assert_decision(&decision, "evict", &victim);
-    scene.wait_until_empty(&victim, KILL);
-    agent
-        .wait_stderr(Duration::from_secs(5), |l| {
-            l.contains(&format!("pod default/{} stopped", victim.name))
-        })
-        .expect("the kill is finished and recorded");
-    agent.stop();
+    let (_victim, keeper, _keeper_proc, _) = victim_killed_beside_a_keeper(&scene);
 
     // The victim's manifest and empty cgroup stay, as in a manifest directory nobody tidies;
     // the keeper's 230Mi keep the threshold met. Within its request and with an empty cgroup,

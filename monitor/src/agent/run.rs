@@ -390,7 +390,7 @@ impl Agent {
         batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
     ) -> anyhow::Result<Option<u64>> {
         let mut newest = None;
-        let mut rescan = false;
+        let mut cgroup_created = false;
         let received = batch.len() as u64;
         let mut stats = Vec::with_capacity(batch.len());
         for decoded in batch.drain(..) {
@@ -417,8 +417,7 @@ impl Agent {
                     cgroup_id, path, ..
                 } => {
                     self.core.classify(cgroup_id, &path);
-                    // A pod whose cgroup did not exist yet may have just got it.
-                    rescan |= self.core.pods().any(|p| p.cgroup.is_none());
+                    cgroup_created = true;
                 }
                 KernelEvent::Rmdir { cgroup_id, .. } => {
                     self.core.forget_cgroup(cgroup_id);
@@ -447,7 +446,8 @@ impl Agent {
             }
         }
         drop(metrics);
-        if rescan {
+        // A pod whose cgroup did not exist yet may have just got it.
+        if cgroup_created && self.waiting_pod_has_its_cgroup() {
             self.apply_pods(self.pods.clone());
         }
         Ok(newest)
@@ -479,7 +479,7 @@ impl Agent {
     /// A read on the timer or on PSI. With kernel lifecycle events the cgroup classification
     /// is already current. Polling must rewalk the hierarchy, and nothing announces a new
     /// cgroup, so pods still waiting for theirs (the manifest came first, as a pod reaches
-    /// the node before its cgroup exists) are matched again.
+    /// the node before its cgroup exists) are looked for here, as on a kernel mkdir event.
     fn read_unprompted(&mut self) {
         let polling = matches!(self.source, Source::Poll);
         if polling && self.waiting_pod_has_its_cgroup() {
@@ -489,7 +489,8 @@ impl Agent {
         }
     }
 
-    /// Whether a pod known without a cgroup has one now.
+    /// Whether a pod known without a cgroup has one now (looked up quietly: its absence was
+    /// logged when it came).
     fn waiting_pod_has_its_cgroup(&self) -> bool {
         let waiting: HashSet<&str> = self
             .core

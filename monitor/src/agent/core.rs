@@ -205,17 +205,18 @@ impl AgentCore {
         }
     }
 
-    /// Applies a batch of kernel stat records; returns true when one moved a working set.
-    /// Each pod is re-ranked once per batch, however many of its records the batch holds:
-    /// after a quiet spell the kernel hands over hundreds at once.
-    pub fn apply_stats(&mut self, changes: &[StatChange]) -> bool {
-        let mut moved = false;
+    /// Applies a batch of kernel stat records; returns when the newest record that moves a
+    /// working set was sent (`None`: no record does). Each pod is re-ranked once per batch,
+    /// however many of its records the batch holds: after a quiet spell the kernel hands
+    /// over hundreds at once.
+    pub fn apply_stats(&mut self, changes: &[StatChange]) -> Option<u64> {
+        let mut newest = None;
         let mut touched: HashSet<String> = HashSet::new();
         for &change in changes {
             if super::usage::working_set_delta(change.stat, change.bytes) == 0 {
                 continue;
             }
-            moved = true;
+            newest = newest.max(Some(change.sent_ns));
             if let Some(uid) = self.usage.apply(change)
                 && !touched.contains(uid)
             {
@@ -225,7 +226,7 @@ impl AgentCore {
         for uid in &touched {
             self.rerank(uid);
         }
-        moved
+        newest
     }
 
     /// Fresh cgroupfs reading of the node and kubepods working sets, started at `read_ns`
@@ -460,12 +461,16 @@ mod tests {
     #[test]
     fn container_events_count_for_their_pod_and_kubepods() {
         let mut c = core();
-        assert!(c.apply_stats(&stats(&[(11, Stat::Anon, 500 * MI)])));
+        assert!(
+            c.apply_stats(&stats(&[(11, Stat::Anon, 500 * MI)]))
+                .is_some()
+        );
         assert_eq!(c.pod_working_set("uid-big-low"), Some(500 << 20));
         let allocatable = c.observations()[&Signal::AllocatableMemoryAvailable].available;
         assert_eq!(allocatable, (1 << 30) - 500 * MI);
         assert!(
-            !c.apply_stats(&stats(&[(11, Stat::ActiveFile, MI)])),
+            c.apply_stats(&stats(&[(11, Stat::ActiveFile, MI)]))
+                .is_none(),
             "active file does not move the working set"
         );
     }
@@ -493,7 +498,7 @@ mod tests {
             (31, Stat::ActiveFile, 5 * MI),
         ];
         let mut batched = core();
-        assert!(batched.apply_stats(&stats(&events)));
+        assert_eq!(batched.apply_stats(&stats(&events)), Some(READ_NS + 1));
         let mut single = core();
         for event in events {
             single.apply_stats(&stats(&[event]));

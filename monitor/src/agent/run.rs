@@ -31,7 +31,7 @@ use super::{
     persist,
     psi_wake::PsiWake,
     report::{DecisionContext, DecisionReport},
-    usage::{StatChange, working_set_delta},
+    usage::StatChange,
 };
 use crate::{
     action::{KillTimings, KubeEvictor, kill_cgroup_tree},
@@ -389,7 +389,6 @@ impl Agent {
         &mut self,
         batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
     ) -> anyhow::Result<Option<u64>> {
-        let mut newest = None;
         let mut cgroup_created = false;
         let received = batch.len() as u64;
         let mut stats = Vec::with_capacity(batch.len());
@@ -403,9 +402,6 @@ impl Agent {
                     ..
                 } => {
                     self.causes.stat(cgroup_id, stat, ts_ns, delta_bytes);
-                    if working_set_delta(stat, delta_bytes) != 0 {
-                        newest = newest.max(Some(ts_ns));
-                    }
                     stats.push(StatChange {
                         cgroup_id,
                         stat,
@@ -436,7 +432,7 @@ impl Agent {
             }
         }
         // After the lifecycle records, so a cgroup created in this batch counts for its pod.
-        self.core.apply_stats(&stats);
+        let newest = self.core.apply_stats(&stats);
         self.unsaved_events += received;
         let mut metrics = self.metrics.try_lock();
         if let Ok(m) = metrics.as_deref_mut() {

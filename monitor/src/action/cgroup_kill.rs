@@ -8,7 +8,10 @@
 //! * After the grace period: on v2 `cgroup.kill` (kernel 5.14+), which also catches processes
 //!   forking meanwhile; on v1, or without `cgroup.kill`, SIGKILL to every remaining process,
 //!   repeated until the subtree is empty.
-//! * It returns once every `cgroup.procs` in the subtree is empty, or at the cleanup timeout.
+//! * It returns once every `cgroup.procs` in the subtree is empty. Force is always used once
+//!   the grace period is over, however long the caller is willing to wait for the pod to go:
+//!   a pod that ignores SIGTERM never outlives its eviction. Only processes that survive
+//!   force for [`KillTimings::force_for`] (stuck in the kernel) are reported as left over.
 //!
 //! A pid read from `cgroup.procs` may exit and be reused by an unrelated process before the
 //! signal. So each process is first pinned with a pidfd, then its membership is checked in
@@ -36,10 +39,12 @@ const POLL: Duration = Duration::from_millis(20);
 /// How long to wait at each step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KillTimings {
-    /// Time between SIGTERM and force (the pod's termination grace period).
+    /// Time between SIGTERM and force (the pod's termination grace period, or what is left
+    /// of it when an interrupted eviction is resumed).
     pub grace: Duration,
-    /// Total time, from the start, after which the call gives up waiting for an empty subtree.
-    pub cleanup_timeout: Duration,
+    /// How long force is repeated after the grace period before the call reports the
+    /// processes that are still there and returns.
+    pub force_for: Duration,
 }
 
 /// How the kill ended.
@@ -47,7 +52,8 @@ pub struct KillTimings {
 pub enum KillOutcome {
     /// Every `cgroup.procs` in the subtree is empty.
     Emptied,
-    /// The cleanup timeout passed with these processes still in the subtree.
+    /// These processes were still in the subtree after force was repeated for
+    /// [`KillTimings::force_for`].
     TimedOut { remaining: Vec<i32> },
 }
 
@@ -55,7 +61,7 @@ pub enum KillOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KillReport {
     pub outcome: KillOutcome,
-    /// From the start of the call to the subtree found empty, or to the timeout.
+    /// From the start of the call to the subtree found empty, or to giving up.
     pub elapsed: Duration,
     /// Processes sent SIGTERM.
     pub terminated: usize,
@@ -108,24 +114,20 @@ pub async fn kill_cgroup_tree(
         root: &root,
     };
     let grace_end = start + timings.grace;
-    let deadline = start + timings.cleanup_timeout;
+    let deadline = grace_end + timings.force_for;
     let mut terminated = HashSet::new();
     let mut forced = false;
     loop {
         let pids = target.pids()?;
         let now = Instant::now();
-        if pids.is_empty() || now >= deadline {
-            let outcome = if pids.is_empty() {
-                KillOutcome::Emptied
-            } else {
-                KillOutcome::TimedOut { remaining: pids }
-            };
-            return Ok(KillReport {
-                outcome,
-                elapsed: now - start,
-                terminated: terminated.len(),
-                forced,
-            });
+        let report = |outcome| KillReport {
+            outcome,
+            elapsed: now - start,
+            terminated: terminated.len(),
+            forced,
+        };
+        if pids.is_empty() {
+            return Ok(report(KillOutcome::Emptied));
         }
         if now < grace_end {
             for pid in pids {
@@ -134,13 +136,17 @@ pub async fn kill_cgroup_tree(
                 }
             }
         } else {
+            // Force goes out at least once, however late this turn came.
+            if forced && now >= deadline {
+                return Ok(report(KillOutcome::TimedOut { remaining: pids }));
+            }
             forced = true;
             target.force(&pids)?;
         }
         let wake = if now < grace_end {
             grace_end.min(now + POLL)
         } else {
-            deadline.min(now + POLL)
+            now + POLL
         };
         tokio::time::sleep_until(wake).await;
     }
@@ -308,7 +314,7 @@ mod tests {
         };
         let timings = KillTimings {
             grace: Duration::ZERO,
-            cleanup_timeout: Duration::ZERO,
+            force_for: Duration::ZERO,
         };
         for root in ["/", "", "//"] {
             let refused = kill_cgroup_tree(&hierarchy, root, timings).await;

@@ -15,7 +15,9 @@
 //! evictionPressureTransitionPeriod: 5m
 //! monitor:
 //!   evictionInterval: 10s     # at most one eviction per interval (kubelet: 10s)
-//!   podCleanupTimeout: 30s    # wait this long for an evicted pod to go (kubelet: 30s)
+//!   podCleanupTimeout: 30s    # after its grace period, wait this long for an evicted pod
+//!                             # to go before the next eviction (kubelet: 30s); the pod is
+//!                             # always force-killed once its grace period is over
 //! ```
 //!
 //! Defaults follow the kubelet on Linux. When `evictionHard` is absent (or null) the
@@ -73,7 +75,9 @@ pub struct MonitorSettings {
     /// eviction monitoring period).
     pub eviction_interval: Duration,
     /// `podCleanupTimeout`: no new eviction while the previous pod is still going away, for
-    /// at most this long (default 30s, the kubelet's `podCleanupTimeout`).
+    /// at most its grace period plus this long (default 30s, the kubelet's
+    /// `podCleanupTimeout`). It never shortens the pod's kill: force comes at the end of its
+    /// grace period whatever this is.
     pub pod_cleanup_timeout: Duration,
 }
 
@@ -164,7 +168,21 @@ pub enum ConfigError {
         /// The value as written.
         value: i64,
     },
+    /// One of the agent's waits is so long that the node would stay unprotected for it.
+    #[error(
+        "{field}: {value:?} is longer than {MAX_AGENT_WAIT:?}: the agent would let the node \
+         fill that long before it evicts another pod"
+    )]
+    WaitTooLong {
+        /// The configuration field.
+        field: &'static str,
+        /// The value as written.
+        value: String,
+    },
 }
+
+/// The longest `monitor.evictionInterval` and `monitor.podCleanupTimeout` accepted.
+pub const MAX_AGENT_WAIT: Duration = Duration::from_secs(3600);
 
 impl Default for EvictionConfig {
     /// The kubelet's Linux defaults.
@@ -397,12 +415,12 @@ impl KubeletConfigFile {
                 Duration::from_secs(300),
             )?,
             monitor: MonitorSettings {
-                eviction_interval: optional_duration(
+                eviction_interval: agent_wait(
                     "monitor.evictionInterval",
                     &monitor_file.eviction_interval,
                     defaults.eviction_interval,
                 )?,
-                pod_cleanup_timeout: optional_duration(
+                pod_cleanup_timeout: agent_wait(
                     "monitor.podCleanupTimeout",
                     &monitor_file.pod_cleanup_timeout,
                     defaults.pod_cleanup_timeout,
@@ -410,6 +428,25 @@ impl KubeletConfigFile {
             },
         })
     }
+}
+
+/// One of the agent's own waits: a duration of at most [`MAX_AGENT_WAIT`].
+fn agent_wait(
+    field: &'static str,
+    value: &Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    let Some(text) = value else {
+        return Ok(default);
+    };
+    let wait = duration(field.to_string(), text)?;
+    if wait > MAX_AGENT_WAIT {
+        return Err(ConfigError::WaitTooLong {
+            field,
+            value: text.clone(),
+        });
+    }
+    Ok(wait)
 }
 
 fn duration(field: String, value: &str) -> Result<Duration, ConfigError> {
@@ -803,6 +840,22 @@ monitor:
                 name: "negative max pod grace period",
                 yaml: "evictionMaxPodGracePeriod: -5",
                 error: ConfigError::NegativeMaxPodGracePeriod { value: -5 },
+            },
+            Case {
+                name: "cleanup timeout longer than an hour",
+                yaml: "monitor: {podCleanupTimeout: 2h}",
+                error: ConfigError::WaitTooLong {
+                    field: "monitor.podCleanupTimeout",
+                    value: "2h".into(),
+                },
+            },
+            Case {
+                name: "eviction interval longer than an hour",
+                yaml: "monitor: {evictionInterval: 61m}",
+                error: ConfigError::WaitTooLong {
+                    field: "monitor.evictionInterval",
+                    value: "61m".into(),
+                },
             },
             Case {
                 name: "bad monitor interval",

@@ -13,9 +13,15 @@
 //!
 //! Two gates model what the kubelet gets from its loop shape: no eviction within
 //! `monitor.evictionInterval` of the previous one, and none while the previous pod is still
-//! being cleaned up (for at most `monitor.podCleanupTimeout`). The kubelet's check that a
-//! signal's stats were refreshed since the last round is left to the caller, which should
-//! only pass fresh observations.
+//! being stopped and cleaned up: for at most its grace period plus `monitor.podCleanupTimeout`,
+//! as the kubelet first kills the pod with its grace period and then waits up to
+//! `podCleanupTimeout` for its cleanup. The kubelet's check that a signal's stats were
+//! refreshed since the last round is left to the caller, which should only pass fresh
+//! observations.
+//!
+//! The caller may also rule pods out of this decision ([`decide_among`]): pods the node
+//! cannot act on (no cgroup, unreadable stats, the agent's own pod). They keep their place in
+//! the ranking; the walk passes over them to the next candidate.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -79,6 +85,16 @@ pub struct PendingCleanup {
     pub pod: PodRef,
     /// When its eviction was decided.
     pub evicted_at: MonoInstant,
+    /// The grace period it was given; the wait for it lasts this plus the cleanup timeout.
+    pub grace_period_seconds: i64,
+}
+
+impl PendingCleanup {
+    /// When the wait for this pod ends, even if it is never reported gone.
+    pub fn wait_ends(&self, cleanup_timeout: Duration) -> MonoInstant {
+        let grace = Duration::from_secs(u64::try_from(self.grace_period_seconds).unwrap_or(0));
+        self.evicted_at.saturating_add(grace + cleanup_timeout)
+    }
 }
 
 impl EvictionState {
@@ -161,6 +177,18 @@ pub fn decide(
     state: &mut EvictionState,
     clock: &impl Clock,
 ) -> Decision {
+    decide_among(config, observations, rankings, state, clock, |_| true)
+}
+
+/// [`decide`], choosing only among ranked pods for which `actionable` is true.
+pub fn decide_among(
+    config: &EvictionConfig,
+    observations: &BTreeMap<Signal, SignalObservation>,
+    rankings: &RankIndexSet,
+    state: &mut EvictionState,
+    clock: &impl Clock,
+    actionable: impl Fn(&PodFacts) -> bool,
+) -> Decision {
     let now = clock.now();
     let met_now = |threshold: &Threshold, enforce_min_reclaim: bool| {
         observations
@@ -212,7 +240,7 @@ pub fn decide(
         return decision(Action::Idle(Idle::NoPressure));
     };
     if let Some(pending) = &state.awaiting_cleanup {
-        if now.saturating_since(pending.evicted_at) < config.monitor.pod_cleanup_timeout {
+        if now < pending.wait_ends(config.monitor.pod_cleanup_timeout) {
             return decision(Action::Idle(Idle::WaitingForCleanup(pending.pod.clone())));
         }
         state.awaiting_cleanup = None;
@@ -226,20 +254,21 @@ pub fn decide(
     let Some(index) = rankings.for_signal(threshold.signal) else {
         return decision(Action::Idle(Idle::NoEvictablePod(threshold.signal)));
     };
-    let Some(victim) = index.iter().find(|facts| !facts.critical) else {
+    let Some(victim) = index
+        .iter()
+        .find(|facts| !facts.critical && actionable(facts))
+    else {
         return decision(Action::Idle(Idle::NoEvictablePod(threshold.signal)));
     };
     let observed = observations[&threshold.signal];
+    let grace_period_seconds =
+        grace_period_seconds(threshold, victim, config.max_pod_grace_period_seconds);
     let eviction = Eviction {
         pod: victim.pod.clone(),
         signal: threshold.signal,
         threshold: threshold.id(),
         observed,
-        grace_period_seconds: grace_period_seconds(
-            threshold,
-            victim,
-            config.max_pod_grace_period_seconds,
-        ),
+        grace_period_seconds,
         reason: reason(
             threshold,
             observed,
@@ -252,6 +281,7 @@ pub fn decide(
     state.awaiting_cleanup = Some(PendingCleanup {
         pod: victim.pod.clone(),
         evicted_at: now,
+        grace_period_seconds,
     });
     decision(Action::Evict(eviction))
 }
@@ -482,17 +512,34 @@ mod tests {
                 ],
             },
             Case {
-                name: "the cleanup wait ends after the timeout",
+                name: "the cleanup wait ends after the grace period plus the timeout",
                 config: "monitor: {evictionInterval: 1s, podCleanupTimeout: 30s}",
                 pods: default_pods(),
                 steps: vec![
                     step(0, 50, evict("hog", 1)),
                     step(
-                        29,
+                        30,
                         50,
                         Expect::Idle(Idle::WaitingForCleanup(pod("hog", 0, false, 0, None).0.pod)),
                     ),
                     step(1, 50, evict("hog", 1)),
+                ],
+            },
+            Case {
+                name: "a soft eviction's grace period is waited out before the cleanup timeout starts",
+                config: "evictionHard: {}\nevictionSoft: {memory.available: 1Gi}\n\
+                         evictionSoftGracePeriod: {memory.available: 1s}\nevictionMaxPodGracePeriod: 30\n\
+                         monitor: {evictionInterval: 1s, podCleanupTimeout: 30s}",
+                pods: default_pods(),
+                steps: vec![
+                    step(0, 500, Expect::Idle(Idle::NoPressure)),
+                    step(1, 500, evict("hog", 30)),
+                    step(
+                        59,
+                        500,
+                        Expect::Idle(Idle::WaitingForCleanup(pod("hog", 0, false, 0, None).0.pod)),
+                    ),
+                    step(1, 500, evict("hog", 30)),
                 ],
             },
             Case {
@@ -571,9 +618,64 @@ mod tests {
     }
 
     #[test]
+    fn pods_ruled_out_keep_their_place_but_the_next_candidate_is_chosen() {
+        let config = EvictionConfig::default();
+        let rankings = rankings(vec![
+            pod("hog", 0, false, 900, None),
+            pod("calm", 0, false, 50, None),
+        ]);
+        let clock = ManualClock::new(MonoInstant::from_millis(0));
+        type Case = (&'static str, fn(&PodFacts) -> bool, Option<&'static str>);
+        let cases: [Case; 3] = [
+            ("all actionable", |_| true, Some("hog")),
+            (
+                "the first one ruled out",
+                |f| f.pod.name != "hog",
+                Some("calm"),
+            ),
+            ("none actionable", |_| false, None),
+        ];
+        for (name, actionable, expect) in cases {
+            let mut state = EvictionState::default();
+            let decision = decide_among(
+                &config,
+                &memory_available(50),
+                &rankings,
+                &mut state,
+                &clock,
+                actionable,
+            );
+            match expect {
+                Some(pod) => assert_eq!(
+                    decision.eviction().map(|e| e.pod.name.as_str()),
+                    Some(pod),
+                    "{name}"
+                ),
+                None => assert_eq!(
+                    decision.action,
+                    Action::Idle(Idle::NoEvictablePod(Signal::MemoryAvailable)),
+                    "{name}"
+                ),
+            }
+        }
+        assert_eq!(
+            rankings
+                .for_signal(Signal::MemoryAvailable)
+                .unwrap()
+                .iter()
+                .next()
+                .unwrap()
+                .pod
+                .name,
+            "hog",
+            "the ranking itself is unchanged"
+        );
+    }
+
+    #[test]
     fn node_conditions_follow_the_transition_period() {
         let config = EvictionConfig::from_yaml(
-            "evictionPressureTransitionPeriod: 5m\nmonitor: {evictionInterval: 0s, podCleanupTimeout: 0s}",
+            "evictionPressureTransitionPeriod: 5m\nmonitor: {evictionInterval: 1s, podCleanupTimeout: 0s}",
         )
         .expect("config");
         let rankings = rankings(vec![pod("hog", 0, false, 900, None)]);

@@ -3,11 +3,13 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use monitor::engine::checkpoint::{Checkpoint as _, CheckpointV2, state_checksum};
+use monitor::engine::checkpoint::{Checkpoint as _, CheckpointV2};
 
 const GOLDEN_V2: &str = include_str!("golden/checkpoint-v2.json");
+const GOLDEN_V3: &str = include_str!("golden/checkpoint-v3.json");
 const V1_CHECKSUM: &str = "1273374159";
 const V2_CHECKSUM: &str = "3905580282";
+const V3_CHECKSUM: &str = "1304896949";
 
 fn monitor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_monitor"))
@@ -40,13 +42,15 @@ fn tampered() -> String {
 #[test]
 fn verify_reports_each_outcome_with_its_exit_status() {
     let valid = dir_with(GOLDEN_V2);
+    let valid_v3 = dir_with(GOLDEN_V3);
     let corrupt = dir_with(&tampered());
     let unparsable = dir_with("{\"version\": 2, \"state\": ");
     let empty = tempfile::tempdir().unwrap();
     let actual = {
         let checkpoint = CheckpointV2::unmarshal(tampered().as_bytes()).unwrap();
-        state_checksum(&checkpoint.into_state())
+        CheckpointV2::new(checkpoint.into_state())
             .unwrap()
+            .checksum_v2
             .to_string()
     };
     let valid_file = valid.path().join("agent_state");
@@ -62,6 +66,12 @@ fn verify_reports_each_outcome_with_its_exit_status() {
             vec![arg(&valid_file)],
             0,
             vec!["valid", V2_CHECKSUM],
+        ),
+        (
+            "valid version-3 file",
+            vec!["--checkpoint-dir", arg(valid_v3.path())],
+            0,
+            vec!["valid", "version 3", V1_CHECKSUM, V2_CHECKSUM, V3_CHECKSUM],
         ),
         (
             "checksum mismatch",
@@ -172,7 +182,9 @@ fn show_prints_json_for_tools() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["file_version"], 2);
+    assert_eq!(report["checksum"].to_string(), V1_CHECKSUM);
     assert_eq!(report["checksum_v2"].to_string(), V2_CHECKSUM);
+    assert!(report["checksum_v3"].is_null(), "{report:#}");
     assert_eq!(
         report["state"]["v1"]["counters"]["events_received"],
         123_456

@@ -1,12 +1,14 @@
 //! Checked-in checkpoints of each version: they must keep loading, a version-1 agent must keep
 //! reading the version-2 file, and no damage to them may go unnoticed.
 use monitor::engine::checkpoint::{
-    AgentState, AgentStateV1, BootMarks, Checkpoint as _, CheckpointV1, ConditionTransition,
-    Counters, EvictionRecord, PodRef, decode, encode, migrate_v1_to_v2,
+    AgentState, AgentStateV1, BootMarks, Checkpoint as _, CheckpointV1, CheckpointV2,
+    ConditionTransition, Counters, EvictionRecord, PendingEviction, PodRef, decode, encode,
+    migrate_v1_to_v2,
 };
 
 const GOLDEN_V1: &[u8] = include_bytes!("golden/checkpoint-v1.json");
 const GOLDEN_V2: &[u8] = include_bytes!("golden/checkpoint-v2.json");
+const GOLDEN_V3: &[u8] = include_bytes!("golden/checkpoint-v3.json");
 
 const T0: u64 = 1_767_268_800_000; // 2026-01-01T12:00:00Z
 
@@ -23,7 +25,20 @@ fn eviction(name: &str, uid: &str, at: u64, signal: &str, bytes_freed: u64) -> E
     }
 }
 
-/// The content of both golden files, written out independently of the encoder.
+/// The content of the version-3 golden file: the version-2 content and the grace period of
+/// the eviction awaiting cleanup.
+fn golden_state_v3() -> AgentState {
+    AgentState {
+        pending: Some(PendingEviction {
+            uid: "5f0e6c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+            grace_period_seconds: 30,
+        }),
+        ..golden_state()
+    }
+}
+
+/// The content of the version-1 and version-2 golden files, written out independently of
+/// the encoder.
 fn golden_state() -> AgentState {
     let cart = eviction(
         "cart-7d9f",
@@ -74,7 +89,25 @@ fn golden_state() -> AgentState {
             .into(),
             last_eviction_ms: Some(86_440_000),
         }),
+        pending: None,
     }
+}
+
+#[test]
+fn version_3_golden_loads() {
+    let decoded = decode(GOLDEN_V3).unwrap();
+    assert_eq!(decoded.file_version, 3);
+    assert_eq!(decoded.state, golden_state_v3());
+}
+
+#[test]
+fn older_readers_verify_and_load_the_version_3_golden() {
+    let v2_agent = CheckpointV2::unmarshal(GOLDEN_V3).unwrap();
+    v2_agent.verify_checksum().unwrap();
+    assert_eq!(v2_agent.into_state(), golden_state());
+    let v1_agent = CheckpointV1::unmarshal(GOLDEN_V3).unwrap();
+    v1_agent.verify_checksum().unwrap();
+    assert_eq!(v1_agent.state, golden_state().v1);
 }
 
 #[test]
@@ -110,10 +143,18 @@ fn encoders_still_write_the_golden_bytes() {
         String::from_utf8_lossy(&v1),
         String::from_utf8_lossy(GOLDEN_V1)
     );
-    let v2 = encode(&golden_state()).unwrap();
+    let v2 = CheckpointV2::new(golden_state())
+        .unwrap()
+        .marshal()
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&v2),
         String::from_utf8_lossy(GOLDEN_V2)
+    );
+    let v3 = encode(&golden_state_v3()).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v3),
+        String::from_utf8_lossy(GOLDEN_V3)
     );
 }
 
@@ -123,7 +164,7 @@ struct Golden {
     expected: AgentState,
 }
 
-fn goldens() -> [Golden; 2] {
+fn goldens() -> [Golden; 3] {
     [
         Golden {
             name: "checkpoint-v1.json",
@@ -134,6 +175,11 @@ fn goldens() -> [Golden; 2] {
             name: "checkpoint-v2.json",
             bytes: GOLDEN_V2,
             expected: golden_state(),
+        },
+        Golden {
+            name: "checkpoint-v3.json",
+            bytes: GOLDEN_V3,
+            expected: golden_state_v3(),
         },
     ]
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use monitor::engine::checkpoint::{
-    AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord, PodRef,
-    decode, encode,
+    AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
+    PendingEviction, PodRef, decode, encode,
 };
 use proptest::prelude::*;
 
@@ -77,7 +77,13 @@ fn agent_state() -> impl Strategy<Value = AgentState> {
             },
         ),
     );
-    (v1, boot).prop_map(|(v1, boot)| AgentState { v1, boot })
+    let pending = prop::option::of((name(), any::<i64>()).prop_map(
+        |(uid, grace_period_seconds)| PendingEviction {
+            uid,
+            grace_period_seconds,
+        },
+    ));
+    (v1, boot, pending).prop_map(|(v1, boot, pending)| AgentState { v1, boot, pending })
 }
 
 proptest! {

@@ -54,6 +54,16 @@ pub enum StateError {
     Encode(CheckpointError),
 }
 
+/// What [`StateManager::open`] found.
+#[derive(Debug)]
+pub struct Opened {
+    pub manager: StateManager,
+    pub state: AgentState,
+    pub startup: Startup,
+    /// Why the checkpoint cannot be written now, if it cannot.
+    pub write_problem: Option<StateError>,
+}
+
 /// Owns the agent's checkpoint file and writes it only when the state changed.
 #[derive(Debug)]
 pub struct StateManager {
@@ -71,16 +81,36 @@ impl StateManager {
         dir: impl Into<PathBuf>,
         if_unusable: IfUnusable,
     ) -> Result<(Self, AgentState, Startup), StateError> {
+        let opened = Self::open(dir, if_unusable)?;
+        if let Some(error) = opened.write_problem {
+            return Err(error);
+        }
+        Ok((opened.manager, opened.state, opened.startup))
+    }
+
+    /// Like [`Self::load_or_init`], but a directory that cannot be prepared or written (read
+    /// only, full, out of file descriptors) does not stop the load: the state is read if it
+    /// can be, and the write problem is handed back for the caller to report and retry. An
+    /// unreadable or corrupt checkpoint is still refused.
+    pub fn open(dir: impl Into<PathBuf>, if_unusable: IfUnusable) -> Result<Opened, StateError> {
         let store = FileStore::at(dir);
-        store.prepare()?;
+        let prepared = store.prepare();
         let mut manager = Self {
             store,
             key: Key::agent_state(),
             written_checksum: None,
         };
         let (state, startup) = manager.load(if_unusable)?;
-        manager.save_if_changed(&state)?;
-        Ok((manager, state, startup))
+        let write_problem = match prepared {
+            Err(error) => Some(error.into()),
+            Ok(()) => manager.save_if_changed(&state).err(),
+        };
+        Ok(Opened {
+            manager,
+            state,
+            startup,
+            write_problem,
+        })
     }
 
     /// Writes `state` unless the file already holds the same content; returns whether it wrote.
@@ -200,7 +230,12 @@ mod tests {
 
         let (mut reloaded, loaded, startup) =
             StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap();
-        assert_eq!(startup, Startup::Restored { file_version: 2 });
+        assert_eq!(
+            startup,
+            Startup::Restored {
+                file_version: CURRENT_VERSION
+            }
+        );
         assert_eq!(loaded, state);
         assert!(
             !reloaded.save_if_changed(&loaded).unwrap(),
@@ -224,7 +259,7 @@ mod tests {
             decode(&fs::read(manager.path()).unwrap())
                 .unwrap()
                 .file_version,
-            2
+            CURRENT_VERSION
         );
     }
 

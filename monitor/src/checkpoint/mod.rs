@@ -13,7 +13,7 @@ pub mod wall_time;
 
 pub use clock::read_now;
 pub use key::{AGENT_STATE_KEY, Key, KeyError};
-pub use manager::{IfUnusable, Startup, StateError, StateManager};
+pub use manager::{IfUnusable, Opened, Startup, StateError, StateManager};
 pub use store::{FileStore, StoreError};
 
 /// Where the agent keeps its checkpoints unless told otherwise.

@@ -14,7 +14,7 @@ use crate::checkpoint::wall_time::rfc3339;
 use crate::checkpoint::{DEFAULT_CHECKPOINT_DIR, Key};
 use crate::clock::unix_ms_now;
 use crate::engine::checkpoint::{
-    AgentState, CheckpointV1, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
+    AgentState, CheckpointV1, CheckpointV2, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
 };
 
 const EXIT_CORRUPT: u8 = 1;
@@ -27,9 +27,10 @@ Exit status:
      checkpoint; the agent refuses to start on it until run with --reset-state
   2  the checkpoint is missing or cannot be read
 
-The agent keeps its state in DIR/agent_state (JSON, version 2). The file carries two checksums,
-FNV-32a over the content: `checksum` for the version-1 fields, which an older agent verifies
-after a rollback, and `checksum_v2` for the whole content.";
+The agent keeps its state in DIR/agent_state (JSON, version 3). The file carries three
+checksums, FNV-32a over the content: `checksum` for the version-1 fields and `checksum_v2` for
+the version-2 fields, which an older agent verifies after a rollback, and `checksum_v3` for the
+whole content.";
 
 #[derive(Args, Debug)]
 #[command(after_long_help = EXIT_CODES)]
@@ -113,10 +114,13 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     };
     match args.output {
         OutputFormat::Json => {
+            let (v1, v2, v3) = checksums(&decoded);
             let report = serde_json::json!({
                 "path": path,
                 "file_version": decoded.file_version,
-                "checksum_v2": decoded.checksum,
+                "checksum": v1,
+                "checksum_v2": v2,
+                "checksum_v3": v3,
                 "state": decoded.state,
             });
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -151,19 +155,38 @@ fn read_verified(path: &Path) -> Result<Decoded, ExitCode> {
     })
 }
 
-fn describe_checksums(decoded: &Decoded) -> String {
+/// The checksums a file of `decoded`'s version carries: version 1's, and version 2's and 3's
+/// where it has those parts.
+fn checksums(decoded: &Decoded) -> (Option<u32>, Option<u32>, Option<u32>) {
     let v1 = CheckpointV1::new(decoded.state.v1.clone())
-        .map(|checkpoint| checkpoint.checksum.to_string())
-        .unwrap_or_else(|error| error.to_string());
-    let mut text = format!("version {}, checksum {v1}", decoded.file_version);
-    if decoded.file_version >= 2 {
-        let _ = write!(text, ", checksum_v2 {}", decoded.checksum);
+        .ok()
+        .map(|c| c.checksum);
+    let v2 = (decoded.file_version >= 2)
+        .then(|| CheckpointV2::new(decoded.state.clone()).ok())
+        .flatten()
+        .map(|c| c.checksum_v2);
+    let v3 = (decoded.file_version >= 3).then_some(decoded.checksum);
+    (v1, v2, v3)
+}
+
+fn describe_checksums(decoded: &Decoded) -> String {
+    let (v1, v2, v3) = checksums(decoded);
+    let mut text = format!("version {}", decoded.file_version);
+    for (name, value) in [("checksum", v1), ("checksum_v2", v2), ("checksum_v3", v3)] {
+        if let Some(value) = value {
+            let _ = write!(text, ", {name} {value}");
+        }
     }
     text
 }
 
 fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
-    let AgentState { v1: state, boot } = &decoded.state;
+    // The pending eviction is shown through its accessor, with the pod awaiting cleanup.
+    let AgentState {
+        v1: state,
+        boot,
+        pending: _,
+    } = &decoded.state;
     let when = |ms: u64| format!("{}  {}", rfc3339(ms), ago(ms, now_ms));
     // Rows of (label, value); an empty pair is a blank separator line.
     let mut rows: Vec<(String, String)> = Vec::new();
@@ -214,6 +237,10 @@ fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
     };
     row("Last eviction", &eviction(&state.last_eviction));
     row("Awaiting cleanup", &eviction(&state.awaiting_cleanup));
+    if let Some(grace) = decoded.state.pending_grace_period_seconds() {
+        row("  grace period", &format!("{grace}s from the decision"));
+    }
+
     row(
         "Recent evictions",
         &format!(

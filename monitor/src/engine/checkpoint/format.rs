@@ -12,22 +12,27 @@
 //! { "version": 2, "state": { ... }, "checksum": 1234, "v2": { "boot": ... }, "checksum_v2": 5678 }
 //! ```
 //!
+//! Version 3 embeds version 2 unchanged in the same way and adds `v3` (the eviction in
+//! progress) with `checksum_v3`.
+//!
 //! `checksum` covers `state` alone, so a version-1 agent (after a rollback) still verifies and
-//! loads a version-2 file: it ignores fields it does not know and never gates on `version`.
-//! `checksum_v2` covers all of version 2's content. A reader takes the newest part it
-//! understands; when that part is corrupt it refuses the file instead of falling back to an older
-//! part, since the older part cannot say what the newer one held.
+//! loads a version-2 or version-3 file: it ignores fields it does not know and never gates on
+//! `version`. `checksum_v2` covers version 2's content (`state` and `v2`), so a version-2 agent
+//! verifies a version-3 file likewise; `checksum_v3` covers all of version 3's. A reader takes
+//! the newest part it understands; when that part is corrupt it refuses the file instead of
+//! falling back to an older part, since the older part cannot say what the newer one held.
 use serde::{Deserialize, Serialize};
 
 use super::canonical;
-use super::state::{AgentState, AgentStateV1, BootMarks};
+use super::state::{AgentState, AgentStateV1, BootMarks, PendingEviction};
 
 /// The version this agent writes.
-pub const CURRENT_VERSION: u32 = 2;
+pub const CURRENT_VERSION: u32 = 3;
 
 // Frozen schema names: they are part of every checksum.
 const SCHEMA_V1: &str = "monitor.AgentState/v1";
 const SCHEMA_V2: &str = "monitor.AgentState/v2";
+const SCHEMA_V3: &str = "monitor.AgentState/v3";
 
 /// Why bytes could not be turned into a verified checkpoint, or a state into bytes.
 #[derive(Debug, thiserror::Error)]
@@ -38,10 +43,11 @@ pub enum CheckpointError {
     /// The `version` field holds a value no agent ever wrote.
     #[error("not a valid checkpoint: version {0} does not exist")]
     BadVersion(u32),
-    /// The file says version 1 yet carries a version-2 part: reading it as version 1 would
-    /// silently drop that part, so the version field itself must be damaged.
-    #[error("not a valid checkpoint: it says version 1 but carries a version-2 part")]
-    VersionMismatch,
+    /// The file says an older version than the parts it carries (version 1 with a version-2
+    /// part, version 2 with a version-3 part): reading it as the older version would silently
+    /// drop a part, so the version field itself must be damaged.
+    #[error("not a valid checkpoint: it says version {said} but carries a version-{carries} part")]
+    VersionMismatch { said: u32, carries: u32 },
     /// The content does not hash to the checksum stored next to it.
     #[error(
         "checksum mismatch in the version-{part} content: expected {expected} (stored in the \
@@ -92,6 +98,29 @@ pub struct PartV2 {
     pub boot: Option<BootMarks>,
 }
 
+/// The version-3 file: version 2's fields, then its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointV3 {
+    #[serde(flatten)]
+    pub v2: CheckpointV2,
+    pub v3: PartV3,
+    pub checksum_v3: u32,
+}
+
+/// What version 3 adds to the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartV3 {
+    pub pending: Option<PendingEviction>,
+}
+
+/// Version 2's content, as version 2 checksummed it.
+#[derive(Serialize)]
+struct ContentV2<'a> {
+    v1: &'a AgentStateV1,
+    boot: &'a Option<BootMarks>,
+}
+
 /// A verified checkpoint, brought to the current version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
@@ -133,13 +162,22 @@ impl Checkpoint for CheckpointV1 {
 }
 
 impl CheckpointV2 {
-    /// Wraps `state` with both checksums.
+    /// Wraps the version-2 content of `state` with both checksums; what later versions add is
+    /// left out.
     pub fn new(state: AgentState) -> Result<Self, CheckpointError> {
-        let checksum_v2 = state_checksum(&state)?;
-        let AgentState { v1, boot } = state;
+        let AgentState { v1, boot, .. } = state;
+        Self::with_version(v1, boot, 2)
+    }
+
+    fn with_version(
+        v1: AgentStateV1,
+        boot: Option<BootMarks>,
+        version: u32,
+    ) -> Result<Self, CheckpointError> {
+        let checksum_v2 = checksum_v2(&v1, &boot)?;
         Ok(Self {
             v1: CheckpointV1 {
-                version: CURRENT_VERSION,
+                version,
                 ..CheckpointV1::new(v1)?
             },
             v2: PartV2 { boot },
@@ -147,16 +185,13 @@ impl CheckpointV2 {
         })
     }
 
-    /// The state this checkpoint holds.
+    /// The state this checkpoint holds (nothing of version 3).
     pub fn into_state(self) -> AgentState {
         AgentState {
             v1: self.v1.state,
             boot: self.v2.boot,
+            pending: None,
         }
-    }
-
-    fn state(&self) -> AgentState {
-        self.clone().into_state()
     }
 }
 
@@ -175,9 +210,58 @@ impl Checkpoint for CheckpointV2 {
 
     fn verify_checksum(&self) -> Result<(), CheckpointError> {
         // The newer part first: if it is damaged, that is the error worth reporting.
-        verify(2, self.checksum_v2, state_checksum(&self.state())?)?;
+        verify(
+            2,
+            self.checksum_v2,
+            checksum_v2(&self.v1.state, &self.v2.boot)?,
+        )?;
         // A bad version-1 checksum would make a rollback fail, so it is corruption too.
         self.v1.verify_checksum()
+    }
+}
+
+impl CheckpointV3 {
+    /// Wraps `state` with all three checksums.
+    pub fn new(state: AgentState) -> Result<Self, CheckpointError> {
+        let checksum_v3 = state_checksum(&state)?;
+        let AgentState { v1, boot, pending } = state;
+        Ok(Self {
+            v2: CheckpointV2::with_version(v1, boot, CURRENT_VERSION)?,
+            v3: PartV3 { pending },
+            checksum_v3,
+        })
+    }
+
+    /// The state this checkpoint holds.
+    pub fn into_state(self) -> AgentState {
+        AgentState {
+            pending: self.v3.pending,
+            ..self.v2.into_state()
+        }
+    }
+
+    fn state(&self) -> AgentState {
+        self.clone().into_state()
+    }
+}
+
+impl Checkpoint for CheckpointV3 {
+    fn marshal(&self) -> Result<Vec<u8>, CheckpointError> {
+        to_pretty_json(self)
+    }
+
+    fn unmarshal(bytes: &[u8]) -> Result<Self, CheckpointError> {
+        let checkpoint: Self = serde_json::from_slice(bytes).map_err(CheckpointError::Malformed)?;
+        let version = checkpoint.v2.v1.version;
+        if version < 3 {
+            return Err(CheckpointError::BadVersion(version));
+        }
+        Ok(checkpoint)
+    }
+
+    fn verify_checksum(&self) -> Result<(), CheckpointError> {
+        verify(3, self.checksum_v3, state_checksum(&self.state())?)?;
+        self.v2.verify_checksum()
     }
 }
 
@@ -187,18 +271,23 @@ pub fn migrate_v1_to_v2(state: AgentStateV1) -> AgentState {
     AgentState {
         v1: state,
         boot: None,
+        pending: None,
     }
 }
 
 /// The checksum of `state`'s full current-version content; equal checksums mean there is
 /// nothing new to write.
 pub fn state_checksum(state: &AgentState) -> Result<u32, CheckpointError> {
-    canonical::checksum(SCHEMA_V2, state).map_err(CheckpointError::Encode)
+    canonical::checksum(SCHEMA_V3, state).map_err(CheckpointError::Encode)
+}
+
+fn checksum_v2(v1: &AgentStateV1, boot: &Option<BootMarks>) -> Result<u32, CheckpointError> {
+    canonical::checksum(SCHEMA_V2, &ContentV2 { v1, boot }).map_err(CheckpointError::Encode)
 }
 
 /// Serialises `state` in the current version.
 pub fn encode(state: &AgentState) -> Result<Vec<u8>, CheckpointError> {
-    CheckpointV2::new(state.clone())?.marshal()
+    CheckpointV3::new(state.clone())?.marshal()
 }
 
 /// Parses and verifies a checkpoint of any version, migrating it to the current one.
@@ -208,22 +297,34 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, CheckpointError> {
         version: u32,
         v2: Option<serde::de::IgnoredAny>,
         checksum_v2: Option<serde::de::IgnoredAny>,
+        v3: Option<serde::de::IgnoredAny>,
+        checksum_v3: Option<serde::de::IgnoredAny>,
     }
     let envelope: Envelope = serde_json::from_slice(bytes).map_err(CheckpointError::Malformed)?;
     let version = envelope.version;
+    let carries_v2 = envelope.v2.is_some() || envelope.checksum_v2.is_some();
+    let carries_v3 = envelope.v3.is_some() || envelope.checksum_v3.is_some();
+    let mismatch = |carries| CheckpointError::VersionMismatch {
+        said: version,
+        carries,
+    };
     let state = match version {
         0 => return Err(CheckpointError::BadVersion(0)),
-        1 if envelope.v2.is_some() || envelope.checksum_v2.is_some() => {
-            return Err(CheckpointError::VersionMismatch);
-        }
+        1 if carries_v2 || carries_v3 => return Err(mismatch(if carries_v3 { 3 } else { 2 })),
         1 => {
             let checkpoint = CheckpointV1::unmarshal(bytes)?;
             checkpoint.verify_checksum()?;
             migrate_v1_to_v2(checkpoint.state)
         }
-        // Versions after 2 are read through the version-2 part they embed.
-        _ => {
+        2 if carries_v3 => return Err(mismatch(3)),
+        2 => {
             let checkpoint = CheckpointV2::unmarshal(bytes)?;
+            checkpoint.verify_checksum()?;
+            checkpoint.into_state()
+        }
+        // Versions after 3 are read through the version-3 part they embed.
+        _ => {
+            let checkpoint = CheckpointV3::unmarshal(bytes)?;
             checkpoint.verify_checksum()?;
             checkpoint.into_state()
         }
@@ -277,6 +378,7 @@ mod tests {
             uid: "0b6c".into(),
         };
         state.record_eviction(pod, "memory.available", 3 << 20, &now);
+        state.record_grace_period(30);
         state.count_events(10, 1);
         state
     }
@@ -304,11 +406,31 @@ mod tests {
     }
 
     #[test]
-    fn version_1_reader_loads_a_version_2_file() {
+    fn older_readers_load_the_current_file() {
         let state = sample_state();
-        let old_reader = CheckpointV1::unmarshal(&encode(&state).unwrap()).unwrap();
-        old_reader.verify_checksum().unwrap();
-        assert_eq!(old_reader.state, state.v1);
+        let bytes = encode(&state).unwrap();
+        let v1_reader = CheckpointV1::unmarshal(&bytes).unwrap();
+        v1_reader.verify_checksum().unwrap();
+        assert_eq!(v1_reader.state, state.v1);
+        let v2_reader = CheckpointV2::unmarshal(&bytes).unwrap();
+        v2_reader.verify_checksum().unwrap();
+        assert_eq!(
+            v2_reader.into_state(),
+            AgentState {
+                pending: None,
+                ..state
+            }
+        );
+    }
+
+    #[test]
+    fn version_2_file_loads_without_a_pending_grace_period() {
+        let state = sample_state();
+        let v2 = CheckpointV2::new(state.clone()).unwrap().marshal().unwrap();
+        let decoded = decode(&v2).unwrap();
+        assert_eq!(decoded.file_version, 2);
+        assert_eq!(decoded.state.pending, None);
+        assert_eq!(decoded.state.v1, state.v1);
     }
 
     #[test]
@@ -326,10 +448,10 @@ mod tests {
     #[test]
     fn a_later_version_is_read_through_its_embedded_parts() {
         let mut file = json(&encode(&sample_state()).unwrap());
-        file["version"] = 3.into();
-        file["v3"] = serde_json::json!({"something": "new"});
+        file["version"] = 4.into();
+        file["v4"] = serde_json::json!({"something": "new"});
         let decoded = decode(&serde_json::to_vec(&file).unwrap()).unwrap();
-        assert_eq!((decoded.file_version, decoded.state), (3, sample_state()));
+        assert_eq!((decoded.file_version, decoded.state), (4, sample_state()));
     }
 
     #[test]
@@ -342,14 +464,24 @@ mod tests {
         };
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
             (
-                "version-2 content changed: no fallback to version 1",
+                "version-3 content changed: no fallback to version 2",
+                edit(&|f| f["v3"]["pending"]["grace_period_seconds"] = 1.into()),
+                "version-3",
+            ),
+            (
+                "version-2 content changed",
                 edit(&|f| f["v2"]["boot"]["last_eviction_ms"] = 7.into()),
+                "version-3",
+            ),
+            (
+                "version-2 checksum changed",
+                edit(&|f| f["checksum_v2"] = 1.into()),
                 "version-2",
             ),
             (
                 "version-1 content changed",
                 edit(&|f| f["state"]["counters"]["events_lost"] = 9.into()),
-                "version-2",
+                "version-3",
             ),
             (
                 "version-1 checksum changed",
@@ -362,9 +494,14 @@ mod tests {
                 "version 0",
             ),
             (
-                "version lowered to 1 with a version-2 part",
+                "version lowered to 1 with newer parts",
                 edit(&|f| f["version"] = 1.into()),
-                "carries a version-2 part",
+                "carries a version-3 part",
+            ),
+            (
+                "version lowered to 2 with a version-3 part",
+                edit(&|f| f["version"] = 2.into()),
+                "carries a version-3 part",
             ),
             (
                 "unknown field inside the frozen state",
@@ -387,7 +524,7 @@ mod tests {
     #[test]
     fn mismatch_names_expected_and_actual() {
         let mut file = json(&encode(&sample_state()).unwrap());
-        file["checksum_v2"] = 12345.into();
+        file["checksum_v3"] = 12345.into();
         let error = decode(&serde_json::to_vec(&file).unwrap()).unwrap_err();
         let CheckpointError::ChecksumMismatch {
             part,
@@ -397,7 +534,7 @@ mod tests {
         else {
             panic!("unexpected {error:?}");
         };
-        assert_eq!((part, expected), (2, 12345));
+        assert_eq!((part, expected), (3, 12345));
         assert_eq!(actual, state_checksum(&sample_state()).unwrap());
     }
 }

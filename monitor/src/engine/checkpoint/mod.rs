@@ -13,10 +13,10 @@ pub mod state;
 
 pub use continuity::{GraceStatus, eviction_blocked_for, soft_grace_status};
 pub use format::{
-    CURRENT_VERSION, Checkpoint, CheckpointError, CheckpointV1, CheckpointV2, Decoded, PartV2,
-    decode, encode, migrate_v1_to_v2, state_checksum,
+    CURRENT_VERSION, Checkpoint, CheckpointError, CheckpointV1, CheckpointV2, CheckpointV3,
+    Decoded, PartV2, PartV3, decode, encode, migrate_v1_to_v2, state_checksum,
 };
 pub use state::{
     AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
-    MAX_RECENT_EVICTIONS, Now, PodRef,
+    MAX_RECENT_EVICTIONS, Now, PendingEviction, PodRef,
 };

@@ -4,7 +4,9 @@
 //! their strings, times are wall-clock unix milliseconds. [`AgentStateV1`] is the version-1
 //! schema and is frozen, because a version-1 agent that was rolled back to must still verify it.
 //! Version 2 adds [`BootMarks`], readings of the boot-time clock that let a restarted agent
-//! measure elapsed time even if the wall clock was stepped while it was down.
+//! measure elapsed time even if the wall clock was stepped while it was down. Version 3 adds
+//! [`PendingEviction`], the grace period of the eviction in progress, so a restarted agent
+//! finishes it on its original deadline.
 //!
 //! Mutate through the methods on [`AgentState`]: they keep the boot marks in step with the
 //! wall-clock fields they shadow.
@@ -15,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// The most recent evictions kept in [`AgentStateV1::recent_evictions`]; older ones are dropped.
 pub const MAX_RECENT_EVICTIONS: usize = 64;
 
-/// The agent's persisted state, current version (2).
+/// The agent's persisted state, current version (3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentState {
@@ -24,6 +26,19 @@ pub struct AgentState {
     /// Boot-clock readings for the timers whose continuity matters; `None` after migrating a
     /// version-1 file.
     pub boot: Option<BootMarks>,
+    /// Version 3: the eviction in progress, while `v1.awaiting_cleanup` names its pod.
+    pub pending: Option<PendingEviction>,
+}
+
+/// The eviction whose pod is being stopped: what a restarted agent needs to finish it on the
+/// original deadline (the decision instant is `v1.awaiting_cleanup`'s).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PendingEviction {
+    /// The pod's uid, as in `v1.awaiting_cleanup`.
+    pub uid: String,
+    /// The grace period the pod was given; force comes this long after the decision.
+    pub grace_period_seconds: i64,
 }
 
 /// The version-1 schema. Frozen: adding, renaming or retyping a field changes its checksum and
@@ -155,8 +170,10 @@ impl AgentState {
     }
 
     /// Records an eviction: it becomes the last one and the one awaiting cleanup, joins the
-    /// bounded history and is counted under its signal.
+    /// bounded history and is counted under its signal. Its grace period is unknown until
+    /// [`Self::record_grace_period`].
     pub fn record_eviction(&mut self, pod: PodRef, signal: &str, bytes_freed: u64, now: &Now) {
+        self.pending = None;
         let record = EvictionRecord {
             pod,
             evicted_at_unix_ms: now.unix_ms,
@@ -179,9 +196,31 @@ impl AgentState {
         self.boot_marks(now).last_eviction_ms = Some(now.boot_ms);
     }
 
+    /// Records the grace period given to the pod awaiting cleanup.
+    pub fn record_grace_period(&mut self, grace_period_seconds: i64) {
+        self.pending = self
+            .v1
+            .awaiting_cleanup
+            .as_ref()
+            .map(|awaiting| PendingEviction {
+                uid: awaiting.pod.uid.clone(),
+                grace_period_seconds,
+            });
+    }
+
     /// Records that the evicted pod is gone.
     pub fn finish_cleanup(&mut self) {
         self.v1.awaiting_cleanup = None;
+        self.pending = None;
+    }
+
+    /// The grace period of the eviction awaiting cleanup, when this file recorded it.
+    pub fn pending_grace_period_seconds(&self) -> Option<i64> {
+        let awaiting = self.v1.awaiting_cleanup.as_ref()?;
+        self.pending
+            .as_ref()
+            .filter(|p| p.uid == awaiting.pod.uid)
+            .map(|p| p.grace_period_seconds)
     }
 
     /// Adds a batch of ring-buffer events to the counters.
@@ -304,8 +343,16 @@ mod tests {
             total
         );
         assert_eq!(state.v1.last_eviction, state.v1.awaiting_cleanup);
+        assert_eq!(
+            state.pending_grace_period_seconds(),
+            None,
+            "not recorded yet"
+        );
+        state.record_grace_period(30);
+        assert_eq!(state.pending_grace_period_seconds(), Some(30));
         state.finish_cleanup();
         assert!(state.v1.awaiting_cleanup.is_none());
+        assert_eq!(state.pending, None);
         assert!(state.v1.last_eviction.is_some());
     }
 }

@@ -19,6 +19,7 @@ use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
 pub mod cgroup_tree;
 pub mod kube_api;
+pub mod mounts;
 
 /// True when the test may run. Outside CI a test that needs root is skipped with a visible
 /// message; in CI (which runs as root) not being root fails the test.
@@ -467,7 +468,18 @@ pub struct MonitorProcess {
 impl MonitorProcess {
     /// Starts `monitor ARGS` with info logging on stderr.
     pub fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
-        let mut child = Command::new(monitor_bin())
+        Self::start_with(args, |_| {})
+    }
+
+    /// Like [`Self::start`], with `configure` applied to the command first (limits,
+    /// capabilities dropped before exec).
+    pub fn start_with<S: AsRef<std::ffi::OsStr>>(
+        args: impl IntoIterator<Item = S>,
+        configure: impl FnOnce(&mut Command),
+    ) -> Self {
+        let mut command = Command::new(monitor_bin());
+        configure(&mut command);
+        let mut child = command
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -563,6 +575,14 @@ impl MonitorProcess {
             "exit status {status}; stderr:\n{}",
             self.stderr()
         );
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .try_wait()
+            .expect("checking on monitor")
+            .is_none()
     }
 
     /// Waits for the process to exit; `None` if it is still running after `timeout`.
@@ -662,6 +682,19 @@ impl AgentScene {
     /// A scene whose configuration has the given `evictionInterval` and `podCleanupTimeout`
     /// (Go durations).
     pub fn new(name: &str, eviction_interval: &str, pod_cleanup_timeout: &str) -> Self {
+        Self::with_config(
+            name,
+            &format!(
+                "evictionHard:\n  allocatableMemory.available: {}\n\
+                 monitor:\n  evictionInterval: {eviction_interval}\n  \
+                 podCleanupTimeout: {pod_cleanup_timeout}\n",
+                Self::THRESHOLD
+            ),
+        )
+    }
+
+    /// A scene whose KubeletConfiguration holds `eviction_fields` (YAML lines).
+    pub fn with_config(name: &str, eviction_fields: &str) -> Self {
         let cgroup = TestCgroup::create(name);
         let kubepods = Kubepods::create(&cgroup);
         let files = TempDir::new(&format!("{name}-files"));
@@ -670,10 +703,7 @@ impl AgentScene {
             &config,
             format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 evictionHard:\n  allocatableMemory.available: {}\n\
-                 monitor:\n  evictionInterval: {eviction_interval}\n  \
-                 podCleanupTimeout: {pod_cleanup_timeout}\n",
-                Self::THRESHOLD
+                 {eviction_fields}"
             ),
         )
         .expect("writing the configuration");
@@ -735,7 +765,8 @@ impl AgentScene {
     }
 
     /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
-    /// them `--source auto` with a short poll interval and a `--duration` of 60s.
+    /// them `--source auto` with a short poll interval, `--duration` 60s and this scene's
+    /// checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
         let mut args: Vec<String> = [
@@ -747,14 +778,15 @@ impl AgentScene {
             Self::ALLOCATABLE,
             "--config",
             &path(&self.config),
-            "--checkpoint-dir",
-            &path(&self.checkpoint.path),
             "--output",
             "json",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if !extra.contains(&"--checkpoint-dir") {
+            args.extend(["--checkpoint-dir".into(), path(&self.checkpoint.path)]);
+        }
         for (flag, default) in [("--source", "auto"), ("--poll-interval", "200ms")] {
             if !extra.contains(&flag) {
                 args.extend([flag.to_string(), default.to_string()]);
@@ -773,7 +805,17 @@ impl AgentScene {
     /// Starts the agent on this scene and waits until it runs: its manifest watch is set up,
     /// its kernel programs attached, and it has logged its configuration.
     pub fn start_agent(&self, extra: &[&str]) -> MonitorProcess {
-        let agent = MonitorProcess::start(self.agent_args(extra));
+        self.start_agent_with(extra, |_| {})
+    }
+
+    /// [`Self::start_agent`] with the command configured first (see
+    /// [`MonitorProcess::start_with`]).
+    pub fn start_agent_with(
+        &self,
+        extra: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> MonitorProcess {
+        let agent = MonitorProcess::start_with(self.agent_args(extra), configure);
         let ready = agent.wait_stderr(Duration::from_secs(30), |l| {
             l.contains(" source ") && l.contains(" thresholds ") || l.contains("Error")
         });

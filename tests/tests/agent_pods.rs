@@ -28,12 +28,6 @@ fn expect_log(agent: &MonitorProcess, within: Duration, parts: &[&str]) -> Strin
         .unwrap_or_else(|| panic!("no log line with {parts:?}; stderr:\n{}", agent.stderr()))
 }
 
-fn gap(one: &Value, two: &Value) -> Duration {
-    Duration::from_nanos(
-        two["monotonic_ns"].as_u64().unwrap() - one["monotonic_ns"].as_u64().unwrap(),
-    )
-}
-
 #[test]
 fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
     if !running_as_root("pods_and_cgroups_coming_and_going_are_followed_without_a_restart") {
@@ -52,7 +46,7 @@ fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
     // A manifest before its cgroup: known at once, without stats until the cgroup exists.
     scene.write_manifest(&late);
     expect_log(&agent, NOTICE, &["pods: 1 added, 0 removed, 2 known"]);
-    expect_log(&agent, NOTICE, &["pod late", "ranked without stats"]);
+    expect_log(&agent, NOTICE, &["pod late", "not a candidate"]);
 
     // Cgroups created and removed while the agent reads them: unrelated ones in kubepods,
     // containers inside a pod, and the cgroup of a listed pod.
@@ -139,7 +133,7 @@ fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
         // a listed pod whose cgroup is missing is, and so is a kernel without some hooks.
         if line.contains("WARN") {
             assert!(
-                line.contains("ranked without stats") || line.contains("not attached:"),
+                line.contains("not a candidate") || line.contains("not attached:"),
                 "unexpected warning: {line}\n{stderr}"
             );
         }
@@ -148,12 +142,11 @@ fn pods_and_cgroups_coming_and_going_are_followed_without_a_restart() {
 }
 
 #[test]
-fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
-    if !running_as_root("bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first") {
+fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_is_passed_over() {
+    if !running_as_root("bad_manifests_are_skipped_and_a_pod_without_a_cgroup_is_passed_over") {
         return;
     }
-    let cleanup_timeout = Duration::from_secs(2);
-    let scene = AgentScene::new("agent-bad-input", "500ms", "2s");
+    let scene = AgentScene::new("agent-bad-input", "500ms", "30s");
     fs::write(
         scene.manifests.join("broken.yaml"),
         "apiVersion: v1\nkind: Pod\nmetadata: [name: oops\n",
@@ -164,7 +157,8 @@ fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: anonymous}\nspec: {containers: [{name: c}]}\n",
     )
     .unwrap();
-    // Listed, but its cgroup is nowhere: the kubelet ranks a pod without stats first.
+    // Listed, but its cgroup is nowhere: the kubelet would rank it first as a pod without
+    // stats, yet it has nothing on this node to reclaim.
     let ghost = TestPod::new("ghost").request_mib(500).priority(1000);
     let real = TestPod::new("real").request_mib(10);
     let extra = TestPod::new("extra").request_mib(100);
@@ -173,7 +167,7 @@ fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
     let mut agent = scene.start_agent(&[]);
     expect_log(&agent, NOTICE, &["skipped", "broken.yaml"]);
     expect_log(&agent, NOTICE, &["skipped", "no-uid.yaml", "metadata.uid"]);
-    expect_log(&agent, NOTICE, &["pod ghost", "ranked without stats"]);
+    expect_log(&agent, NOTICE, &["pod ghost", "not a candidate"]);
     expect_log(&agent, NOTICE, &["pods: 2 added, 0 removed, 2 known"]);
 
     // A broken file arriving while the agent runs, along with a good one.
@@ -187,27 +181,15 @@ fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_goes_first() {
     expect_log(&agent, NOTICE, &["pods: 1 added, 0 removed, 3 known"]);
     extra_proc.alloc(10);
 
-    real_proc.alloc(220);
+    // No answer to wait for: the eviction may end the helper before the allocation does.
+    real_proc.command("alloc 220");
     let one = agent.next_decision(DECIDE);
     assert_eq!(one["action"], "evict", "{one:#}");
     assert_eq!(
-        one["name"], "ghost",
-        "missing stats rank before usage: {one:#}"
+        one["name"], "real",
+        "the pod without a cgroup is passed over at once: {one:#}"
     );
-    assert!(one["rank"].is_null(), "no stats: {one:#}");
-    expect_log(&agent, NOTICE, &["default/ghost", "no cgroup to act on"]);
-    assert!(process_alive(real_proc.pid()) && process_alive(extra_proc.pid()));
-
-    // Nothing frees memory; after the cleanup timeout the next pod in line goes.
-    let two = agent.next_decision(DECIDE);
-    assert_eq!(two["action"], "evict", "{two:#}");
-    assert_eq!(two["name"], "real", "{two:#}");
-    assert_eq!(two["rank"]["exceedsRequest"], true, "{two:#}");
-    assert!(
-        gap(&one, &two) + Duration::from_millis(20) >= cleanup_timeout,
-        "before the cleanup timeout: {:?}",
-        gap(&one, &two)
-    );
+    assert_eq!(one["rank"]["exceedsRequest"], true, "{one:#}");
     scene.wait_until_empty(&real, Duration::from_secs(15));
     assert!(
         process_alive(extra_proc.pid()),

@@ -9,7 +9,7 @@ use crate::{
     engine::{
         clock::Clock,
         config::EvictionConfig,
-        decide::{Decision, EvictionState, decide},
+        decide::{Decision, EvictionState, decide_among},
         headroom::memory_headroom,
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},
@@ -37,6 +37,33 @@ pub struct PodEntry {
     pub facts: PodFacts,
     pub cgroup: Option<PodCgroup>,
     process_count: u64,
+    /// The last read of its cgroup failed (EIO, EACCES, ...): its last good working set, if
+    /// any, stands in.
+    read_failed: bool,
+}
+
+/// One cgroupfs read of a pod's cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodReading {
+    /// Read: the working set and (when counted) the processes in its subtree.
+    Read { working_set: u64, processes: u64 },
+    /// The cgroup is gone: the pod has nothing left on this node to reclaim.
+    Gone,
+    /// The read failed; not the same as missing stats.
+    Failed,
+}
+
+/// Why a ranked pod cannot be chosen now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotActionable {
+    /// No cgroup of its own on this node (not started yet, or already gone): nothing to
+    /// reclaim.
+    NoCgroup,
+    /// Its cgroup could never be read: its usage is unknown, and an unknown usage must not
+    /// make it the victim.
+    Unreadable,
+    /// A pod the agent must leave alone (its own).
+    Excluded,
 }
 
 /// How the pod set changed.
@@ -58,7 +85,11 @@ pub struct AgentCore {
     /// Pods this agent has stopped itself: terminal, like a pod the kubelet evicted (failed,
     /// no longer active), so never ranked again while they stay in the pod set.
     evicted: HashSet<String>,
+    /// Pods never chosen (the agent's own).
+    excluded: HashSet<String>,
     pids: Option<SignalObservation>,
+    /// Failed cgroupfs reads of pods, since start.
+    read_failures: u64,
     pub state: EvictionState,
 }
 
@@ -80,7 +111,9 @@ impl AgentCore {
             pods: HashMap::new(),
             uid_by_cgroup: HashMap::new(),
             evicted: HashSet::new(),
+            excluded: HashSet::new(),
             pids: None,
+            read_failures: 0,
             state,
         }
     }
@@ -134,12 +167,14 @@ impl AgentCore {
                 self.rankings.upsert_pod(facts.clone());
             }
             let process_count = previous.map_or(0, |p| p.process_count);
+            let read_failed = previous.is_some_and(|p| p.read_failed && p.cgroup == cgroup);
             self.pods.insert(
                 uid.clone(),
                 PodEntry {
                     facts,
                     cgroup,
                     process_count,
+                    read_failed,
                 },
             );
             self.rerank(&uid);
@@ -241,23 +276,58 @@ impl AgentCore {
         self.usage.set_kubepods(kubepods_working_set, read_ns);
     }
 
-    /// Fresh cgroupfs reading of one pod, started at `read_ns` (`None`: its cgroup is gone or
-    /// unreadable).
-    pub fn set_pod_reading(
-        &mut self,
-        uid: &str,
-        working_set: Option<u64>,
-        process_count: u64,
-        read_ns: u64,
-    ) {
-        if let Some(entry) = self.pods.get_mut(uid) {
-            entry.process_count = process_count;
-            match working_set {
-                Some(ws) => self.usage.set_pod(uid, ws, read_ns),
-                None => self.usage.drop_pod(uid),
+    /// Fresh cgroupfs reading of one pod, started at `read_ns`. A failed read keeps the last
+    /// good working set; it never turns into missing stats, which would rank the pod first.
+    pub fn set_pod_reading(&mut self, uid: &str, reading: PodReading, read_ns: u64) {
+        let Some(entry) = self.pods.get_mut(uid) else {
+            return;
+        };
+        match reading {
+            PodReading::Read {
+                working_set,
+                processes,
+            } => {
+                entry.process_count = processes;
+                entry.read_failed = false;
+                self.usage.set_pod(uid, working_set, read_ns);
             }
-            self.rerank(uid);
+            PodReading::Gone => {
+                entry.process_count = 0;
+                entry.read_failed = false;
+                entry.cgroup = None;
+                self.usage.drop_pod(uid);
+            }
+            PodReading::Failed => {
+                entry.read_failed = true;
+                self.read_failures += 1;
+            }
         }
+        self.rerank(uid);
+    }
+
+    /// Failed cgroupfs reads of pods since start.
+    pub fn read_failures(&self) -> u64 {
+        self.read_failures
+    }
+
+    /// Whether the decision step may choose this pod, and if not why.
+    pub fn actionable(&self, uid: &str) -> Result<(), NotActionable> {
+        let entry = self.pods.get(uid).ok_or(NotActionable::NoCgroup)?;
+        if self.excluded.contains(uid) {
+            return Err(NotActionable::Excluded);
+        }
+        if entry.cgroup.is_none() {
+            return Err(NotActionable::NoCgroup);
+        }
+        if entry.read_failed && self.usage.pod(uid).is_none() {
+            return Err(NotActionable::Unreadable);
+        }
+        Ok(())
+    }
+
+    /// Keeps a pod out of every decision for as long as it is listed (the agent's own pod).
+    pub fn exclude(&mut self, uid: &str) {
+        self.excluded.insert(uid.to_string());
     }
 
     /// Fresh `pid.available` reading.
@@ -298,16 +368,22 @@ impl AgentCore {
         observed
     }
 
-    /// Runs the decision step on the current numbers.
+    /// Runs the decision step on the current numbers, among the pods it can act on: a pod
+    /// without a cgroup, or whose usage could never be read, keeps its place in the ranking
+    /// but the next candidate is taken.
     pub fn decide(&mut self, clock: &impl Clock) -> Decision {
         let observations = self.observations();
-        decide(
+        let mut state = std::mem::take(&mut self.state);
+        let decision = decide_among(
             &self.config,
             &observations,
             &self.rankings,
-            &mut self.state,
+            &mut state,
             clock,
-        )
+            |facts| self.actionable(&facts.pod.uid).is_ok(),
+        );
+        self.state = state;
+        decision
     }
 
     /// How much the working sets may grow before a memory threshold could be met.
@@ -405,6 +481,13 @@ mod tests {
         })
     }
 
+    fn read(working_set: u64, processes: u64) -> PodReading {
+        PodReading::Read {
+            working_set,
+            processes,
+        }
+    }
+
     /// When the fixture reads cgroupfs; its kernel records come later.
     const READ_NS: u64 = 1_000;
 
@@ -449,7 +532,7 @@ mod tests {
         }
         core.set_node_reading(2 << 30, 0, READ_NS);
         for name in ["big-low", "over-high", "critical"] {
-            core.set_pod_reading(&format!("uid-{name}"), Some(0), 1, READ_NS);
+            core.set_pod_reading(&format!("uid-{name}"), read(0, 1), READ_NS);
         }
         core
     }
@@ -520,7 +603,7 @@ mod tests {
         let mut c = core();
         // big-low allocated 550Mi (within its 600Mi request); the record waited in the ring
         // while a resync read it, and arrives after the read.
-        c.set_pod_reading("uid-big-low", Some(550 << 20), 1, READ_NS + 10);
+        c.set_pod_reading("uid-big-low", read(550 << 20, 1), READ_NS + 10);
         let waited = StatChange {
             cgroup_id: 11,
             stat: Stat::Anon,
@@ -610,7 +693,7 @@ mod tests {
         assert_eq!(first.as_deref(), Some("over-high"));
         c.mark_evicted("uid-over-high");
         // Killed: its working set is gone, but it stays in the pod set (a manifest).
-        c.set_pod_reading("uid-over-high", Some(0), 0, READ_NS);
+        c.set_pod_reading("uid-over-high", read(0, 0), READ_NS);
         c.state.pod_cleaned_up("uid-over-high");
         c.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
@@ -650,6 +733,81 @@ mod tests {
             ),
         ]);
         assert_eq!(names(&c).len(), 2);
+    }
+
+    #[test]
+    fn a_pod_without_a_cgroup_is_passed_over_for_the_next_candidate() {
+        let mut c = core();
+        c.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (facts("stale", 0, 600, false), None),
+        ]);
+        c.apply_stats(&stats(&[(11, Stat::Anon, 900 * MI)]));
+        assert_eq!(c.actionable("uid-stale"), Err(NotActionable::NoCgroup));
+        assert_eq!(
+            c.decide(&clock()).eviction().map(|e| e.pod.name.clone()),
+            Some("big-low".into()),
+            "the stale manifest ranks first but has nothing to reclaim"
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_cgroup_went_away_is_passed_over() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)]));
+        c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
+        c.set_pod_reading("uid-over-high", PodReading::Gone, READ_NS + 10);
+        assert_eq!(c.actionable("uid-over-high"), Err(NotActionable::NoCgroup));
+        let decision = c.decide(&clock());
+        assert_eq!(
+            decision.eviction().map(|e| e.pod.name.clone()),
+            Some("big-low".into())
+        );
+    }
+
+    #[test]
+    fn a_failed_read_keeps_the_last_good_value_and_never_makes_the_victim() {
+        // big-low is the hog (900Mi over a 600Mi request); small uses 5Mi of 600Mi, and then
+        // its memory.stat cannot be read.
+        let cases = [
+            ("last good value stands in", Some(5u64 << 20)),
+            (
+                "never read: left out rather than ranked as missing stats",
+                None,
+            ),
+        ];
+        for (name, read_before) in cases {
+            let mut c = core();
+            c.set_pods(vec![
+                (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+                (facts("small", 0, 600, false), cgroup(40, "small")),
+            ]);
+            c.classify(41, "/kubepods/burstable/pod-small/ctr");
+            if let Some(ws) = read_before {
+                c.set_pod_reading("uid-small", read(ws, 1), READ_NS);
+            }
+            c.set_pod_reading("uid-small", PodReading::Failed, READ_NS + 5);
+            c.apply_stats(&stats(&[(11, Stat::Anon, 900 * MI)]));
+            assert_eq!(c.read_failures(), 1, "{name}");
+            assert_eq!(c.pod_working_set("uid-small"), read_before, "{name}");
+            assert_eq!(
+                c.decide(&clock()).eviction().map(|e| e.pod.name.clone()),
+                Some("big-low".to_string()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_excluded_pod_is_never_chosen() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(21, Stat::Anon, 900 * MI)]));
+        c.exclude("uid-over-high");
+        assert_eq!(c.actionable("uid-over-high"), Err(NotActionable::Excluded));
+        assert_eq!(
+            c.decide(&clock()).eviction().map(|e| e.pod.name.clone()),
+            Some("big-low".into())
+        );
     }
 
     #[test]

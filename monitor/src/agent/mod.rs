@@ -1,10 +1,13 @@
 //! The node agent: kernel events -> working sets -> rankings -> decisions -> actions ->
 //! checkpoint. [`core`] is the pure state machine; the rest wires it to the machine.
+pub mod actuator;
 pub mod args;
 pub mod cause;
+pub mod checkpoint_writer;
 pub mod core;
 pub mod persist;
 mod psi_wake;
+pub mod reader;
 pub mod report;
 mod run;
 pub mod usage;

@@ -98,6 +98,9 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
                 record.evicted_at_unix_ms,
                 same_boot.and_then(|b| b.last_eviction_ms),
             ),
+            // Unknown from a file of version 2 or older: the wait is then the cleanup
+            // timeout from the decision, and a restarted eviction starts a new grace period.
+            grace_period_seconds: saved.pending_grace_period_seconds().unwrap_or(0),
         });
     EvictionState {
         thresholds_first_observed,

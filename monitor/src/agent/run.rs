@@ -25,17 +25,20 @@ use tokio::{
 };
 
 use super::{
+    actuator::{ActionDone, ActionOutcome, ActionRequest, Actuator, CgroupKiller, DryRun, KubeApi},
     args::{AgentArgs, SourceMode},
     cause::CauseLog,
+    checkpoint_writer::{CheckpointHealth, CheckpointWriter},
     core::{AgentCore, NodeCapacity},
     persist,
     psi_wake::PsiWake,
+    reader::{Cgroupfs, ReadFailures, read_all},
     report::{DecisionContext, DecisionReport},
     usage::StatChange,
 };
 use crate::{
-    action::{KillTimings, KubeEvictor, kill_cgroup_tree},
-    cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
+    action::KubeEvictor,
+    cgroupfs::{MemoryHierarchy, procs::subtree_pids},
     checkpoint::{IfUnusable, StateManager, read_now},
     cli::OutputFormat,
     clock::{BootClock, monotonic_ns},
@@ -44,14 +47,14 @@ use crate::{
         clock::{Clock as _, ManualClock},
         config::EvictionConfig,
         decide::{Eviction, EvictionState},
-        pod_facts::PodFacts,
+        pod_facts::{PodFacts, PodRef},
         signal::NodeCondition,
         signal::Signal,
     },
     metrics::{Metrics, server},
     node::{
         memory::allocatable_bytes,
-        read::{node_working_set, read_mem_total, read_memory_limit, read_pid_available},
+        read::{read_mem_total, read_memory_limit},
     },
     pods::{
         KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, find_pod_cgroup,
@@ -59,7 +62,7 @@ use crate::{
     },
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
-        event::KernelEvent,
+        event::{DecodeError, KernelEvent},
     },
     trace::record::bytes,
 };
@@ -71,6 +74,10 @@ const WAITING_RECORDS_READ_EVERY: Duration = Duration::from_secs(1);
 /// too, so it is already running when the crossing record comes: a wake-up from idle costs
 /// about a millisecond on a virtual machine's halted vCPU.
 const WAKE_MARGIN_STEPS: u64 = 4;
+/// How long to wait before opening the pod source again after it failed.
+const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
+
+type Batch = Vec<Result<KernelEvent, DecodeError>>;
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
@@ -85,7 +92,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         let mut agent = Agent::start(args, evictor).await?;
         agent.apply_pods(first.pods);
         agent.restore_stopped_pods();
-        agent.evaluate(None)?;
+        agent.resume_pending_eviction();
+        agent.evaluate(None);
         agent.run(watcher).await
     })
 }
@@ -157,26 +165,25 @@ struct Agent {
     kubepods: KubepodsCgroup,
     core: AgentCore,
     source: Source,
-    manager: StateManager,
+    reader: Cgroupfs,
+    read_failures: ReadFailures,
+    writer: CheckpointWriter<StateManager>,
     saved: AgentState,
     metrics: Arc<Mutex<Metrics>>,
     pods: Vec<Pod>,
-    kills: JoinSet<KillDone>,
-    /// With --kube, evictions go through the API and the kubelet stops the pod.
-    evictor: Option<KubeEvictor>,
+    /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod).
+    actuator: Box<dyn Actuator>,
+    actions: JoinSet<ActionDone>,
+    /// Kernel records that could not be decoded.
+    undecodable: u64,
+    /// Actions that failed or were refused.
+    action_failures: u64,
     /// Events counted since they were last added to the checkpoint's counters.
     unsaved_events: u64,
     /// Stalls and bursts, to say what led to a decision.
     causes: CauseLog,
     /// Decision state and node conditions as last written to the checkpoint.
     persisted: Option<(EvictionState, Vec<NodeCondition>)>,
-}
-
-/// A finished kill of an evicted pod.
-struct KillDone {
-    pod: crate::engine::pod_facts::PodRef,
-    working_set_before: Option<u64>,
-    result: Result<crate::action::KillReport, crate::action::KillError>,
 }
 
 impl Agent {
@@ -212,9 +219,15 @@ impl Agent {
         } else {
             IfUnusable::Refuse
         };
-        let (manager, saved, startup) =
-            StateManager::load_or_init(&args.checkpoint_dir, if_unusable)?;
-        log::info!("checkpoint {}: {startup:?}", manager.path().display());
+        let opened = StateManager::open(&args.checkpoint_dir, if_unusable)?;
+        let (saved, startup) = (opened.state, opened.startup);
+        log::info!("checkpoint {}: {startup}", opened.manager.path().display());
+        let writer = match &opened.write_problem {
+            None => CheckpointWriter::new(opened.manager),
+            Some(problem) => {
+                CheckpointWriter::failing_since_start(opened.manager, problem, Instant::now())
+            }
+        };
         let state = persist::restore(&saved, &read_now()?);
         let source = open_source(&args, &hierarchy)?;
         let thresholds: Vec<String> = config
@@ -245,25 +258,38 @@ impl Agent {
             log::info!("metrics at http://{addr}/metrics");
         }
         let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        let actuator: Box<dyn Actuator> = match evictor {
+            _ if args.dry_run => Box::new(DryRun),
+            Some(evictor) => Box::new(KubeApi { evictor }),
+            None => Box::new(CgroupKiller {
+                hierarchy: hierarchy.clone(),
+            }),
+        };
         Ok(Self {
             args,
+            reader: Cgroupfs {
+                hierarchy: hierarchy.clone(),
+            },
             hierarchy,
             kubepods,
             core,
             source,
-            manager,
+            read_failures: ReadFailures::default(),
+            writer,
             saved,
             metrics,
             pods: Vec::new(),
-            kills: JoinSet::new(),
-            evictor,
+            actuator,
+            actions: JoinSet::new(),
+            undecodable: 0,
+            action_failures: 0,
             unsaved_events: 0,
             causes: CauseLog::default(),
             persisted: None,
         })
     }
 
-    async fn run(mut self, mut watcher: PodSource) -> anyhow::Result<ExitCode> {
+    async fn run(mut self, watcher: PodSource) -> anyhow::Result<ExitCode> {
         let read_every = match self.source {
             Source::Kernel(_) => self.args.resync_interval,
             Source::KernelLifecycle(_) | Source::Poll => self.args.poll_interval,
@@ -279,34 +305,72 @@ impl Agent {
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = matches!(self.source, Source::Kernel(_));
         let mut psi = self.install_psi_wake();
+        // None while the pod source is being opened again after it failed.
+        let mut watcher = Some(watcher);
+        let mut reopen_at = None;
         loop {
             tokio::select! {
-                read = next_batch(&mut self.source, &mut batch) => {
-                    read.context("reading the kernel ring buffer")?;
-                    self.apply_batch(&mut batch)?;
-                }
-                _ = waiting.tick(), if wakes_on_growth => self.read_waiting(&mut batch)?,
+                read = next_batch(&mut self.source, &mut batch) => match read {
+                    Ok(()) => self.apply_batch(&mut batch),
+                    Err(e) => {
+                        log::warn!("reading the kernel ring buffer: {e}; reading cgroupfs instead");
+                        self.read_unprompted();
+                        self.evaluate(None);
+                    }
+                },
+                _ = waiting.tick(), if wakes_on_growth => self.read_waiting(&mut batch),
                 signal = next_pressure(&mut psi) => {
                     log::debug!("memory pressure {signal:?}: reading cgroupfs now");
                     self.read_unprompted();
-                    self.evaluate(None)?;
+                    self.evaluate(None);
                 }
                 _ = reads.tick() => {
                     self.read_unprompted();
-                    self.evaluate(None)?;
-                    self.save_counters()?;
+                    self.evaluate(None);
+                    self.save_counters();
                 }
-                change = watcher.next_change() => {
-                    let loaded = change?;
-                    for error in &loaded.errors {
-                        log::warn!("skipped: {error}");
+                change = next_change(&mut watcher) => match change {
+                    Ok(loaded) => {
+                        for error in &loaded.errors {
+                            log::warn!("skipped: {error}");
+                        }
+                        self.apply_pods(loaded.pods);
+                        self.evaluate(None);
                     }
-                    self.apply_pods(loaded.pods);
-                    self.evaluate(None)?;
+                    Err(e) => {
+                        log::error!(
+                            "pod source failed: {e}; deciding on the {} pods known, opening it \
+                             again in {POD_SOURCE_RETRY:?}",
+                            self.pods.len()
+                        );
+                        watcher = None;
+                        reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
+                    }
+                },
+                _ = sleep_until(reopen_at), if reopen_at.is_some() => {
+                    reopen_at = None;
+                    match open_pods(&self.args).await {
+                        Ok((reopened, loaded, _)) => {
+                            log::info!("pod source open again");
+                            watcher = Some(reopened);
+                            self.apply_pods(loaded.pods);
+                            self.evaluate(None);
+                        }
+                        Err(e) => {
+                            log::warn!("opening the pod source again: {e:#}");
+                            reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
+                        }
+                    }
                 }
-                Some(done) = self.kills.join_next(), if !self.kills.is_empty() => {
-                    self.finish_kill(done.context("kill task")?)?;
-                    self.evaluate(None)?;
+                Some(done) = self.actions.join_next(), if !self.actions.is_empty() => {
+                    match done {
+                        Ok(done) => self.finish_action(done),
+                        Err(e) => log::error!("eviction task failed: {e}"),
+                    }
+                    self.evaluate(None);
+                }
+                _ = sleep_until(self.writer.retry_at()), if self.writer.retry_at().is_some() => {
+                    self.writer.retry(&self.saved, Instant::now());
                 }
                 _ = status.tick(), if show_status => self.print_status(),
                 _ = tokio::signal::ctrl_c() => break,
@@ -314,20 +378,17 @@ impl Agent {
                 _ = sleep_until(stop_at) => break,
             }
             // Every input can move the signals, and with them the growth that must wake us.
-            while self.rearm_wake()? {
-                self.read_waiting(&mut batch)?;
+            while self.rearm_wake() {
+                self.read_waiting(&mut batch);
             }
         }
-        self.save_counters()?;
+        self.save_counters();
         Ok(ExitCode::SUCCESS)
     }
 
-    fn apply_batch(
-        &mut self,
-        batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
-    ) -> anyhow::Result<()> {
-        let newest = self.apply_events(batch)?;
-        self.evaluate(newest)
+    fn apply_batch(&mut self, batch: &mut Batch) {
+        let newest = self.apply_events(batch);
+        self.evaluate(newest);
     }
 
     /// PSI triggers that make a polling agent read at once when memory stalls; none with the
@@ -356,44 +417,50 @@ impl Agent {
     }
 
     /// Reads and applies the records the kernel sent without waking us.
-    fn read_waiting(
-        &mut self,
-        batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
-    ) -> anyhow::Result<()> {
+    fn read_waiting(&mut self, batch: &mut Batch) {
         let read = self.source.kernel().map_or(0, |k| k.read_pending(batch));
         if read > 0 {
-            self.apply_batch(batch)?;
+            self.apply_batch(batch);
         }
-        Ok(())
     }
 
     /// Tells the kernel how far working sets may grow before a memory threshold could be met,
     /// so records below that send no wake-up. True when that growth was already counted and
-    /// the waiting records must be read now.
-    fn rearm_wake(&mut self) -> anyhow::Result<bool> {
+    /// the waiting records must be read now. A failure to set it leaves records waking the
+    /// agent as before, which costs CPU but no decision.
+    fn rearm_wake(&mut self) -> bool {
         let Source::Kernel(kernel) = &mut self.source else {
-            return Ok(false);
+            return false;
         };
         let margin = self.args.step.saturating_mul(WAKE_MARGIN_STEPS);
         let headroom = self
             .core
             .memory_headroom()
             .map(|h| h.saturating_sub(margin));
-        kernel
-            .wake_after_growth(headroom)
-            .context("setting the kernel's wake-up level")
+        kernel.wake_after_growth(headroom).unwrap_or_else(|e| {
+            log::warn!("setting the kernel's wake-up level: {e}");
+            false
+        })
     }
 
-    /// Applies decoded kernel records; returns the newest stat event's timestamp.
-    fn apply_events(
-        &mut self,
-        batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
-    ) -> anyhow::Result<Option<u64>> {
+    /// Applies decoded kernel records; returns the newest stat event's timestamp. A record
+    /// that does not decode is counted and skipped.
+    fn apply_events(&mut self, batch: &mut Batch) -> Option<u64> {
         let mut cgroup_created = false;
         let received = batch.len() as u64;
         let mut stats = Vec::with_capacity(batch.len());
         for decoded in batch.drain(..) {
-            match decoded? {
+            let event = match decoded {
+                Ok(event) => event,
+                Err(e) => {
+                    if self.undecodable == 0 {
+                        log::warn!("skipping a kernel record that does not decode: {e}");
+                    }
+                    self.undecodable += 1;
+                    continue;
+                }
+            };
+            match event {
                 KernelEvent::Stat {
                     cgroup_id,
                     stat,
@@ -437,6 +504,7 @@ impl Agent {
         let mut metrics = self.metrics.try_lock();
         if let Ok(m) = metrics.as_deref_mut() {
             m.events_received += received;
+            m.events_undecodable = self.undecodable;
             if let Some(kernel) = self.source.kernel() {
                 m.events_lost = kernel.drops().ring_full;
             }
@@ -446,7 +514,7 @@ impl Agent {
         if cgroup_created && self.waiting_pod_has_its_cgroup() {
             self.apply_pods(self.pods.clone());
         }
-        Ok(newest)
+        newest
     }
 
     /// Replaces the pod set, finds each pod's cgroup, and reads fresh numbers.
@@ -510,87 +578,44 @@ impl Agent {
     /// Reads every number from cgroupfs; `classify` also rewalks the hierarchy so every
     /// cgroup is attributed to its pod.
     fn read_cgroupfs(&mut self, classify: bool) {
-        if classify {
-            match CgroupPaths::scan(&self.hierarchy.mount) {
-                Ok(paths) => {
-                    self.core.clear_cgroups();
-                    for (id, path) in paths.iter() {
-                        self.core.classify(id, path);
-                    }
-                }
-                Err(e) => log::warn!("scanning {}: {e}", self.hierarchy.mount.display()),
-            }
-        }
-        let version = self.hierarchy.version;
-        // Taken before each read: kernel records sent earlier are contained in it.
-        let read_ns = monotonic_ns();
-        let kubepods = stats::read(&self.hierarchy.dir(&self.kubepods.rel), version);
-        match (node_working_set(&self.hierarchy), kubepods) {
-            (Ok(node), Ok(kubepods)) => {
-                self.core
-                    .set_node_reading(node, kubepods.working_set(), read_ns)
-            }
-            (node, kubepods) => log::warn!(
-                "reading node memory: {:?} / {:?}",
-                node.err().map(|e| e.to_string()),
-                kubepods.err().map(|e| e.to_string())
-            ),
-        }
-        let pods: Vec<(String, Option<String>)> = self
-            .core
-            .pods()
-            .map(|p| {
-                (
-                    p.facts.pod.uid.clone(),
-                    p.cgroup.as_ref().map(|c| c.rel.clone()),
-                )
-            })
-            .collect();
-        // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
-        // uses the counts.
-        let count_processes = self.core.counts_processes();
-        for (uid, rel) in pods {
-            let Some(rel) = rel else { continue };
-            let dir = self.hierarchy.dir(&rel);
-            let read_ns = monotonic_ns();
-            let working_set = match stats::read(&dir, version) {
-                Ok(s) => Some(s.working_set()),
-                Err(StatsError::Gone(_)) => None,
-                Err(e) => {
-                    log::warn!("{e}");
-                    None
-                }
-            };
-            let processes = if count_processes {
-                subtree_pids(&dir).map_or(0, |p| p.len() as u64)
-            } else {
-                0
-            };
-            self.core
-                .set_pod_reading(&uid, working_set, processes, read_ns);
-        }
-        self.core
-            .set_pid_reading(read_pid_available().ok().flatten());
+        read_all(
+            &self.reader,
+            &mut self.core,
+            &self.kubepods.rel,
+            classify,
+            &mut self.read_failures,
+        );
     }
 
     /// Runs the decision step and acts on it; `trigger_ns` is the kernel event that led here.
-    fn evaluate(&mut self, trigger_ns: Option<u64>) -> anyhow::Result<()> {
+    /// Nothing here can stop the agent: a report that cannot be printed or a checkpoint that
+    /// cannot be written is logged, and the action goes ahead.
+    fn evaluate(&mut self, trigger_ns: Option<u64>) {
         // Both clocks are read back to back before deciding, so the report's monotonic stamp
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
         let decision = self.core.decide(&ManualClock::new(BootClock.now()));
         if let Some(eviction) = decision.eviction() {
-            self.report(eviction, decided_ns, trigger_ns)?;
-            self.act(eviction);
+            if let Err(e) = self.report(eviction, decided_ns, trigger_ns) {
+                log::error!("printing the decision for {}: {e}", eviction.pod);
+            }
+            let grace = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
+            self.act(eviction.pod.clone(), grace, eviction.grace_period_seconds);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         // Most evaluations change nothing worth keeping; skip building the checkpoint then.
         let snapshot = (self.core.state.clone(), decision.node_conditions.clone());
         if decision.eviction().is_none() && self.persisted.as_ref() == Some(&snapshot) {
-            return Ok(());
+            return;
         }
         self.persisted = Some(snapshot);
-        let now = read_now()?;
+        let now = match read_now() {
+            Ok(now) => now,
+            Err(e) => {
+                log::warn!("reading the clocks for the checkpoint: {e}");
+                return;
+            }
+        };
         persist::save(
             &self.core.state,
             &decision.node_conditions,
@@ -604,9 +629,10 @@ impl Agent {
                 0,
                 &now,
             );
+            self.saved
+                .record_grace_period(eviction.grace_period_seconds);
         }
-        self.manager.save_if_changed(&self.saved)?;
-        Ok(())
+        self.writer.save(&self.saved, Instant::now());
     }
 
     fn report(
@@ -686,71 +712,126 @@ impl Agent {
         }
     }
 
-    /// Kills the evicted pod's cgroup in the background, or with --kube asks the API server
-    /// to evict it; nothing in dry-run.
-    fn act(&mut self, eviction: &Eviction) {
-        if self.args.dry_run {
-            return;
+    /// Starts the eviction's action in the background: a kill of the pod's cgroup, or with
+    /// --kube an Eviction through the API; nothing in dry-run. `grace` is the time left
+    /// before force.
+    fn act(&mut self, pod: PodRef, grace: Duration, grace_period_seconds: i64) {
+        let request = ActionRequest {
+            cgroup: self
+                .core
+                .pod(&pod.uid)
+                .and_then(|p| p.cgroup.as_ref())
+                .map(|c| c.rel.clone()),
+            working_set_before: self.core.pod_working_set(&pod.uid),
+            grace,
+            grace_period_seconds,
+            pod,
+        };
+        let local = self.evictor_is_local();
+        let uid = request.pod.uid.clone();
+        if let Some(task) = self.actuator.start(request) {
+            // Stopped for good, like a pod the kubelet evicted: never chosen again while it
+            // is listed (a manifest outlives its processes). With --kube the pod leaves the
+            // watch instead.
+            if local {
+                self.core.mark_evicted(&uid);
+            }
+            self.actions.spawn(task);
         }
-        if let Some(evictor) = &self.evictor {
-            // The pod leaving the watch ends the wait for it (AgentCore::set_pods).
-            evictor.spawn(eviction.pod.clone(), eviction.grace_period_seconds);
+    }
+
+    /// After a restart: an eviction whose pod still runs is finished on its original
+    /// deadline (SIGTERM again, force once its grace period from the decision is over),
+    /// instead of being waited out for the cleanup timeout and started over.
+    fn resume_pending_eviction(&mut self) {
+        let Some(pending) = self.core.state.awaiting_cleanup.clone() else {
             return;
-        }
-        let pod = eviction.pod.clone();
-        // Stopped for good, like a pod the kubelet evicted: never chosen again while it is
-        // listed (a manifest outlives its processes).
-        self.core.mark_evicted(&pod.uid);
-        let Some(rel) = self
+        };
+        let pod = pending.pod.clone();
+        let running = self
             .core
             .pod(&pod.uid)
             .and_then(|p| p.cgroup.as_ref())
-            .map(|c| c.rel.clone())
-        else {
+            .is_some_and(|c| {
+                subtree_pids(&self.hierarchy.dir(&c.rel)).is_ok_and(|pids| !pids.is_empty())
+            });
+        if !running || !self.evictor_is_local() {
+            return;
+        }
+        let Some(grace_period_seconds) = self.saved.pending_grace_period_seconds() else {
             log::warn!(
-                "{}: no cgroup to act on; waiting for the cleanup timeout",
-                eviction.pod
+                "pod {pod} was being evicted before the restart, but the checkpoint does not \
+                 say its grace period (an older version wrote it): it is decided on again once \
+                 the cleanup timeout has passed"
             );
             return;
         };
-        let timings = KillTimings {
-            grace: Duration::from_secs(u64::try_from(eviction.grace_period_seconds).unwrap_or(0)),
-            cleanup_timeout: self.core.config().monitor.pod_cleanup_timeout,
-        };
-        let hierarchy = self.hierarchy.clone();
-        let working_set_before = self.core.pod_working_set(&pod.uid);
-        self.kills.spawn(async move {
-            let result = kill_cgroup_tree(&hierarchy, &rel, timings).await;
-            KillDone {
-                pod,
-                working_set_before,
-                result,
-            }
-        });
+        let deadline = pending
+            .evicted_at
+            .saturating_add(Duration::from_secs(grace_secs(grace_period_seconds)));
+        let left = deadline.saturating_since(BootClock.now());
+        log::info!(
+            "resuming the eviction of {pod} begun before the restart: force in {left:?}, at the \
+             end of its {grace_period_seconds}s grace period"
+        );
+        self.act(pod, left, grace_period_seconds);
     }
 
-    /// Re-reads fresh numbers after a kill and records what it freed.
-    fn finish_kill(&mut self, done: KillDone) -> anyhow::Result<()> {
-        self.read_cgroupfs(false);
-        let uid = &done.pod.uid;
-        let after = self.core.pod_working_set(uid).unwrap_or(0);
-        let freed = done.working_set_before.unwrap_or(0).saturating_sub(after);
-        match &done.result {
-            Ok(report) => log::info!(
-                "pod {} stopped: {:?} after {:?} ({} processes signalled{}), {} freed",
-                done.pod,
-                report.outcome,
-                report.elapsed,
-                report.terminated,
-                if report.forced { ", forced" } else { "" },
-                bytes(freed as i64)
+    /// Whether evictions are carried out on this node (a cgroup kill), not through the API.
+    fn evictor_is_local(&self) -> bool {
+        !self.args.dry_run && !self.args.kube
+    }
+
+    /// Takes an action's report back into the decision state: a pod known stopped lifts the
+    /// wait for its cleanup at once; a failed action lifts it too, so the next decision is
+    /// not held back by a pod that is not going.
+    fn finish_action(&mut self, done: ActionDone) {
+        let pod = &done.request.pod;
+        let uid = pod.uid.clone();
+        let stopped = done.outcome.pod_stopped();
+        match &done.outcome {
+            ActionOutcome::Killed(report) => {
+                self.read_cgroupfs(false);
+                let after = self.core.pod_working_set(&uid).unwrap_or(0);
+                let freed = done
+                    .request
+                    .working_set_before
+                    .unwrap_or(0)
+                    .saturating_sub(after);
+                if stopped {
+                    log::info!(
+                        "pod {pod} stopped after {:?} ({} processes signalled{}), {} freed",
+                        report.elapsed,
+                        report.terminated,
+                        if report.forced { ", forced" } else { "" },
+                        bytes(freed as i64)
+                    );
+                } else {
+                    log::warn!(
+                        "pod {pod}: processes survived force: {:?} after {:?}",
+                        report.outcome,
+                        report.elapsed
+                    );
+                }
+                persist::record_freed(&mut self.saved, &uid, freed);
+                self.core.state.pod_cleaned_up(&uid);
+            }
+            ActionOutcome::Accepted => log::info!(
+                "eviction of {pod} accepted (grace period {}s); waiting for the kubelet",
+                done.request.grace_period_seconds
             ),
-            Err(e) => log::warn!("killing pod {}: {e}", done.pod),
+            ActionOutcome::Gone => {
+                log::info!("pod {pod} was already gone");
+                persist::record_freed(&mut self.saved, &uid, 0);
+                self.core.state.pod_cleaned_up(&uid);
+            }
+            ActionOutcome::Failed(reason) => {
+                self.action_failures += 1;
+                log::warn!("evicting {pod} failed: {reason}; the next decision is not held back");
+                self.core.state.pod_cleaned_up(&uid);
+            }
         }
-        self.core.state.pod_cleaned_up(uid);
-        persist::record_freed(&mut self.saved, uid, freed);
-        self.manager.save_if_changed(&self.saved)?;
-        Ok(())
+        self.writer.save(&self.saved, Instant::now());
     }
 
     fn update_metrics(&self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
@@ -774,6 +855,10 @@ impl Agent {
                 .or_default() |= met;
         }
         m.pods_ranked = self.core.pod_count() as u64;
+        m.pod_read_failures = self.core.read_failures();
+        m.action_failures = self.action_failures;
+        m.checkpoint_write_failures = self.writer.failures_total();
+        m.checkpoint_writable = self.writer.health(Instant::now()) == CheckpointHealth::Writable;
         if let Some(eviction) = eviction {
             *m.evictions_by_signal
                 .entry(eviction.signal.as_str())
@@ -813,14 +898,13 @@ impl Agent {
     }
 
     /// Adds the events seen since the last call to the checkpoint's counters.
-    fn save_counters(&mut self) -> anyhow::Result<()> {
+    fn save_counters(&mut self) {
         let lost = self.source.kernel().map_or(0, |k| k.drops().ring_full);
         let already_lost = self.saved.v1.counters.events_lost;
         self.saved
             .count_events(self.unsaved_events, lost.saturating_sub(already_lost));
         self.unsaved_events = 0;
-        self.manager.save_if_changed(&self.saved)?;
-        Ok(())
+        self.writer.save(&self.saved, Instant::now());
     }
 }
 
@@ -861,10 +945,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     }
 }
 
-async fn next_batch(
-    source: &mut Source,
-    batch: &mut Vec<Result<KernelEvent, crate::source::event::DecodeError>>,
-) -> io::Result<()> {
+async fn next_batch(source: &mut Source, batch: &mut Batch) -> io::Result<()> {
     match source.kernel() {
         Some(kernel) => kernel.next_batch(batch).await,
         None => std::future::pending().await,
@@ -876,6 +957,20 @@ async fn next_pressure(psi: &mut Option<PsiWake>) -> crate::source::pressure::Pr
         Some(psi) => psi.next().await,
         None => std::future::pending().await,
     }
+}
+
+async fn next_change(
+    watcher: &mut Option<PodSource>,
+) -> Result<LoadedPods, crate::pods::PodSourceError> {
+    match watcher {
+        Some(watcher) => watcher.next_change().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A decision's grace period as a duration (negative: none).
+fn grace_secs(seconds: i64) -> u64 {
+    u64::try_from(seconds).unwrap_or(0)
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

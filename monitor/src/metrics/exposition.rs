@@ -57,6 +57,16 @@ pub struct Metrics {
     pub pods_ranked: u64,
     pub events_received: u64,
     pub events_lost: u64,
+    /// Kernel records that could not be decoded and were skipped.
+    pub events_undecodable: u64,
+    /// Checkpoint writes that failed.
+    pub checkpoint_write_failures: u64,
+    /// Whether the last checkpoint write succeeded.
+    pub checkpoint_writable: bool,
+    /// Pod cgroup reads that failed (not counting cgroups that were gone).
+    pub pod_read_failures: u64,
+    /// Evictions whose action failed or was refused.
+    pub action_failures: u64,
     pub decision_latency_seconds: Histogram,
 }
 
@@ -69,6 +79,11 @@ impl Default for Metrics {
             pods_ranked: 0,
             events_received: 0,
             events_lost: 0,
+            events_undecodable: 0,
+            checkpoint_write_failures: 0,
+            checkpoint_writable: true,
+            pod_read_failures: 0,
+            action_failures: 0,
             decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
         }
     }
@@ -131,6 +146,36 @@ impl Metrics {
                 "counter",
                 "Kernel events dropped because the ring buffer was full.",
                 self.events_lost,
+            ),
+            (
+                "monitor_events_undecodable_total",
+                "counter",
+                "Kernel records that could not be decoded and were skipped.",
+                self.events_undecodable,
+            ),
+            (
+                "monitor_checkpoint_write_failures_total",
+                "counter",
+                "Checkpoint writes that failed (full or read-only disk, no file descriptors, I/O errors); retried with backoff.",
+                self.checkpoint_write_failures,
+            ),
+            (
+                "monitor_checkpoint_writable",
+                "gauge",
+                "1 while the last checkpoint write succeeded, 0 while writes fail.",
+                u64::from(self.checkpoint_writable),
+            ),
+            (
+                "monitor_pod_read_failures_total",
+                "counter",
+                "Reads of a pod's cgroup that failed; the pod's last good value stands in.",
+                self.pod_read_failures,
+            ),
+            (
+                "monitor_action_failures_total",
+                "counter",
+                "Evictions whose action failed or was refused.",
+                self.action_failures,
             ),
         ] {
             header(&mut out, name, kind, help);
@@ -203,7 +248,7 @@ mod tests {
             );
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!(types, 7, "one TYPE line per family");
+        assert_eq!(types, 12, "one TYPE line per family");
     }
 
     #[test]

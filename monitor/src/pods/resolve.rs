@@ -3,7 +3,8 @@
 //!
 //! A pod whose cgroup is not there (not started yet, already gone, or a spec the kubelet
 //! would place differently) is logged and returned as missing: the kubelet ranks such a pod
-//! as one without stats, and so does the engine.
+//! as one without stats, and so does the engine, but the agent does not choose it: it has
+//! nothing on this node to reclaim.
 use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -29,7 +30,12 @@ pub fn resolve_pod_cgroups(
     pods.iter()
         .map(|pod| {
             find_pod_cgroup(pod, hierarchy, kubepods)
-                .map_err(|reason| log::warn!("{reason}; ranked without stats"))
+                .map_err(|reason| {
+                    log::warn!(
+                        "{reason}; not a candidate until its cgroup appears (nothing of it on \
+                         this node to reclaim)"
+                    )
+                })
                 .ok()
         })
         .collect()

@@ -1,0 +1,173 @@
+//! Carrying out an eviction, and telling the decision state how it ended.
+//!
+//! Three actuators: none in dry-run, a kill of the pod's cgroup on this node, or an Eviction
+//! through the Kubernetes API. Each action runs in the background and reports back as an
+//! [`ActionDone`], so a refused or failed action reaches the decision state instead of being
+//! waited out: the decision step then moves on instead of waiting for a pod that is not going.
+use std::{future::Future, pin::Pin, time::Duration};
+
+use crate::{
+    action::{EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, kill_cgroup_tree},
+    cgroupfs::MemoryHierarchy,
+    engine::pod_facts::PodRef,
+};
+
+/// How long force is repeated after a pod's grace period before its leftovers are reported.
+const FORCE_FOR: Duration = Duration::from_secs(30);
+
+/// One eviction to carry out.
+#[derive(Clone, Debug)]
+pub struct ActionRequest {
+    pub pod: PodRef,
+    /// The pod's cgroup, relative to the hierarchy root, when it has one.
+    pub cgroup: Option<String>,
+    /// Time between SIGTERM and force: the whole grace period, or what is left of it when an
+    /// interrupted eviction is resumed after a restart.
+    pub grace: Duration,
+    /// The decision's grace period in seconds, for the API.
+    pub grace_period_seconds: i64,
+    /// Working set before the action, to tell what it freed.
+    pub working_set_before: Option<u64>,
+}
+
+/// How an action ended.
+#[derive(Debug)]
+pub enum ActionOutcome {
+    /// The pod's cgroup subtree was emptied (or force failed to empty it, see the report).
+    Killed(KillReport),
+    /// The API server accepted the Eviction; the pod leaving the watch ends the wait.
+    Accepted,
+    /// The pod was already gone.
+    Gone,
+    /// The action could not be carried out; the reason is in the message.
+    Failed(String),
+}
+
+impl ActionOutcome {
+    /// Whether the pod is known to be stopped (or gone) on this node now.
+    pub fn pod_stopped(&self) -> bool {
+        match self {
+            ActionOutcome::Killed(report) => report.outcome == KillOutcome::Emptied,
+            ActionOutcome::Gone => true,
+            ActionOutcome::Accepted | ActionOutcome::Failed(_) => false,
+        }
+    }
+}
+
+/// A finished action.
+#[derive(Debug)]
+pub struct ActionDone {
+    pub request: ActionRequest,
+    pub outcome: ActionOutcome,
+}
+
+/// The work of one action, to be run by the agent's task set.
+pub type ActionTask = Pin<Box<dyn Future<Output = ActionDone> + Send>>;
+
+/// Something that carries out evictions.
+pub trait Actuator {
+    /// The task that carries out `request`; `None` when nothing is to be done (dry-run).
+    fn start(&self, request: ActionRequest) -> Option<ActionTask>;
+}
+
+/// `--dry-run`: decisions are reported, nothing is signalled.
+pub struct DryRun;
+
+impl Actuator for DryRun {
+    fn start(&self, _request: ActionRequest) -> Option<ActionTask> {
+        None
+    }
+}
+
+/// Kills the pod's cgroup subtree: SIGTERM, its grace period, then force.
+pub struct CgroupKiller {
+    pub hierarchy: MemoryHierarchy,
+}
+
+impl Actuator for CgroupKiller {
+    fn start(&self, request: ActionRequest) -> Option<ActionTask> {
+        let hierarchy = self.hierarchy.clone();
+        Some(Box::pin(async move {
+            let outcome = match &request.cgroup {
+                None => ActionOutcome::Gone,
+                Some(rel) => {
+                    let timings = KillTimings {
+                        grace: request.grace,
+                        force_for: FORCE_FOR,
+                    };
+                    match kill_cgroup_tree(&hierarchy, rel, timings).await {
+                        Ok(report) => ActionOutcome::Killed(report),
+                        Err(crate::action::KillError::NotFound(_)) => ActionOutcome::Gone,
+                        Err(error) => ActionOutcome::Failed(error.to_string()),
+                    }
+                }
+            };
+            ActionDone { request, outcome }
+        }))
+    }
+}
+
+/// `--kube`: a policy/v1 Eviction; the kubelet stops the pod.
+pub struct KubeApi {
+    pub evictor: KubeEvictor,
+}
+
+impl Actuator for KubeApi {
+    fn start(&self, request: ActionRequest) -> Option<ActionTask> {
+        let evictor = self.evictor.clone();
+        Some(Box::pin(async move {
+            let outcome = match evictor
+                .evict(&request.pod, request.grace_period_seconds)
+                .await
+            {
+                Ok(()) => ActionOutcome::Accepted,
+                Err(EvictError::NotFound { .. }) => ActionOutcome::Gone,
+                Err(error) => ActionOutcome::Failed(error.to_string()),
+            };
+            ActionDone { request, outcome }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroupfs::CgroupVersion;
+
+    fn request(cgroup: Option<&str>) -> ActionRequest {
+        ActionRequest {
+            pod: PodRef {
+                namespace: "default".into(),
+                name: "hog".into(),
+                uid: "u1".into(),
+            },
+            cgroup: cgroup.map(str::to_owned),
+            grace: Duration::ZERO,
+            grace_period_seconds: 1,
+            working_set_before: Some(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn kills_report_back_a_vanished_cgroup_as_gone_and_a_refusal_as_failed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let killer = CgroupKiller {
+            hierarchy: MemoryHierarchy {
+                version: CgroupVersion::V2,
+                mount: tmp.path().into(),
+                hierarchy_id: 0,
+            },
+        };
+        let cases = [
+            ("no cgroup", None, true),
+            ("cgroup vanished", Some("/kubepods/podgone"), true),
+            ("the root is refused", Some("/"), false),
+        ];
+        for (name, cgroup, stopped) in cases {
+            let done = killer.start(request(cgroup)).expect("a task").await;
+            assert_eq!(done.outcome.pod_stopped(), stopped, "{name}: {done:?}");
+            assert_eq!(done.request.pod.name, "hog", "{name}");
+        }
+        assert!(DryRun.start(request(None)).is_none());
+    }
+}

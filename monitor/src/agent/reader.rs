@@ -1,0 +1,245 @@
+//! Reading the machine's memory numbers: the cgroupfs seam of the agent.
+//!
+//! [`MachineReader`] is what the agent's shell reads through; [`Cgroupfs`] reads the real
+//! files. [`read_all`] turns one sweep into plain readings for the pure core, keeping a
+//! failed read (EIO, EACCES, EMFILE) apart from a cgroup that is gone: a failure keeps the
+//! pod's last good value, while a vanished cgroup leaves the pod with nothing to reclaim.
+use std::io;
+
+use super::core::{AgentCore, PodReading};
+use crate::{
+    cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
+    clock::monotonic_ns,
+    engine::threshold::SignalObservation,
+    node::read::{NodeError, node_working_set, read_pid_available},
+};
+
+/// The reads the agent makes of the machine.
+pub trait MachineReader {
+    /// Every cgroup of the memory hierarchy, with its id.
+    fn scan(&self) -> io::Result<CgroupPaths>;
+    /// The node's working set (root cgroup, as the kubelet computes it).
+    fn node_working_set(&self) -> Result<u64, NodeError>;
+    /// The working set of the cgroup `rel` (relative to the hierarchy root).
+    fn working_set(&self, rel: &str) -> Result<u64, StatsError>;
+    /// How many processes the subtree of `rel` holds.
+    fn process_count(&self, rel: &str) -> io::Result<u64>;
+    /// `pid.available`, where the kernel tells.
+    fn pid_available(&self) -> Result<Option<SignalObservation>, NodeError>;
+}
+
+/// The real cgroupfs and procfs.
+pub struct Cgroupfs {
+    pub hierarchy: MemoryHierarchy,
+}
+
+impl MachineReader for Cgroupfs {
+    fn scan(&self) -> io::Result<CgroupPaths> {
+        CgroupPaths::scan(&self.hierarchy.mount)
+    }
+
+    fn node_working_set(&self) -> Result<u64, NodeError> {
+        node_working_set(&self.hierarchy)
+    }
+
+    fn working_set(&self, rel: &str) -> Result<u64, StatsError> {
+        stats::read(&self.hierarchy.dir(rel), self.hierarchy.version).map(|s| s.working_set())
+    }
+
+    fn process_count(&self, rel: &str) -> io::Result<u64> {
+        subtree_pids(&self.hierarchy.dir(rel)).map(|pids| pids.len() as u64)
+    }
+
+    fn pid_available(&self) -> Result<Option<SignalObservation>, NodeError> {
+        read_pid_available()
+    }
+}
+
+/// Pods whose last read failed, so each failure episode is logged once.
+#[derive(Debug, Default)]
+pub struct ReadFailures {
+    logged: std::collections::HashSet<String>,
+}
+
+/// Reads the node, the kubepods cgroup and every pod with a cgroup into `core`. With
+/// `classify`, the hierarchy is rewalked first and every cgroup attributed anew.
+pub fn read_all(
+    reader: &dyn MachineReader,
+    core: &mut AgentCore,
+    kubepods_rel: &str,
+    classify: bool,
+    failures: &mut ReadFailures,
+) {
+    if classify {
+        match reader.scan() {
+            Ok(paths) => {
+                core.clear_cgroups();
+                for (id, path) in paths.iter() {
+                    core.classify(id, path);
+                }
+            }
+            Err(e) => log::warn!("scanning the memory hierarchy: {e}"),
+        }
+    }
+    // Taken before each read: kernel records sent earlier are contained in it.
+    let read_ns = monotonic_ns();
+    match (reader.node_working_set(), reader.working_set(kubepods_rel)) {
+        (Ok(node), Ok(kubepods)) => core.set_node_reading(node, kubepods, read_ns),
+        (node, kubepods) => log::warn!(
+            "reading node memory (the last values stand): {:?} / {:?}",
+            node.err().map(|e| e.to_string()),
+            kubepods.err().map(|e| e.to_string())
+        ),
+    }
+    let pods: Vec<(String, String)> = core
+        .pods()
+        .filter_map(|p| Some((p.facts.pod.uid.clone(), p.cgroup.as_ref()?.rel.clone())))
+        .collect();
+    // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
+    // uses the counts.
+    let count_processes = core.counts_processes();
+    for (uid, rel) in pods {
+        let read_ns = monotonic_ns();
+        let reading = match reader.working_set(&rel) {
+            Ok(working_set) => {
+                let processes = if count_processes {
+                    reader.process_count(&rel).unwrap_or(0)
+                } else {
+                    0
+                };
+                if failures.logged.remove(&uid) {
+                    log::info!("pod {uid}: {rel} is readable again");
+                }
+                PodReading::Read {
+                    working_set,
+                    processes,
+                }
+            }
+            Err(StatsError::Gone(_)) => PodReading::Gone,
+            Err(e) => {
+                if failures.logged.insert(uid.clone()) {
+                    log::warn!(
+                        "pod {uid}: {e}; its last good working set stands in (never read: it \
+                         is not a candidate until it can be read)"
+                    );
+                }
+                PodReading::Failed
+            }
+        };
+        core.set_pod_reading(&uid, reading, read_ns);
+    }
+    core.set_pid_reading(reader.pid_available().ok().flatten());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::{
+        agent::core::NodeCapacity,
+        engine::{
+            clock::{ManualClock, MonoInstant},
+            config::EvictionConfig,
+            decide::EvictionState,
+            pod_facts::{PodFacts, PodRef},
+            quantity::Quantity,
+        },
+        pods::PodCgroup,
+    };
+
+    const MI: u64 = 1 << 20;
+
+    /// A pod cgroup's read: its working set, or the error the read fails with.
+    type FakeRead = Result<u64, fn() -> StatsError>;
+
+    /// cgroupfs as a table of reads by path; a path not in it is gone.
+    struct FakeCgroupfs {
+        pods: HashMap<&'static str, FakeRead>,
+    }
+
+    impl MachineReader for FakeCgroupfs {
+        fn scan(&self) -> io::Result<CgroupPaths> {
+            Ok(CgroupPaths::default())
+        }
+        fn node_working_set(&self) -> Result<u64, NodeError> {
+            Ok(2048 * MI)
+        }
+        fn working_set(&self, rel: &str) -> Result<u64, StatsError> {
+            if rel == "/kubepods" {
+                return Ok(950 * MI);
+            }
+            match self.pods.get(rel) {
+                Some(Ok(ws)) => Ok(*ws),
+                Some(Err(error)) => Err(error()),
+                None => Err(StatsError::Gone(rel.into())),
+            }
+        }
+        fn process_count(&self, _rel: &str) -> io::Result<u64> {
+            Ok(1)
+        }
+        fn pid_available(&self) -> Result<Option<SignalObservation>, NodeError> {
+            Ok(None)
+        }
+    }
+
+    fn pod(name: &str, request_mi: i64) -> (PodFacts, Option<PodCgroup>) {
+        let facts = PodFacts {
+            pod: PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: name.into(),
+            },
+            priority: 0,
+            critical: false,
+            memory_request: Quantity::from_units(request_mi << 20),
+            ephemeral_storage_request: Quantity::ZERO,
+            termination_grace_period_seconds: None,
+            local_volumes: vec![],
+        };
+        let cgroup = PodCgroup {
+            id: 0,
+            rel: format!("/kubepods/{name}"),
+        };
+        (facts, Some(cgroup))
+    }
+
+    #[test]
+    fn an_unreadable_pod_is_not_the_victim_and_a_vanished_one_has_nothing_to_reclaim() {
+        let config =
+            EvictionConfig::from_yaml("evictionHard:\n  allocatableMemory.available: 100Mi\n")
+                .unwrap();
+        let capacity = NodeCapacity {
+            memory_bytes: 8192 * MI,
+            allocatable_memory_bytes: 1024 * MI,
+        };
+        let mut core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        // "eio" and "gone" are within their requests, but as missing stats they would rank
+        // first; "hog" is 900Mi over a 100Mi request.
+        core.set_pods(vec![pod("eio", 600), pod("gone", 600), pod("hog", 100)]);
+        let fs = FakeCgroupfs {
+            pods: HashMap::from([
+                (
+                    "/kubepods/eio",
+                    Err((|| StatsError::Io {
+                        path: "/kubepods/eio/memory.stat".into(),
+                        source: io::Error::from_raw_os_error(libc::EIO),
+                    }) as fn() -> StatsError),
+                ),
+                ("/kubepods/hog", Ok(900 * MI)),
+            ]),
+        };
+        let mut failures = ReadFailures::default();
+        for _ in 0..3 {
+            read_all(&fs, &mut core, "/kubepods", false, &mut failures);
+        }
+        assert_eq!(core.read_failures(), 3, "every failed read is counted");
+        assert_eq!(failures.logged.len(), 1, "and logged once");
+        let clock = ManualClock::new(MonoInstant::from_millis(1_000));
+        let decision = core.decide(&clock);
+        assert_eq!(
+            decision.eviction().map(|e| e.pod.name.as_str()),
+            Some("hog")
+        );
+    }
+}

@@ -1,0 +1,302 @@
+//! The action path on a node in trouble (root only): a full or read-only checkpoint disk, a
+//! pod that ignores SIGTERM past the cleanup timeout, stale manifests, an unreadable
+//! memory.stat. Each test asserts which pod died, within what time, that nothing else died,
+//! and that the agent is still running.
+//!
+//! Every scene has 300Mi allocatable and an `allocatableMemory.available` threshold of
+//! 100Mi, so the agent sees pressure once the pods' working sets pass 200Mi.
+use std::{
+    fs,
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    AgentScene, MonitorProcess, TempDir, TermIgnorer, TestPod, mounts::Mount, process_alive,
+    running_as_root,
+};
+
+/// How long a decision may take once the threshold is crossed (a slow VM included).
+const DECIDE: Duration = Duration::from_secs(20);
+/// The hard grace period of 1 s, then force, on a slow VM.
+const KILL: Duration = Duration::from_secs(15);
+
+fn assert_evicts(decision: &Value, pod: &TestPod) {
+    assert_eq!(decision["action"], "evict", "{decision:#}");
+    assert_eq!(decision["name"], pod.name.as_str(), "{decision:#}");
+}
+
+fn assert_still_running(agent: &mut MonitorProcess) {
+    assert!(agent.running(), "the agent died:\n{}", agent.stderr());
+}
+
+#[test]
+fn a_full_checkpoint_disk_never_stops_the_kill_and_the_state_lands_once_there_is_room() {
+    if !running_as_root("a_full_checkpoint_disk_never_stops_the_kill") {
+        return;
+    }
+    let scene = AgentScene::new("faults-enospc", "10s", "10s");
+    let disk = TempDir::new("faults-enospc-disk");
+    let mount = Mount::tmpfs(&disk.path, "64k");
+    let state_dir = disk.join("state");
+    fs::create_dir(&state_dir).unwrap();
+    mount.fill();
+    let hog = TestPod::new("hog").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    let state = state_dir.display().to_string();
+    let mut agent = scene.start_agent(&["--checkpoint-dir", &state]);
+    assert!(
+        agent.stderr().contains("checkpoint not written"),
+        "the write failure is reported: {}",
+        agent.stderr()
+    );
+    let calm_proc = scene.start_pod(&calm);
+    let mut hog_proc = scene.start_pod(&hog);
+    // No answer to wait for: the eviction may end the helper before the allocation does.
+    hog_proc.command("alloc 230");
+
+    let decision = agent.next_decision(DECIDE);
+    assert_evicts(&decision, &hog);
+    scene.wait_until_empty(&hog, KILL);
+    assert!(process_alive(calm_proc.pid()), "only the hog died");
+    assert_still_running(&mut agent);
+    let warnings = agent
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("checkpoint not written"))
+        .count();
+    assert_eq!(warnings, 1, "logged once per episode:\n{}", agent.stderr());
+
+    mount.make_room();
+    agent
+        .wait_stderr(Duration::from_secs(15), |l| {
+            l.contains("checkpoint written again")
+        })
+        .expect("the retry writes the state once there is room");
+    let saved = fs::read_to_string(state_dir.join("agent_state")).expect("the checkpoint");
+    assert!(
+        saved.contains("\"hog\""),
+        "the eviction is recorded: {saved}"
+    );
+    agent.stop();
+}
+
+#[test]
+fn a_read_only_checkpoint_directory_with_a_valid_file_still_starts_and_evicts() {
+    if !running_as_root("a_read_only_checkpoint_directory_with_a_valid_file_still_starts") {
+        return;
+    }
+    let scene = AgentScene::new("faults-erofs", "10s", "10s");
+    // A valid checkpoint from an earlier run.
+    let mut first = scene.start_agent(&["--duration", "1s"]);
+    first
+        .wait(Duration::from_secs(20))
+        .expect("stops at --duration");
+    assert!(scene.checkpoint.join("agent_state").exists());
+    let read_only = TempDir::new("faults-erofs-ro");
+    let _mount = Mount::read_only_bind(&scene.checkpoint.path, &read_only.path);
+    let hog = TestPod::new("hog").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+
+    let ro = read_only.path.display().to_string();
+    let mut agent = scene.start_agent(&["--checkpoint-dir", &ro]);
+    assert!(
+        agent.stderr().contains("Read-only file system"),
+        "it warns that it cannot persist: {}",
+        agent.stderr()
+    );
+    let calm_proc = scene.start_pod(&calm);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.command("alloc 230");
+    assert_evicts(&agent.next_decision(DECIDE), &hog);
+    scene.wait_until_empty(&hog, KILL);
+    assert!(process_alive(calm_proc.pid()));
+    assert_still_running(&mut agent);
+    agent.stop();
+}
+
+#[test]
+fn a_pod_ignoring_sigterm_past_the_cleanup_timeout_is_still_killed() {
+    if !running_as_root("a_pod_ignoring_sigterm_past_the_cleanup_timeout_is_still_killed") {
+        return;
+    }
+    // A soft eviction gives the pod 3 s, longer than the 2 s cleanup timeout: the cleanup
+    // timeout bounds the wait for the next eviction and never replaces the kill.
+    let scene = AgentScene::with_config(
+        "faults-stubborn",
+        "evictionHard: {}\n\
+         evictionSoft:\n  allocatableMemory.available: 100Mi\n\
+         evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
+         evictionMaxPodGracePeriod: 3\n\
+         monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 2s\n",
+    );
+    let stubborn = TestPod::new("stubborn").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    let mut agent = scene.start_agent(&[]);
+    let calm_proc = scene.start_pod(&calm);
+    let mut stubborn_proc = scene.start_pod(&stubborn);
+    let ignorer = TermIgnorer::start_in(&scene.pod_dir(&stubborn).join("container"));
+    stubborn_proc.alloc(230);
+
+    let decision = agent.next_decision(DECIDE);
+    assert_evicts(&decision, &stubborn);
+    assert_eq!(decision["grace_period_seconds"], 3, "{decision:#}");
+    let decided = Instant::now();
+    let deadline = decided + Duration::from_secs(3 + 5);
+    while process_alive(ignorer.pid()) {
+        assert!(
+            Instant::now() < deadline,
+            "the SIGTERM-ignoring process outlived its grace period; stderr:\n{}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        decided.elapsed() >= Duration::from_millis(2500),
+        "killed before its grace period: {:?}",
+        decided.elapsed()
+    );
+    scene.wait_until_empty(&stubborn, KILL);
+    assert!(process_alive(calm_proc.pid()), "only the stubborn pod died");
+    assert_still_running(&mut agent);
+    agent.stop();
+}
+
+#[test]
+fn stale_manifests_without_cgroups_do_not_hold_back_the_eviction() {
+    if !running_as_root("stale_manifests_without_cgroups_do_not_hold_back_the_eviction") {
+        return;
+    }
+    // A long cleanup timeout: waiting on a pod with nothing to reclaim would show.
+    let scene = AgentScene::new("faults-stale", "10s", "60s");
+    for name in ["gone-1", "gone-2"] {
+        scene.write_manifest(&TestPod::new(name));
+    }
+    let hog = TestPod::new("hog").request_mib(150);
+    let calm = TestPod::new("calm").request_mib(100);
+    let mut agent = scene.start_agent(&[]);
+    let calm_proc = scene.start_pod(&calm);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.command("alloc 230");
+
+    let decision = agent.next_decision(DECIDE);
+    assert_evicts(&decision, &hog);
+    let decided = Instant::now();
+    scene.wait_until_empty(&hog, KILL);
+    assert!(
+        decided.elapsed() < Duration::from_secs(5),
+        "the hog lived {:?} after the decision",
+        decided.elapsed()
+    );
+    assert!(process_alive(calm_proc.pid()));
+    assert_still_running(&mut agent);
+    agent.stop();
+}
+
+#[test]
+fn an_unreadable_memory_stat_never_makes_its_pod_the_victim() {
+    if !running_as_root("an_unreadable_memory_stat_never_makes_its_pod_the_victim") {
+        return;
+    }
+    let scene = AgentScene::new("faults-unreadable", "10s", "10s");
+    let small = TestPod::new("small").request_mib(100);
+    let hog = TestPod::new("hog").request_mib(20);
+    let mut small_proc = scene.start_pod(&small);
+    small_proc.alloc(5);
+    let stat = scene.pod_dir(&small).join("memory.stat");
+    fs::set_permissions(&stat, fs::Permissions::from_mode(0o000)).expect("chmod memory.stat");
+    // Without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH the agent cannot read it, as a
+    // filesystem error would leave it.
+    let mut agent = scene.start_agent_with(&[], |command| {
+        // SAFETY: prctl with integer arguments between fork and exec; no allocation.
+        unsafe {
+            command.pre_exec(|| {
+                // CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (capability.h).
+                for cap in [1 as libc::c_ulong, 2] {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    });
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("pod small-uid") && l.contains("memory.stat")
+        })
+        .expect("the failed read is logged");
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.command("alloc 230");
+
+    let decision = agent.next_decision(DECIDE);
+    assert_evicts(&decision, &hog);
+    scene.wait_until_empty(&hog, KILL);
+    assert!(
+        process_alive(small_proc.pid()),
+        "the pod whose stats could not be read lives"
+    );
+    assert_still_running(&mut agent);
+    agent.stop();
+}
+
+#[test]
+fn a_restart_during_the_grace_period_finishes_the_eviction_on_its_deadline() {
+    if !running_as_root("a_restart_during_the_grace_period_finishes_the_eviction_on_its_deadline") {
+        return;
+    }
+    // A soft eviction with an 8 s grace period and a long cleanup timeout: waiting out the
+    // cleanup timeout and starting a new grace period would show.
+    let scene = AgentScene::with_config(
+        "faults-resume",
+        "evictionHard: {}\n\
+         evictionSoft:\n  allocatableMemory.available: 100Mi\n\
+         evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
+         evictionMaxPodGracePeriod: 8\n\
+         monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 30s\n",
+    );
+    let stubborn = TestPod::new("stubborn").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    let agent = scene.start_agent(&[]);
+    let calm_proc = scene.start_pod(&calm);
+    let mut stubborn_proc = scene.start_pod(&stubborn);
+    let ignorer = TermIgnorer::start_in(&scene.pod_dir(&stubborn).join("container"));
+    stubborn_proc.alloc(230);
+    let decision = agent.next_decision(DECIDE);
+    let decided = Instant::now();
+    assert_evicts(&decision, &stubborn);
+    assert_eq!(decision["grace_period_seconds"], 8, "{decision:#}");
+
+    // Killed two seconds into the grace period, as by the OOM killer or a node drain.
+    std::thread::sleep(Duration::from_secs(2));
+    drop(agent);
+    assert!(
+        process_alive(ignorer.pid()),
+        "still within its grace period"
+    );
+    let mut restarted = scene.start_agent(&[]);
+    restarted
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("resuming the eviction of default/stubborn")
+        })
+        .expect("the restarted agent resumes the eviction");
+    let deadline = decided + Duration::from_secs(8 + 3);
+    while process_alive(ignorer.pid()) {
+        assert!(
+            Instant::now() < deadline,
+            "not killed at the end of its original grace period; stderr:\n{}",
+            restarted.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        decided.elapsed() >= Duration::from_secs(7),
+        "killed before its grace period was over: {:?}",
+        decided.elapsed()
+    );
+    scene.wait_until_empty(&stubborn, KILL);
+    assert!(process_alive(calm_proc.pid()), "only the stubborn pod died");
+    assert_still_running(&mut restarted);
+    restarted.stop();
+}

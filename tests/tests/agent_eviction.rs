@@ -517,3 +517,42 @@ fn metrics_count_evictions_and_kernel_events() {
         agent.stop();
     });
 }
+
+#[test]
+fn a_pod_whose_containers_restart_after_its_kill_is_a_candidate_again() {
+    if !running_as_root("a_pod_whose_containers_restart_after_its_kill_is_a_candidate_again") {
+        return;
+    }
+    let scene = AgentScene::new("agent-comeback", "1s", "5s");
+    let hog = TestPod::new("hog").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    let mut agent = scene.start_agent(&[]);
+    let calm_proc = scene.start_pod(&calm);
+    let mut hog_proc = scene.start_pod(&hog);
+    // No answer to wait for: the eviction may end the helper before the allocation does.
+    hog_proc.command("alloc 230");
+    assert_decision(&agent.next_decision(DECIDE), "evict", &hog);
+    scene.wait_until_empty(&hog, KILL);
+    agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains("pod default/hog stopped")
+        })
+        .expect("the kill is finished");
+
+    // The kubelet restarts the pod's container (restartPolicy: Always) in a new container
+    // cgroup, and it grows again.
+    let restarted = scene.pod_dir(&hog).join("restarted");
+    std::fs::create_dir(&restarted).expect("the restarted container's cgroup");
+    let mut again = Allocator::start_in(&restarted);
+    again.command("alloc 230");
+    let decision = agent.next_decision(DECIDE);
+    assert_decision(&decision, "evict", &hog);
+    assert!(
+        agent.stderr().contains("runs again after its eviction"),
+        "{}",
+        agent.stderr()
+    );
+    scene.wait_until_empty(&hog, KILL);
+    assert!(process_alive(calm_proc.pid()), "only the hog died");
+    agent.stop();
+}

@@ -83,8 +83,11 @@ pub struct AgentCore {
     pods: HashMap<String, PodEntry>,
     uid_by_cgroup: HashMap<String, String>,
     /// Pods this agent has stopped itself: terminal, like a pod the kubelet evicted (failed,
-    /// no longer active), so never ranked again while they stay in the pod set.
+    /// no longer active), so not ranked while they stay in the pod set and do not run.
     evicted: HashSet<String>,
+    /// Evicted pods whose cgroup was found empty after the kill: if processes show up there
+    /// again (the kubelet restarted the containers), the pod is a candidate again.
+    stopped: HashSet<String>,
     /// Pods never chosen (the agent's own).
     excluded: HashSet<String>,
     pids: Option<SignalObservation>,
@@ -111,6 +114,7 @@ impl AgentCore {
             pods: HashMap::new(),
             uid_by_cgroup: HashMap::new(),
             evicted: HashSet::new(),
+            stopped: HashSet::new(),
             excluded: HashSet::new(),
             pids: None,
             read_failures: 0,
@@ -194,6 +198,7 @@ impl AgentCore {
         self.usage.drop_pod(uid);
         self.state.pod_cleaned_up(uid);
         self.evicted.remove(uid);
+        self.stopped.remove(uid);
     }
 
     /// Marks a pod as stopped by this agent: it leaves the rankings for as long as it stays in
@@ -203,6 +208,44 @@ impl AgentCore {
         if self.pods.contains_key(uid) {
             self.evicted.insert(uid.to_string());
             self.rankings.remove(uid);
+        }
+    }
+
+    /// Records that an evicted pod's cgroup is empty: from now on, processes in it mean the
+    /// pod runs again.
+    pub fn mark_stopped(&mut self, uid: &str) {
+        if self.evicted.contains(uid) {
+            self.stopped.insert(uid.to_string());
+        }
+    }
+
+    /// Whether a kernel record of this cgroup may mean a stopped pod runs again.
+    pub fn belongs_to_stopped_pod(&self, cgroup_id: u64) -> bool {
+        self.usage
+            .pod_of(cgroup_id)
+            .is_some_and(|uid| self.stopped.contains(uid))
+    }
+
+    /// The stopped pods and their cgroups, to look for processes that came back.
+    pub fn stopped_pods(&self) -> Vec<(String, String)> {
+        self.stopped
+            .iter()
+            .filter_map(|uid| {
+                let rel = self.pods.get(uid)?.cgroup.as_ref()?.rel.clone();
+                Some((uid.clone(), rel))
+            })
+            .collect()
+    }
+
+    /// A stopped pod runs again (its containers were restarted): it ranks by the kubelet's
+    /// order again instead of growing unseen.
+    pub fn runs_again(&mut self, uid: &str) {
+        if !self.stopped.remove(uid) || !self.evicted.remove(uid) {
+            return;
+        }
+        if let Some(entry) = self.pods.get(uid) {
+            self.rankings.upsert_pod(entry.facts.clone());
+            self.rerank(uid);
         }
     }
 
@@ -807,6 +850,36 @@ mod tests {
         assert_eq!(
             c.decide(&clock()).eviction().map(|e| e.pod.name.clone()),
             Some("big-low".into())
+        );
+    }
+
+    #[test]
+    fn a_stopped_pod_that_runs_again_ranks_again() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
+        c.mark_evicted("uid-over-high");
+        c.runs_again("uid-over-high");
+        assert!(
+            !c.ranking(Signal::AllocatableMemoryAvailable)
+                .iter()
+                .any(|(f, _)| f.pod.name == "over-high"),
+            "still being killed: not stopped yet, so not back"
+        );
+        c.mark_stopped("uid-over-high");
+        assert_eq!(
+            c.stopped_pods(),
+            [(
+                "uid-over-high".to_string(),
+                "/kubepods/burstable/pod-over-high".to_string()
+            )]
+        );
+        c.runs_again("uid-over-high");
+        assert!(c.stopped_pods().is_empty());
+        c.apply_stats(&stats(&[(21, Stat::Anon, 600 * MI)]));
+        assert_eq!(
+            c.decide(&clock()).eviction().map(|e| e.pod.name.clone()),
+            Some("over-high".into()),
+            "back over its request, it is the victim again"
         );
     }
 

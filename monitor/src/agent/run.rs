@@ -32,7 +32,7 @@ use super::{
     core::{AgentCore, NodeCapacity},
     persist,
     psi_wake::PsiWake,
-    reader::{Cgroupfs, ReadFailures, read_all},
+    reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
     report::{DecisionContext, DecisionReport},
     usage::StatChange,
 };
@@ -500,6 +500,9 @@ impl Agent {
         }
         // After the lifecycle records, so a cgroup created in this batch counts for its pod.
         let newest = self.core.apply_stats(&stats);
+        let stopped_pod_moved = stats
+            .iter()
+            .any(|c| self.core.belongs_to_stopped_pod(c.cgroup_id));
         self.unsaved_events += received;
         let mut metrics = self.metrics.try_lock();
         if let Ok(m) = metrics.as_deref_mut() {
@@ -510,9 +513,13 @@ impl Agent {
             }
         }
         drop(metrics);
-        // A pod whose cgroup did not exist yet may have just got it.
+        // A pod whose cgroup did not exist yet may have just got it; a restarted container
+        // of a stopped pod gets a new cgroup, or at least moves memory in the old one.
         if cgroup_created && self.waiting_pod_has_its_cgroup() {
             self.apply_pods(self.pods.clone());
+        }
+        if cgroup_created || stopped_pod_moved {
+            self.revive_restarted_pods();
         }
         newest
     }
@@ -551,6 +558,7 @@ impl Agent {
         } else {
             self.read_cgroupfs(polling);
         }
+        self.revive_restarted_pods();
     }
 
     /// Whether a pod known without a cgroup has one now (looked up quietly: its absence was
@@ -709,6 +717,21 @@ impl Agent {
                 "pod {pod} was evicted before the restart and has not run since: not a candidate"
             );
             self.core.mark_evicted(&pod.uid);
+            self.core.mark_stopped(&pod.uid);
+        }
+    }
+
+    /// Stopped pods whose cgroup holds processes again (the kubelet restarted their
+    /// containers, per their restartPolicy) rank again by the kubelet's order.
+    fn revive_restarted_pods(&mut self) {
+        for (uid, rel) in self.core.stopped_pods() {
+            if self.reader.process_count(&rel).is_ok_and(|n| n > 0) {
+                log::info!(
+                    "pod {uid} runs again after its eviction (containers restarted): a \
+                     candidate again"
+                );
+                self.core.runs_again(&uid);
+            }
         }
     }
 
@@ -815,6 +838,9 @@ impl Agent {
                 }
                 persist::record_freed(&mut self.saved, &uid, freed);
                 self.core.state.pod_cleaned_up(&uid);
+                if stopped {
+                    self.core.mark_stopped(&uid);
+                }
             }
             ActionOutcome::Accepted => log::info!(
                 "eviction of {pod} accepted (grace period {}s); waiting for the kubelet",

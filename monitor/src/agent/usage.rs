@@ -90,6 +90,11 @@ impl UsageTracker {
         self.members.remove(&cgroup_id);
     }
 
+    /// The pod a cgroup belongs to, if any.
+    pub fn pod_of(&self, cgroup_id: u64) -> Option<&str> {
+        self.members.get(&cgroup_id)?.pod.as_deref()
+    }
+
     /// The cgroups that belong to a pod (its own and its containers').
     pub fn cgroups_of(&self, uid: &str) -> Vec<u64> {
         self.members

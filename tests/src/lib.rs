@@ -354,10 +354,11 @@ pub struct TestPod {
 }
 
 impl TestPod {
+    /// A pod named `name` with a uid of the API server's shape (a UUID) made from the name.
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_string(),
-            uid: format!("{name}-uid"),
+            uid: uid_for(name),
             memory_request_mib: None,
             priority: None,
             static_pod: false,
@@ -416,6 +417,22 @@ impl TestPod {
             .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
         path
     }
+}
+
+/// A UUID made from `name` (FNV-1a), the same for the same name: the agent accepts only
+/// uids of the API server's shape.
+pub fn uid_for(name: &str) -> String {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        hash >> 32,
+        (hash >> 16) & 0xffff,
+        hash & 0xfff,
+        (hash >> 52) & 0xfff,
+        hash & 0xffff_ffff_ffff
+    )
 }
 
 /// A directory below the system's temporary directory, removed with its content on drop.

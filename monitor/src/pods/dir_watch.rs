@@ -317,6 +317,50 @@ mod tests {
         );
     }
 
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_event_loop_runs_on_while_a_reload_parses() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (mut watcher, _) = ManifestWatcher::start(dir).unwrap();
+        // Nearly the largest file accepted: thousands of pods, slow to parse.
+        let mut list = String::from("kind: PodList\nitems:\n");
+        let mut pods = 0;
+        while list.len() < 900 << 10 {
+            let hex = format!("{pods:012x}");
+            list.push_str(&format!(
+                "- metadata: {{name: p{pods}, namespace: default, uid: 00000000-0000-4000-8000-{hex}}}\n  \
+                 spec: {{containers: [{{name: main, image: pause, resources: {{requests: {{memory: 1Mi}}}}}}]}}\n"
+            ));
+            pods += 1;
+        }
+        fs::write(dir.join("many.yaml"), &list).unwrap();
+
+        // The single-threaded loop ticks every 5 ms while the reload runs; the longest gap
+        // between ticks is how long the agent could not decide.
+        let mut ticks = tokio::time::interval(Duration::from_millis(5));
+        let mut longest = Duration::ZERO;
+        let mut last = std::time::Instant::now();
+        let reload_start = std::time::Instant::now();
+        let loaded = loop {
+            tokio::select! {
+                change = watcher.next_change() => {
+                    longest = longest.max(last.elapsed());
+                    break change.expect("watching");
+                }
+                _ = ticks.tick() => {
+                    longest = longest.max(last.elapsed());
+                    last = std::time::Instant::now();
+                }
+            }
+        };
+        let reload = reload_start.elapsed();
+        assert_eq!(loaded.pods.len(), pods, "{:?}", loaded.errors);
+        assert!(
+            longest < Duration::from_millis(200) && longest * 2 < reload,
+            "the loop stalled {longest:?} during a reload of {reload:?}"
+        );
+    }
+
     #[tokio::test]
     async fn removing_the_directory_ends_the_watch() {
         let tmp = tempfile::tempdir().unwrap();

@@ -484,9 +484,19 @@ pub struct MonitorProcess {
 impl MonitorProcess {
     /// Starts `monitor ARGS` with info logging on stderr.
     pub fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
-        let mut child = Command::new(monitor_bin())
-            .args(args)
-            .env("RUST_LOG", "info")
+        Self::spawn(Self::command(args))
+    }
+
+    /// The command [`Self::start`] runs, for a test to adjust before [`Self::spawn`].
+    pub fn command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Command {
+        let mut command = Command::new(monitor_bin());
+        command.args(args).env("RUST_LOG", "info");
+        command
+    }
+
+    /// Starts `command` (from [`Self::command`]) with its output read line by line.
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

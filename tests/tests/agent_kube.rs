@@ -15,7 +15,7 @@ use monitor::{
 use serde_json::Value;
 use tests::{
     AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, process_alive,
-    running_as_root,
+    running_as_root, uid_for,
 };
 
 /// The node the mock's pods are bound to.

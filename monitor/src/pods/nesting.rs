@@ -6,45 +6,45 @@
 //! strings, plain scalars and comments are not collections).
 use std::mem::MaybeUninit;
 
-use unsafe_libyaml as yaml;
-
 /// Whether some flow collection in `text` lies more than `limit` levels deep. A text the
 /// tokenizer rejects counts as not too deep: the parse that follows reports its error.
 pub fn flow_nesting_exceeds(text: &str, limit: usize) -> bool {
-    let mut parser = MaybeUninit::<yaml::yaml_parser_t>::uninit();
+    let mut parser = MaybeUninit::<unsafe_libyaml::yaml_parser_t>::uninit();
     // SAFETY: the parser is initialised before use and deleted once; the input outlives it
     // (set_input_string keeps the pointer, and both end in this function); each token the
     // scanner filled is deleted before the next scan.
     unsafe {
-        if !yaml::yaml_parser_initialize(parser.as_mut_ptr()).ok {
+        if !unsafe_libyaml::yaml_parser_initialize(parser.as_mut_ptr()).ok {
             return false;
         }
         let parser = parser.as_mut_ptr();
-        yaml::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as _);
+        unsafe_libyaml::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as _);
         let mut depth = 0usize;
         let exceeded = loop {
-            let mut token = MaybeUninit::<yaml::yaml_token_t>::uninit();
-            if !yaml::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
+            let mut token = MaybeUninit::<unsafe_libyaml::yaml_token_t>::uninit();
+            if !unsafe_libyaml::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
                 break false;
             }
             let token = token.as_mut_ptr();
             let kind = (*token).type_;
-            yaml::yaml_token_delete(token);
+            unsafe_libyaml::yaml_token_delete(token);
             match kind {
-                yaml::YAML_FLOW_SEQUENCE_START_TOKEN | yaml::YAML_FLOW_MAPPING_START_TOKEN => {
+                unsafe_libyaml::YAML_FLOW_SEQUENCE_START_TOKEN
+                | unsafe_libyaml::YAML_FLOW_MAPPING_START_TOKEN => {
                     depth += 1;
                     if depth > limit {
                         break true;
                     }
                 }
-                yaml::YAML_FLOW_SEQUENCE_END_TOKEN | yaml::YAML_FLOW_MAPPING_END_TOKEN => {
-                    depth = depth.saturating_sub(1)
+                unsafe_libyaml::YAML_FLOW_SEQUENCE_END_TOKEN
+                | unsafe_libyaml::YAML_FLOW_MAPPING_END_TOKEN => depth = depth.saturating_sub(1),
+                unsafe_libyaml::YAML_STREAM_END_TOKEN | unsafe_libyaml::YAML_NO_TOKEN => {
+                    break false;
                 }
-                yaml::YAML_STREAM_END_TOKEN | yaml::YAML_NO_TOKEN => break false,
                 _ => {}
             }
         };
-        yaml::yaml_parser_delete(parser);
+        unsafe_libyaml::yaml_parser_delete(parser);
         exceeded
     }
 }

@@ -177,4 +177,16 @@ mod tests {
         subject.pod = Some(pod("a"));
         assert_eq!(subject.label(), "ns/a");
     }
+
+    #[test]
+    fn labels_escape_control_characters() {
+        let mut subject = Subject {
+            cgroup_id: 7,
+            cgroup_path: Some("/a\nstall forged".into()),
+            pod: None,
+        };
+        assert_eq!(subject.label(), "/a\\nstall forged");
+        subject.pod = Some(pod("b\rc"));
+        assert_eq!(subject.label(), "ns/b\\rc");
+    }
 }

@@ -14,5 +14,6 @@ pub mod engine;
 pub mod metrics;
 pub mod node;
 pub mod pods;
+pub mod printable;
 pub mod source;
 pub mod trace;

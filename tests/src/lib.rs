@@ -355,10 +355,11 @@ pub struct TestPod {
 }
 
 impl TestPod {
+    /// A pod named `name` with a uid of the API server's shape (a UUID) made from the name.
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_string(),
-            uid: format!("{name}-uid"),
+            uid: uid_for(name),
             memory_request_mib: None,
             priority: None,
             static_pod: false,
@@ -419,6 +420,22 @@ impl TestPod {
     }
 }
 
+/// A UUID made from `name` (FNV-1a), the same for the same name: the agent accepts only
+/// uids of the API server's shape.
+pub fn uid_for(name: &str) -> String {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        hash >> 32,
+        (hash >> 16) & 0xffff,
+        hash & 0xfff,
+        (hash >> 52) & 0xfff,
+        hash & 0xffff_ffff_ffff
+    )
+}
+
 /// A directory below the system's temporary directory, removed with its content on drop.
 pub struct TempDir {
     pub path: PathBuf,
@@ -468,7 +485,7 @@ pub struct MonitorProcess {
 impl MonitorProcess {
     /// Starts `monitor ARGS` with info logging on stderr.
     pub fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
-        Self::start_with(args, |_| {})
+        Self::spawn(Self::command(args))
     }
 
     /// Like [`Self::start`], with `configure` applied to the command first (limits,
@@ -477,11 +494,21 @@ impl MonitorProcess {
         args: impl IntoIterator<Item = S>,
         configure: impl FnOnce(&mut Command),
     ) -> Self {
-        let mut command = Command::new(monitor_bin());
+        let mut command = Self::command(args);
         configure(&mut command);
+        Self::spawn(command)
+    }
+
+    /// The command [`Self::start`] runs, for a test to adjust before [`Self::spawn`].
+    pub fn command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Command {
+        let mut command = Command::new(monitor_bin());
+        command.args(args).env("RUST_LOG", "info");
+        command
+    }
+
+    /// Starts `command` (from [`Self::command`]) with its output read line by line.
+    pub fn spawn(mut command: Command) -> Self {
         let mut child = command
-            .args(args)
-            .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -224,7 +224,7 @@ fn an_unreadable_memory_stat_never_makes_its_pod_the_victim() {
     });
     agent
         .wait_stderr(Duration::from_secs(10), |l| {
-            l.contains("pod small-uid") && l.contains("memory.stat")
+            l.contains("pod default/small") && l.contains("memory.stat")
         })
         .expect("the failed read is logged");
     let mut hog_proc = scene.start_pod(&hog);

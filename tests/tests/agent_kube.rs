@@ -15,7 +15,7 @@ use monitor::{
 use serde_json::Value;
 use tests::{
     AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, process_alive,
-    running_as_root,
+    running_as_root, uid_for,
 };
 
 /// The node the mock's pods are bound to.
@@ -57,7 +57,7 @@ fn hog() -> PodRef {
     PodRef {
         namespace: "default".into(),
         name: "hog".into(),
-        uid: "hog-uid".into(),
+        uid: uid_for("hog"),
     }
 }
 
@@ -76,7 +76,10 @@ async fn the_watch_lists_the_nodes_pods_then_follows_added_and_deleted_pods() {
         .await
         .expect("the first list");
     assert_eq!(names(&first), ["a"]);
-    assert_eq!(first.pods[0].metadata.uid.as_deref(), Some("a-uid"));
+    assert_eq!(
+        first.pods[0].metadata.uid.as_deref(),
+        Some(uid_for("a").as_str())
+    );
     let list = api
         .requests()
         .into_iter()
@@ -166,7 +169,8 @@ async fn an_eviction_is_a_policy_v1_eviction_with_the_grace_period_and_the_pods_
     assert_eq!(body["metadata"]["namespace"], "default", "{body:#}");
     assert_eq!(body["deleteOptions"]["gracePeriodSeconds"], 7, "{body:#}");
     assert_eq!(
-        body["deleteOptions"]["preconditions"]["uid"], "hog-uid",
+        body["deleteOptions"]["preconditions"]["uid"],
+        uid_for("hog"),
         "{body:#}"
     );
 }
@@ -283,7 +287,7 @@ impl KubeScene {
 fn assert_decides_on_hog(decision: &Value, action: &str) {
     assert_eq!(decision["action"], action, "{decision:#}");
     assert_eq!(decision["name"], "hog", "{decision:#}");
-    assert_eq!(decision["uid"], "hog-uid", "{decision:#}");
+    assert_eq!(decision["uid"], uid_for("hog"), "{decision:#}");
     assert_eq!(decision["namespace"], "default", "{decision:#}");
 }
 

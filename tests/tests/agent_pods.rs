@@ -12,7 +12,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
 use tests::{AgentScene, MonitorProcess, TestPod, process_alive, running_as_root};
 
 /// How long a decision may take to show up once it is due (a slow VM included).

@@ -75,6 +75,10 @@ pub enum KillError {
     /// Refused: the hierarchy root holds every process of the machine.
     #[error("refusing to kill the root cgroup")]
     RootCgroup,
+    /// The path has `.`, `..` or empty components: it might name a cgroup other than the one
+    /// it reads as, and `/proc/<pid>/cgroup` shows resolved paths only.
+    #[error("refusing to kill {0:?}: not a normalised cgroup path")]
+    NotNormalised(String),
     /// The pod's cgroup does not exist (any more).
     #[error("cgroup {0} does not exist")]
     NotFound(PathBuf),
@@ -103,6 +107,9 @@ pub async fn kill_cgroup_tree(
     let rel = format!("/{}", rel.trim_matches('/'));
     if rel == "/" {
         return Err(KillError::RootCgroup);
+    }
+    if rel[1..].split('/').any(|c| matches!(c, "" | "." | "..")) {
+        return Err(KillError::NotNormalised(rel));
     }
     let root = hierarchy.dir(&rel);
     if !root.is_dir() {
@@ -321,6 +328,17 @@ mod tests {
             assert!(
                 matches!(refused, Err(KillError::RootCgroup)),
                 "{root:?}: {refused:?}"
+            );
+        }
+        for crafted in [
+            "/kubepods/podx/../../outside",
+            "/kubepods/./podx",
+            "/kubepods//podx",
+        ] {
+            let refused = kill_cgroup_tree(&hierarchy, crafted, timings).await;
+            assert!(
+                matches!(refused, Err(KillError::NotNormalised(_))),
+                "{crafted:?}: {refused:?}"
             );
         }
         let missing = kill_cgroup_tree(&hierarchy, "/kubepods/podx", timings).await;

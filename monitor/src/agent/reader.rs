@@ -10,7 +10,7 @@ use super::core::{AgentCore, PodReading};
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
     clock::monotonic_ns,
-    engine::threshold::SignalObservation,
+    engine::{pod_facts::PodRef, threshold::SignalObservation},
     node::read::{NodeError, node_working_set, read_pid_available},
 };
 
@@ -91,14 +91,15 @@ pub fn read_all(
             kubepods.err().map(|e| e.to_string())
         ),
     }
-    let pods: Vec<(String, String)> = core
+    let pods: Vec<(PodRef, String)> = core
         .pods()
-        .filter_map(|p| Some((p.facts.pod.uid.clone(), p.cgroup.as_ref()?.rel.clone())))
+        .filter_map(|p| Some((p.facts.pod.clone(), p.cgroup.as_ref()?.rel.clone())))
         .collect();
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
-    for (uid, rel) in pods {
+    for (pod, rel) in pods {
+        let uid = &pod.uid;
         let read_ns = monotonic_ns();
         let reading = match reader.working_set(&rel) {
             Ok(working_set) => {
@@ -107,8 +108,8 @@ pub fn read_all(
                 } else {
                     0
                 };
-                if failures.logged.remove(&uid) {
-                    log::info!("pod {uid}: {rel} is readable again");
+                if failures.logged.remove(uid) {
+                    log::info!("pod {pod}: {rel} is readable again");
                 }
                 PodReading::Read {
                     working_set,
@@ -119,14 +120,14 @@ pub fn read_all(
             Err(e) => {
                 if failures.logged.insert(uid.clone()) {
                     log::warn!(
-                        "pod {uid}: {e}; its last good working set stands in (never read: it \
+                        "pod {pod}: {e}; its last good working set stands in (never read: it \
                          is not a candidate until it can be read)"
                     );
                 }
                 PodReading::Failed
             }
         };
-        core.set_pod_reading(&uid, reading, read_ns);
+        core.set_pod_reading(uid, reading, read_ns);
     }
     core.set_pid_reading(reader.pid_available().ok().flatten());
 }
@@ -142,7 +143,7 @@ mod tests {
             clock::{ManualClock, MonoInstant},
             config::EvictionConfig,
             decide::EvictionState,
-            pod_facts::{PodFacts, PodRef},
+            pod_facts::PodFacts,
             quantity::Quantity,
         },
         pods::PodCgroup,

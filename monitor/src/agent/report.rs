@@ -12,6 +12,7 @@ use crate::{
         summary::PodUsage,
         threshold::ThresholdKind,
     },
+    printable::printable,
     trace::record::bytes,
 };
 
@@ -122,8 +123,8 @@ impl DecisionReport {
         };
         format!(
             "{verb} {}/{}: {} {} < {}; {keys}{}",
-            self.namespace,
-            self.name,
+            printable(&self.namespace),
+            printable(&self.name),
             self.signal,
             unit(self.observed),
             unit(self.threshold),
@@ -219,6 +220,19 @@ mod tests {
             report(true, None)
                 .text()
                 .ends_with("no usage stats (ranked first), priority 0")
+        );
+    }
+
+    #[test]
+    fn a_name_with_a_newline_cannot_forge_a_line() {
+        let mut forged = report(true, Some(612 << 20));
+        forged.name = "x\nwould evict kube-system/etcd: forged".into();
+        forged.namespace = "ns\r".into();
+        let line = forged.text();
+        assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
+        assert!(
+            line.starts_with("would evict ns\\r/x\\nwould evict kube-system/etcd: forged: "),
+            "{line}"
         );
     }
 

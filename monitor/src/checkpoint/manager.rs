@@ -136,6 +136,10 @@ impl StateManager {
             Err(StoreError::NotFound { .. }) => {
                 return Ok((AgentState::default(), Startup::Created));
             }
+            // No checkpoint this agent wrote: set aside like a corrupt one when asked to.
+            Err(error @ StoreError::TooLarge { .. }) if if_unusable == IfUnusable::Reset => {
+                return self.reset(error.to_string());
+            }
             Err(error) => return Err(error.into()),
         };
         match (decode(&bytes), if_unusable) {
@@ -150,20 +154,21 @@ impl StateManager {
                 };
                 Ok((decoded.state, startup))
             }
-            (Err(problem), IfUnusable::Reset) => {
-                let suffix = format!("corrupt-{}", wall_time::compact(unix_ms_now()));
-                let set_aside = self.store.move_aside(&self.key, &suffix)?;
-                let startup = Startup::Reset {
-                    set_aside,
-                    problem: problem.to_string(),
-                };
-                Ok((AgentState::default(), startup))
-            }
+            (Err(problem), IfUnusable::Reset) => self.reset(problem.to_string()),
             (Err(problem), IfUnusable::Refuse) => Err(StateError::Unusable {
                 path: self.path(),
                 problem,
             }),
         }
+    }
+}
+
+impl StateManager {
+    /// Moves the unusable checkpoint aside with a timestamp suffix and starts empty.
+    fn reset(&mut self, problem: String) -> Result<(AgentState, Startup), StateError> {
+        let suffix = format!("corrupt-{}", wall_time::compact(unix_ms_now()));
+        let set_aside = self.store.move_aside(&self.key, &suffix)?;
+        Ok((AgentState::default(), Startup::Reset { set_aside, problem }))
     }
 }
 
@@ -309,6 +314,30 @@ mod tests {
         assert_eq!(
             decode(&fs::read(&path).unwrap()).unwrap().state,
             AgentState::default()
+        );
+    }
+
+    #[test]
+    fn an_oversized_checkpoint_is_refused_unread_then_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (manager, _, _) = StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap();
+        let path = manager.path();
+        // Sparse: 300 MiB long without taking the space.
+        let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(300 << 20).unwrap();
+
+        let refused = StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap_err();
+        let message = refused.to_string();
+        assert!(
+            message.contains("is larger than 4194304 bytes") && message.contains("--reset-state"),
+            "{message}"
+        );
+        let (_, state, startup) =
+            StateManager::load_or_init(dir.path(), IfUnusable::Reset).unwrap();
+        assert_eq!(state, AgentState::default());
+        assert!(
+            matches!(&startup, Startup::Reset { problem, .. } if problem.contains("larger than")),
+            "{startup:?}"
         );
     }
 }

@@ -6,7 +6,7 @@
 //! holds either the previous content or the new one, never a mix; the directory fsync makes the
 //! rename itself durable. Temporaries left by a crash are removed by [`FileStore::prepare`].
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +25,13 @@ pub enum StoreError {
     /// Nothing is stored under the key.
     #[error("{} does not exist", path.display())]
     NotFound { path: PathBuf },
+    /// The file is larger than any checkpoint the agent writes; it was not read whole.
+    #[error(
+        "{} is larger than {limit} bytes, far more than a checkpoint holds; not loaded. \
+         Starting with --reset-state sets it aside",
+        path.display()
+    )]
+    TooLarge { path: PathBuf, limit: u64 },
     /// A file system call failed; `action` says which step.
     #[error("could not {action} {}: {source}", path.display())]
     Io {
@@ -202,18 +209,34 @@ impl FileStore {
     }
 }
 
-/// Reads one checkpoint file by path, telling a missing file apart from other failures.
+/// The largest checkpoint file read. The state is bounded (64 recent evictions, one pending
+/// eviction, counters) and takes a few KiB; the limit keeps a stray file from filling memory.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads one checkpoint file by path, telling a missing file apart from other failures. The
+/// reader stops one byte past [`MAX_FILE_BYTES`], so a larger file is refused without being
+/// read whole.
 pub fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
-    fs::read(path).map_err(|source| match source.kind() {
-        io::ErrorKind::NotFound => StoreError::NotFound {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|file| io::Read::take(file, MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => StoreError::NotFound {
+                path: path.to_owned(),
+            },
+            _ => StoreError::Io {
+                action: "read",
+                path: path.to_owned(),
+                source,
+            },
+        })?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(StoreError::TooLarge {
             path: path.to_owned(),
-        },
-        _ => StoreError::Io {
-            action: "read",
-            path: path.to_owned(),
-            source,
-        },
-    })
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -142,6 +142,10 @@ fn read_verified(path: &Path) -> Result<Decoded, ExitCode> {
                 "{error}: no checkpoint there (the agent writes one when it first starts)"
             ),
             StoreError::Io { .. } => eprintln!("{error}"),
+            StoreError::TooLarge { .. } => {
+                eprintln!("{error}");
+                return ExitCode::from(EXIT_CORRUPT);
+            }
         }
         ExitCode::from(EXIT_MISSING)
     })?;

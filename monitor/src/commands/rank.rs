@@ -11,6 +11,7 @@ use crate::engine::report::{RankedPod, Report, build_report};
 use crate::engine::signal::Signal;
 use crate::engine::summary::Summary;
 use crate::pods::manifests::parse_file;
+use crate::printable::printable;
 
 /// Exit status for input that cannot be read or understood.
 const BAD_INPUT: u8 = 2;
@@ -113,7 +114,7 @@ fn render_text(report: &Report) -> String {
     };
     let mut out = format!("Eviction order for {}", report.signal);
     if !report.node_name.is_empty() {
-        out += &format!(" on node {}", report.node_name);
+        out += &format!(" on node {}", printable(&report.node_name));
     }
     if let Some(observed) = report.observation {
         out += &format!(
@@ -197,7 +198,8 @@ fn row(pod: &RankedPod, policy: RankPolicy, amount: &dyn Fn(Quantity) -> String)
     }
     [
         pod.rank.to_string(),
-        format!("{}/{}", pod.namespace, pod.name),
+        // Escaped: a name with a newline must not start a row of its own.
+        format!("{}/{}", printable(&pod.namespace), printable(&pod.name)),
         pod.priority.to_string(),
         request,
         usage,

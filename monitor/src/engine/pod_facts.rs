@@ -5,6 +5,8 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use serde::{Deserialize, Serialize};
 
+use crate::printable::printable;
+
 use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
 use super::quantity::Quantity;
 
@@ -30,7 +32,13 @@ pub struct PodRef {
 
 impl fmt::Display for PodRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        // Escaped: logs and status lines print pods this way.
+        write!(
+            f,
+            "{}/{}",
+            printable(&self.namespace),
+            printable(&self.name)
+        )
     }
 }
 

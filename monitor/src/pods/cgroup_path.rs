@@ -81,17 +81,44 @@ impl KubepodsCgroup {
 
     /// The pod's cgroup path relative to the hierarchy root, starting with `/`.
     pub fn pod_path(&self, qos: QosClass, uid: &str) -> String {
+        let (parent, leaf) = self.parent_and_leaf(qos, uid);
+        format!("{parent}/{leaf}")
+    }
+
+    /// [`Self::pod_path`], only when it names the pod's own directory: one component directly
+    /// below its QoS level inside kubepods, with nothing that normalisation would change (no
+    /// `.`, `..` or empty component). A uid of another shape could point at another pod's
+    /// container or outside kubepods altogether.
+    pub fn own_pod_path(&self, qos: QosClass, uid: &str) -> Result<String, ForeignPath> {
+        let (parent, leaf) = self.parent_and_leaf(qos, uid);
+        let rel = format!("{parent}/{leaf}");
+        let inside = normalize_lexically(&rel) == rel
+            && normalize_lexically(&parent) == parent
+            && rel.starts_with(&format!("{}/", self.rel.trim_end_matches('/')))
+            && !leaf.is_empty()
+            && !leaf.contains(['/', '\0'])
+            && leaf != "."
+            && leaf != "..";
+        if inside {
+            Ok(rel)
+        } else {
+            Err(ForeignPath { rel })
+        }
+    }
+
+    /// The QoS level's cgroup and the pod's directory name in it.
+    fn parent_and_leaf(&self, qos: QosClass, uid: &str) -> (String, String) {
         let qos_level = match qos {
             QosClass::Guaranteed => None,
             QosClass::Burstable => Some("burstable"),
             QosClass::BestEffort => Some("besteffort"),
         };
         let pod = format!("pod{uid}");
-        let components = qos_level.into_iter().chain([pod.as_str()]);
         let base = self.rel.trim_end_matches('/');
         match self.driver {
             CgroupDriver::Cgroupfs => {
-                components.fold(base.to_string(), |path, c| format!("{path}/{c}"))
+                let parent = qos_level.map_or(base.to_string(), |q| format!("{base}/{q}"));
+                (parent, pod)
             }
             CgroupDriver::Systemd => {
                 // A child slice is named after its parent slice: `<parent>-<component>.slice`.
@@ -101,15 +128,38 @@ impl KubepodsCgroup {
                     .unwrap_or_default()
                     .trim_end_matches(".slice")
                     .to_string();
-                let mut path = base.to_string();
-                for component in components {
-                    slice = format!("{slice}-{}", component.replace('-', "_"));
-                    path = format!("{path}/{slice}.slice");
+                let mut parent = base.to_string();
+                if let Some(q) = qos_level {
+                    slice = format!("{slice}-{q}");
+                    parent = format!("{parent}/{slice}.slice");
                 }
-                path
+                (parent, format!("{slice}-{}.slice", pod.replace('-', "_")))
             }
         }
     }
+}
+
+/// A pod's cgroup path that is not the pod's own directory inside kubepods.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{rel:?} is not a pod directory inside kubepods")]
+pub struct ForeignPath {
+    pub rel: String,
+}
+
+/// `path` with `.` and empty components dropped and `..` applied, as the kernel would
+/// resolve it (cgroupfs has no symbolic links); `..` at the root stays at the root.
+fn normalize_lexically(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 #[cfg(test)]
@@ -184,6 +234,64 @@ mod tests {
             let kubepods = KubepodsCgroup::from_path(case.kubepods);
             assert_eq!(kubepods.pod_path(case.qos, UID), case.path, "{}", case.name);
         }
+    }
+
+    #[test]
+    fn only_the_pods_own_directory_is_accepted() {
+        struct Case {
+            name: &'static str,
+            kubepods: &'static str,
+            uid: String,
+            own: bool,
+        }
+        let cases = [
+            Case {
+                name: "cgroupfs uid",
+                kubepods: "/kubepods",
+                uid: UID.into(),
+                own: true,
+            },
+            Case {
+                name: "systemd uid",
+                kubepods: "/kubepods.slice",
+                uid: UID.into(),
+                own: true,
+            },
+            Case {
+                name: "climbing out of kubepods",
+                kubepods: "/kubepods",
+                uid: format!("{UID}/../../../outside"),
+                own: false,
+            },
+            Case {
+                name: "another pod's container",
+                kubepods: "/kubepods",
+                uid: format!("{UID}/ctr-x"),
+                own: false,
+            },
+            Case {
+                name: "systemd: another slice's child",
+                kubepods: "/kubepods.slice",
+                uid: format!("{UID}.slice/x"),
+                own: false,
+            },
+            Case {
+                name: "a dot component",
+                kubepods: "/kubepods",
+                uid: "/.".into(),
+                own: false,
+            },
+        ];
+        for case in cases {
+            let kubepods = KubepodsCgroup::from_path(case.kubepods);
+            let got = kubepods.own_pod_path(QosClass::Burstable, &case.uid);
+            assert_eq!(got.is_ok(), case.own, "{}: {got:?}", case.name);
+            if let Ok(rel) = got {
+                assert_eq!(rel, kubepods.pod_path(QosClass::Burstable, &case.uid));
+            }
+        }
+        assert_eq!(normalize_lexically("/a/./b//c/../d"), "/a/b/d");
+        assert_eq!(normalize_lexically("/../a"), "/a");
     }
 
     #[test]

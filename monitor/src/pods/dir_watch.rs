@@ -5,6 +5,9 @@
 //! deleted), so a file being written is read once it is whole. A change that leaves the pod
 //! set and the skipped files as they were (a text file, a reformatted manifest) yields
 //! nothing; a newly broken manifest is a change, so it is reported when it appears.
+//!
+//! A reload reads and parses on tokio's blocking pool, off the agent's event loop: however
+//! long the manifests take to parse, the agent keeps reading memory and deciding meanwhile.
 use std::{
     ffi::CString,
     io,
@@ -16,7 +19,10 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::io::{Interest, unix::AsyncFd};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    task::JoinHandle,
+};
 
 use super::manifests::{LoadedPods, load_dir};
 
@@ -35,6 +41,12 @@ pub enum WatchError {
     /// The directory could not be listed after a change.
     #[error("listing {dir}: {source}")]
     List { dir: PathBuf, source: io::Error },
+    /// The reload task panicked or was cancelled.
+    #[error("reloading {dir}: {source}")]
+    Reload {
+        dir: PathBuf,
+        source: tokio::task::JoinError,
+    },
 }
 
 /// Events that complete a change of the directory's content, and the directory's own end.
@@ -56,6 +68,8 @@ pub struct ManifestWatcher {
     last: Vec<Pod>,
     /// The reasons files and pods were skipped at the last reload, likewise.
     last_errors: Vec<String>,
+    /// A reload running on the blocking pool; kept across cancelled waits so no change is lost.
+    reloading: Option<JoinHandle<io::Result<LoadedPods>>>,
 }
 
 impl ManifestWatcher {
@@ -94,8 +108,14 @@ impl ManifestWatcher {
             inotify,
             last: Vec::new(),
             last_errors: Vec::new(),
+            reloading: None,
         };
-        let loaded = watcher.reload()?.unwrap_or_default();
+        // At start nothing is decided yet: read at once.
+        let loaded = load_dir(dir).map_err(|source| WatchError::List {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let loaded = watcher.changed(loaded).unwrap_or_default();
         Ok((watcher, loaded))
     }
 
@@ -108,26 +128,43 @@ impl ManifestWatcher {
     /// returns the new full set, with the files and pods that were skipped. Cancel-safe.
     pub async fn next_change(&mut self) -> Result<LoadedPods, WatchError> {
         loop {
-            self.wait_for_events().await?;
-            if let Some(loaded) = self.reload()? {
+            let reload = match &mut self.reloading {
+                Some(reload) => reload,
+                None => {
+                    self.wait_for_events().await?;
+                    let dir = self.dir.clone();
+                    self.reloading
+                        .insert(tokio::task::spawn_blocking(move || load_dir(&dir)))
+                }
+            };
+            // Awaiting the handle by reference is cancel-safe: a cancelled wait resumes here.
+            let joined = reload.await;
+            self.reloading = None;
+            let loaded = joined
+                .map_err(|source| WatchError::Reload {
+                    dir: self.dir.clone(),
+                    source,
+                })?
+                .map_err(|source| WatchError::List {
+                    dir: self.dir.clone(),
+                    source,
+                })?;
+            if let Some(loaded) = self.changed(loaded) {
                 return Ok(loaded);
             }
         }
     }
 
-    /// Reads the directory; `None` when neither the pods nor the skipped files changed.
-    fn reload(&mut self) -> Result<Option<LoadedPods>, WatchError> {
-        let loaded = load_dir(&self.dir).map_err(|source| WatchError::List {
-            dir: self.dir.clone(),
-            source,
-        })?;
+    /// Records a fresh read of the directory; `None` when neither the pods nor the skipped
+    /// files changed.
+    fn changed(&mut self, loaded: LoadedPods) -> Option<LoadedPods> {
         let errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
         if loaded.pods == self.last && errors == self.last_errors {
-            return Ok(None);
+            return None;
         }
         self.last = loaded.pods.clone();
         self.last_errors = errors;
-        Ok(Some(loaded))
+        Some(loaded)
     }
 
     /// Waits until events are queued, then drains all of them so a burst leads to one reload.
@@ -196,12 +233,19 @@ mod tests {
 
     const WITHIN: Duration = Duration::from_secs(1);
 
+    /// The names of the pods loaded.
     fn uids(loaded: &LoadedPods) -> Vec<&str> {
         loaded
             .pods
             .iter()
-            .map(|p| p.metadata.uid.as_deref().unwrap_or(""))
+            .map(|p| p.metadata.name.as_deref().unwrap_or(""))
             .collect()
+    }
+
+    /// A valid pod manifest named `name`, its uid made from the name.
+    fn pod(name: &str) -> String {
+        let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("kind: Pod\nmetadata: {{name: {name}, uid: 00000000-0000-4000-8000-{hex:0>12}}}\n")
     }
 
     async fn change(watcher: &mut ManifestWatcher) -> LoadedPods {
@@ -215,19 +259,15 @@ mod tests {
     async fn changes_are_seen_and_no_op_changes_are_not() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        fs::write(dir.join("a.yaml"), "kind: Pod\nmetadata: {uid: a}\n").unwrap();
+        fs::write(dir.join("a.yaml"), pod("a")).unwrap();
         let (mut watcher, initial) = ManifestWatcher::start(dir).unwrap();
         assert_eq!(uids(&initial), ["a"]);
 
-        fs::write(
-            dir.join("b.json"),
-            r#"{"kind": "Pod", "metadata": {"uid": "b"}}"#,
-        )
-        .unwrap();
+        fs::write(dir.join("b.json"), pod("b")).unwrap();
         assert_eq!(uids(&change(&mut watcher).await), ["a", "b"], "new file");
 
         // Written elsewhere, then moved in: the way tools replace manifests atomically.
-        fs::write(dir.join(".a.yaml.tmp"), "kind: Pod\nmetadata: {uid: a2}\n").unwrap();
+        fs::write(dir.join(".a.yaml.tmp"), pod("a2")).unwrap();
         fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).unwrap();
         assert_eq!(
             uids(&change(&mut watcher).await),
@@ -236,11 +276,7 @@ mod tests {
         );
 
         fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
-        fs::write(
-            dir.join("b.json"),
-            r#"{"metadata": {"uid": "b"}, "kind": "Pod"}"#,
-        )
-        .unwrap();
+        fs::write(dir.join("b.json"), format!("{}# reformatted\n", pod("b"))).unwrap();
         let quiet = tokio::time::timeout(Duration::from_millis(300), watcher.next_change()).await;
         assert!(
             quiet.is_err(),
@@ -264,7 +300,7 @@ mod tests {
         assert_eq!(uids(&change(&mut watcher).await), ["b"], "deleted file");
 
         fs::write(dir.join("c.yaml"), "kind: Pod\nmetadata: {name: no-uid}\n").unwrap();
-        fs::write(dir.join("d.yaml"), "kind: Pod\nmetadata: {uid: d}\n").unwrap();
+        fs::write(dir.join("d.yaml"), pod("d")).unwrap();
         let loaded = change(&mut watcher).await;
         // The two writes may arrive as one change or two; the last state is what counts.
         let loaded = if uids(&loaded) == ["b"] {
@@ -278,6 +314,50 @@ mod tests {
             1,
             "the pod without uid is reported: {:?}",
             loaded.errors
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_event_loop_runs_on_while_a_reload_parses() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (mut watcher, _) = ManifestWatcher::start(dir).unwrap();
+        // Nearly the largest file accepted: thousands of pods, slow to parse.
+        let mut list = String::from("kind: PodList\nitems:\n");
+        let mut pods = 0;
+        while list.len() < 900 << 10 {
+            let hex = format!("{pods:012x}");
+            list.push_str(&format!(
+                "- metadata: {{name: p{pods}, namespace: default, uid: 00000000-0000-4000-8000-{hex}}}\n  \
+                 spec: {{containers: [{{name: main, image: pause, resources: {{requests: {{memory: 1Mi}}}}}}]}}\n"
+            ));
+            pods += 1;
+        }
+        fs::write(dir.join("many.yaml"), &list).unwrap();
+
+        // The single-threaded loop ticks every 5 ms while the reload runs; the longest gap
+        // between ticks is how long the agent could not decide.
+        let mut ticks = tokio::time::interval(Duration::from_millis(5));
+        let mut longest = Duration::ZERO;
+        let mut last = std::time::Instant::now();
+        let reload_start = std::time::Instant::now();
+        let loaded = loop {
+            tokio::select! {
+                change = watcher.next_change() => {
+                    longest = longest.max(last.elapsed());
+                    break change.expect("watching");
+                }
+                _ = ticks.tick() => {
+                    longest = longest.max(last.elapsed());
+                    last = std::time::Instant::now();
+                }
+            }
+        };
+        let reload = reload_start.elapsed();
+        assert_eq!(loaded.pods.len(), pods, "{:?}", loaded.errors);
+        assert!(
+            longest < Duration::from_millis(200) && longest * 2 < reload,
+            "the loop stalled {longest:?} during a reload of {reload:?}"
         );
     }
 

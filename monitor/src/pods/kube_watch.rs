@@ -19,7 +19,8 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 
-use super::manifests::LoadedPods;
+use super::{manifests::LoadedPods, validate::validate_pod};
+use crate::printable::printable;
 
 /// Why the API could not be reached, or the watch stopped.
 ///
@@ -146,8 +147,21 @@ impl KubeWatcher {
         }
     }
 
-    /// Applies one watcher event; true when the pod set changed.
+    /// Applies one watcher event; true when the pod set changed. A pod whose identifiers are
+    /// not of Kubernetes' shape is logged and left out, as a manifest file's would be.
     fn apply(&mut self, event: watcher::Event<Pod>) -> bool {
+        if let watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) = &event
+            && let Err(reason) = validate_pod(pod)
+        {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+            log::warn!(
+                "skipped: pod {}/{} from the API: {reason}",
+                printable(namespace),
+                printable(name)
+            );
+            return false;
+        }
         match event {
             watcher::Event::Init => {
                 self.relisting = Some(BTreeMap::new());

@@ -4,17 +4,34 @@
 //! Every `.yaml`, `.yml` or `.json` file directly in the directory is read; other files,
 //! subdirectories and hidden files (editor swap files, `..data` links) are ignored. A file
 //! may hold several YAML documents, each a `Pod`, a `PodList` or a `kind: List` of pods. A
-//! file that does not parse is skipped whole and a pod without `metadata.uid` (the key every
-//! stat is matched by) is skipped alone; both are reported so the rest still loads.
+//! file that does not parse is skipped whole and a pod whose identifiers are not of the shape
+//! Kubernetes gives them ([`validate`](super::validate)) is skipped alone; both are reported
+//! so the rest still loads.
+//!
+//! Files are untrusted input and bounded before parsing: at most [`MAX_FILE_BYTES`] each
+//! (read through a bounded reader, so a file growing meanwhile cannot exceed it), and flow
+//! collections nested at most [`MAX_FLOW_NESTING`] deep.
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     fs, io,
+    io::Read as _,
     path::{Path, PathBuf},
 };
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize as _;
 use serde_json::Value;
+
+use super::{
+    nesting::flow_nesting_exceeds,
+    validate::{InvalidPod, validate_pod},
+};
+use crate::printable::printable;
+
+/// The largest manifest file read; a node's pod manifests are a few KiB each.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// The deepest nesting of `[...]` and `{...}` accepted; a pod nests a handful of levels.
+pub const MAX_FLOW_NESTING: usize = 64;
 
 /// Why a manifest file, or one pod in it, was skipped.
 #[derive(Debug, thiserror::Error)]
@@ -36,15 +53,27 @@ pub enum ManifestError {
         document: usize,
         kind: String,
     },
-    /// A pod has no `metadata.uid`.
-    #[error("{file}: pod {pod}: metadata.uid is required")]
-    MissingUid { file: PathBuf, pod: String },
+    /// The file is larger than [`MAX_FILE_BYTES`].
+    #[error("{file}: larger than {limit} bytes; not read")]
+    TooLarge { file: PathBuf, limit: u64 },
+    /// The file nests flow collections deeper than [`MAX_FLOW_NESTING`].
+    #[error("{file}: collections nested deeper than {limit} levels; not parsed")]
+    TooDeep { file: PathBuf, limit: usize },
+    /// A pod's uid, namespace or name is not of the shape Kubernetes gives them.
+    #[error("{file}: pod {pod}: {reason}")]
+    Invalid {
+        file: PathBuf,
+        pod: String,
+        reason: InvalidPod,
+    },
     /// A pod's uid was already loaded from another manifest; the first one is kept.
-    #[error("{file}: pod {pod}: uid {uid} is already used by another pod")]
+    #[error("{file}: pod {pod}: uid {uid} is already used by pod {first_pod} in {first_file}")]
     DuplicateUid {
         file: PathBuf,
         pod: String,
         uid: String,
+        first_file: PathBuf,
+        first_pod: String,
     },
 }
 
@@ -65,15 +94,18 @@ pub fn load_dir(dir: &Path) -> io::Result<LoadedPods> {
         .collect();
     files.sort();
     let mut loaded = LoadedPods::default();
-    let mut uids = HashSet::new();
+    // Each uid loaded so far, with the file and the pod it came from.
+    let mut uids: HashMap<String, (PathBuf, String)> = HashMap::new();
     for file in files {
-        let pods = match fs::read_to_string(&file) {
-            Ok(text) => parse_file(&file, &text),
-            Err(source) => Err(ManifestError::Read {
-                file: file.clone(),
-                source,
-            }),
-        };
+        let pods = read_bounded(&file).and_then(|text| {
+            if flow_nesting_exceeds(&text, MAX_FLOW_NESTING) {
+                return Err(ManifestError::TooDeep {
+                    file: file.clone(),
+                    limit: MAX_FLOW_NESTING,
+                });
+            }
+            parse_file(&file, &text)
+        });
         let pods = match pods {
             Ok(pods) => pods,
             Err(error) => {
@@ -83,23 +115,50 @@ pub fn load_dir(dir: &Path) -> io::Result<LoadedPods> {
         };
         for pod in pods {
             let label = pod_label(&pod);
-            match pod.metadata.uid.clone().filter(|uid| !uid.is_empty()) {
-                None => loaded.errors.push(ManifestError::MissingUid {
+            if let Err(reason) = validate_pod(&pod) {
+                loaded.errors.push(ManifestError::Invalid {
                     file: file.clone(),
                     pod: label,
-                }),
-                Some(uid) if !uids.insert(uid.clone()) => {
-                    loaded.errors.push(ManifestError::DuplicateUid {
-                        file: file.clone(),
-                        pod: label,
-                        uid,
-                    })
-                }
-                Some(_) => loaded.pods.push(pod),
+                    reason,
+                });
+                continue;
             }
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if let Some((first_file, first_pod)) = uids.get(&uid) {
+                loaded.errors.push(ManifestError::DuplicateUid {
+                    file: file.clone(),
+                    pod: label,
+                    uid,
+                    first_file: first_file.clone(),
+                    first_pod: first_pod.clone(),
+                });
+                continue;
+            }
+            uids.insert(uid, (file.clone(), label));
+            loaded.pods.push(pod);
         }
     }
     Ok(loaded)
+}
+
+/// The file's text, refused when larger than [`MAX_FILE_BYTES`]: the reader stops one byte
+/// past the limit, so memory stays bounded however large the file is or grows.
+fn read_bounded(file: &Path) -> Result<String, ManifestError> {
+    let read_error = |source| ManifestError::Read {
+        file: file.to_path_buf(),
+        source,
+    };
+    let mut text = String::new();
+    fs::File::open(file)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ManifestError::TooLarge {
+            file: file.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(text)
 }
 
 /// True for names this module reads: a manifest extension and not hidden.
@@ -166,11 +225,11 @@ fn to_pod(value: Value) -> Result<Pod, String> {
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
-/// `namespace/name` for messages, as far as the pod has them.
+/// `namespace/name` for messages, as far as the pod has them, escaped to stay on one line.
 fn pod_label(pod: &Pod) -> String {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
-    format!("{namespace}/{name}")
+    format!("{}/{}", printable(namespace), printable(name))
 }
 
 #[cfg(test)]
@@ -279,26 +338,34 @@ mod tests {
         }
     }
 
+    const UA: &str = "0000000a-0000-4000-8000-00000000000a";
+    const UB: &str = "0000000b-0000-4000-8000-00000000000b";
+
     #[test]
     fn directory_skips_what_is_broken_and_loads_the_rest() {
         let tmp = tempfile::tempdir().unwrap();
         let write = |name: &str, text: &str| fs::write(tmp.path().join(name), text).unwrap();
-        write("a.yaml", "kind: Pod\nmetadata: {name: a, uid: ua}\n");
+        write(
+            "a.yaml",
+            &format!("kind: Pod\nmetadata: {{name: a, uid: {UA}}}\n"),
+        );
         write(
             "b.yml",
-            "kind: Pod\nmetadata: {name: no-uid}\n---\nkind: Pod\nmetadata: {uid: ub}\n",
+            &format!(
+                "kind: Pod\nmetadata: {{name: no-uid}}\n---\nkind: Pod\nmetadata: {{name: b, uid: {UB}}}\n"
+            ),
         );
         write("c.json", "{ not json");
         write(
             "d.json",
-            r#"{"kind": "Pod", "metadata": {"name": "dup", "uid": "ua"}}"#,
+            &format!(r#"{{"kind": "Pod", "metadata": {{"name": "dup", "uid": "{UA}"}}}}"#),
         );
         write("notes.txt", "kind: Pod\nmetadata: {uid: ignored}\n");
         write(".a.yaml.swp", "garbage");
         fs::create_dir(tmp.path().join("sub.yaml")).unwrap();
 
         let loaded = load_dir(tmp.path()).unwrap();
-        assert_eq!(uids(&loaded.pods), ["ua", "ub"]);
+        assert_eq!(uids(&loaded.pods), [UA, UB]);
         let mut reported: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
         reported.sort();
         assert_eq!(reported.len(), 3, "{reported:?}");
@@ -308,9 +375,81 @@ mod tests {
         );
         assert!(reported[1].contains("c.json: document 1:"), "{reported:?}");
         assert!(
-            reported[2].contains("d.json: pod default/dup: uid ua is already used"),
+            reported[2].ends_with(&format!(
+                "d.json: pod default/dup: uid {UA} is already used by pod default/a in {}",
+                tmp.path().join("a.yaml").display()
+            )),
             "{reported:?}"
         );
+    }
+
+    #[test]
+    fn untrusted_files_and_pods_are_refused_with_the_reason() {
+        struct Case {
+            name: &'static str,
+            text: String,
+            error: &'static str,
+        }
+        let pod = |name: &str, uid: &str| {
+            format!("kind: Pod\nmetadata:\n  name: {name:?}\n  uid: {uid:?}\n")
+        };
+        let cases = [
+            Case {
+                name: "uid climbing out of the pod's cgroup",
+                text: pod("x", &format!("{UA}/../../../outside")),
+                error: "is not a UUID",
+            },
+            Case {
+                name: "uid naming another pod's container",
+                text: pod("x", &format!("{UB}/ctr-x")),
+                error: "is not a UUID",
+            },
+            Case {
+                name: "name with a newline",
+                text: pod("x\nwould evict kube-system/etcd: forged", UA),
+                error: "pod default/x\\nwould evict kube-system/etcd: forged: metadata.name",
+            },
+            Case {
+                name: "larger than the limit",
+                text: format!(
+                    "{}\n# {}\n",
+                    pod("x", UA),
+                    "x".repeat(MAX_FILE_BYTES as usize)
+                ),
+                error: "larger than 1048576 bytes",
+            },
+            Case {
+                name: "nested too deep",
+                text: format!("{}x: {}\n", pod("x", UA), "[".repeat(200_000)),
+                error: "nested deeper than 64 levels",
+            },
+        ];
+        for case in cases {
+            let tmp = tempfile::tempdir().unwrap();
+            fs::write(tmp.path().join("pod.yaml"), &case.text).unwrap();
+            let start = std::time::Instant::now();
+            let loaded = load_dir(tmp.path()).unwrap();
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(2),
+                "{}: {:?}",
+                case.name,
+                start.elapsed()
+            );
+            assert!(loaded.pods.is_empty(), "{}", case.name);
+            let reported: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
+            assert_eq!(reported.len(), 1, "{}: {reported:?}", case.name);
+            assert!(
+                reported[0].contains("pod.yaml: "),
+                "{}: {reported:?}",
+                case.name
+            );
+            assert!(
+                reported[0].contains(case.error),
+                "{}: {reported:?}",
+                case.name
+            );
+            assert!(!reported[0].contains('\n'), "{}: {reported:?}", case.name);
+        }
     }
 
     #[test]

@@ -5,9 +5,11 @@ pub mod cgroup_path;
 pub mod dir_watch;
 pub mod kube_watch;
 pub mod manifests;
+pub mod nesting;
 pub mod qos;
 pub mod resolve;
 pub mod source;
+pub mod validate;
 
 pub use cgroup_path::{CgroupDriver, DetectError, KubepodsCgroup};
 pub use dir_watch::{ManifestWatcher, WatchError};

@@ -1,6 +1,9 @@
 //! Finding each pod's cgroup: its QoS class picks the kubelet's path, the directory's inode
 //! is the cgroup id kernel events carry.
 //!
+//! Only the pod's own directory is ever taken (see [`KubepodsCgroup::own_pod_path`]), so a
+//! crafted uid cannot attribute another cgroup's memory to the pod.
+//!
 //! A pod whose cgroup is not there (not started yet, already gone, or a spec the kubelet
 //! would place differently) is logged and returned as missing: the kubelet ranks such a pod
 //! as one without stats, and so does the engine, but the agent does not choose it: it has
@@ -10,7 +13,7 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
-use crate::cgroupfs::MemoryHierarchy;
+use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
 /// A pod's cgroup.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,15 +51,19 @@ pub fn find_pod_cgroup(
     hierarchy: &MemoryHierarchy,
     kubepods: &KubepodsCgroup,
 ) -> Result<PodCgroup, String> {
-    let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+    let name = printable(pod.metadata.name.as_deref().unwrap_or("<unnamed>"));
     let uid = pod
         .metadata
         .uid
         .as_deref()
         .ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
+    let raw_uid = uid;
+    let uid = printable(uid);
     let qos = pod_qos(pod)
         .map_err(|error| format!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))?;
-    let rel = kubepods.pod_path(qos, uid);
+    let rel = kubepods
+        .own_pod_path(qos, raw_uid)
+        .map_err(|error| format!("pod {name} ({uid}): {error}"))?;
     match fs::metadata(hierarchy.dir(&rel)) {
         Ok(meta) if meta.is_dir() => Ok(PodCgroup {
             id: meta.ino(),

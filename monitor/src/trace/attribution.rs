@@ -5,7 +5,10 @@
 //! and testable.
 use serde::Serialize;
 
-use crate::cgroupfs::{CgroupVersion, paths::is_within};
+use crate::{
+    cgroupfs::{CgroupVersion, paths::is_within},
+    printable::printable,
+};
 
 /// A pod, as an SRE names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -61,11 +64,12 @@ pub struct Subject {
 }
 
 impl Subject {
-    /// `namespace/name` of the pod, else the cgroup path, else the id: what a person reads.
+    /// `namespace/name` of the pod, else the cgroup path, else the id: what a person reads,
+    /// with control characters escaped so it stays on its line.
     pub fn label(&self) -> String {
         match (&self.pod, &self.cgroup_path) {
-            (Some(pod), _) => format!("{}/{}", pod.namespace, pod.name),
-            (None, Some(path)) => path.clone(),
+            (Some(pod), _) => format!("{}/{}", printable(&pod.namespace), printable(&pod.name)),
+            (None, Some(path)) => printable(path).into_owned(),
             (None, None) => format!("<cgroup id {}>", self.cgroup_id),
         }
     }
@@ -172,5 +176,17 @@ mod tests {
         assert_eq!(subject.label(), "/a");
         subject.pod = Some(pod("a"));
         assert_eq!(subject.label(), "ns/a");
+    }
+
+    #[test]
+    fn labels_escape_control_characters() {
+        let mut subject = Subject {
+            cgroup_id: 7,
+            cgroup_path: Some("/a\nstall forged".into()),
+            pod: None,
+        };
+        assert_eq!(subject.label(), "/a\\nstall forged");
+        subject.pod = Some(pod("b\rc"));
+        assert_eq!(subject.label(), "ns/b\\rc");
     }
 }

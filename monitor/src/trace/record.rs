@@ -7,7 +7,7 @@ use super::{
     attribution::Subject,
     summary::{SummaryReport, millis},
 };
-use crate::source::pressure::Pressure;
+use crate::{printable::printable, source::pressure::Pressure};
 
 /// What `monitor trace` prints for one kernel event, or the summary at the end.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -191,7 +191,8 @@ impl TraceRecord {
                 &subject.label(),
                 &millis(*duration_ns),
                 &format!(
-                    "{reclaim} reclaim, pid {pid} tid {tid} {comm}, freed {}",
+                    "{reclaim} reclaim, pid {pid} tid {tid} {}, freed {}",
+                    printable(comm),
                     bytes(*reclaimed_bytes as i64)
                 ),
             ),
@@ -223,7 +224,8 @@ impl TraceRecord {
                 &subject.label(),
                 &bytes(*anon_rss_bytes as i64),
                 &format!(
-                    "pid {pid} {comm} killed (anon rss), oom_score_adj {oom_score_adj}, OOM in {}",
+                    "pid {pid} {} killed (anon rss), oom_score_adj {oom_score_adj}, OOM in {}",
+                    printable(comm),
                     trigger.label()
                 ),
             ),

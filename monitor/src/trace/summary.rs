@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{attribution::Subject, record::bytes};
-use crate::source::event::Reclaim;
+use crate::{printable::printable, source::event::Reclaim};
 
 /// Rows shown per ranking.
 pub const TOP: usize = 10;
@@ -154,7 +154,7 @@ impl SummaryReport {
             out += &format!(
                 "  pid {:<8} {:<16} {}\n",
                 kill.pid,
-                kill.comm,
+                printable(&kill.comm),
                 kill.subject.as_deref().unwrap_or("<cgroup unknown>")
             );
         }

@@ -1,0 +1,143 @@
+//! The metrics endpoint cannot starve the agent: with a low open-file limit and more idle
+//! connections to it than the limit, the agent keeps its descriptors for its own reads, does
+//! not spin, evicts a hog over a hard threshold within its grace period, and answers
+//! `/metrics` again once the connections are gone. The real `monitor` binary on real cgroups
+//! and processes, serving on loopback in a network namespace of the test's own (root only).
+//!
+//! The scene has 300Mi allocatable and a hard `allocatableMemory.available<100Mi` threshold,
+//! so the agent sees pressure once the pods' working sets pass 200Mi.
+use std::{
+    fs,
+    net::{SocketAddr, TcpStream},
+    os::unix::process::CommandExt as _,
+    time::{Duration, Instant},
+};
+
+use tests::{
+    AgentScene, MonitorProcess, TestPod, http_get, in_own_network_namespace, process_alive,
+    running_as_root,
+};
+
+/// The agent's open-file limit.
+const NOFILE: u64 = 256;
+/// Idle connections opened to the metrics endpoint: more than the limit.
+const IDLE_CONNECTIONS: usize = 300;
+/// How long the decision may take once the hog's allocation is sent.
+const PROMPT: Duration = Duration::from_secs(3);
+/// The hard threshold's grace period (1 s) plus two.
+const GRACE_AND_MARGIN: Duration = Duration::from_secs(3);
+
+/// CPU time the process has used (user and system).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .expect("fields after the command")
+        .split_whitespace()
+        .collect();
+    // utime and stime, fields 14 and 15 of proc(5); the rest starts at field 3.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+/// The address the agent logged it serves metrics on.
+fn metrics_addr(agent: &MonitorProcess) -> SocketAddr {
+    let line = agent
+        .wait_stderr(Duration::from_secs(30), |l| {
+            l.contains("metrics at http://")
+        })
+        .expect("the bound address is logged");
+    line.split("metrics at http://")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+#[test]
+fn idle_metrics_connections_beyond_the_open_file_limit_do_not_stop_an_eviction() {
+    if !running_as_root("idle_metrics_connections_beyond_the_open_file_limit") {
+        return;
+    }
+    let scene = AgentScene::new("metrics-fds", "10s", "10s");
+    let hog = TestPod::new("hog");
+    in_own_network_namespace(|| {
+        let mut command =
+            MonitorProcess::command(scene.agent_args(&["--metrics-addr", "127.0.0.1:0"]));
+        // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent's.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: NOFILE,
+                    rlim_max: NOFILE,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let mut agent = MonitorProcess::spawn(command);
+        let addr = metrics_addr(&agent);
+        // Created after the start, so the kernel reports the pod's cgroup.
+        let mut hog_proc = scene.start_pod(&hog);
+        agent
+            .wait_stderr(Duration::from_secs(10), |l| l.contains("1 known"))
+            .expect("the agent reads the hog's manifest");
+
+        let idle: Vec<TcpStream> = (0..IDLE_CONNECTIONS)
+            .map(|i| {
+                TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                    .unwrap_or_else(|e| panic!("idle connection {i}: {e}"))
+            })
+            .collect();
+        // Let the agent take in what it will.
+        std::thread::sleep(Duration::from_millis(500));
+        let cpu_before = cpu_time(agent.pid());
+        let window = Instant::now();
+
+        let sent = Instant::now();
+        hog_proc.command("alloc 220");
+        let decision = agent.next_decision(PROMPT);
+        assert_eq!(decision["name"], "hog", "{decision:#}");
+        assert!(
+            sent.elapsed() < PROMPT,
+            "decided after {:?}",
+            sent.elapsed()
+        );
+        scene.wait_until_empty(&hog, GRACE_AND_MARGIN);
+        std::thread::sleep(Duration::from_secs(1));
+
+        let cpu = cpu_time(agent.pid()) - cpu_before;
+        let share = cpu.as_secs_f64() / window.elapsed().as_secs_f64();
+        eprintln!(
+            "agent CPU {cpu:?} over {:?} ({:.0} %) with {IDLE_CONNECTIONS} idle connections",
+            window.elapsed(),
+            share * 100.0
+        );
+        assert!(
+            share < 0.3,
+            "the agent used {:.0} % of a core",
+            share * 100.0
+        );
+        assert!(process_alive(agent.pid()), "the agent runs on");
+        let stderr = agent.stderr();
+        assert!(
+            !stderr.contains("Too many open files"),
+            "the agent ran out of descriptors:\n{stderr}"
+        );
+
+        drop(idle);
+        let answer = http_get(addr, "/metrics");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains("monitor_evictions_total{signal=\"allocatableMemory.available\"} 1"),
+            "{answer}"
+        );
+        agent.stop();
+    });
+}

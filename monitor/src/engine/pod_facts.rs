@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
 use super::quantity::Quantity;
+use crate::pods::kubelet_view::kubelet_uid;
 
 /// The kubelet's `SystemCriticalPriority` (`system-cluster-critical`); pods at or above it
 /// are never evicted.
@@ -24,7 +25,8 @@ pub struct PodRef {
     pub namespace: String,
     /// `metadata.name`.
     pub name: String,
-    /// `metadata.uid`, the key the kubelet's stats are matched by.
+    /// The kubelet's uid, the key its stats and cgroups are named by: `metadata.uid`, or for
+    /// a mirror pod its `kubernetes.io/config.mirror` annotation (see `pods::kubelet_view`).
     pub uid: String,
 }
 
@@ -85,9 +87,8 @@ impl PodFacts {
             .clone()
             .unwrap_or_else(|| "default".to_string());
         let display = format!("{namespace}/{name}");
-        let uid = meta
-            .uid
-            .clone()
+        let uid = kubelet_uid(pod)
+            .map(str::to_string)
             .ok_or_else(|| PodFactsError::MissingUid(display.clone()))?;
         let spec = pod
             .spec

@@ -19,7 +19,10 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 
-use super::manifests::LoadedPods;
+use super::{
+    kubelet_view::{Standing, standing},
+    manifests::LoadedPods,
+};
 
 /// Why the API could not be reached, or the watch stopped.
 ///
@@ -185,9 +188,12 @@ impl KubeWatcher {
         }
     }
 
+    /// The pods the kubelet counts as active. The field selector already asks for them;
+    /// checking again keeps a server that ignores part of a selector from adding pods.
     fn loaded(&self) -> LoadedPods {
+        let active = |pod: &&Pod| standing(pod, Some(&self.node)) == Standing::Active;
         LoadedPods {
-            pods: self.pods.values().cloned().collect(),
+            pods: self.pods.values().filter(active).cloned().collect(),
             errors: Vec::new(),
         }
     }

@@ -8,7 +8,7 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
+use super::{cgroup_path::KubepodsCgroup, kubelet_view::kubelet_uid, qos::pod_qos};
 use crate::cgroupfs::MemoryHierarchy;
 
 /// A pod's cgroup.
@@ -43,11 +43,7 @@ pub fn find_pod_cgroup(
     kubepods: &KubepodsCgroup,
 ) -> Result<PodCgroup, String> {
     let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
-    let uid = pod
-        .metadata
-        .uid
-        .as_deref()
-        .ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
+    let uid = kubelet_uid(pod).ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
     let qos = pod_qos(pod)
         .map_err(|error| format!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))?;
     let rel = kubepods.pod_path(qos, uid);

@@ -198,3 +198,46 @@ impl KubeWatcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: Option<&str>, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "uid": format!("{name}-uid")},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"phase": phase},
+        }))
+        .expect("test pod")
+    }
+
+    #[test]
+    fn hands_out_only_the_nodes_active_pods_whatever_the_server_sends() {
+        let mut watcher = KubeWatcher {
+            node: "n1".into(),
+            events: futures::stream::empty().boxed(),
+            pods: BTreeMap::new(),
+            relisting: None,
+        };
+        watcher.apply(watcher::Event::Init);
+        for listed in [
+            pod("running", Some("n1"), "Running"),
+            pod("pending-here", Some("n1"), "Pending"),
+            pod("unscheduled", None, "Pending"),
+            pod("elsewhere", Some("n2"), "Running"),
+            pod("done", Some("n1"), "Succeeded"),
+            pod("failed", Some("n1"), "Failed"),
+        ] {
+            watcher.apply(watcher::Event::InitApply(listed));
+        }
+        assert!(watcher.apply(watcher::Event::InitDone));
+        let names: Vec<String> = watcher
+            .loaded()
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["pending-here", "running"]);
+    }
+}

@@ -113,6 +113,30 @@ mod tests {
     }
 
     #[test]
+    fn a_static_pods_cgroup_is_found_under_the_kubelets_uid() {
+        use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
+        use crate::pods::{KubepodsCgroup, find_pod_cgroup};
+        let tmp = tempfile::tempdir().unwrap();
+        let hierarchy = MemoryHierarchy {
+            version: CgroupVersion::V2,
+            mount: tmp.path().into(),
+            hierarchy_id: 0,
+        };
+        let rel = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8ac8c3a9ee4d182b8d934f20e971ada7.slice";
+        std::fs::create_dir_all(hierarchy.dir(rel)).unwrap();
+        let mirror = pod(json!({
+            "metadata": {"name": "kube-apiserver-n1", "uid": "3f7d1c7e-9a51-4c1e-b1b4-5d8f2a6c0e11",
+                "annotations": {"kubernetes.io/config.mirror": "8ac8c3a9ee4d182b8d934f20e971ada7"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Mi"}}}]},
+        }));
+        let found = find_pod_cgroup(&mirror, &hierarchy, &KubepodsCgroup::from_path(KUBEPODS))
+            .expect("the mirror pod's cgroup");
+        assert_eq!(found.rel, rel);
+    }
+
+    const KUBEPODS: &str = "kubepods.slice";
+
+    #[test]
     fn only_bound_unfinished_pods_of_the_node_are_active() {
         struct Case {
             name: &'static str,

@@ -28,7 +28,7 @@ pub struct RankedPod {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// Uid.
+    /// The kubelet's uid: `metadata.uid`, or a mirror pod's `kubernetes.io/config.mirror`.
     pub uid: String,
     /// `spec.priority` (0 when unset).
     pub priority: i32,

@@ -31,7 +31,9 @@ pub struct AgentArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Directory of Pod manifests (YAML or JSON; Pod, PodList or List) for the pods on this
-    /// node; reloaded when files change. Every pod needs metadata.uid.
+    /// node; reloaded when files change. Every pod needs metadata.uid. Finished pods (phase
+    /// Succeeded or Failed) are left out, and with --node-name pods bound to another node; a
+    /// manifest without spec.nodeName counts as this node's, like a static pod's.
     #[arg(long, value_name = "DIR")]
     pub pods: Option<PathBuf>,
     /// Use the Kubernetes API: watch the pods bound to this node (instead of --pods) and
@@ -48,7 +50,8 @@ pub struct AgentArgs {
     /// (a ClusterRole: the node's pods are in every namespace).
     #[arg(long, conflicts_with = "pods", requires = "node_name")]
     pub kube: bool,
-    /// With --kube: this node's name, as in the spec.nodeName of its pods. In a DaemonSet,
+    /// This node's name, as in the spec.nodeName of its pods (required with --kube; with
+    /// --pods, pods bound to other nodes are left out). In a DaemonSet,
     /// set NODE_NAME from the downward API (valueFrom.fieldRef.fieldPath: spec.nodeName).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,

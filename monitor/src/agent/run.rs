@@ -58,7 +58,7 @@ use crate::{
     },
     pods::{
         KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, find_pod_cgroup,
-        kube_watch, resolve_pod_cgroups,
+        kube_watch, kubelet_view, resolve_pod_cgroups,
     },
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
@@ -525,7 +525,8 @@ impl Agent {
     }
 
     /// Replaces the pod set, finds each pod's cgroup, and reads fresh numbers.
-    fn apply_pods(&mut self, pods: Vec<Pod>) {
+    fn apply_pods(&mut self, mut pods: Vec<Pod>) {
+        pods.retain(|pod| kubelet_view::runs_here(pod, self.args.node_name.as_deref()));
         let cgroups = resolve_pod_cgroups(&pods, &self.hierarchy, &self.kubepods);
         let mut entries = Vec::with_capacity(pods.len());
         for (pod, cgroup) in pods.iter().zip(cgroups) {
@@ -575,10 +576,7 @@ impl Agent {
                 .pods
                 .iter()
                 .filter(|pod| {
-                    pod.metadata
-                        .uid
-                        .as_deref()
-                        .is_some_and(|uid| waiting.contains(uid))
+                    kubelet_view::kubelet_uid(pod).is_some_and(|uid| waiting.contains(uid))
                 })
                 .any(|pod| find_pod_cgroup(pod, &self.hierarchy, &self.kubepods).is_ok())
     }

@@ -25,7 +25,9 @@ Inputs:
   --summary  The kubelet's Summary API for that node (working set, process counts, disk use):
                kubectl get --raw /api/v1/nodes/NODE/proxy/stats/summary > summary.json
 
-Pods are matched to their stats by uid, as the kubelet does. Finished pods (Succeeded, Failed)
+Pods are matched to their stats by the kubelet's uid, as the kubelet does: metadata.uid, or for
+a static pod's mirror its kubernetes.io/config.mirror annotation. Only the kubelet's active
+pods are ranked: finished pods (Succeeded, Failed), pods not scheduled yet (no spec.nodeName)
 and pods bound to another node than the summary's are left out.
 
 How the order is made (first line = evicted first), exactly as the kubelet's eviction manager:
@@ -37,7 +39,11 @@ Pods without stats rank before pods with stats. Full ties go by namespace, name,
 Critical pods (static, mirror, priority >= 2000000000) are listed but never evicted: the
 kubelet moves on to the next pod.
 
-Exit status: 0 on success, 2 when an input file cannot be read or parsed (the message names it).")]
+With --output json, quantities are exact numbers: whole units as integers, a fractional
+request (500m of ephemeral-storage) with its decimals.
+
+Exit status: 0 on success, 2 when an input file cannot be read or parsed, or is not what its
+flag takes (an API error, a PodList or {} given as --summary); the message names the file.")]
 pub struct RankArgs {
     /// Pods file: `kubectl get pods -o json` (or -o yaml) output, or a single Pod.
     #[arg(long, value_name = "FILE")]
@@ -88,8 +94,7 @@ fn rank(args: &RankArgs) -> Result<Report, String> {
     // The error already names the file.
     let pods = parse_file(&args.pods, &pods_text).map_err(|e| e.to_string())?;
     let summary_text = fs::read_to_string(&args.summary).map_err(|e| in_file(&args.summary, &e))?;
-    let summary = Summary::from_json(&summary_text)
-        .map_err(|e| in_file(&args.summary, &format!("not Summary API JSON: {e}")))?;
+    let summary = Summary::from_json(&summary_text).map_err(|e| in_file(&args.summary, &e))?;
     let layout = if args.dedicated_imagefs {
         FsLayout::DedicatedImageFs
     } else {

@@ -29,7 +29,10 @@
 //! `enforceNodeAllocatable` (default `[pods]`) containing `pods` copies each hard
 //! `memory.available` threshold to `allocatableMemory.available`, unless the file already
 //! sets a hard `allocatableMemory.available` itself. Thresholds of exactly `0%` or `100%`
-//! are dropped, like the kubelet drops them.
+//! are dropped, like the kubelet drops them. A zero `evictionPressureTransitionPeriod`
+//! (kubeadm writes `0s`) means the default 5m, as the kubelet's defaulting makes it; a null
+//! map or list is the same as an absent one. A file of several YAML documents (kubeadm's
+//! `--config` file) is read for its `KubeletConfiguration` document.
 //!
 //! Two rules are stricter than the kubelet, which would accept the value and misbehave:
 //! a negative `evictionMaxPodGracePeriod`, and a minimum reclaim over 100%.
@@ -162,6 +165,16 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: DurationError,
     },
+    /// A file of several documents with more than one KubeletConfiguration (or document
+    /// without a kind): which one the kubelet would be given is not known.
+    #[error("more than one KubeletConfiguration document in the file")]
+    SeveralConfigurations,
+    /// Documents were found, but none is a KubeletConfiguration.
+    #[error("no KubeletConfiguration in the file (found kind {})", kinds.join(", "))]
+    NoKubeletConfiguration {
+        /// The kinds that were found instead.
+        kinds: Vec<String>,
+    },
     /// `evictionMaxPodGracePeriod` below zero.
     #[error("evictionMaxPodGracePeriod: {value} must not be negative")]
     NegativeMaxPodGracePeriod {
@@ -192,13 +205,45 @@ impl Default for EvictionConfig {
 }
 
 impl EvictionConfig {
-    /// Parses a KubeletConfiguration YAML document (the caller reads the file). An empty
-    /// document yields the defaults.
+    /// Parses a KubeletConfiguration YAML file (the caller reads it). An empty file yields
+    /// the defaults. A file of several documents, like the one given to `kubeadm init
+    /// --config`, is read for its one `KubeletConfiguration`; documents of other kinds are
+    /// skipped, and a document without `kind` counts as the configuration.
     pub fn from_yaml(text: &str) -> Result<EvictionConfig, ConfigError> {
-        let file: Option<KubeletConfigFile> =
-            serde_yaml::from_str(text).map_err(|err| ConfigError::Yaml(err.to_string()))?;
-        file.unwrap_or_default().into_config()
+        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let mut chosen = None;
+        let mut other_kinds = Vec::new();
+        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let Some(header) = Option::<DocumentKind>::deserialize(document).map_err(yaml_error)?
+            else {
+                continue;
+            };
+            match header.kind {
+                Some(kind) if kind != KUBELET_CONFIGURATION => other_kinds.push(kind),
+                _ if chosen.is_some() => return Err(ConfigError::SeveralConfigurations),
+                _ => chosen = Some(index),
+            }
+        }
+        let file = match chosen {
+            Some(index) => serde_yaml::Deserializer::from_str(text)
+                .nth(index)
+                .map(KubeletConfigFile::deserialize)
+                .transpose()
+                .map_err(yaml_error)?
+                .unwrap_or_default(),
+            None if other_kinds.is_empty() => KubeletConfigFile::default(),
+            None => return Err(ConfigError::NoKubeletConfiguration { kinds: other_kinds }),
+        };
+        file.into_config()
     }
+}
+
+const KUBELET_CONFIGURATION: &str = "KubeletConfiguration";
+
+/// The `kind` of one YAML document; every other field is ignored.
+#[derive(Deserialize)]
+struct DocumentKind {
+    kind: Option<String>,
 }
 
 /// The fields of a KubeletConfiguration this agent reads; serde ignores the rest.
@@ -404,16 +449,22 @@ impl KubeletConfigFile {
             Some(text) => duration(field.to_string(), text),
             None => Ok(default),
         };
+        // The kubelet's defaulting replaces a zero transition period (kubeadm writes `0s`
+        // into every node's configuration) by the default.
+        let default_transition = Duration::from_secs(300);
+        let pressure_transition_period = Some(optional_duration(
+            "evictionPressureTransitionPeriod",
+            &self.eviction_pressure_transition_period,
+            default_transition,
+        )?)
+        .filter(|period| !period.is_zero())
+        .unwrap_or(default_transition);
         let monitor_file = self.monitor.unwrap_or_default();
         let defaults = MonitorSettings::default();
         Ok(EvictionConfig {
             thresholds,
             max_pod_grace_period_seconds,
-            pressure_transition_period: optional_duration(
-                "evictionPressureTransitionPeriod",
-                &self.eviction_pressure_transition_period,
-                Duration::from_secs(300),
-            )?,
+            pressure_transition_period,
             monitor: MonitorSettings {
                 eviction_interval: agent_wait(
                     "monitor.evictionInterval",
@@ -697,6 +748,71 @@ monitor:
     }
 
     #[test]
+    fn applies_the_kubelets_defaulting() {
+        struct Case {
+            name: &'static str,
+            yaml: &'static str,
+            transition: Duration,
+            thresholds: &'static [&'static str],
+        }
+        let cases = [
+            Case {
+                name: "kubeadm's 0s transition period becomes the default 5m",
+                yaml: "evictionPressureTransitionPeriod: 0s\nenforceNodeAllocatable: []",
+                transition: Duration::from_secs(300),
+                thresholds: &[
+                    "hard memory.available<100Mi",
+                    "hard nodefs.available<10%",
+                    "hard nodefs.inodesFree<5%",
+                    "hard imagefs.available<15%",
+                    "hard imagefs.inodesFree<5%",
+                ],
+            },
+            Case {
+                name: "a zero transition period written as 0",
+                yaml: "evictionPressureTransitionPeriod: \"0\"\nevictionHard: {memory.available: 1Gi}\nenforceNodeAllocatable: []",
+                transition: Duration::from_secs(300),
+                thresholds: &["hard memory.available<1Gi"],
+            },
+            Case {
+                name: "null maps and lists are absent ones",
+                yaml: "evictionHard: null\nevictionSoft: null\nevictionSoftGracePeriod: null\nevictionMinimumReclaim: null\nenforceNodeAllocatable: null\nevictionPressureTransitionPeriod: 1m",
+                transition: Duration::from_secs(60),
+                thresholds: &[
+                    "hard memory.available<100Mi",
+                    "hard allocatableMemory.available<100Mi",
+                    "hard nodefs.available<10%",
+                    "hard nodefs.inodesFree<5%",
+                    "hard imagefs.available<15%",
+                    "hard imagefs.inodesFree<5%",
+                ],
+            },
+            Case {
+                name: "kubeadm's --config file: the KubeletConfiguration among other kinds",
+                yaml: "apiVersion: kubeadm.k8s.io/v1beta3\nkind: InitConfiguration\nnodeRegistration: {criSocket: unix:///run/containerd/containerd.sock}\n\
+                       ---\napiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\nkubernetesVersion: v1.29.0\n\
+                       ---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n\
+                       evictionHard: {memory.available: 250Mi}\nevictionPressureTransitionPeriod: 0s\n---\n",
+                transition: Duration::from_secs(300),
+                thresholds: &[
+                    "hard memory.available<250Mi",
+                    "hard allocatableMemory.available<250Mi",
+                ],
+            },
+        ];
+        for case in cases {
+            let config = EvictionConfig::from_yaml(case.yaml)
+                .unwrap_or_else(|e| panic!("case {:?}: {e}", case.name));
+            assert_eq!(summary(&config), case.thresholds, "case {:?}", case.name);
+            assert_eq!(
+                config.pressure_transition_period, case.transition,
+                "case {:?}",
+                case.name
+            );
+        }
+    }
+
+    #[test]
     fn rejects_bad_configuration_naming_field_and_value() {
         struct Case {
             name: &'static str,
@@ -855,6 +971,18 @@ monitor:
                 error: ConfigError::WaitTooLong {
                     field: "monitor.evictionInterval",
                     value: "61m".into(),
+                },
+            },
+            Case {
+                name: "two configurations in one file",
+                yaml: "kind: KubeletConfiguration\n---\nkind: KubeletConfiguration\n",
+                error: ConfigError::SeveralConfigurations,
+            },
+            Case {
+                name: "a file without a KubeletConfiguration",
+                yaml: "kind: InitConfiguration\n---\nkind: ClusterConfiguration\n",
+                error: ConfigError::NoKubeletConfiguration {
+                    kinds: vec!["InitConfiguration".into(), "ClusterConfiguration".into()],
                 },
             },
             Case {

@@ -9,6 +9,7 @@ use crate::printable::printable;
 
 use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
 use super::quantity::Quantity;
+use crate::pods::kubelet_view::kubelet_uid;
 
 /// The kubelet's `SystemCriticalPriority` (`system-cluster-critical`); pods at or above it
 /// are never evicted.
@@ -26,7 +27,8 @@ pub struct PodRef {
     pub namespace: String,
     /// `metadata.name`.
     pub name: String,
-    /// `metadata.uid`, the key the kubelet's stats are matched by.
+    /// The kubelet's uid, the key its stats and cgroups are named by: `metadata.uid`, or for
+    /// a mirror pod its `kubernetes.io/config.mirror` annotation (see `pods::kubelet_view`).
     pub uid: String,
 }
 
@@ -93,9 +95,8 @@ impl PodFacts {
             .clone()
             .unwrap_or_else(|| "default".to_string());
         let display = format!("{namespace}/{name}");
-        let uid = meta
-            .uid
-            .clone()
+        let uid = kubelet_uid(pod)
+            .map(str::to_string)
             .ok_or_else(|| PodFactsError::MissingUid(display.clone()))?;
         let spec = pod
             .spec

@@ -163,9 +163,14 @@ fn scale(mantissa: i128, exp10: i32, exp2: u32) -> Result<i128, QuantityError> {
 }
 
 impl serde::Serialize for Quantity {
-    /// Serialized as whole base units rounded up (bytes, inodes, processes).
+    /// Serialized exactly: an integer of base units when whole (bytes, inodes, processes),
+    /// else a number with up to three decimals (`500m` is `0.5`). Below 10^12 units the
+    /// shortest float text that round-trips is those decimals, so the text is exact.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_i64(self.ceil_units())
+        match i64::try_from(self.millis / 1000) {
+            Ok(units) if self.millis % 1000 == 0 => serializer.serialize_i64(units),
+            _ => serializer.serialize_f64(self.millis as f64 / 1000.0),
+        }
     }
 }
 
@@ -364,6 +369,26 @@ mod tests {
             let quantity: Quantity = case.input.parse().expect(case.name);
             assert_eq!(quantity.ceil_units(), case.units, "case {:?}", case.name);
             assert_eq!(quantity.to_string(), case.display, "case {:?}", case.name);
+        }
+    }
+
+    #[test]
+    fn serializes_exactly_to_json() {
+        let cases = [
+            ("whole bytes", "100Mi", "104857600"),
+            ("zero", "0", "0"),
+            ("a fraction of a byte", "500m", "0.5"),
+            ("thousandths", "1001m", "1.001"),
+            ("negative fraction", "-1500m", "-1.5"),
+            ("decimal suffix", "1.5k", "1500"),
+        ];
+        for (name, text, json) in cases {
+            let quantity: Quantity = text.parse().expect(name);
+            assert_eq!(
+                serde_json::to_string(&quantity).expect(name),
+                json,
+                "case {name:?}"
+            );
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The eviction order of a set of pods, explained: the engine side of `monitor rank`.
 //!
 //! Input is what kubectl prints (a Pod, a PodList or a List, as JSON or YAML) and the
-//! kubelet's Summary API JSON. Pods that have finished (phase Succeeded or Failed) are left
-//! out, as the kubelet only ranks active pods, and so are pods scheduled to a node other
-//! than the one the summary comes from.
+//! kubelet's Summary API JSON. Only the kubelet's active pods are ranked: pods that have
+//! finished (phase Succeeded or Failed), pods not scheduled yet (no `spec.nodeName`) and pods
+//! bound to a node other than the one the summary comes from are left out. Static pods are
+//! matched to their stats by the kubelet's uid (see `pods::kubelet_view`).
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
@@ -15,6 +16,7 @@ use super::rank_index::RankIndex;
 use super::signal::Signal;
 use super::summary::{PodUsage, Summary};
 use super::threshold::SignalObservation;
+use crate::pods::kubelet_view::{Standing, standing};
 
 /// One pod's line in the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -26,7 +28,7 @@ pub struct RankedPod {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// Uid.
+    /// The kubelet's uid: `metadata.uid`, or a mirror pod's `kubernetes.io/config.mirror`.
     pub uid: String,
     /// `spec.priority` (0 when unset).
     pub priority: i32,
@@ -69,7 +71,9 @@ pub fn build_report(
     let policy = RankPolicy::for_signal(signal, layout);
     let stats = summary.pods_by_uid();
     let mut index = RankIndex::new(policy);
-    for pod in pods.iter().filter(|pod| is_active_on(pod, node)) {
+    let known_node = Some(node).filter(|n| !n.is_empty());
+    let active = |pod: &&Pod| standing(pod, known_node) == Standing::Active;
+    for pod in pods.iter().filter(active) {
         let facts = PodFacts::from_pod(pod)?;
         let usage = stats
             .get(facts.pod.uid.as_str())
@@ -109,14 +113,6 @@ pub fn build_report(
         observation: summary.observations().get(&signal).copied(),
         pods: ranked,
     })
-}
-
-/// Not finished, and scheduled to the summary's node (or the node is unknown).
-fn is_active_on(pod: &Pod, node: &str) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    !matches!(phase, Some("Succeeded" | "Failed"))
-        && (node.is_empty() || pod_node.is_none_or(|n| n == node))
 }
 
 #[cfg(test)]

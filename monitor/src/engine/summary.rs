@@ -46,11 +46,11 @@ pub struct PodUsage {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// Node-level stats.
-    #[serde(default)]
+    /// Node-level stats (required: a summary always has them, and their absence is how a
+    /// wrong file is told apart).
     pub node: NodeStats,
     /// One entry per pod the kubelet has stats for.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub pods: Vec<PodStats>,
 }
 
@@ -70,7 +70,7 @@ pub struct NodeStats {
     /// Process limits.
     pub rlimit: Option<RlimitStats>,
     /// System containers; the one named `pods` gives allocatable memory.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub system_containers: Vec<ContainerStats>,
 }
 
@@ -151,10 +151,10 @@ pub struct PodStats {
     /// Pod memory.
     pub memory: Option<MemoryStats>,
     /// Per-container stats.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub containers: Vec<ContainerStats>,
     /// Volumes, each with filesystem stats and a name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub volume: Vec<VolumeStats>,
     /// Process stats (the kubelet spells this field in snake case).
     #[serde(rename = "process_stats")]
@@ -193,10 +193,77 @@ pub struct ProcessStats {
     pub process_count: Option<u64>,
 }
 
+/// A list the kubelet's Go types hold as a slice: `null` (a nil slice) is an empty list.
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A file that is not the Summary API's JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    /// Not JSON at all.
+    #[error("not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// JSON, but not an object (`[]`, a string).
+    #[error("not Summary API JSON: the file holds {0}, not an object with \"node\" and \"pods\"")]
+    NotAnObject(&'static str),
+    /// An API error (`kind: Status`) saved in place of the summary, like a 404 for a node
+    /// name that does not exist.
+    #[error("not Summary API JSON but an API error (Status {code}): {message}")]
+    ApiStatus {
+        /// The HTTP status code the Status carries.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// Another Kubernetes object, such as a PodList given for the wrong flag.
+    #[error("not Summary API JSON but a {0} object")]
+    OtherKind(String),
+    /// An object without the `node` stats every summary has.
+    #[error(
+        "not Summary API JSON: no \"node\" object (expected the output of /api/v1/nodes/NODE/proxy/stats/summary)"
+    )]
+    NoNode,
+    /// A summary whose fields have the wrong shape.
+    #[error("not Summary API JSON: {0}")]
+    Shape(serde_json::Error),
+}
+
 impl Summary {
-    /// Parses Summary API JSON.
-    pub fn from_json(text: &str) -> Result<Summary, serde_json::Error> {
-        serde_json::from_str(text)
+    /// Parses Summary API JSON, refusing anything else with what it is instead. A leading
+    /// UTF-8 byte order mark is skipped.
+    pub fn from_json(text: &str) -> Result<Summary, SummaryError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let value: serde_json::Value = serde_json::from_str(text).map_err(SummaryError::NotJson)?;
+        let object = match &value {
+            serde_json::Value::Object(object) => object,
+            serde_json::Value::Array(_) => return Err(SummaryError::NotAnObject("an array")),
+            serde_json::Value::Null => return Err(SummaryError::NotAnObject("null")),
+            _ => return Err(SummaryError::NotAnObject("a single value")),
+        };
+        match object.get("kind").and_then(|k| k.as_str()) {
+            Some("Status") => {
+                return Err(SummaryError::ApiStatus {
+                    code: object.get("code").and_then(|c| c.as_i64()).unwrap_or(0),
+                    message: object
+                        .get("message")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("(no message)")
+                        .to_string(),
+                });
+            }
+            Some(kind) => return Err(SummaryError::OtherKind(kind.to_string())),
+            None => {}
+        }
+        if !object.get("node").is_some_and(|n| n.is_object()) {
+            return Err(SummaryError::NoNode);
+        }
+        // Parsed again from the text, so shape errors name their line and column.
+        serde_json::from_str(text).map_err(SummaryError::Shape)
     }
 
     /// Pod stats keyed by uid, the kubelet's only matching rule.

@@ -19,7 +19,11 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 
-use super::{manifests::LoadedPods, validate::validate_pod};
+use super::{
+    kubelet_view::{Standing, standing},
+    manifests::LoadedPods,
+    validate::validate_pod,
+};
 use crate::printable::printable;
 
 /// Why the API could not be reached, or the watch stopped.
@@ -199,10 +203,62 @@ impl KubeWatcher {
         }
     }
 
+    /// The pods the kubelet counts as active. The field selector already asks for them;
+    /// checking again keeps a server that ignores part of a selector from adding pods.
     fn loaded(&self) -> LoadedPods {
+        let active = |pod: &&Pod| standing(pod, Some(&self.node)) == Standing::Active;
         LoadedPods {
-            pods: self.pods.values().cloned().collect(),
+            pods: self.pods.values().filter(active).cloned().collect(),
             errors: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: Option<&str>, phase: &str) -> Pod {
+        // A uid of the API server's shape, distinct per name.
+        let n = name
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let uid = format!("00000000-0000-4000-8000-{:012x}", n & 0xffff_ffff_ffff);
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "uid": uid},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"phase": phase},
+        }))
+        .expect("test pod")
+    }
+
+    #[test]
+    fn hands_out_only_the_nodes_active_pods_whatever_the_server_sends() {
+        let mut watcher = KubeWatcher {
+            node: "n1".into(),
+            events: futures::stream::empty().boxed(),
+            pods: BTreeMap::new(),
+            relisting: None,
+        };
+        watcher.apply(watcher::Event::Init);
+        for listed in [
+            pod("running", Some("n1"), "Running"),
+            pod("pending-here", Some("n1"), "Pending"),
+            pod("unscheduled", None, "Pending"),
+            pod("elsewhere", Some("n2"), "Running"),
+            pod("done", Some("n1"), "Succeeded"),
+            pod("failed", Some("n1"), "Failed"),
+        ] {
+            watcher.apply(watcher::Event::InitApply(listed));
+        }
+        assert!(watcher.apply(watcher::Event::InitDone));
+        let mut names: Vec<String> = watcher
+            .loaded()
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["pending-here", "running"]);
     }
 }

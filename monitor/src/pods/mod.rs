@@ -4,6 +4,7 @@
 pub mod cgroup_path;
 pub mod dir_watch;
 pub mod kube_watch;
+pub mod kubelet_view;
 pub mod manifests;
 pub mod nesting;
 pub mod qos;

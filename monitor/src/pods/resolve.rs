@@ -12,7 +12,7 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
+use super::{cgroup_path::KubepodsCgroup, kubelet_view::kubelet_uid, qos::pod_qos};
 use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
 /// A pod's cgroup.
@@ -52,13 +52,8 @@ pub fn find_pod_cgroup(
     kubepods: &KubepodsCgroup,
 ) -> Result<PodCgroup, String> {
     let name = printable(pod.metadata.name.as_deref().unwrap_or("<unnamed>"));
-    let uid = pod
-        .metadata
-        .uid
-        .as_deref()
-        .ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
-    let raw_uid = uid;
-    let uid = printable(uid);
+    let raw_uid = kubelet_uid(pod).ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
+    let uid = printable(raw_uid);
     let qos = pod_qos(pod)
         .map_err(|error| format!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))?;
     let rel = kubepods

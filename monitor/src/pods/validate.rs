@@ -4,13 +4,16 @@
 //! (the manifests directory, the API watch):
 //! * uid: an RFC 4122 UUID in its text form, as the API server issues them
 //!   (`0f1e2d3c-aaaa-4bbb-8ccc-123456789abc`), or 32 hex digits, the kubelet's uid for a static
-//!   pod read from a manifest without one (an MD5 of the manifest);
+//!   pod read from a manifest without one (an MD5 of the manifest); the same for a mirror
+//!   pod's `kubernetes.io/config.mirror` annotation, the uid its cgroup is named after;
 //! * namespace: a DNS-1123 label (absent means `default`);
 //! * name: a DNS-1123 subdomain.
 //!
 //! None of these can hold `/`, `.` alone, `..`, whitespace or control characters, so a uid
 //! cannot reach outside its own pod cgroup and a name cannot start a new output line.
 use k8s_openapi::api::core::v1::Pod;
+
+use super::kubelet_view::kubelet_uid;
 
 /// The longest DNS-1123 label.
 const LABEL_MAX: usize = 63;
@@ -26,6 +29,12 @@ pub enum InvalidPod {
     /// `metadata.uid` is not a UUID (nor a static pod's 32-hex-digit uid).
     #[error("metadata.uid {0} is not a UUID (8-4-4-4-12 hex digits) or 32 hex digits")]
     Uid(Escaped),
+    /// A mirror pod's `kubernetes.io/config.mirror` annotation is not a uid.
+    #[error(
+        "annotation kubernetes.io/config.mirror {0} is not a UUID (8-4-4-4-12 hex digits) or 32 \
+         hex digits"
+    )]
+    MirrorUid(Escaped),
     /// `metadata.name` is absent or empty.
     #[error("metadata.name is required")]
     MissingName,
@@ -61,6 +70,11 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
         None | Some("") => return Err(InvalidPod::MissingUid),
         Some(uid) if !is_uid(uid) => return Err(InvalidPod::Uid(Escaped(uid.into()))),
         Some(_) => {}
+    }
+    if let Some(kubelet_uid) = kubelet_uid(pod)
+        && !is_uid(kubelet_uid)
+    {
+        return Err(InvalidPod::MirrorUid(Escaped(kubelet_uid.into())));
     }
     if let Some(namespace) = meta.namespace.as_deref()
         && !is_dns1123_label(namespace)
@@ -123,6 +137,17 @@ mod tests {
         pod
     }
 
+    fn mirror(mut pod: Pod, kubelet_uid: &str) -> Pod {
+        pod.metadata.annotations = Some(
+            [(
+                crate::engine::pod_facts::CONFIG_MIRROR_ANNOTATION.to_string(),
+                kubelet_uid.to_string(),
+            )]
+            .into(),
+        );
+        pod
+    }
+
     #[test]
     fn identifiers_of_kubernetes_shape_pass_and_others_are_named() {
         struct Case {
@@ -156,6 +181,19 @@ mod tests {
                 name: "static pod uid from the kubelet's manifest hash",
                 pod: pod(None, Some("web"), Some("6b86b273ff34fce19d6b804eff5a3f57")),
                 want: Ok(()),
+            },
+            Case {
+                name: "a mirror pod keyed by its static pod's uid",
+                pod: mirror(
+                    pod(None, Some("etcd"), Some(UID)),
+                    "6b86b273ff34fce19d6b804eff5a3f57",
+                ),
+                want: Ok(()),
+            },
+            Case {
+                name: "a mirror annotation climbing out of kubepods",
+                pod: mirror(pod(None, Some("etcd"), Some(UID)), "../../outside"),
+                want: Err("kubernetes.io/config.mirror \"../../outside\""),
             },
             Case {
                 name: "no namespace means default",

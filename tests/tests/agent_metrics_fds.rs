@@ -141,3 +141,91 @@ fn idle_metrics_connections_beyond_the_open_file_limit_do_not_stop_an_eviction()
         agent.stop();
     });
 }
+
+/// Sets the soft open-file limit of a running process, leaving the hard one as it is.
+fn set_nofile(pid: u32, soft: u64) {
+    let pid = pid as libc::pid_t;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on a process this test started; the struct outlives each call.
+    let set = unsafe {
+        if libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut limit) != 0 {
+            -1
+        } else {
+            limit.rlim_cur = soft;
+            libc::prlimit(pid, libc::RLIMIT_NOFILE, &limit, std::ptr::null_mut())
+        }
+    };
+    assert_eq!(set, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn out_of_descriptors_the_endpoint_backs_off_instead_of_spinning() {
+    if !running_as_root("out_of_descriptors_the_endpoint_backs_off_instead_of_spinning") {
+        return;
+    }
+    let scene = AgentScene::new("metrics-emfile", "10s", "10s");
+    in_own_network_namespace(|| {
+        // Polling, so no kernel event counter is due for the checkpoint while descriptors
+        // are out: what a failed checkpoint write does is another test's concern.
+        let mut agent = scene.start_agent(&[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--source",
+            "poll",
+            "--poll-interval",
+            "1s",
+        ]);
+        let addr = metrics_addr(&agent);
+        // Lowered after the start, below what the connection cap was sized for: two
+        // descriptors to spare, so accepting soon fails with EMFILE.
+        let open = fs::read_dir(format!("/proc/{}/fd", agent.pid()))
+            .expect("the agent's descriptors")
+            .count() as u64;
+        set_nofile(agent.pid(), open + 2);
+        let idle: Vec<TcpStream> = (0..20)
+            .map(|i| {
+                TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                    .unwrap_or_else(|e| panic!("idle connection {i}: {e}"))
+            })
+            .collect();
+        let cpu_before = cpu_time(agent.pid());
+        let window = Instant::now();
+        std::thread::sleep(Duration::from_secs(3));
+        let cpu = cpu_time(agent.pid()) - cpu_before;
+        let share = cpu.as_secs_f64() / window.elapsed().as_secs_f64();
+        let failed_accepts = agent
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("metrics: accepting a connection"))
+            .count();
+        eprintln!(
+            "agent CPU {:.0} % out of descriptors, {failed_accepts} failed accepts logged",
+            share * 100.0
+        );
+        assert!(
+            share < 0.3,
+            "the agent used {:.0} % of a core",
+            share * 100.0
+        );
+        assert!(
+            failed_accepts > 0,
+            "accepting never failed: {}",
+            agent.stderr()
+        );
+        // Pauses of 10 ms doubling to 1 s: about ten in 3 s.
+        assert!(
+            failed_accepts <= 20,
+            "{failed_accepts} failed accepts in 3 s"
+        );
+        assert!(process_alive(agent.pid()), "the agent runs on");
+
+        drop(idle);
+        set_nofile(agent.pid(), 1024);
+        let answer = http_get(addr, "/metrics");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        agent.stop();
+    });
+}

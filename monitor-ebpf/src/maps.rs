@@ -14,6 +14,14 @@ pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 #[map]
 pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entries(65536, 0);
 
+/// Cgroups removed since the programs attached, keyed by cgroup id. A removed memory cgroup
+/// lingers while pages are still charged to it, and their uncharging updates its stats: the
+/// stat programs consult this map before creating an entry, so a dying cgroup does not come
+/// back into [`CGROUP_STATS`] after its rmdir. LRU, so it never fills; a dying cgroup that
+/// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
+#[map]
+pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
+
 /// Single entry for the incident programs (reclaim stalls, OOM kills), written by userspace.
 #[map]
 pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0);

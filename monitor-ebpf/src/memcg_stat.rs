@@ -15,7 +15,7 @@ use monitor_common::{CgroupCounters, DropReason, EventKind, NSTATS, Stat, StatEv
 
 use crate::{
     atomic,
-    maps::{CGROUP_STATS, EVENTS, config, count_drop},
+    maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop},
     wake,
 };
 
@@ -109,6 +109,11 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
 fn counters_of(id: u64) -> Result<*mut CgroupCounters, i64> {
     if let Some(counters) = CGROUP_STATS.get_ptr_mut(&id) {
         return Ok(counters);
+    }
+    // Only on the rare path that creates an entry: a removed cgroup gets none again.
+    // SAFETY: the value is only tested for presence.
+    if unsafe { REMOVED.get(&id) }.is_some() {
+        return Err(0);
     }
     // Another CPU may insert the same id first; BPF_NOEXIST keeps its entry.
     if CGROUP_STATS

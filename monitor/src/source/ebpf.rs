@@ -25,6 +25,8 @@ use monitor_common::{
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
+use crate::cgroupfs::CgroupPaths;
+
 use super::{
     btf::{self, BtfError, Types},
     event::{DecodeError, KernelEvent, decode},
@@ -102,6 +104,17 @@ pub enum LoadError {
     NothingAttached(String),
 }
 
+/// Why stale kernel aggregates could not be swept.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// `CGROUP_STATS` could not be read or an entry not deleted.
+    #[error("kernel map CGROUP_STATS: {0}")]
+    Map(#[from] aya::maps::MapError),
+    /// The memory hierarchy could not be walked.
+    #[error("walking the memory hierarchy: {0}")]
+    Scan(io::Error),
+}
+
 /// A program that was not attached, and why.
 #[derive(Clone, Debug)]
 pub struct Skipped {
@@ -109,13 +122,28 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// Counts of records the kernel could not deliver.
+/// Counts of records that did not reach the agent as events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Drops {
-    /// Events lost because the ring buffer was full.
+    /// Records the kernel could not send because the ring buffer was full. Any of them may
+    /// have been a cgroup creation or removal: the reader should rescan the hierarchy.
     pub ring_full: u64,
-    /// Cgroups not tracked because the kernel map was full.
+    /// Stat updates not counted because `CGROUP_STATS` was full (the cgroup gets no records).
     pub map_full: u64,
+    /// Records read from the ring that failed to decode (returned as errors in place; a
+    /// kernel object and agent out of step, never a reason to stop).
+    pub undecodable: u64,
+}
+
+impl Drops {
+    /// What was added since `earlier` (counters only rise).
+    fn since(self, earlier: Drops) -> Drops {
+        Drops {
+            ring_full: self.ring_full.saturating_sub(earlier.ring_full),
+            map_full: self.map_full.saturating_sub(earlier.map_full),
+            undecodable: self.undecodable.saturating_sub(earlier.undecodable),
+        }
+    }
 }
 
 /// The loaded, attached kernel programs and their ring buffer.
@@ -129,6 +157,10 @@ pub struct KernelSource {
     growth_seen: i64,
     /// Wake-up level last written to the kernel.
     wake_at: Option<i64>,
+    /// Records read that failed to decode.
+    undecodable: u64,
+    /// [`Self::drops`] when [`Self::new_drops`] last asked.
+    drops_reported: Drops,
 }
 
 impl KernelSource {
@@ -218,6 +250,8 @@ impl KernelSource {
             page_size: config.page_size,
             growth_seen: 0,
             wake_at: None,
+            undecodable: 0,
+            drops_reported: Drops::default(),
         })
     }
 
@@ -250,7 +284,12 @@ impl KernelSource {
     ) -> io::Result<()> {
         loop {
             let mut guard = self.ring.readable_mut().await?;
-            let read = Self::drain(guard.get_inner_mut(), &mut self.growth_seen, out);
+            let read = Self::drain(
+                guard.get_inner_mut(),
+                &mut self.growth_seen,
+                &mut self.undecodable,
+                out,
+            );
             guard.clear_ready();
             if read > 0 {
                 return Ok(());
@@ -261,19 +300,29 @@ impl KernelSource {
     /// Appends the records waiting in the ring without waiting for a wake-up (records sent
     /// below the wake-up level wait there until read); returns how many.
     pub fn read_pending(&mut self, out: &mut Vec<Result<KernelEvent, DecodeError>>) -> usize {
-        Self::drain(self.ring.get_mut(), &mut self.growth_seen, out)
+        Self::drain(
+            self.ring.get_mut(),
+            &mut self.growth_seen,
+            &mut self.undecodable,
+            out,
+        )
     }
 
     fn drain(
         ring: &mut RingBuf<MapData>,
         growth_seen: &mut i64,
+        undecodable: &mut u64,
         out: &mut Vec<Result<KernelEvent, DecodeError>>,
     ) -> usize {
         let before = out.len();
         while let Some(record) = ring.next() {
             let event = decode(&record);
-            if let Ok(KernelEvent::Stat { growth_bytes, .. }) = event {
-                *growth_seen = (*growth_seen).max(growth_bytes);
+            match event {
+                Ok(KernelEvent::Stat { growth_bytes, .. }) => {
+                    *growth_seen = (*growth_seen).max(growth_bytes);
+                }
+                Err(_) => *undecodable += 1,
+                Ok(_) => {}
             }
             out.push(event);
         }
@@ -317,8 +366,58 @@ impl KernelSource {
         Some(counters.pages[stat as usize] * self.page_size as i64)
     }
 
-    /// Records the kernel dropped so far, summed over CPUs.
+    /// Ids of the cgroups the kernel keeps aggregates for, read from `CGROUP_STATS` now.
+    pub fn tracked_cgroups(&self) -> Result<Vec<u64>, aya::maps::MapError> {
+        let map = self.ebpf.map("CGROUP_STATS").ok_or_else(missing_map)?;
+        HashMap::<_, u64, CgroupCounters>::try_from(map)?
+            .keys()
+            .collect()
+    }
+
+    /// Deletes the kernel's aggregates of cgroups that no longer exist under `mount` (the
+    /// memory hierarchy). The kernel already keeps removed cgroups out of `CGROUP_STATS`
+    /// for as long as its list of removed ids holds them; this catches the rest: cgroups
+    /// removed before the programs attached whose leftover pages are uncharged later, and
+    /// dying cgroups that outlived their slot in that list. The keys are listed before the
+    /// hierarchy is walked, so a cgroup created meanwhile is never taken for a dead one.
+    /// Returns the walk (for the caller's own use) and how many entries were deleted.
+    pub fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError> {
+        let tracked = self.tracked_cgroups()?;
+        let live = CgroupPaths::scan(mount).map_err(SweepError::Scan)?;
+        let map = self.ebpf.map_mut("CGROUP_STATS").ok_or_else(missing_map)?;
+        let mut stats = HashMap::<_, u64, CgroupCounters>::try_from(map)?;
+        let mut deleted = 0;
+        for id in tracked.into_iter().filter(|id| live.get(*id).is_none()) {
+            match stats.remove(&id) {
+                Ok(()) => deleted += 1,
+                // Removed by the kernel's rmdir program in the meantime.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((live, deleted))
+    }
+
+    /// What was lost since the previous call (see [`Self::drops`] for the totals): the
+    /// agent's cue to rescan cgroups when `ring_full` is not 0, and the increments of its
+    /// loss metrics.
+    pub fn new_drops(&mut self) -> Drops {
+        let now = self.drops();
+        let new = now.since(self.drops_reported);
+        self.drops_reported = now;
+        new
+    }
+
+    /// Records lost so far: dropped by the kernel (summed over CPUs) or undecodable.
     pub fn drops(&self) -> Drops {
+        let kernel = self.kernel_drops();
+        Drops {
+            undecodable: self.undecodable,
+            ..kernel
+        }
+    }
+
+    fn kernel_drops(&self) -> Drops {
         let Some(map) = self.ebpf.map("DROPS") else {
             return Drops::default();
         };
@@ -334,6 +433,7 @@ impl KernelSource {
         Drops {
             ring_full: sum(DropReason::RingFull),
             map_full: sum(DropReason::MapFull),
+            undecodable: 0,
         }
     }
 }
@@ -473,4 +573,40 @@ fn missing_field(tracefs: &Path, spec: &ProgramSpec) -> Option<&'static str> {
         .iter()
         .copied()
         .find(|field| !format.contains(&format!(" {field};")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_drops_are_the_increase_of_each_counter() {
+        let earlier = Drops {
+            ring_full: 5,
+            map_full: 1,
+            undecodable: 0,
+        };
+        let now = Drops {
+            ring_full: 9,
+            map_full: 1,
+            undecodable: 2,
+        };
+        let cases = [
+            (
+                "some counters rose",
+                now,
+                earlier,
+                Drops {
+                    ring_full: 4,
+                    map_full: 0,
+                    undecodable: 2,
+                },
+            ),
+            ("nothing new", now, now, Drops::default()),
+            ("first call", now, Drops::default(), now),
+        ];
+        for (name, now, earlier, want) in cases {
+            assert_eq!(now.since(earlier), want, "{name}");
+        }
+    }
 }

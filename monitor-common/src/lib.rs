@@ -191,6 +191,14 @@ pub enum WakeSlot {
     WakeAt = 1,
 }
 
+/// Size of the `EVENTS` ring buffer in bytes.
+pub const EVENTS_BYTES: u64 = 256 * 1024;
+
+/// Most records one read of the ring can return: the ring full of the smallest record
+/// ([`StatEvent`], plus the ring's 8-byte record header). Userspace sizes its batch buffer
+/// with it at start, so reading never allocates under memory pressure.
+pub const MAX_RECORDS: usize = EVENTS_BYTES as usize / (core::mem::size_of::<StatEvent>() + 8);
+
 /// Number of [`WakeSlot`]s.
 pub const NWAKE: u32 = 2;
 

@@ -4,6 +4,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
+pub use monitor_common::EVENTS_BYTES;
 use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NDROPS, NWAKE};
 
 /// Single entry written by userspace before attaching.
@@ -30,9 +31,6 @@ pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0
 /// killed inside reclaim never reaches the end tracepoint and would otherwise leak its entry.
 #[map]
 pub static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
-
-/// Size of [`EVENTS`] in bytes.
-pub const EVENTS_BYTES: u64 = 256 * 1024;
 
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]

@@ -467,14 +467,29 @@ pub struct MonitorProcess {
 impl MonitorProcess {
     /// Starts `monitor ARGS` with info logging on stderr.
     pub fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
-        let mut child = Command::new(monitor_bin())
-            .args(args)
+        Self::spawn(Self::command(args).spawn())
+    }
+
+    /// As [`Self::start`], with the process inside the cgroup `dir` from its first instruction.
+    pub fn start_in<S: AsRef<std::ffi::OsStr>>(
+        args: impl IntoIterator<Item = S>,
+        dir: &Path,
+    ) -> Self {
+        Self::spawn(cgroup_tree::spawn_in(&mut Self::command(args), dir))
+    }
+
+    fn command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Command {
+        let mut cmd = Command::new(monitor_bin());
+        cmd.args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting monitor");
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn spawn(child: io::Result<Child>) -> Self {
+        let mut child = child.expect("starting monitor");
         let (tx, stdout) = mpsc::channel();
         let stdout_seen = Arc::new(Lines::default());
         let seen = stdout_seen.clone();
@@ -773,7 +788,15 @@ impl AgentScene {
     /// Starts the agent on this scene and waits until it runs: its manifest watch is set up,
     /// its kernel programs attached, and it has logged its configuration.
     pub fn start_agent(&self, extra: &[&str]) -> MonitorProcess {
-        let agent = MonitorProcess::start(self.agent_args(extra));
+        Self::until_ready(MonitorProcess::start(self.agent_args(extra)))
+    }
+
+    /// As [`Self::start_agent`], with the agent inside the cgroup `dir`.
+    pub fn start_agent_in(&self, extra: &[&str], dir: &Path) -> MonitorProcess {
+        Self::until_ready(MonitorProcess::start_in(self.agent_args(extra), dir))
+    }
+
+    fn until_ready(agent: MonitorProcess) -> MonitorProcess {
         let ready = agent.wait_stderr(Duration::from_secs(30), |l| {
             l.contains(" source ") && l.contains(" thresholds ") || l.contains("Error")
         });

@@ -171,6 +171,12 @@ impl AgentCore {
         }
     }
 
+    /// Keeps a pod out of the rankings for as long as it stays in the pod set, without it
+    /// being stopped: the pod that runs this agent.
+    pub fn exclude_from_ranking(&mut self, uid: &str) {
+        self.mark_evicted(uid);
+    }
+
     /// Records which pod (if any) and whether kubepods hold a cgroup, from its path.
     pub fn classify(&mut self, cgroup_id: u64, path: &str) {
         let membership = Membership {

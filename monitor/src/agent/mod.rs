@@ -7,6 +7,7 @@ pub mod persist;
 mod psi_wake;
 pub mod report;
 mod run;
+pub mod self_protect;
 pub mod usage;
 
 pub use args::AgentArgs;

@@ -31,6 +31,7 @@ use super::{
     persist,
     psi_wake::PsiWake,
     report::{DecisionContext, DecisionReport},
+    self_protect::{self, OwnPod},
     usage::StatChange,
 };
 use crate::{
@@ -74,6 +75,7 @@ const WAKE_MARGIN_STEPS: u64 = 4;
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    self_protect::protect_process(args.oom_score_adj, !args.no_mlock);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -170,6 +172,8 @@ struct Agent {
     causes: CauseLog,
     /// Decision state and node conditions as last written to the checkpoint.
     persisted: Option<(EvictionState, Vec<NodeCondition>)>,
+    /// The pod that runs this agent, never a candidate.
+    own_pod: OwnPod,
 }
 
 /// A finished kill of an evicted pod.
@@ -245,6 +249,7 @@ impl Agent {
             log::info!("metrics at http://{addr}/metrics");
         }
         let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        let own_pod = OwnPod::detect(hierarchy.version);
         Ok(Self {
             args,
             hierarchy,
@@ -260,6 +265,7 @@ impl Agent {
             unsaved_events: 0,
             causes: CauseLog::default(),
             persisted: None,
+            own_pod,
         })
     }
 
@@ -274,7 +280,11 @@ impl Agent {
         let show_status = !self.args.status_interval.is_zero();
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
         let mut sigterm = signal(SignalKind::terminate())?;
-        let mut batch = Vec::new();
+        // Sized for a full ring at start: no allocation when records pour in under pressure.
+        let mut batch = match self.source {
+            Source::Poll => Vec::new(),
+            _ => Vec::with_capacity(monitor_common::MAX_RECORDS),
+        };
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = matches!(self.source, Source::Kernel(_));
@@ -460,6 +470,7 @@ impl Agent {
             }
         }
         let changes = self.core.set_pods(entries);
+        self.own_pod.exclude_from(&mut self.core);
         if !changes.added.is_empty() || !changes.removed.is_empty() {
             log::info!(
                 "pods: {} added, {} removed, {} known",

@@ -5,7 +5,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 pub use monitor_common::EVENTS_BYTES;
-use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NDROPS, NWAKE};
+use monitor_common::{
+    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NDROPS, NWAKE,
+};
 
 /// Single entry written by userspace before attaching.
 #[map]
@@ -22,6 +24,10 @@ pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entrie
 /// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
 #[map]
 pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
+
+/// Single entry for the fentry stat programs, written by userspace when it attaches them.
+#[map]
+pub static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
 
 /// Single entry for the incident programs (reclaim stalls, OOM kills), written by userspace.
 #[map]
@@ -60,4 +66,9 @@ pub fn config() -> Option<&'static Config> {
 /// The incident configuration, or `None` before userspace wrote it.
 pub fn incident_config() -> Option<&'static IncidentConfig> {
     INCIDENT_CONFIG.get(0)
+}
+
+/// The fentry programs' offsets, or `None` before userspace wrote them.
+pub fn memcg_offsets() -> Option<&'static MemcgOffsets> {
+    MEMCG_OFFSETS.get(0).filter(|o| o.valid != 0)
 }

@@ -59,7 +59,7 @@ use crate::{
         kube_watch, resolve_pod_cgroups,
     },
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         event::KernelEvent,
     },
     trace::record::bytes,
@@ -843,6 +843,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     let options = LoadOptions {
         step_bytes: args.step,
         hierarchy_id: hierarchy.hierarchy_id,
+        memcg_hook: MemcgHook::Auto,
     };
     // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
     let incidents = IncidentOptions {

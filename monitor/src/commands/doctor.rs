@@ -240,8 +240,8 @@ mod tests {
         assert_eq!(text.lines().last(), Some(verdict.as_str()));
         assert!(
             program_line(&text, "memcg/mod_memcg_state").ends_with(
-                " missing (since 6.8): poll memory.stat at the poll interval, sooner on PSI \
-                     memory stalls"
+                " missing (since 6.13): fentry on __mod_memcg_state (5.11+), else poll \
+                     memory.stat at the poll interval, sooner on PSI memory stalls"
             ),
             "{text}"
         );

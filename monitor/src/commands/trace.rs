@@ -20,7 +20,7 @@ use crate::{
     clock::monotonic_ns,
     pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         pressure::{self, PressureSignal},
         probe::{KernelFeatures, NODE_PSI},
     },
@@ -112,6 +112,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         LoadOptions {
             step_bytes: args.step,
             hierarchy_id: hierarchy.hierarchy_id,
+            memcg_hook: MemcgHook::Auto,
         },
         IncidentOptions {
             min_stall: args.min_stall,

@@ -16,12 +16,13 @@ mod without_kernel_btf;
 use std::{io, path::Path, time::Duration};
 
 use aya::{
-    Ebpf,
+    Btf, Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    programs::{FEntry, TracePoint},
 };
 use monitor_common::{
-    CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM, NSTATS, Stat, WakeSlot,
+    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NO_ITEM, NSTATS, Stat,
+    WakeSlot,
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
@@ -30,9 +31,11 @@ use crate::cgroupfs::CgroupPaths;
 use super::{
     btf::{self, BtfError, Types},
     event::{DecodeError, KernelEvent, decode},
+    fentry::{self as fentry_targets, FentryTarget},
     probe::{self, TracefsError, VMLINUX_BTF},
-    programs::{INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
+    programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
 };
+pub(crate) use task_memcg::MemberOffsets;
 pub use task_memcg::OffsetError;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
@@ -44,6 +47,20 @@ pub struct LoadOptions {
     pub step_bytes: u64,
     /// Hierarchy whose cgroup mkdir/rmdir events matter (see `MemoryHierarchy::hierarchy_id`).
     pub hierarchy_id: i32,
+    /// How the per-cgroup memory programs hook the kernel.
+    pub memcg_hook: MemcgHook,
+}
+
+/// Which hook the per-cgroup memory programs use (see [`super::programs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemcgHook {
+    /// The `memcg` tracepoints where the kernel has them, else fentry on the functions they
+    /// were placed in.
+    #[default]
+    Auto,
+    /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
+    /// newer one.
+    Fentry,
 }
 
 /// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).
@@ -152,6 +169,8 @@ pub struct KernelSource {
     ring: AsyncFd<RingBuf<MapData>>,
     attached: Vec<&'static ProgramSpec>,
     skipped: Vec<Skipped>,
+    /// The memcg programs attached with fentry instead of tracepoints, and their functions.
+    fentry: Vec<(&'static FentrySpec, &'static str)>,
     page_size: u64,
     /// Highest working-set growth sum carried by a stat record read so far.
     growth_seen: i64,
@@ -194,6 +213,7 @@ impl KernelSource {
         let incident_config = incidents
             .map(|i| incident_config_for(&types, options, i))
             .transpose()?;
+        let fentry_plan = FentryPlan::resolve(&types);
         drop(types);
         drop(btf);
         // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
@@ -218,7 +238,24 @@ impl KernelSource {
         } else {
             &[]
         };
-        let (attached, skipped) = attach_all(&mut ebpf, PROGRAMS.iter().chain(incident_programs))?;
+        let tracepoints = PROGRAMS
+            .iter()
+            .filter(|p| options.memcg_hook == MemcgHook::Auto || p.category != MEMCG_CATEGORY);
+        let (mut attached, mut skipped) =
+            attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
+        let mut fentry = Vec::new();
+        if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
+            match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
+                Ok(hooked) => {
+                    for (program, _) in &hooked {
+                        skipped.retain(|s| s.program.name != program.replaces);
+                        attached.extend(PROGRAMS.iter().filter(|p| p.name == program.replaces));
+                    }
+                    fentry = hooked;
+                }
+                Err(reason) => note_fentry_failure(&mut skipped, &reason),
+            }
+        }
         if attached.is_empty() {
             let reasons: Vec<String> = skipped
                 .iter()
@@ -248,6 +285,7 @@ impl KernelSource {
             attached,
             skipped,
             page_size: config.page_size,
+            fentry,
             growth_seen: 0,
             wake_at: None,
             undecodable: 0,
@@ -270,9 +308,15 @@ impl KernelSource {
         &self.skipped
     }
 
+    /// The memcg programs attached with fentry (on kernels without the memcg tracepoints),
+    /// each with the kernel function it hooks; empty when the tracepoints are used.
+    pub fn fentry_functions(&self) -> &[(&'static FentrySpec, &'static str)] {
+        &self.fentry
+    }
+
     /// True when per-cgroup memory stats come from the kernel (the memcg programs attached).
     pub fn tracks_memory(&self) -> bool {
-        self.attached.iter().any(|p| p.category == "memcg")
+        self.attached.iter().any(|p| p.category == MEMCG_CATEGORY)
     }
 
     /// Waits until the kernel has records, then appends all available ones to `out`.
@@ -434,6 +478,90 @@ impl KernelSource {
             ring_full: sum(DropReason::RingFull),
             map_full: sum(DropReason::MapFull),
             undecodable: 0,
+        }
+    }
+}
+
+/// Tracepoint category of the per-cgroup memory programs.
+const MEMCG_CATEGORY: &str = "memcg";
+
+/// What the fentry programs attach to and the offsets they read, resolved from BTF before
+/// it is freed; an error says why fentry cannot be used.
+struct FentryPlan {
+    hooks: Vec<(&'static FentrySpec, &'static str)>,
+    offsets: MemcgOffsets,
+}
+
+impl FentryPlan {
+    fn resolve(types: &Types<'_>) -> Result<Self, String> {
+        let targets = fentry_targets::targets(types).map_err(|e| e.to_string())?;
+        let hooks = targets
+            .into_iter()
+            .map(|FentryTarget { program, function }| function.map(|f| (program, f)))
+            .collect::<Result<_, _>>()?;
+        let offsets = fentry_targets::memcg_offsets(types).map_err(|e| e.to_string())?;
+        Ok(Self { hooks, offsets })
+    }
+}
+
+/// Loads and attaches every fentry program of the plan, or none: a lone one would count
+/// part of the memory. aya needs the kernel's BTF in its own form to name the function to
+/// the kernel; it is parsed here only, and freed before returning.
+fn attach_fentry(
+    ebpf: &mut Ebpf,
+    plan: FentryPlan,
+) -> Result<Vec<(&'static FentrySpec, &'static str)>, String> {
+    Array::<_, MemcgOffsets>::try_from(
+        ebpf.map_mut("MEMCG_OFFSETS")
+            .ok_or("kernel map MEMCG_OFFSETS missing")?,
+    )
+    .and_then(|mut array| array.set(0, plan.offsets, 0))
+    .map_err(|e| format!("writing MEMCG_OFFSETS: {e}"))?;
+    let btf = Btf::from_sys_fs().map_err(|e| format!("reading the kernel's BTF: {e}"))?;
+    let mut loaded = Vec::new();
+    let mut result = Ok(());
+    for (program, function) in &plan.hooks {
+        result = load_fentry(ebpf, program.name, function, &btf);
+        if result.is_err() {
+            break;
+        }
+        loaded.push(program.name);
+    }
+    if let Err(reason) = result {
+        for name in loaded {
+            if let Some(Ok(program)) = ebpf.program_mut(name).map(<&mut FEntry>::try_from) {
+                let _ = program.unload();
+            }
+        }
+        return Err(reason);
+    }
+    Ok(plan.hooks)
+}
+
+fn load_fentry(ebpf: &mut Ebpf, name: &str, function: &str, btf: &Btf) -> Result<(), String> {
+    let program: &mut FEntry = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} is not in the embedded object"))?
+        .try_into()
+        .map_err(|e| format!("program {name}: {e}"))?;
+    program
+        .load(function, btf)
+        .map_err(|e| format!("loading fentry on {function}: {e}"))?;
+    program
+        .attach()
+        .map(drop)
+        .map_err(|e| format!("attaching fentry to {function}: {e}"))
+}
+
+/// Says, for each memcg program not attached, why fentry could not stand in.
+fn note_fentry_failure(skipped: &mut Vec<Skipped>, reason: &str) {
+    for program in PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY) {
+        match skipped.iter_mut().find(|s| s.program.name == program.name) {
+            Some(entry) => entry.reason = format!("{}; fentry: {reason}", entry.reason),
+            None => skipped.push(Skipped {
+                program,
+                reason: format!("fentry: {reason}"),
+            }),
         }
     }
 }

@@ -247,6 +247,11 @@ impl KernelSource {
         if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
             match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
                 Ok(hooked) => {
+                    let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
+                    log::info!(
+                        "no memcg tracepoints here: memory stats come from fentry on {}",
+                        functions.join(", ")
+                    );
                     for (program, _) in &hooked {
                         skipped.retain(|s| s.program.name != program.replaces);
                         attached.extend(PROGRAMS.iter().filter(|p| p.name == program.replaces));

@@ -115,13 +115,25 @@ fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
         })
 }
 
-/// `relative` (below `kernel/`) in the one version directory under `lib/modules`.
+/// `relative` (below `kernel/`) in the one version directory under `lib/modules`. Kernels
+/// from 6.12 ship modules xz-compressed, which busybox's insmod cannot load: those are
+/// decompressed beside the original once.
 fn find_module(unpacked: &Path, relative: &str) -> Option<PathBuf> {
-    fs::read_dir(unpacked.join("lib/modules"))
+    let module = fs::read_dir(unpacked.join("lib/modules"))
         .ok()?
         .flatten()
         .map(|version| version.path().join("kernel").join(relative))
-        .find(|module| module.is_file())
+        .find(|module| module.is_file() || compressed(module).is_file())?;
+    if !module.is_file() {
+        status(Command::new("xz").arg("-dk").arg(compressed(&module))).ok()?;
+    }
+    Some(module)
+}
+
+fn compressed(module: &Path) -> PathBuf {
+    let mut name = module.as_os_str().to_owned();
+    name.push(".xz");
+    PathBuf::from(name)
 }
 
 /// The newest package of `series` apt knows, refreshing the package lists if it knows none.

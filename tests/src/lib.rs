@@ -505,6 +505,15 @@ impl MonitorProcess {
         Self::spawn(command)
     }
 
+    /// As [`Self::start`], with the process inside the cgroup `dir` from its first instruction.
+    pub fn start_in<S: AsRef<std::ffi::OsStr>>(
+        args: impl IntoIterator<Item = S>,
+        dir: &Path,
+    ) -> Self {
+        let mut command = Self::piped(Self::command(args));
+        Self::read_output(cgroup_tree::spawn_in(&mut command, dir))
+    }
+
     /// The command [`Self::start`] runs, for a test to adjust before [`Self::spawn`].
     pub fn command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Command {
         let mut command = Command::new(monitor_bin());
@@ -513,13 +522,20 @@ impl MonitorProcess {
     }
 
     /// Starts `command` (from [`Self::command`]) with its output read line by line.
-    pub fn spawn(mut command: Command) -> Self {
-        let mut child = command
+    pub fn spawn(command: Command) -> Self {
+        Self::read_output(Self::piped(command).spawn())
+    }
+
+    fn piped(mut command: Command) -> Command {
+        command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting monitor");
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn read_output(child: io::Result<Child>) -> Self {
+        let mut child = child.expect("starting monitor");
         let (tx, stdout) = mpsc::channel();
         let stdout_seen = Arc::new(Lines::default());
         let seen = stdout_seen.clone();
@@ -848,7 +864,18 @@ impl AgentScene {
         extra: &[&str],
         configure: impl FnOnce(&mut Command),
     ) -> MonitorProcess {
-        let agent = MonitorProcess::start_with(self.agent_args(extra), configure);
+        Self::until_ready(MonitorProcess::start_with(
+            self.agent_args(extra),
+            configure,
+        ))
+    }
+
+    /// As [`Self::start_agent`], with the agent inside the cgroup `dir`.
+    pub fn start_agent_in(&self, extra: &[&str], dir: &Path) -> MonitorProcess {
+        Self::until_ready(MonitorProcess::start_in(self.agent_args(extra), dir))
+    }
+
+    fn until_ready(agent: MonitorProcess) -> MonitorProcess {
         let ready = agent.wait_stderr(Duration::from_secs(30), |l| {
             l.contains(" source ") && l.contains(" thresholds ") || l.contains("Error")
         });

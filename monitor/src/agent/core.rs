@@ -199,6 +199,7 @@ impl AgentCore {
         self.state.pod_cleaned_up(uid);
         self.evicted.remove(uid);
         self.stopped.remove(uid);
+        self.excluded.remove(uid);
     }
 
     /// Marks a pod as stopped by this agent: it leaves the rankings for as long as it stays in

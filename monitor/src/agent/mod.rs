@@ -10,6 +10,7 @@ mod psi_wake;
 pub mod reader;
 pub mod report;
 mod run;
+pub mod self_protect;
 pub mod usage;
 
 pub use args::AgentArgs;

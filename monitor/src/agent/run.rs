@@ -34,6 +34,7 @@ use super::{
     psi_wake::PsiWake,
     reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
     report::{DecisionContext, DecisionReport},
+    self_protect::{self, OwnPod},
     usage::StatChange,
 };
 use crate::{
@@ -61,7 +62,7 @@ use crate::{
         kube_watch, kubelet_view, resolve_pod_cgroups,
     },
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         event::{DecodeError, KernelEvent},
     },
     trace::record::bytes,
@@ -81,6 +82,7 @@ type Batch = Vec<Result<KernelEvent, DecodeError>>;
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    self_protect::protect_process(args.oom_score_adj, !args.no_mlock);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -184,6 +186,8 @@ struct Agent {
     causes: CauseLog,
     /// Decision state and node conditions as last written to the checkpoint.
     persisted: Option<(EvictionState, Vec<NodeCondition>)>,
+    /// The pod that runs this agent, never a candidate.
+    own_pod: OwnPod,
 }
 
 impl Agent {
@@ -265,6 +269,7 @@ impl Agent {
                 hierarchy: hierarchy.clone(),
             }),
         };
+        let own_pod = OwnPod::detect(hierarchy.version);
         Ok(Self {
             args,
             reader: Cgroupfs {
@@ -286,6 +291,7 @@ impl Agent {
             unsaved_events: 0,
             causes: CauseLog::default(),
             persisted: None,
+            own_pod,
         })
     }
 
@@ -300,7 +306,11 @@ impl Agent {
         let show_status = !self.args.status_interval.is_zero();
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
         let mut sigterm = signal(SignalKind::terminate())?;
-        let mut batch = Vec::new();
+        // Sized for a full ring at start: no allocation when records pour in under pressure.
+        let mut batch = match self.source {
+            Source::Poll => Vec::new(),
+            _ => Vec::with_capacity(monitor_common::MAX_RECORDS),
+        };
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = matches!(self.source, Source::Kernel(_));
@@ -536,6 +546,7 @@ impl Agent {
             }
         }
         let changes = self.core.set_pods(entries);
+        self.own_pod.exclude_from(&mut self.core);
         if !changes.added.is_empty() || !changes.removed.is_empty() {
             log::info!(
                 "pods: {} added, {} removed, {} known",
@@ -940,6 +951,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     let options = LoadOptions {
         step_bytes: args.step,
         hierarchy_id: hierarchy.hierarchy_id,
+        memcg_hook: MemcgHook::Auto,
     };
     // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
     let incidents = IncidentOptions {

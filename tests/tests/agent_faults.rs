@@ -337,3 +337,39 @@ fn a_restart_during_the_grace_period_finishes_the_eviction_on_its_deadline() {
     assert_still_running(&mut restarted);
     restarted.stop();
 }
+
+#[test]
+fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
+    if !running_as_root("lost_kernel_records_are_counted_and_followed_by_a_rescan") {
+        return;
+    }
+    let scene = AgentScene::new("faults-lost", "10s", "10s");
+    let filler = TestPod::new("filler").request_mib(300).priority(1000);
+    let late = TestPod::new("late").request_mib(10);
+    // A record per 4 KiB step, far from the threshold: records wait in the ring, which a
+    // 150 MiB allocation overflows. Resyncs are rare, so only the rescan after the loss
+    // can find what the lost records said.
+    let mut agent = scene.start_agent(&["--step", "4Ki", "--resync-interval", "60s"]);
+    if !agent.stderr().contains("source ebpf (") {
+        eprintln!("SKIP: no per-cgroup memory programs here; nothing to lose");
+        return;
+    }
+    let mut filler_proc = scene.start_pod(&filler);
+    filler_proc.alloc(150);
+    let lost = agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains("kernel records lost")
+        })
+        .expect("the overflow is noticed");
+    assert!(lost.contains("rescanning cgroups"), "{lost}");
+    // The pod that comes now is found and ranked: over its request it goes before the
+    // filler, which is within its request.
+    let mut late_proc = scene.start_pod(&late);
+    late_proc.command("alloc 80");
+    let decision = agent.next_decision(DECIDE);
+    assert_evicts(&decision, &late);
+    scene.wait_until_empty(&late, KILL);
+    assert!(process_alive(filler_proc.pid()));
+    assert_still_running(&mut agent);
+    agent.stop();
+}

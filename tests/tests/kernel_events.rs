@@ -16,6 +16,17 @@ use tests::{Allocator, TempDir, TestCgroup, Trace, cgroup_id, cgroup_tree, runni
 
 const MIB: i64 = 1 << 20;
 
+/// Every loaded copy of the programs sees every cgroup on the machine, so one test's churn
+/// fills another's ring (forcing wake-ups it asserts are absent) and moves its growth sums:
+/// the tests run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -122,6 +133,7 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
     if !running_as_root("anon_events_add_up_to_an_allocation_and_its_release") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("anon");
     runtime().block_on(async {
         let Some(source) = load_tracking_memory(&cgroup) else {
@@ -138,6 +150,7 @@ fn fentry_anon_events_add_up_to_an_allocation_and_its_release() {
     if !running_as_root("fentry_anon_events_add_up_to_an_allocation_and_its_release") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("anon-fentry");
     runtime().block_on(async {
         let source = load_hooked(&cgroup, MemcgHook::Fentry);
@@ -204,6 +217,7 @@ fn records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader(
     ) {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("wake");
     let dir = cgroup.child("alloc");
     let id = cgroup_id(&dir);
@@ -259,6 +273,7 @@ fn cgroup_creation_and_removal_are_reported_with_their_path() {
     if !running_as_root("cgroup_creation_and_removal_are_reported_with_their_path") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("lifecycle");
     runtime().block_on(async {
         let mut source = load(&cgroup);
@@ -295,6 +310,7 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
     if !running_as_root("trace_command_prints_json_lines_for_the_filtered_cgroup") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("trace-cli");
     let trace = Trace::start(&[
         "--output",
@@ -409,6 +425,7 @@ fn removed_cgroups_leave_no_aggregate_in_the_kernel_map() {
     if !running_as_root("removed_cgroups_leave_no_aggregate_in_the_kernel_map") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("churn");
     let files = TempDir::new("churn-cache");
     runtime().block_on(async {
@@ -452,6 +469,7 @@ fn the_sweep_deletes_aggregates_of_cgroups_removed_before_the_programs_attached(
     ) {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("sweep");
     let files = TempDir::new("sweep-cache");
     // Removed before loading: the kernel programs never see their rmdir.

@@ -39,6 +39,8 @@ pub enum Command {
     Checkpoint(commands::checkpoint::CheckpointArgs),
     /// Report what this kernel offers and which event source the agent will use.
     Doctor(commands::doctor::DoctorArgs),
+    /// Watch a running agent live: signals, ranking, decisions (reads its /debug/ranking).
+    Top(commands::top::TopArgs),
 }
 
 /// Flag value parsers shared by the agent and the subcommands.
@@ -108,6 +110,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Some(Command::Rank(args)) => commands::rank::run(args),
         Some(Command::Checkpoint(args)) => commands::checkpoint::run(args),
         Some(Command::Doctor(args)) => commands::doctor::run(args),
+        Some(Command::Top(args)) => commands::top::run(args),
         None => crate::agent::run(cli.agent),
     };
     match result {

@@ -669,6 +669,21 @@ impl Drop for MonitorProcess {
     }
 }
 
+/// The address a running agent logged it serves its endpoints on (`--metrics-addr` with
+/// port 0 picks a free one).
+pub fn metrics_addr(agent: &MonitorProcess) -> SocketAddr {
+    let line = agent
+        .wait_stderr(Duration::from_secs(30), |l| {
+            l.contains("metrics at http://")
+        })
+        .expect("the bound address is logged");
+    line.split("metrics at http://")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
 /// `GET path` over loopback, answered body included (the connection is closed after it).
 /// A connection reset is retried a few times: on the emulated VM a fresh connection to a
 /// just-started server is sometimes reset before the request goes out.

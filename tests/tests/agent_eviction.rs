@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tests::{
     AgentScene, Allocator, MonitorProcess, TempDir, TermIgnorer, TestPod, http_get,
-    in_own_network_namespace, process_alive, running_as_root, set_memory_limit,
+    in_own_network_namespace, metrics_addr, process_alive, running_as_root, set_memory_limit,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -483,15 +483,7 @@ fn metrics_count_evictions_and_kernel_events() {
     // The agent serves on loopback in a network namespace of the test's own.
     in_own_network_namespace(|| {
         let mut agent = scene.start_agent(&["--dry-run", "--metrics-addr", "127.0.0.1:0"]);
-        let line = agent
-            .wait_stderr(Duration::from_secs(5), |l| l.contains("metrics at http://"))
-            .expect("the bound address is logged");
-        let addr = line
-            .split("metrics at http://")
-            .nth(1)
-            .and_then(|rest| rest.strip_suffix("/metrics"))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let addr = metrics_addr(&agent);
 
         // Created after the start, so the kernel reports the pod's cgroup.
         let mut over_proc = scene.start_pod(&over);

@@ -8,14 +8,14 @@
 //! so the agent sees pressure once the pods' working sets pass 200Mi.
 use std::{
     fs,
-    net::{SocketAddr, TcpStream},
+    net::TcpStream,
     os::unix::process::CommandExt as _,
     time::{Duration, Instant},
 };
 
 use tests::{
-    AgentScene, MonitorProcess, TestPod, http_get, in_own_network_namespace, process_alive,
-    running_as_root,
+    AgentScene, MonitorProcess, TestPod, http_get, in_own_network_namespace, metrics_addr,
+    process_alive, running_as_root,
 };
 
 /// The agent's open-file limit.
@@ -48,20 +48,6 @@ fn cpu_time(pid: u32) -> Duration {
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     Duration::from_millis(ticks * 1000 / per_second)
-}
-
-/// The address the agent logged it serves metrics on.
-fn metrics_addr(agent: &MonitorProcess) -> SocketAddr {
-    let line = agent
-        .wait_stderr(Duration::from_secs(30), |l| {
-            l.contains("metrics at http://")
-        })
-        .expect("the bound address is logged");
-    line.split("metrics at http://")
-        .nth(1)
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
 #[test]

@@ -16,6 +16,8 @@ pub fn run() -> anyhow::Result<()> {
     ensure_rust_src()?;
     let llvm = nightly_llvm_major()?;
     ensure_bpf_linker(llvm)?;
+    // The `monitor top` test drives the terminal view in tmux.
+    ensure_debian_packages(&["tmux".to_string()])?;
     Ok(())
 }
 

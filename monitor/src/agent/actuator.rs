@@ -52,6 +52,26 @@ impl ActionOutcome {
             ActionOutcome::Accepted | ActionOutcome::Failed(_) => false,
         }
     }
+
+    /// In words, for the list of recent decisions.
+    pub fn describe(&self) -> String {
+        match self {
+            ActionOutcome::Killed(report) => format!(
+                "{} after {:.1}s ({} processes signalled{})",
+                if self.pod_stopped() {
+                    "stopped"
+                } else {
+                    "processes survived force"
+                },
+                report.elapsed.as_secs_f64(),
+                report.terminated,
+                if report.forced { ", forced" } else { "" }
+            ),
+            ActionOutcome::Accepted => "eviction accepted by the API server".into(),
+            ActionOutcome::Gone => "already gone".into(),
+            ActionOutcome::Failed(reason) => format!("failed: {reason}"),
+        }
+    }
 }
 
 /// A finished action.

@@ -13,7 +13,7 @@ use crate::{
         headroom::memory_headroom,
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},
-        rank_index::RankIndexSet,
+        rank_index::{RankIndex, RankIndexSet},
         signal::Signal,
         summary::PodUsage,
         threshold::SignalObservation,
@@ -464,6 +464,11 @@ impl AgentCore {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The ranking index for a signal, to read its head without collecting it all.
+    pub fn rank_index(&self, signal: Signal) -> Option<&RankIndex> {
+        self.rankings.for_signal(signal)
     }
 
     /// The cgroup ids of a pod's subtree.

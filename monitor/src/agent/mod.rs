@@ -7,6 +7,7 @@ pub mod checkpoint_writer;
 pub mod core;
 pub mod persist;
 mod psi_wake;
+pub mod publish;
 pub mod reader;
 pub mod report;
 mod run;

@@ -11,7 +11,6 @@ use std::{
     collections::HashSet,
     io::{self, Write as _},
     process::ExitCode,
-    sync::Arc,
     time::Duration,
 };
 
@@ -19,7 +18,6 @@ use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::Mutex,
     task::JoinSet,
     time::{Instant, MissedTickBehavior, interval},
 };
@@ -32,6 +30,7 @@ use super::{
     core::{AgentCore, NodeCapacity},
     persist,
     psi_wake::PsiWake,
+    publish::{self, RecentDecisions},
     reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
     report::{DecisionContext, DecisionReport},
     self_protect::{self, OwnPod},
@@ -52,7 +51,10 @@ use crate::{
         signal::NodeCondition,
         signal::Signal,
     },
-    metrics::{Metrics, server},
+    metrics::{
+        Metrics, server,
+        snapshot::{self, DebugRanking, DecisionView, Publisher, Readiness, Snapshot, SourceView},
+    },
     node::{
         memory::allocatable_bytes,
         read::{read_mem_total, read_memory_limit},
@@ -78,6 +80,9 @@ const WAKE_MARGIN_STEPS: u64 = 4;
 /// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
+/// The event loop turns at least this often, idle or not, so `/healthz` can tell a stuck
+/// loop from a quiet node, and what readers see stays this fresh.
+const TURN_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
 /// How long to wait before opening the pod source again after it failed.
 const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
 
@@ -174,7 +179,12 @@ struct Agent {
     read_failures: ReadFailures,
     writer: CheckpointWriter<StateManager>,
     saved: AgentState,
-    metrics: Arc<Mutex<Metrics>>,
+    /// Owned by the loop; readers get a copy in each published snapshot.
+    metrics: Metrics,
+    publisher: Publisher,
+    decisions: RecentDecisions,
+    /// Why the pod source is not open, while it is being opened again.
+    pod_source_down: Option<String>,
     pods: Vec<Pod>,
     /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod).
     actuator: Box<dyn Actuator>,
@@ -261,12 +271,13 @@ impl Agent {
                 ""
             }
         );
-        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        let (publisher, view) = snapshot::channel();
         if !args.no_metrics {
-            let (addr, _task) = server::serve(args.metrics_addr, metrics.clone())
+            let (addr, _task) = server::serve(args.metrics_addr, view)
                 .await
                 .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
             log::info!("metrics at http://{addr}/metrics");
+            log::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
         let core = AgentCore::new(config, capacity, &kubepods.rel, state);
         let actuator: Box<dyn Actuator> = match evictor {
@@ -289,7 +300,10 @@ impl Agent {
             read_failures: ReadFailures::default(),
             writer,
             saved,
-            metrics,
+            metrics: Metrics::default(),
+            publisher,
+            decisions: RecentDecisions::default(),
+            pod_source_down: None,
             pods: Vec::new(),
             actuator,
             actions: JoinSet::new(),
@@ -327,6 +341,8 @@ impl Agent {
         // None while the pod source is being opened again after it failed.
         let mut watcher = Some(watcher);
         let mut reopen_at = None;
+        let mut turn = interval(TURN_AT_LEAST_EVERY);
+        turn.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 read = next_batch(&mut self.source, &mut batch) => match read {
@@ -367,6 +383,7 @@ impl Agent {
                              again in {POD_SOURCE_RETRY:?}",
                             self.pods.len()
                         );
+                        self.pod_source_down = Some(format!("pod source failed: {e}"));
                         watcher = None;
                         reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
                     }
@@ -376,6 +393,7 @@ impl Agent {
                     match open_pods(&self.args).await {
                         Ok((reopened, loaded, _)) => {
                             log::info!("pod source open again");
+                            self.pod_source_down = None;
                             watcher = Some(reopened);
                             self.apply_pods(loaded.pods);
                             self.evaluate(None);
@@ -397,6 +415,8 @@ impl Agent {
                     self.writer.retry(&self.saved, Instant::now());
                 }
                 _ = status.tick(), if show_status => self.print_status(),
+                // Refreshes what readers see (the checkpoint's failing time, the heartbeat).
+                _ = turn.tick() => self.update_metrics(None, None),
                 _ = tokio::signal::ctrl_c() => break,
                 _ = sigterm.recv() => break,
                 _ = sleep_until(stop_at) => break,
@@ -405,6 +425,7 @@ impl Agent {
             while self.rearm_wake() {
                 self.read_waiting(&mut batch);
             }
+            self.publisher.heartbeat.beat(monotonic_ns());
         }
         self.save_counters();
         Ok(ExitCode::SUCCESS)
@@ -531,11 +552,7 @@ impl Agent {
             .iter()
             .any(|c| self.core.belongs_to_stopped_pod(c.cgroup_id));
         self.unsaved_events += received;
-        let mut metrics = self.metrics.try_lock();
-        if let Ok(m) = metrics.as_deref_mut() {
-            m.events_received += received;
-        }
-        drop(metrics);
+        self.metrics.events_received += received;
         // A pod whose cgroup did not exist yet may have just got it; a restarted container
         // of a stopped pod gets a new cgroup, or at least moves memory in the old one.
         if cgroup_created && self.waiting_pod_has_its_cgroup() {
@@ -711,10 +728,16 @@ impl Agent {
                     .explain(&self.core.cgroups_of(&eviction.pod.uid), monotonic_ns()),
             },
         );
+        let text = report.text();
         let line = match self.args.output {
-            OutputFormat::Text => report.text(),
+            OutputFormat::Text => text.clone(),
             OutputFormat::Json => serde_json::to_string(&report)?,
         };
+        self.decisions.push(DecisionView {
+            report,
+            text,
+            outcome: self.args.dry_run.then(|| "dry-run: nothing done".into()),
+        });
         let mut out = io::stdout().lock();
         writeln!(out, "{line}")?;
         out.flush()?;
@@ -888,13 +911,13 @@ impl Agent {
                 self.core.state.pod_cleaned_up(&uid);
             }
         }
+        self.decisions.settle(&uid, done.outcome.describe());
         self.writer.save(&self.saved, Instant::now());
     }
 
-    fn update_metrics(&self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
-        let Ok(mut m) = self.metrics.try_lock() else {
-            return;
-        };
+    /// Brings the metrics up to date and publishes a snapshot for readers.
+    fn update_metrics(&mut self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
+        let m = &mut self.metrics;
         for (signal, observed) in self.core.observations() {
             m.signal_observations
                 .insert(signal.as_str(), observed.available as f64);
@@ -925,6 +948,35 @@ impl Agent {
                     .observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);
             }
         }
+        self.publish();
+    }
+
+    /// Publishes what readers see; never waits for them.
+    fn publish(&self) {
+        let description = self.source.describe(self.args.poll_interval);
+        let snapshot = Snapshot {
+            metrics: self.metrics.clone(),
+            readiness: Readiness {
+                source: Some(description.clone()),
+                pods: match &self.pod_source_down {
+                    None => Ok(self.core.pod_count()),
+                    Some(why) => Err(why.clone()),
+                },
+                checkpoint: Some(self.writer.health(Instant::now())),
+            },
+            ranking: DebugRanking {
+                signals: publish::signals(&self.core),
+                rankings: publish::rankings(&self.core),
+                decisions: self.decisions.to_vec(),
+                source: SourceView {
+                    description,
+                    events_received: self.metrics.events_received,
+                    events_lost: self.metrics.events_lost,
+                    events_undecodable: self.metrics.events_undecodable,
+                },
+            },
+        };
+        self.publisher.publish(snapshot);
     }
 
     fn print_status(&self) {
@@ -972,11 +1024,9 @@ impl Agent {
             return;
         };
         let new = kernel.new_drops();
-        if let Ok(mut m) = self.metrics.try_lock() {
-            m.events_lost += new.ring_full;
-            m.events_undecodable += new.undecodable;
-            m.cgroup_map_full += new.map_full;
-        }
+        self.metrics.events_lost += new.ring_full;
+        self.metrics.events_undecodable += new.undecodable;
+        self.metrics.cgroup_map_full += new.map_full;
         if new.map_full > 0 {
             log::warn!(
                 "{} kernel stat updates not counted: the per-cgroup map is full; those cgroups \

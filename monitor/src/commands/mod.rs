@@ -3,4 +3,6 @@
 pub mod checkpoint;
 pub mod doctor;
 pub mod rank;
+pub mod top;
+pub mod top_view;
 pub mod trace;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::engine::quantity::Quantity;
-use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy, RankReason};
+use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy};
 use crate::engine::report::{RankedPod, Report, build_report};
 use crate::engine::signal::Signal;
 use crate::engine::summary::Summary;
@@ -174,33 +174,12 @@ fn render_text(report: &Report) -> String {
 
 fn row(pod: &RankedPod, policy: RankPolicy, amount: &dyn Fn(Quantity) -> String) -> [String; 7] {
     let dash = || "-".to_string();
-    let (request, usage, above, state) = match pod.measured {
-        Some(m) if policy == RankPolicy::Pid => (
-            dash(),
-            amount(m.usage),
-            dash(),
-            format!("{} processes", amount(m.usage)),
-        ),
-        Some(m) => (
-            amount(m.request),
-            amount(m.usage),
-            amount(m.above_request),
-            if m.exceeds_request {
-                "exceeds its request"
-            } else {
-                "within its request"
-            }
-            .to_string(),
-        ),
-        None => (dash(), dash(), dash(), "no stats".to_string()),
+    let (request, usage, above) = match pod.measured {
+        Some(m) if policy == RankPolicy::Pid => (dash(), amount(m.usage), dash()),
+        Some(m) => (amount(m.request), amount(m.usage), amount(m.above_request)),
+        None => (dash(), dash(), dash()),
     };
-    let mut why = state;
-    if let Some(reason) = pod.after_previous_by {
-        why += &format!("; after #{}: {}", pod.rank - 1, explain(reason, policy));
-    }
-    if pod.critical {
-        why += "; critical: never evicted, the next pod is taken";
-    }
+    let why = pod.why(policy, amount);
     [
         pod.rank.to_string(),
         // Escaped: a name with a newline must not start a row of its own.
@@ -211,15 +190,4 @@ fn row(pod: &RankedPod, policy: RankPolicy, amount: &dyn Fn(Quantity) -> String)
         above,
         why,
     ]
-}
-
-fn explain(reason: RankReason, policy: RankPolicy) -> &'static str {
-    match reason {
-        RankReason::NoStats => "pods without stats go first",
-        RankReason::ExceedsRequest => "pods over their request go first",
-        RankReason::Priority => "lower priority goes first",
-        RankReason::Usage if policy == RankPolicy::Pid => "more processes go first",
-        RankReason::Usage => "more usage above request goes first",
-        RankReason::Tie => "all keys equal, by namespace/name/uid",
-    }
 }

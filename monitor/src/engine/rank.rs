@@ -261,6 +261,20 @@ pub enum RankReason {
     Tie,
 }
 
+impl RankReason {
+    /// In words, for a pod placed after the previous one by this key under `policy`.
+    pub fn explain(self, policy: RankPolicy) -> &'static str {
+        match self {
+            RankReason::NoStats => "pods without stats go first",
+            RankReason::ExceedsRequest => "pods over their request go first",
+            RankReason::Priority => "lower priority goes first",
+            RankReason::Usage if policy == RankPolicy::Pid => "more processes go first",
+            RankReason::Usage => "more usage above request goes first",
+            RankReason::Tie => "all keys equal, by namespace/name/uid",
+        }
+    }
+}
+
 /// A comparator: `Less` means the first pod is evicted first.
 type CompareFn = Box<dyn Fn(&Candidate<'_>, &Candidate<'_>) -> Ordering + Send + Sync>;
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::pod_facts::{PodFacts, PodFactsError};
+use super::quantity::Quantity;
 use super::rank::{
     Candidate, FsLayout, Measured, RankPolicy, RankReason, decided_by, kubelet_chain,
 };
@@ -43,6 +44,27 @@ pub struct RankedPod {
     pub after_previous_by: Option<RankReason>,
 }
 
+impl RankedPod {
+    /// Why the pod is where it is, in words: its standing against its request, the key
+    /// that placed it after the previous pod, and whether it is critical. `amount` formats
+    /// a usage in the signal's unit.
+    pub fn why(&self, policy: RankPolicy, amount: &dyn Fn(Quantity) -> String) -> String {
+        let mut why = match self.measured {
+            Some(m) if policy == RankPolicy::Pid => format!("{} processes", amount(m.usage)),
+            Some(m) if m.exceeds_request => "exceeds its request".to_string(),
+            Some(_) => "within its request".to_string(),
+            None => "no stats".to_string(),
+        };
+        if let Some(reason) = self.after_previous_by {
+            why += &format!("; after #{}: {}", self.rank - 1, reason.explain(policy));
+        }
+        if self.critical {
+            why += "; critical: never evicted, the next pod is taken";
+        }
+        why
+    }
+}
+
 /// The ranked pods and the context they were ranked in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -58,6 +80,37 @@ pub struct Report {
     pub observation: Option<SignalObservation>,
     /// Pods in eviction order.
     pub pods: Vec<RankedPod>,
+}
+
+/// The first `limit` pods of `index` in eviction order, each with its keys and the key that
+/// placed it after the one before.
+pub fn explained_head(index: &RankIndex, limit: usize) -> Vec<RankedPod> {
+    let policy = index.policy();
+    let chain = kubelet_chain(policy);
+    let candidate = |facts| Candidate {
+        facts,
+        usage: index.usage(&facts.pod.uid),
+    };
+    let mut previous: Option<Candidate<'_>> = None;
+    let mut ranked = Vec::with_capacity(index.len().min(limit));
+    for (position, facts) in index.iter().take(limit).enumerate() {
+        let current = candidate(facts);
+        ranked.push(RankedPod {
+            rank: position + 1,
+            namespace: facts.pod.namespace.clone(),
+            name: facts.pod.name.clone(),
+            uid: facts.pod.uid.clone(),
+            priority: facts.priority,
+            critical: facts.critical,
+            has_stats: current.usage.is_some(),
+            measured: policy.measure(facts, current.usage),
+            after_previous_by: previous
+                .as_ref()
+                .and_then(|p| decided_by(&chain, p, &current)),
+        });
+        previous = Some(current);
+    }
+    ranked
 }
 
 /// Ranks `pods` for `signal` with the usage in `summary`.
@@ -82,30 +135,7 @@ pub fn build_report(
         index.upsert_pod(facts.into());
         index.update_usage(&uid, usage);
     }
-    let chain = kubelet_chain(policy);
-    let candidate = |facts| Candidate {
-        facts,
-        usage: index.usage(&facts.pod.uid),
-    };
-    let mut previous: Option<Candidate<'_>> = None;
-    let mut ranked = Vec::with_capacity(index.len());
-    for (position, facts) in index.iter().enumerate() {
-        let current = candidate(facts);
-        ranked.push(RankedPod {
-            rank: position + 1,
-            namespace: facts.pod.namespace.clone(),
-            name: facts.pod.name.clone(),
-            uid: facts.pod.uid.clone(),
-            priority: facts.priority,
-            critical: facts.critical,
-            has_stats: current.usage.is_some(),
-            measured: policy.measure(facts, current.usage),
-            after_previous_by: previous
-                .as_ref()
-                .and_then(|p| decided_by(&chain, p, &current)),
-        });
-        previous = Some(current);
-    }
+    let ranked = explained_head(&index, usize::MAX);
     Ok(Report {
         signal,
         policy,

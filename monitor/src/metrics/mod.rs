@@ -1,6 +1,8 @@
-//! Prometheus metrics: the agent records into [`Metrics`], and [`server`] serves the text
-//! exposition format on a loopback address.
+//! What the agent shows outside: it records into [`Metrics`], publishes a [`snapshot`] after
+//! each evaluation, and [`server`] answers the [`endpoints`] from it on a loopback address.
+pub mod endpoints;
 pub mod exposition;
 pub mod server;
+pub mod snapshot;
 
 pub use exposition::{Histogram, Metrics};

@@ -1,5 +1,7 @@
-//! The Prometheus endpoint, HTTP/1.1 on hyper: `GET /metrics` answers the exposition, anything
-//! else 404; one request per connection, so nothing waits between requests.
+//! The agent's HTTP endpoints, HTTP/1.1 on hyper: `GET` of a path [`super::endpoints`]
+//! knows answers it from the newest published snapshot, anything else 404; one request per
+//! connection, so nothing waits between requests. The server never touches the agent's
+//! state: it reads what the event loop published (see [`super::snapshot`]).
 //!
 //! A node in trouble is when the endpoint matters least and the agent most, so whatever
 //! connects cannot take what the agent needs to decide and act:
@@ -20,10 +22,11 @@ use hyper::{Request, Response, StatusCode, body::Incoming, header, server::conn:
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     net::{TcpListener, TcpSocket},
-    sync::{Mutex, Semaphore},
+    sync::Semaphore,
 };
 
-use super::Metrics;
+use super::{endpoints, snapshot::AgentView};
+use crate::clock::monotonic_ns;
 
 /// The most connections served at once; a scraper needs one.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -43,7 +46,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// port 0).
 pub async fn serve(
     addr: SocketAddr,
-    metrics: Arc<Mutex<Metrics>>,
+    view: AgentView,
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
@@ -56,7 +59,7 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     let limit = connection_limit(open_file_limit());
     log::debug!("metrics: at most {limit} connections at once");
-    let task = tokio::spawn(accept_loop(listener, metrics, limit));
+    let task = tokio::spawn(accept_loop(listener, view, limit));
     Ok((bound, task))
 }
 
@@ -87,7 +90,7 @@ fn reserve() -> Option<File> {
     File::open("/dev/null").ok()
 }
 
-async fn accept_loop(listener: TcpListener, metrics: Arc<Mutex<Metrics>>, limit: usize) {
+async fn accept_loop(listener: TcpListener, view: AgentView, limit: usize) {
     let slots = Arc::new(Semaphore::new(limit));
     let mut spare = reserve();
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -100,10 +103,10 @@ async fn accept_loop(listener: TcpListener, metrics: Arc<Mutex<Metrics>>, limit:
         match listener.accept().await {
             Ok((stream, _)) => {
                 backoff = ACCEPT_BACKOFF_MIN;
-                let metrics = metrics.clone();
+                let view = view.clone();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    serve_connection(stream, metrics).await;
+                    serve_connection(stream, view).await;
                 });
             }
             Err(error) => {
@@ -130,10 +133,10 @@ fn is_out_of_descriptors(error: &io::Error) -> bool {
 }
 
 /// Serves one request on `stream`, within the head and connection timeouts.
-async fn serve_connection(stream: tokio::net::TcpStream, metrics: Arc<Mutex<Metrics>>) {
+async fn serve_connection(stream: tokio::net::TcpStream, view: AgentView) {
     let service = hyper::service::service_fn(move |request| {
-        let metrics = metrics.clone();
-        async move { Ok::<_, Infallible>(answer(&request, &metrics).await) }
+        let view = view.clone();
+        async move { Ok::<_, Infallible>(answer(&request, &view)) }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -145,17 +148,25 @@ async fn serve_connection(stream: tokio::net::TcpStream, metrics: Arc<Mutex<Metr
     let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
 }
 
-async fn answer(request: &Request<Incoming>, metrics: &Mutex<Metrics>) -> Response<Full<Bytes>> {
-    let found = request.method() == hyper::Method::GET && request.uri().path() == "/metrics";
-    let response = if found {
-        let body = metrics.lock().await.render();
-        Response::builder()
-            .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
-            .body(Full::new(Bytes::from(body)))
-    } else {
-        Response::builder()
+fn answer(request: &Request<Incoming>, view: &AgentView) -> Response<Full<Bytes>> {
+    let found = (request.method() == hyper::Method::GET)
+        .then(|| {
+            endpoints::answer(
+                request.uri().path(),
+                &view.snapshot(),
+                view.heartbeat.last(),
+                monotonic_ns(),
+            )
+        })
+        .flatten();
+    let response = match found {
+        Some(answer) => Response::builder()
+            .status(answer.status)
+            .header(header::CONTENT_TYPE, answer.content_type)
+            .body(Full::new(Bytes::from(answer.body))),
+        None => Response::builder()
             .status(StatusCode::NOT_FOUND)
-            .body(Full::new(Bytes::new()))
+            .body(Full::new(Bytes::new())),
     };
     response.expect("a response built from valid parts")
 }
@@ -169,11 +180,15 @@ mod tests {
     };
 
     async fn start() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-        let metrics = Arc::new(Mutex::new(Metrics::default()));
-        metrics.lock().await.events_received = 7;
-        serve("127.0.0.1:0".parse().unwrap(), metrics)
-            .await
-            .unwrap()
+        let (publisher, view) = crate::metrics::snapshot::channel();
+        let mut snapshot = crate::metrics::snapshot::Snapshot::default();
+        snapshot.metrics.events_received = 7;
+        publisher.publish(snapshot);
+        publisher.heartbeat.beat(monotonic_ns());
+        let served = serve("127.0.0.1:0".parse().unwrap(), view).await.unwrap();
+        // The publisher may go: readers keep the last snapshot.
+        drop(publisher);
+        served
     }
 
     /// Sends `parts` with a pause between them and returns the whole answer.
@@ -196,7 +211,7 @@ mod tests {
     #[tokio::test]
     async fn requests_whole_or_split_are_answered() {
         let (addr, task) = start().await;
-        let cases: [(&str, &[&str], &str); 4] = [
+        let cases: [(&str, &[&str], &str); 6] = [
             (
                 "one segment",
                 &["GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"],
@@ -213,6 +228,16 @@ mod tests {
                 "HTTP/1.1 200 OK",
             ),
             (
+                "health",
+                &["GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"],
+                "HTTP/1.1 200 OK",
+            ),
+            (
+                "readiness before the first evaluation",
+                &["GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"],
+                "HTTP/1.1 503 Service Unavailable",
+            ),
+            (
                 "another path",
                 &["GET /other HTTP/1.1\r\nHost: x\r\n\r\n"],
                 "HTTP/1.1 404 Not Found",
@@ -221,7 +246,7 @@ mod tests {
         for (name, parts, status) in cases {
             let answer = exchange(addr, parts).await;
             assert!(answer.starts_with(status), "{name}: {answer}");
-            if status.ends_with("200 OK") {
+            if name.contains("segment") || name.starts_with("split") {
                 assert!(
                     answer.contains("\r\nContent-Type: text/plain; version=0.0.4\r\n"),
                     "{name}: {answer}"

@@ -1,0 +1,108 @@
+//! Builds what the agent publishes after each evaluation (see [`crate::metrics::snapshot`]):
+//! the signals against their thresholds, the head of each ranking explained, and the last
+//! decisions with what came of them. Reads the core; changes nothing in it.
+use std::collections::VecDeque;
+
+use super::core::AgentCore;
+use crate::{
+    engine::{
+        quantity::Quantity,
+        rank::{DiskMeasure, RankPolicy},
+        report::explained_head,
+    },
+    metrics::snapshot::{
+        DECISIONS_KEPT, DecisionView, RANKING_HEAD, RankedEntry, RankingView, SignalView,
+        ThresholdView,
+    },
+};
+
+/// Each observed signal with its configured thresholds, resolved and marked met or not.
+pub fn signals(core: &AgentCore) -> Vec<SignalView> {
+    core.observations()
+        .into_iter()
+        .map(|(signal, observed)| SignalView {
+            signal,
+            available: observed.available,
+            capacity: observed.capacity,
+            thresholds: core
+                .config()
+                .thresholds
+                .iter()
+                .filter(|t| t.signal == signal)
+                .map(|t| ThresholdView {
+                    kind: t.kind(),
+                    value: t.value.resolve(observed.capacity).ceil_units(),
+                    met: core
+                        .state
+                        .thresholds_first_observed
+                        .iter()
+                        .any(|o| o.threshold == t.id()),
+                    grace_period_seconds: t.grace_period.as_secs(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The first [`RANKING_HEAD`] pods of each observed signal's ranking, each with why.
+pub fn rankings(core: &AgentCore) -> Vec<RankingView> {
+    core.observations()
+        .into_keys()
+        .filter_map(|signal| {
+            let index = core.rank_index(signal)?;
+            let policy = index.policy();
+            let counts = matches!(
+                policy,
+                RankPolicy::Pid | RankPolicy::Disk(_, DiskMeasure::Inodes)
+            );
+            let amount = |q: Quantity| {
+                if counts {
+                    q.ceil_units().to_string()
+                } else {
+                    q.to_string()
+                }
+            };
+            let head = explained_head(index, RANKING_HEAD)
+                .into_iter()
+                .map(|pod| RankedEntry {
+                    why: pod.why(policy, &amount),
+                    pod,
+                })
+                .collect();
+            Some(RankingView {
+                signal,
+                pods_total: index.len(),
+                head,
+            })
+        })
+        .collect()
+}
+
+/// The last [`DECISIONS_KEPT`] decisions, oldest first.
+#[derive(Debug, Default)]
+pub struct RecentDecisions(VecDeque<DecisionView>);
+
+impl RecentDecisions {
+    pub fn push(&mut self, decision: DecisionView) {
+        if self.0.len() == DECISIONS_KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back(decision);
+    }
+
+    /// Records what came of the newest decision on pod `uid` that has no outcome yet.
+    pub fn settle(&mut self, uid: &str, outcome: String) {
+        if let Some(decision) = self
+            .0
+            .iter_mut()
+            .rev()
+            .find(|d| d.report.uid == uid && d.outcome.is_none())
+        {
+            decision.outcome = Some(outcome);
+        }
+    }
+
+    pub fn to_vec(&self) -> Vec<DecisionView> {
+        self.0.iter().cloned().collect()
+    }
+}

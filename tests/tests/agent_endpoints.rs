@@ -1,0 +1,190 @@
+//! The agent's HTTP endpoints end to end (root only): the real `monitor` binary on a kubepods
+//! tree of real cgroups, serving on loopback in a network namespace of the test's own, asked
+//! `/healthz`, `/readyz` and `/debug/ranking` while a real process pushes a pod over the
+//! scene's hard `allocatableMemory.available<100Mi` threshold, and while its checkpoint
+//! directory is a full tmpfs.
+use std::{
+    fs,
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    AgentScene, TempDir, TestPod, http_get, in_own_network_namespace, metrics_addr, mounts::Mount,
+    running_as_root,
+};
+
+/// How long a decision may take once the threshold is crossed (a slow VM included).
+const DECIDE: Duration = Duration::from_secs(20);
+const MIB: i64 = 1 << 20;
+
+/// The status line and the body of `GET path`.
+fn get(addr: SocketAddr, path: &str) -> (String, String) {
+    let answer = http_get(addr, path);
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head in {answer:?}"));
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, body.to_string())
+}
+
+/// Asks `path` until its answer starts with `status`, for at most `within`.
+fn wait_for(addr: SocketAddr, path: &str, status: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (got, body) = get(addr, path);
+        if got.starts_with(status) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} still answers {got} after {within:?}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn health_readiness_and_the_ranking_answer_and_a_full_checkpoint_disk_is_not_ready() {
+    if !running_as_root("health_readiness_and_the_ranking_answer") {
+        return;
+    }
+    let scene = AgentScene::new("agent-endpoints", "10s", "5s");
+    let disk = TempDir::new("agent-endpoints-disk");
+    let mount = Mount::tmpfs(&disk.path, "64k");
+    let state_dir = disk.join("state");
+    fs::create_dir(&state_dir).unwrap();
+    let state = state_dir.display().to_string();
+    let over = TestPod::new("over").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    in_own_network_namespace(|| {
+        let mut agent = scene.start_agent(&[
+            "--dry-run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--checkpoint-dir",
+            &state,
+            // Counters are checkpointed at each resync: the full disk shows within a second.
+            "--resync-interval",
+            "1s",
+        ]);
+        let addr = metrics_addr(&agent);
+        let _calm_proc = scene.start_pod(&calm);
+        let mut over_proc = scene.start_pod(&over);
+        over_proc.alloc(230);
+        let decision = agent.next_decision(DECIDE);
+        assert_eq!(decision["name"], "over", "{decision:#}");
+
+        let (status, body) = get(addr, "/healthz");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+        assert!(body.starts_with("ok: event loop turned"), "{body}");
+        let body = wait_for(addr, "/readyz", "HTTP/1.1 200", Duration::from_secs(5));
+        assert!(body.contains("2 pods known"), "{body}");
+        assert!(body.contains("checkpoint writable"), "{body}");
+
+        let (status, body) = get(addr, "/debug/ranking");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+        let view: Value = serde_json::from_str(&body).expect("JSON");
+        let signal = view["signals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["signal"] == "allocatableMemory.available")
+            .unwrap_or_else(|| panic!("no allocatable signal: {view:#}"));
+        assert_eq!(signal["capacity"], 300 * MIB, "{signal:#}");
+        assert!(
+            signal["available"].as_i64().unwrap() < 100 * MIB,
+            "{signal:#}"
+        );
+        assert_eq!(signal["thresholds"][0]["kind"], "hard", "{signal:#}");
+        assert_eq!(signal["thresholds"][0]["value"], 100 * MIB, "{signal:#}");
+        assert_eq!(signal["thresholds"][0]["met"], true, "{signal:#}");
+        let ranking = view["rankings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["signal"] == "allocatableMemory.available")
+            .unwrap_or_else(|| panic!("no allocatable ranking: {view:#}"));
+        assert_eq!(ranking["podsTotal"], 2, "{ranking:#}");
+        let (first, second) = (&ranking["head"][0], &ranking["head"][1]);
+        assert_eq!(first["name"], "over", "{ranking:#}");
+        assert_eq!(first["exceedsRequest"], true, "{ranking:#}");
+        assert_eq!(first["priority"], 0, "{ranking:#}");
+        assert!(
+            first["aboveRequest"].as_i64().unwrap() > 150 * MIB,
+            "{ranking:#}"
+        );
+        assert_eq!(first["why"], "exceeds its request", "{ranking:#}");
+        assert_eq!(second["name"], "calm", "{ranking:#}");
+        assert_eq!(
+            second["why"], "within its request; after #1: pods over their request go first",
+            "{ranking:#}"
+        );
+        let last = view["decisions"].as_array().unwrap().last().cloned();
+        let last = last.unwrap_or_else(|| panic!("no decision listed: {view:#}"));
+        assert_eq!(last["name"], "over", "{last:#}");
+        assert_eq!(last["action"], "would_evict", "{last:#}");
+        assert!(
+            last["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("would evict default/over"),
+            "{last:#}"
+        );
+        assert!(
+            view["source"]["description"]
+                .as_str()
+                .unwrap()
+                .starts_with("ebpf"),
+            "{view:#}"
+        );
+        assert!(
+            view["source"]["eventsReceived"].as_u64().unwrap() > 0,
+            "{view:#}"
+        );
+
+        // The checkpoint disk fills: not ready, naming why; healthy all the same.
+        mount.fill();
+        let body = wait_for(addr, "/readyz", "HTTP/1.1 503", Duration::from_secs(20));
+        assert!(body.contains("checkpoint not writable for"), "{body}");
+        assert!(body.contains("No space left on device"), "{body}");
+        let (status, body) = get(addr, "/healthz");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+
+        mount.make_room();
+        let body = wait_for(addr, "/readyz", "HTTP/1.1 200", Duration::from_secs(20));
+        assert!(body.contains("checkpoint writable"), "{body}");
+        agent.stop();
+    });
+}
+
+#[test]
+fn an_idle_agent_that_polls_rarely_stays_healthy() {
+    if !running_as_root("an_idle_agent_that_polls_rarely_stays_healthy") {
+        return;
+    }
+    let scene = AgentScene::new("agent-endpoints-idle", "10s", "5s");
+    in_own_network_namespace(|| {
+        // Nothing arrives between polls 30 s apart (and no PSI wake-ups): only the loop's
+        // own tick turns it.
+        let mut agent = scene.start_agent(&[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--source",
+            "poll",
+            "--poll-interval",
+            "30s",
+            "--psi-stall",
+            "0s",
+        ]);
+        let addr = metrics_addr(&agent);
+        std::thread::sleep(Duration::from_secs(7));
+        let (status, body) = get(addr, "/healthz");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+        let body = wait_for(addr, "/readyz", "HTTP/1.1 200", Duration::from_secs(5));
+        assert!(body.contains("source poll"), "{body}");
+        assert!(body.contains("0 pods known"), "{body}");
+        agent.stop();
+    });
+}

@@ -1,0 +1,146 @@
+//! `monitor top` for real (root only): the terminal view runs in a tmux session of the test's
+//! own against a running agent on a real kubepods tree, in a network namespace of the test's
+//! own, and what it shows is read back with `tmux capture-pane`. Skipped, saying so, where
+//! tmux is not installed.
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use tests::{AgentScene, TestPod, in_own_network_namespace, monitor_bin, running_as_root};
+
+/// How long a decision may take once the threshold is crossed (a slow VM included).
+const DECIDE: Duration = Duration::from_secs(20);
+/// The agent's address inside the test's network namespace, where it is free.
+const ADDR: &str = "127.0.0.1:9753";
+
+/// A detached tmux session on a server of its own, killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(command: &str) -> Self {
+        let tmux = Self {
+            socket: format!("monitor-top-test-{}", std::process::id()),
+        };
+        let status = tmux
+            .command()
+            .args(["new-session", "-d", "-s", "top", "-x", "150", "-y", "45"])
+            .arg(command)
+            .env("TERM", "xterm-256color")
+            .status()
+            .expect("starting tmux");
+        assert!(status.success(), "tmux new-session: {status}");
+        tmux
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new("tmux");
+        command.args(["-L", &self.socket]);
+        command
+    }
+
+    fn screen(&self) -> String {
+        let out = self
+            .command()
+            .args(["capture-pane", "-p", "-t", "top"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen shows every one of `texts`; returns it.
+    fn wait_for(&self, texts: &[&str], within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let screen = self.screen();
+            if texts.iter().all(|t| screen.contains(t)) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{texts:?} not all shown after {within:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command().arg("kill-server").status();
+    }
+}
+
+fn tmux_installed() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn top_shows_the_live_ranking_and_outlives_an_agent_restart() {
+    if !running_as_root("top_shows_the_live_ranking") {
+        return;
+    }
+    if !tmux_installed() {
+        eprintln!("SKIP: top_shows_the_live_ranking needs tmux (cargo xtask setup installs it)");
+        return;
+    }
+    let scene = AgentScene::new("top-tmux", "10s", "5s");
+    let over = TestPod::new("over").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    in_own_network_namespace(|| {
+        let agent_args = ["--dry-run", "--metrics-addr", ADDR];
+        let mut agent = scene.start_agent(&agent_args);
+        let _calm_proc = scene.start_pod(&calm);
+        let mut over_proc = scene.start_pod(&over);
+        over_proc.alloc(230);
+        let decision = agent.next_decision(DECIDE);
+        assert_eq!(decision["name"], "over", "{decision:#}");
+
+        // Started inside the namespace, the tmux server and `top` live there too.
+        let top = Tmux::start(&format!(
+            "{} top --addr {ADDR} --interval 200ms",
+            monitor_bin().display()
+        ));
+        let screen = top.wait_for(
+            &[
+                "allocatableMemory.available [",
+                "hard <100.0Mi MET",
+                "ranking for allocatableMemory.available (2 pods)",
+                "default/over",
+                "exceeds its request",
+                "default/calm",
+                "after #1: pods over their request go first",
+                "would evict default/over",
+                "kernel events",
+            ],
+            Duration::from_secs(15),
+        );
+        let over_row = screen.lines().position(|l| l.contains("default/over"));
+        let calm_row = screen.lines().position(|l| l.contains("default/calm"));
+        assert!(over_row < calm_row, "over ranks first:\n{screen}");
+
+        // The `n` key filters by namespace: the only one here.
+        top.command()
+            .args(["send-keys", "-t", "top", "n"])
+            .status()
+            .expect("tmux send-keys");
+        top.wait_for(&["(2 pods, namespace default)"], Duration::from_secs(5));
+
+        agent.stop();
+        top.wait_for(&["agent unreachable, retrying"], Duration::from_secs(10));
+
+        let mut again = scene.start_agent(&agent_args);
+        let screen = top.wait_for(&["source ", "default/over"], Duration::from_secs(20));
+        assert!(!screen.contains("unreachable"), "{screen}");
+        top.command()
+            .args(["send-keys", "-t", "top", "q"])
+            .status()
+            .expect("tmux send-keys");
+        again.stop();
+    });
+}

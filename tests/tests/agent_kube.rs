@@ -584,3 +584,36 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
         .expect("stops on SIGTERM");
     assert!(status.success(), "{status}; {}", agent.stderr());
 }
+
+#[test]
+fn ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep() {
+    if !running_as_root("ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep") {
+        return;
+    }
+    let kube = KubeScene::new("kube-ignore-pdb");
+    kube.api.answer_evictions_with(429);
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(
+        &kube.scene,
+        &kube.kubeconfig,
+        &["--ignore-disruption-budgets"],
+    );
+    hog.alloc(60);
+    calm.alloc(160);
+    assert_decides_on_hog(&next_decision(&agent), "evict");
+    let deletion = kube
+        .api
+        .wait_for_request(WITHIN, |r| r.method == "DELETE")
+        .unwrap_or_else(|| panic!("no deletion; {}", agent.stderr()));
+    assert_eq!(deletion.path(), "/api/v1/namespaces/default/pods/hog");
+    let body: Value = serde_json::from_str(&deletion.body).expect("DeleteOptions");
+    assert_eq!(body["gracePeriodSeconds"], 1, "{body:#}");
+    assert_eq!(kube.posts(), 0, "no Eviction asked: {:?}", kube.api.requests());
+    let event = kube
+        .api
+        .wait_until(WITHIN, |api| api.events().into_iter().next())
+        .unwrap_or_else(|| panic!("no event; {}", agent.stderr()));
+    assert_eq!(event["reason"], "Evicted", "{event:#}");
+    assert_eq!(event["involvedObject"]["name"], "hog", "{event:#}");
+}

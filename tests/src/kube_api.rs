@@ -206,6 +206,12 @@ impl MockKubeApi {
         self.shared.lock().summary = Some(summary.to_string());
     }
 
+    /// The PodList the mock answers a list of pods with now, as `kubectl get pods -o json`
+    /// would save it.
+    pub fn pod_list(&self) -> String {
+        pod_list_json(&self.shared.lock())
+    }
+
     /// The Events posted so far.
     pub fn events(&self) -> Vec<serde_json::Value> {
         self.shared.lock().events.clone()
@@ -292,18 +298,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let _ = match (request.method.as_str(), segments.as_slice()) {
         ("GET", ["api", "v1", "pods"]) if request.is_watch() => watch(&mut out, &request, shared),
         ("GET", ["api", "v1", "pods"]) => {
-            let state = shared.lock();
-            let items: Vec<String> = state
-                .pods
-                .values()
-                .map(|p| pod_json(p, &state.node, state.version))
-                .collect();
-            let body = format!(
-                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
-                state.version,
-                items.join(",")
-            );
-            drop(state);
+            let body = pod_list_json(&shared.lock());
             respond(&mut out, 200, &body)
         }
         ("POST", ["api", "v1", "namespaces", _, "pods", name, "eviction"]) => {
@@ -364,6 +359,20 @@ fn serve(stream: TcpStream, shared: &Shared) {
             &status_json(404, "NotFound", "not served by the mock", ""),
         ),
     };
+}
+
+/// The PodList a list of pods is answered with.
+fn pod_list_json(state: &State) -> String {
+    let items: Vec<String> = state
+        .pods
+        .values()
+        .map(|p| pod_json(p, &state.node, state.version))
+        .collect();
+    format!(
+        r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
+        state.version,
+        items.join(",")
+    )
 }
 
 /// Merges a strategic merge patch's status conditions by type, as the API server does for

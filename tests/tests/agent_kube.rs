@@ -609,11 +609,133 @@ fn ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep() {
     assert_eq!(deletion.path(), "/api/v1/namespaces/default/pods/hog");
     let body: Value = serde_json::from_str(&deletion.body).expect("DeleteOptions");
     assert_eq!(body["gracePeriodSeconds"], 1, "{body:#}");
-    assert_eq!(kube.posts(), 0, "no Eviction asked: {:?}", kube.api.requests());
+    assert_eq!(
+        kube.posts(),
+        0,
+        "no Eviction asked: {:?}",
+        kube.api.requests()
+    );
     let event = kube
         .api
         .wait_until(WITHIN, |api| api.events().into_iter().next())
         .unwrap_or_else(|| panic!("no event; {}", agent.stderr()));
     assert_eq!(event["reason"], "Evicted", "{event:#}");
     assert_eq!(event["involvedObject"]["name"], "hog", "{event:#}");
+}
+
+/// A Summary API answer for `node` with each pod's working set in MiB.
+fn summary_json(node: &str, pods: &[(&TestPod, u64)]) -> String {
+    let pods: Vec<Value> = pods
+        .iter()
+        .map(|(pod, mib)| {
+            serde_json::json!({
+                "podRef": {"name": pod.name, "namespace": "default", "uid": pod.uid},
+                "memory": {"workingSetBytes": mib << 20, "usageBytes": mib << 20},
+            })
+        })
+        .collect();
+    serde_json::json!({"node": {"nodeName": node}, "pods": pods}).to_string()
+}
+
+fn run_rank(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(tests::monitor_bin())
+        .arg("rank")
+        .args(args)
+        .output()
+        .expect("running monitor rank")
+}
+
+#[test]
+fn rank_kube_ranks_the_api_servers_answers_like_rank_with_their_files() {
+    let api = MockKubeApi::start(NODE);
+    let pods = [
+        (TestPod::new("within").request_mib(300), 100),
+        (TestPod::new("over").request_mib(20), 60),
+        (
+            TestPod::new("important").request_mib(10).priority(1000),
+            200,
+        ),
+        (TestPod::new("unmeasured").request_mib(10), 0),
+    ];
+    for (pod, _) in &pods {
+        api.apply_pod(pod);
+    }
+    let measured: Vec<(&TestPod, u64)> = pods[..3].iter().map(|(p, mib)| (p, *mib)).collect();
+    let summary = summary_json(NODE, &measured);
+    api.serve_summary(&summary);
+    let (files, kubeconfig) = kubeconfig(&api, "kube-rank");
+    std::fs::write(files.join("pods.json"), api.pod_list()).expect("pods file");
+    std::fs::write(files.join("summary.json"), &summary).expect("summary file");
+    let kubeconfig = kubeconfig.display().to_string();
+    let pods_file = files.join("pods.json").display().to_string();
+    let summary_file = files.join("summary.json").display().to_string();
+
+    for output in ["json", "text"] {
+        let live = run_rank(&[
+            "--kube",
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            &kubeconfig,
+            "--output",
+            output,
+        ]);
+        let stderr = String::from_utf8_lossy(&live.stderr);
+        assert!(live.status.success(), "{}: {stderr}", live.status);
+        let from_files = run_rank(&[
+            "--pods",
+            &pods_file,
+            "--summary",
+            &summary_file,
+            "--output",
+            output,
+        ]);
+        assert!(from_files.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&live.stdout),
+            String::from_utf8_lossy(&from_files.stdout),
+            "--output {output}"
+        );
+        if output == "json" {
+            let ranked: Value = serde_json::from_slice(&live.stdout).expect("a JSON array");
+            let names: Vec<&str> = ranked
+                .as_array()
+                .expect("an array")
+                .iter()
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(names, ["unmeasured", "over", "important", "within"]);
+        }
+    }
+    let asked: Vec<String> = api
+        .requests()
+        .iter()
+        .map(|r| r.path().to_string())
+        .collect();
+    assert!(
+        asked.contains(&format!("/api/v1/nodes/{NODE}/proxy/stats/summary")),
+        "{asked:?}"
+    );
+}
+
+#[test]
+fn rank_kube_names_what_it_could_not_read() {
+    let api = MockKubeApi::start(NODE);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-rank-missing");
+    let kubeconfig = kubeconfig.display().to_string();
+    // No Summary served: the proxy answers 404.
+    let out = run_rank(&["--kube", "--node-name", NODE, "--kubeconfig", &kubeconfig]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Summary API of node node-a") && stderr.contains("nodes/proxy"),
+        "{stderr}"
+    );
+    let out = run_rank(&["--kube", "--node-name", "../x", "--kubeconfig", &kubeconfig]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a DNS-1123 subdomain"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -191,6 +191,14 @@ pub enum WakeSlot {
     WakeAt = 1,
 }
 
+/// Size of the `EVENTS` ring buffer in bytes.
+pub const EVENTS_BYTES: u64 = 256 * 1024;
+
+/// Most records one read of the ring can return: the ring full of the smallest record
+/// ([`StatEvent`], plus the ring's 8-byte record header). Userspace sizes its batch buffer
+/// with it at start, so reading never allocates under memory pressure.
+pub const MAX_RECORDS: usize = EVENTS_BYTES as usize / (core::mem::size_of::<StatEvent>() + 8);
+
 /// Number of [`WakeSlot`]s.
 pub const NWAKE: u32 = 2;
 
@@ -215,6 +223,43 @@ pub struct CgroupEvent {
     pub path_len: u32,
     /// Path relative to the hierarchy root, starting with `/`, NUL-terminated, truncated to fit.
     pub path: [u8; PATH_MAX],
+}
+
+/// Where the fentry stat programs find a memory cgroup's id, written by userspace into the
+/// single entry of the `MEMCG_OFFSETS` map from the running kernel's BTF (member offsets
+/// change between builds; no CO-RE relocation is needed this way).
+///
+/// `__mod_memcg_lruvec_state` gets a `struct lruvec *` embedded in a
+/// `struct mem_cgroup_per_node`, whose `memcg` names the cgroup; `__mod_memcg_state` gets the
+/// `struct mem_cgroup *` itself. The id is `memcg->css.cgroup->kn->id`, the same number the
+/// memcg tracepoints report.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemcgOffsets {
+    /// Byte offset of `mem_cgroup_per_node::lruvec`.
+    pub pn_lruvec: u32,
+    /// Byte offset of `mem_cgroup_per_node::memcg` (`struct mem_cgroup *`).
+    pub pn_memcg: u32,
+    /// Byte offset of `css.cgroup` in `struct mem_cgroup` (`struct cgroup *`).
+    pub memcg_cgroup: u32,
+    /// Byte offset of `cgroup::kn` (`struct kernfs_node *`).
+    pub cgroup_kn: u32,
+    /// Byte offset of `kernfs_node::id`.
+    pub kernfs_id: u32,
+    /// 1 once userspace wrote the offsets; the programs do nothing before.
+    pub valid: u32,
+}
+
+impl MemcgOffsets {
+    /// Not written yet.
+    pub const EMPTY: MemcgOffsets = MemcgOffsets {
+        pn_lruvec: 0,
+        pn_memcg: 0,
+        memcg_cgroup: 0,
+        cgroup_kn: 0,
+        kernfs_id: 0,
+        valid: 0,
+    };
 }
 
 /// Length of a task's `comm`, including the NUL (`TASK_COMM_LEN`).
@@ -350,6 +395,7 @@ const _: () = assert!(core::mem::size_of::<CgroupCounters>() == 16 * NSTATS);
 const _: () = assert!(core::mem::size_of::<StatEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<CgroupEvent>() == 32 + PATH_MAX);
 const _: () = assert!(core::mem::size_of::<IncidentConfig>() == 40);
+const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 24);
 const _: () = assert!(core::mem::size_of::<StallEvent>() == 48 + COMM_LEN);
 const _: () = assert!(core::mem::size_of::<KswapdEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 56 + COMM_LEN);
@@ -363,6 +409,7 @@ mod pod_impls {
     unsafe impl aya::Pod for super::StatEvent {}
     unsafe impl aya::Pod for super::CgroupEvent {}
     unsafe impl aya::Pod for super::IncidentConfig {}
+    unsafe impl aya::Pod for super::MemcgOffsets {}
     unsafe impl aya::Pod for super::StallEvent {}
     unsafe impl aya::Pod for super::KswapdEvent {}
     unsafe impl aya::Pod for super::OomEvent {}

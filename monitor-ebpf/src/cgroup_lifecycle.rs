@@ -1,7 +1,9 @@
 //! `cgroup/cgroup_mkdir` and `cgroup/cgroup_rmdir`: cgroup creation and removal.
 //!
 //! Userspace keeps its cgroup id -> path cache current from these records, and removal drops the
-//! cgroup's aggregate from `CGROUP_STATS` so the map does not fill with dead cgroups.
+//! cgroup's aggregate from `CGROUP_STATS` so the map does not fill with dead cgroups; it also
+//! notes the id in `REMOVED` first, so later stat updates of the dying cgroup (its remaining
+//! pages being uncharged) do not insert the entry again.
 //! Minimum kernel: 4.19 (cgroup tracepoints), 5.8 for the ring buffer.
 
 use aya_ebpf::{
@@ -12,7 +14,7 @@ use aya_ebpf::{
 };
 use monitor_common::{CgroupEvent, DropReason, EventKind};
 
-use crate::maps::{CGROUP_STATS, EVENTS, config, count_drop};
+use crate::maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop};
 
 // Offsets from /sys/kernel/tracing/events/cgroup/cgroup_mkdir/format (same for rmdir).
 const ROOT_OFFSET: usize = 8;
@@ -48,6 +50,8 @@ fn try_lifecycle(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
         return Ok(());
     }
     if kind == EventKind::Rmdir {
+        // Noted before the entry goes, so a concurrent update finds one or the other.
+        let _ = REMOVED.insert(&id, &1, 0);
         let _ = CGROUP_STATS.remove(&id);
     }
     let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {

@@ -13,6 +13,7 @@ mod atomic;
 mod cgroup_lifecycle;
 mod kswapd;
 mod maps;
+mod memcg_fentry;
 mod memcg_stat;
 mod oom_victim;
 mod reclaim_stall;

@@ -4,7 +4,10 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use monitor_common::{CgroupCounters, Config, DropReason, IncidentConfig, NDROPS, NWAKE};
+pub use monitor_common::EVENTS_BYTES;
+use monitor_common::{
+    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NDROPS, NWAKE,
+};
 
 /// Single entry written by userspace before attaching.
 #[map]
@@ -14,6 +17,18 @@ pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 #[map]
 pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entries(65536, 0);
 
+/// Cgroups removed since the programs attached, keyed by cgroup id. A removed memory cgroup
+/// lingers while pages are still charged to it, and their uncharging updates its stats: the
+/// stat programs consult this map before creating an entry, so a dying cgroup does not come
+/// back into [`CGROUP_STATS`] after its rmdir. LRU, so it never fills; a dying cgroup that
+/// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
+#[map]
+pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
+
+/// Single entry for the fentry stat programs, written by userspace when it attaches them.
+#[map]
+pub static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
+
 /// Single entry for the incident programs (reclaim stalls, OOM kills), written by userspace.
 #[map]
 pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0);
@@ -22,9 +37,6 @@ pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0
 /// killed inside reclaim never reaches the end tracepoint and would otherwise leak its entry.
 #[map]
 pub static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
-
-/// Size of [`EVENTS`] in bytes.
-pub const EVENTS_BYTES: u64 = 256 * 1024;
 
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]
@@ -54,4 +66,9 @@ pub fn config() -> Option<&'static Config> {
 /// The incident configuration, or `None` before userspace wrote it.
 pub fn incident_config() -> Option<&'static IncidentConfig> {
     INCIDENT_CONFIG.get(0)
+}
+
+/// The fentry programs' offsets, or `None` before userspace wrote them.
+pub fn memcg_offsets() -> Option<&'static MemcgOffsets> {
+    MEMCG_OFFSETS.get(0).filter(|o| o.valid != 0)
 }

@@ -4,18 +4,19 @@
 //! the stat item number and the change in pages. We keep a running sum per cgroup and stat and
 //! send a record only when the sum moved by at least `Config::step_bytes` since the last record;
 //! the record wakes userspace only when it may matter for a threshold (see `wake`).
-//! Minimum kernel: 6.8 (the memcg tracepoints were added then); on older kernels userspace
-//! polls instead.
+//! Minimum kernel: 6.13 (the memcg tracepoints were added then); on 5.11 to 6.12 the same
+//! aggregation runs from fentry programs on the functions the tracepoints were later placed
+//! in (`memcg_fentry`), and without either userspace polls.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::tracepoint,
     programs::TracePointContext,
 };
-use monitor_common::{CgroupCounters, DropReason, EventKind, NSTATS, Stat, StatEvent};
+use monitor_common::{CgroupCounters, Config, DropReason, EventKind, NSTATS, Stat, StatEvent};
 
 use crate::{
     atomic,
-    maps::{CGROUP_STATS, EVENTS, config, count_drop},
+    maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop},
     wake,
 };
 
@@ -46,15 +47,7 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
     } else {
         &cfg.lruvec_items
     };
-    let mut slot = NSTATS;
-    for (i, tracked) in items.iter().enumerate() {
-        if *tracked == item {
-            slot = i;
-        }
-    }
-    if slot >= NSTATS {
-        return Ok(());
-    }
+    let slot = slot_of(items, item).ok_or(0)?;
     // SAFETY: as above.
     let (id, val) = unsafe {
         (
@@ -62,6 +55,26 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
             ctx.read_at::<i32>(VAL_OFFSET)?,
         )
     };
+    record(cfg, slot, id, val)
+}
+
+/// The [`Stat`] slot a kernel item number is tracked in, if any.
+pub fn slot_of(items: &[i32; NSTATS], item: i32) -> Option<usize> {
+    let mut slot = NSTATS;
+    for (i, tracked) in items.iter().enumerate() {
+        if *tracked == item {
+            slot = i;
+        }
+    }
+    (slot < NSTATS).then_some(slot)
+}
+
+/// Adds `val` pages to the cgroup's sum in `slot` and sends a record when the sum moved by a
+/// step since the last one. Shared by the tracepoint and the fentry programs.
+pub fn record(cfg: &Config, slot: usize, id: u64, val: i32) -> Result<(), i64> {
+    if slot >= NSTATS {
+        return Ok(());
+    }
     let counters = counters_of(id)?;
     let val = i64::from(val);
     // SAFETY: the pointers come from the hash map entry and stay valid for this program run;
@@ -109,6 +122,11 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
 fn counters_of(id: u64) -> Result<*mut CgroupCounters, i64> {
     if let Some(counters) = CGROUP_STATS.get_ptr_mut(&id) {
         return Ok(counters);
+    }
+    // Only on the rare path that creates an entry: a removed cgroup gets none again.
+    // SAFETY: the value is only tested for presence.
+    if unsafe { REMOVED.get(&id) }.is_some() {
+        return Err(0);
     }
     // Another CPU may insert the same id first; BPF_NOEXIST keeps its entry.
     if CGROUP_STATS

@@ -13,8 +13,8 @@ use std::{
 
 use serde_json::Value;
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TermIgnorer, TestPod, mounts::Mount, process_alive,
-    running_as_root,
+    AgentScene, Allocator, MonitorProcess, TempDir, TermIgnorer, TestPod, mounts::Mount,
+    process_alive, running_as_root,
 };
 
 /// How long a decision may take once the threshold is crossed (a slow VM included).
@@ -29,6 +29,67 @@ fn assert_evicts(decision: &Value, pod: &TestPod) {
 
 fn assert_still_running(agent: &mut MonitorProcess) {
     assert!(agent.running(), "the agent died:\n{}", agent.stderr());
+}
+
+/// A soft eviction scene: `allocatableMemory.available<100Mi` for 1 s evicts with
+/// `max_grace` seconds of grace; a `stubborn` pod ignoring SIGTERM beside a `calm` one.
+struct Stubborn {
+    scene: AgentScene,
+    stubborn: TestPod,
+    calm: TestPod,
+}
+
+impl Stubborn {
+    fn new(name: &str, max_grace: u32, cleanup_timeout: &str) -> Self {
+        let scene = AgentScene::with_config(
+            name,
+            &format!(
+                "evictionHard: {{}}\n\
+                 evictionSoft:\n  allocatableMemory.available: 100Mi\n\
+                 evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
+                 evictionMaxPodGracePeriod: {max_grace}\n\
+                 monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: {cleanup_timeout}\n"
+            ),
+        );
+        Self {
+            scene,
+            stubborn: TestPod::new("stubborn").request_mib(20),
+            calm: TestPod::new("calm").request_mib(100),
+        }
+    }
+
+    /// Starts both pods, the stubborn one with a process ignoring SIGTERM beside its
+    /// allocator, and makes it grow past the threshold.
+    fn run(&self) -> Running {
+        let calm = self.scene.start_pod(&self.calm);
+        let mut stubborn = self.scene.start_pod(&self.stubborn);
+        let ignorer = TermIgnorer::start_in(&self.scene.pod_dir(&self.stubborn).join("container"));
+        stubborn.alloc(230);
+        Running {
+            calm,
+            _stubborn: stubborn,
+            ignorer,
+        }
+    }
+}
+
+/// The processes of a [`Stubborn`] scene.
+struct Running {
+    calm: Allocator,
+    _stubborn: Allocator,
+    ignorer: TermIgnorer,
+}
+
+/// Waits until process `pid` is gone, failing at `deadline` with the agent's log.
+fn wait_for_death(pid: u32, deadline: Instant, agent: &MonitorProcess, what: &str) {
+    while process_alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}; stderr:\n{}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -123,42 +184,30 @@ fn a_pod_ignoring_sigterm_past_the_cleanup_timeout_is_still_killed() {
     }
     // A soft eviction gives the pod 3 s, longer than the 2 s cleanup timeout: the cleanup
     // timeout bounds the wait for the next eviction and never replaces the kill.
-    let scene = AgentScene::with_config(
-        "faults-stubborn",
-        "evictionHard: {}\n\
-         evictionSoft:\n  allocatableMemory.available: 100Mi\n\
-         evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
-         evictionMaxPodGracePeriod: 3\n\
-         monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 2s\n",
-    );
-    let stubborn = TestPod::new("stubborn").request_mib(20);
-    let calm = TestPod::new("calm").request_mib(100);
-    let mut agent = scene.start_agent(&[]);
-    let calm_proc = scene.start_pod(&calm);
-    let mut stubborn_proc = scene.start_pod(&stubborn);
-    let ignorer = TermIgnorer::start_in(&scene.pod_dir(&stubborn).join("container"));
-    stubborn_proc.alloc(230);
+    let s = Stubborn::new("faults-stubborn", 3, "2s");
+    let mut agent = s.scene.start_agent(&[]);
+    let running = s.run();
 
     let decision = agent.next_decision(DECIDE);
-    assert_evicts(&decision, &stubborn);
+    assert_evicts(&decision, &s.stubborn);
     assert_eq!(decision["grace_period_seconds"], 3, "{decision:#}");
     let decided = Instant::now();
-    let deadline = decided + Duration::from_secs(3 + 5);
-    while process_alive(ignorer.pid()) {
-        assert!(
-            Instant::now() < deadline,
-            "the SIGTERM-ignoring process outlived its grace period; stderr:\n{}",
-            agent.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_death(
+        running.ignorer.pid(),
+        decided + Duration::from_secs(3 + 5),
+        &agent,
+        "the SIGTERM-ignoring process outlived its grace period",
+    );
     assert!(
         decided.elapsed() >= Duration::from_millis(2500),
         "killed before its grace period: {:?}",
         decided.elapsed()
     );
-    scene.wait_until_empty(&stubborn, KILL);
-    assert!(process_alive(calm_proc.pid()), "only the stubborn pod died");
+    s.scene.wait_until_empty(&s.stubborn, KILL);
+    assert!(
+        process_alive(running.calm.pid()),
+        "only the stubborn pod died"
+    );
     assert_still_running(&mut agent);
     agent.stop();
 }
@@ -246,57 +295,81 @@ fn a_restart_during_the_grace_period_finishes_the_eviction_on_its_deadline() {
     if !running_as_root("a_restart_during_the_grace_period_finishes_the_eviction_on_its_deadline") {
         return;
     }
-    // A soft eviction with an 8 s grace period and a long cleanup timeout: waiting out the
-    // cleanup timeout and starting a new grace period would show.
-    let scene = AgentScene::with_config(
-        "faults-resume",
-        "evictionHard: {}\n\
-         evictionSoft:\n  allocatableMemory.available: 100Mi\n\
-         evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
-         evictionMaxPodGracePeriod: 8\n\
-         monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 30s\n",
-    );
-    let stubborn = TestPod::new("stubborn").request_mib(20);
-    let calm = TestPod::new("calm").request_mib(100);
-    let agent = scene.start_agent(&[]);
-    let calm_proc = scene.start_pod(&calm);
-    let mut stubborn_proc = scene.start_pod(&stubborn);
-    let ignorer = TermIgnorer::start_in(&scene.pod_dir(&stubborn).join("container"));
-    stubborn_proc.alloc(230);
+    // An 8 s grace period and a long cleanup timeout: waiting out the cleanup timeout and
+    // starting a new grace period would show.
+    let s = Stubborn::new("faults-resume", 8, "30s");
+    let agent = s.scene.start_agent(&[]);
+    let running = s.run();
     let decision = agent.next_decision(DECIDE);
     let decided = Instant::now();
-    assert_evicts(&decision, &stubborn);
+    assert_evicts(&decision, &s.stubborn);
     assert_eq!(decision["grace_period_seconds"], 8, "{decision:#}");
 
     // Killed two seconds into the grace period, as by the OOM killer or a node drain.
     std::thread::sleep(Duration::from_secs(2));
     drop(agent);
     assert!(
-        process_alive(ignorer.pid()),
+        process_alive(running.ignorer.pid()),
         "still within its grace period"
     );
-    let mut restarted = scene.start_agent(&[]);
+    let mut restarted = s.scene.start_agent(&[]);
     restarted
         .wait_stderr(Duration::from_secs(10), |l| {
             l.contains("resuming the eviction of default/stubborn")
         })
         .expect("the restarted agent resumes the eviction");
-    let deadline = decided + Duration::from_secs(8 + 3);
-    while process_alive(ignorer.pid()) {
-        assert!(
-            Instant::now() < deadline,
-            "not killed at the end of its original grace period; stderr:\n{}",
-            restarted.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_death(
+        running.ignorer.pid(),
+        decided + Duration::from_secs(8 + 3),
+        &restarted,
+        "not killed at the end of its original grace period",
+    );
     assert!(
         decided.elapsed() >= Duration::from_secs(7),
         "killed before its grace period was over: {:?}",
         decided.elapsed()
     );
-    scene.wait_until_empty(&stubborn, KILL);
-    assert!(process_alive(calm_proc.pid()), "only the stubborn pod died");
+    s.scene.wait_until_empty(&s.stubborn, KILL);
+    assert!(
+        process_alive(running.calm.pid()),
+        "only the stubborn pod died"
+    );
     assert_still_running(&mut restarted);
     restarted.stop();
+}
+
+#[test]
+fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
+    if !running_as_root("lost_kernel_records_are_counted_and_followed_by_a_rescan") {
+        return;
+    }
+    let scene = AgentScene::new("faults-lost", "10s", "10s");
+    let filler = TestPod::new("filler").request_mib(300).priority(1000);
+    let late = TestPod::new("late").request_mib(10);
+    // A record per 4 KiB step, far from the threshold: records wait in the ring, which a
+    // 150 MiB allocation overflows. Resyncs are rare, so only the rescan after the loss
+    // can find what the lost records said.
+    let mut agent = scene.start_agent(&["--step", "4Ki", "--resync-interval", "60s"]);
+    if !agent.stderr().contains("source ebpf (") {
+        eprintln!("SKIP: no per-cgroup memory programs here; nothing to lose");
+        return;
+    }
+    let mut filler_proc = scene.start_pod(&filler);
+    filler_proc.alloc(150);
+    let lost = agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains("kernel records lost")
+        })
+        .expect("the overflow is noticed");
+    assert!(lost.contains("rescanning cgroups"), "{lost}");
+    // The pod that comes now is found and ranked: over its request it goes before the
+    // filler, which is within its request.
+    let mut late_proc = scene.start_pod(&late);
+    late_proc.command("alloc 80");
+    let decision = agent.next_decision(DECIDE);
+    assert_evicts(&decision, &late);
+    scene.wait_until_empty(&late, KILL);
+    assert!(process_alive(filler_proc.pid()));
+    assert_still_running(&mut agent);
+    agent.stop();
 }

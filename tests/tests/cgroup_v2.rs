@@ -2,8 +2,8 @@
 //! inside it, read through the agent's stats reader and emptied with `cgroup.kill` (5.14+), and
 //! what `monitor doctor` says about the kernel.
 //!
-//! Runs in `cargo xtask vm-test` (Debian's 6.1 kernel with cgroup2); skipped on hosts whose
-//! memory controller is on cgroup v1.
+//! Runs in `cargo xtask vm-test` (Debian's 6.1 and 6.12 kernels with cgroup2); skipped on
+//! hosts whose memory controller is on cgroup v1.
 use std::{
     fs,
     path::Path,
@@ -98,14 +98,22 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor JSON");
     let kernel = report["kernel"].as_str().expect("kernel release");
-    if std::env::var_os("MONITOR_VM").is_some() {
+    let in_vm = std::env::var_os("MONITOR_VM").is_some();
+    if let Some(series) = std::env::var_os("MONITOR_VM_KERNEL") {
+        let series = series.to_string_lossy();
         assert!(
-            kernel.starts_with("6.1."),
-            "the VM boots Debian's 6.1 kernel, not {kernel}"
+            kernel.starts_with(&format!("{series}.")),
+            "the VM boots Debian's {series} kernel, not {kernel}"
         );
     }
-    // The memcg tracepoints arrived in 6.8; the cgroup ones long before.
-    let has_memcg = kernel_version(kernel).expect("kernel version") >= (6, 8);
+    // The memcg tracepoints arrived in 6.13; the cgroup ones long before.
+    let version = kernel_version(kernel).expect("kernel version");
+    let has_memcg = version >= (6, 13);
+    let hook = if has_memcg { "tracepoint" } else { "fentry" };
+    if in_vm || has_memcg {
+        // The VM's kernels (5.11+ with BTF) have the functions for fentry.
+        assert_eq!(report["memcg_hook"], hook, "{report:#}");
+    }
     assert_eq!(report["cgroup"]["found"]["version"], "v2", "{report:#}");
     assert_eq!(report["btf"], true, "{report:#}");
     assert_eq!(report["ring_buffer"], true, "{report:#}");
@@ -126,7 +134,11 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
         };
         assert_eq!(program["present"], expected, "{hook} on {kernel}");
     }
-    let source = if has_memcg { "ebpf" } else { "ebpf+poll" };
+    let source = if report["memcg_hook"].is_null() {
+        "ebpf+poll"
+    } else {
+        "ebpf"
+    };
     assert_eq!(report["source"], source, "{report:#}");
     assert_eq!(report["ok"], true);
 }

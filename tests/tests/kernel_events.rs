@@ -1,15 +1,31 @@
 //! The kernel programs loaded into the running kernel, watching real cgroups in which real
 //! processes allocate real memory.
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashSet,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use monitor::source::{
-    ebpf::{KernelSource, LoadOptions},
+    ebpf::{KernelSource, LoadOptions, MemcgHook},
     event::KernelEvent,
 };
 use monitor_common::Stat;
-use tests::{Allocator, TestCgroup, Trace, cgroup_id, running_as_root};
+use tests::{Allocator, TempDir, TestCgroup, Trace, cgroup_id, cgroup_tree, running_as_root};
 
 const MIB: i64 = 1 << 20;
+
+/// Every loaded copy of the programs sees every cgroup on the machine, so one test's churn
+/// fills another's ring (forcing wake-ups it asserts are absent) and moves its growth sums:
+/// the tests run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -19,21 +35,41 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn load(cgroup: &TestCgroup) -> KernelSource {
+    load_hooked(cgroup, MemcgHook::Auto)
+}
+
+fn load_hooked(cgroup: &TestCgroup, memcg_hook: MemcgHook) -> KernelSource {
     KernelSource::load(LoadOptions {
         step_bytes: MIB as u64,
         hierarchy_id: cgroup.hierarchy.hierarchy_id,
+        memcg_hook,
     })
     .expect("loading the kernel programs")
 }
 
-/// The programs, or `None` (with a note) on kernels without the memcg stat tracepoints.
+/// The programs, or `None` (with a note) where neither the memcg tracepoints nor fentry can
+/// count memory. The VM's kernels (5.11+ with BTF) must count it.
 fn load_tracking_memory(cgroup: &TestCgroup) -> Option<KernelSource> {
     let source = load(cgroup);
     if !source.tracks_memory() {
-        eprintln!("SKIP: this kernel has no memcg stat tracepoints; memory is polled here");
+        let reasons = skip_reasons(&source);
+        assert!(
+            std::env::var_os("MONITOR_VM").is_none(),
+            "the VM's kernel must count memory with tracepoints or fentry: {reasons}"
+        );
+        eprintln!("SKIP: the memcg programs cannot attach here; memory is polled: {reasons}");
         return None;
     }
     Some(source)
+}
+
+fn skip_reasons(source: &KernelSource) -> String {
+    let reasons: Vec<String> = source
+        .skipped()
+        .iter()
+        .map(|s| format!("{}: {}", s.program.name, s.reason))
+        .collect();
+    reasons.join("; ")
 }
 
 /// Collects events until `done` holds (then 300 ms more, to catch stragglers) or `timeout`.
@@ -97,13 +133,54 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
     if !running_as_root("anon_events_add_up_to_an_allocation_and_its_release") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("anon");
-    let dir = cgroup.child("alloc");
-    let id = cgroup_id(&dir);
     runtime().block_on(async {
-        let Some(mut source) = load_tracking_memory(&cgroup) else {
+        let Some(source) = load_tracking_memory(&cgroup) else {
             return;
         };
+        assert_anon_adds_up(&cgroup, source).await;
+    });
+}
+
+/// The fentry programs of 5.11-6.12 kernels, attached here even where the tracepoints exist
+/// (6.13+ kernels have the functions under their new names).
+#[test]
+fn fentry_anon_events_add_up_to_an_allocation_and_its_release() {
+    if !running_as_root("fentry_anon_events_add_up_to_an_allocation_and_its_release") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("anon-fentry");
+    runtime().block_on(async {
+        let source = load_hooked(&cgroup, MemcgHook::Fentry);
+        if !source.tracks_memory() {
+            let reasons = skip_reasons(&source);
+            // Some hosts (a security policy, a BPF LSM) refuse tracing programs even to root;
+            // the VM's kernels must not.
+            let refused = reasons.contains("Operation not permitted");
+            assert!(
+                refused && std::env::var_os("MONITOR_VM").is_none(),
+                "fentry programs not attached: {reasons}"
+            );
+            eprintln!("SKIP: this host refuses fentry programs: {reasons}");
+            return;
+        }
+        assert_eq!(
+            source.fentry_functions().len(),
+            2,
+            "both memcg programs by fentry"
+        );
+        assert_anon_adds_up(&cgroup, source).await;
+    });
+}
+
+/// A process allocating 256 MiB in a child of `cgroup` produces anon records that add up to
+/// it within 10 %, and its release likewise.
+async fn assert_anon_adds_up(cgroup: &TestCgroup, mut source: KernelSource) {
+    let dir = cgroup.child("alloc");
+    let id = cgroup_id(&dir);
+    {
         let mut allocator = Allocator::start_in(&dir);
         let expected = 256 * MIB;
         allocator.alloc(256);
@@ -130,7 +207,7 @@ fn anon_events_add_up_to_an_allocation_and_its_release() {
             (shrunk + expected).abs() <= expected / 10,
             "freeing shows {shrunk} bytes, expected -{expected} within 10%"
         );
-    });
+    }
 }
 
 #[test]
@@ -140,6 +217,7 @@ fn records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader(
     ) {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("wake");
     let dir = cgroup.child("alloc");
     let id = cgroup_id(&dir);
@@ -195,6 +273,7 @@ fn cgroup_creation_and_removal_are_reported_with_their_path() {
     if !running_as_root("cgroup_creation_and_removal_are_reported_with_their_path") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("lifecycle");
     runtime().block_on(async {
         let mut source = load(&cgroup);
@@ -231,6 +310,7 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
     if !running_as_root("trace_command_prints_json_lines_for_the_filtered_cgroup") {
         return;
     }
+    let _serial = serial();
     let cgroup = TestCgroup::create("trace-cli");
     let trace = Trace::start(&[
         "--output",
@@ -297,4 +377,147 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
         (last_current - 64 * MIB).abs() <= 64 * MIB / 10,
         "current_bytes {last_current}"
     );
+}
+
+/// Runs `script` with `sh -c` inside the cgroup `dir` and waits for it.
+fn run_in(dir: &Path, script: &str) {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script]);
+    let status = cgroup_tree::spawn_in(&mut cmd, dir)
+        .and_then(|mut child| child.wait())
+        .unwrap_or_else(|e| panic!("running {script} in {}: {e}", dir.display()));
+    assert!(status.success(), "{script} in {}: {status}", dir.display());
+}
+
+/// Writes `mib` MiB of page cache to `file` from inside the cgroup `dir`; the pages stay
+/// charged to the cgroup after it is removed, until the file goes.
+fn write_cache(dir: &Path, file: &Path, mib: u32) {
+    run_in(
+        dir,
+        &format!(
+            "dd if=/dev/zero of={} bs=1M count={mib} conv=fsync status=none",
+            file.display()
+        ),
+    );
+}
+
+/// Reads and discards what waits in the ring, so a long churn does not fill it.
+fn discard_pending(source: &mut KernelSource) {
+    let mut batch = Vec::new();
+    source.read_pending(&mut batch);
+}
+
+/// How many of `ids` still have an aggregate in the kernel map.
+fn still_tracked(source: &KernelSource, ids: &[u64]) -> Vec<u64> {
+    let tracked: HashSet<u64> = source
+        .tracked_cgroups()
+        .expect("reading CGROUP_STATS")
+        .into_iter()
+        .collect();
+    ids.iter()
+        .copied()
+        .filter(|id| tracked.contains(id))
+        .collect()
+}
+
+#[test]
+fn removed_cgroups_leave_no_aggregate_in_the_kernel_map() {
+    if !running_as_root("removed_cgroups_leave_no_aggregate_in_the_kernel_map") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("churn");
+    let files = TempDir::new("churn-cache");
+    runtime().block_on(async {
+        let Some(mut source) = load_tracking_memory(&cgroup) else {
+            return;
+        };
+        let mut removed = Vec::new();
+        for i in 0..200 {
+            let dir = cgroup.child(&format!("c{i}"));
+            removed.push(cgroup_id(&dir));
+            // Every fourth leaves page cache behind, uncharged from the dead cgroup when the
+            // file goes after the rmdir.
+            let cache = (i % 4 == 0).then(|| files.join(&format!("c{i}")));
+            match &cache {
+                Some(file) => write_cache(&dir, file, 2),
+                None => run_in(&dir, "true"),
+            }
+            std::fs::remove_dir(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
+            if let Some(file) = cache {
+                std::fs::remove_file(file).unwrap();
+            }
+            discard_pending(&mut source);
+        }
+        // Late uncharges (per-CPU stock, RCU-deferred frees) come within a few hundred ms.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        discard_pending(&mut source);
+        let stale = still_tracked(&source, &removed);
+        assert!(
+            stale.is_empty(),
+            "{} of 200 removed cgroups still have an entry in CGROUP_STATS, e.g. {:?}",
+            stale.len(),
+            &stale[..stale.len().min(8)]
+        );
+    });
+}
+
+#[test]
+fn the_sweep_deletes_aggregates_of_cgroups_removed_before_the_programs_attached() {
+    if !running_as_root(
+        "the_sweep_deletes_aggregates_of_cgroups_removed_before_the_programs_attached",
+    ) {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("sweep");
+    let files = TempDir::new("sweep-cache");
+    // Removed before loading: the kernel programs never see their rmdir.
+    let mut removed = Vec::new();
+    for i in 0..20 {
+        let dir = cgroup.child(&format!("gone{i}"));
+        removed.push(cgroup_id(&dir));
+        write_cache(&dir, &files.join(&format!("gone{i}")), 2);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+    let live_dir = cgroup.child("live");
+    let live = cgroup_id(&live_dir);
+    runtime().block_on(async {
+        let Some(mut source) = load_tracking_memory(&cgroup) else {
+            return;
+        };
+        let mut allocator = Allocator::start_in(&live_dir);
+        allocator.alloc(8);
+        // Their pages are uncharged now, which gives the dead cgroups entries again.
+        for i in 0..20 {
+            std::fs::remove_file(files.join(&format!("gone{i}"))).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        discard_pending(&mut source);
+        let before = still_tracked(&source, &removed);
+        assert!(
+            !before.is_empty(),
+            "uncharging the removed cgroups' page cache gave none of them an entry"
+        );
+        assert_eq!(
+            still_tracked(&source, &[live]),
+            [live],
+            "live cgroup untracked"
+        );
+        let (scan, deleted) = source
+            .sweep_stale(&cgroup.hierarchy.mount)
+            .expect("sweeping CGROUP_STATS");
+        assert!(scan.get(live).is_some(), "the sweep's walk misses {live}");
+        assert!(
+            deleted >= before.len(),
+            "deleted {deleted}, {} stale",
+            before.len()
+        );
+        assert_eq!(still_tracked(&source, &removed), Vec::<u64>::new());
+        assert_eq!(
+            still_tracked(&source, &[live]),
+            [live],
+            "the sweep deleted a live cgroup's entry"
+        );
+    });
 }

@@ -25,6 +25,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Starts `monitor trace --output json` with extra arguments.
+/// A trace's `--duration` for a workload that takes about `host_secs` here: five times that
+/// on the emulated VM, where two overruns take over 30 s with the stat programs attached.
+fn trace_secs(host_secs: u32) -> String {
+    let factor = if std::env::var_os("MONITOR_VM").is_some() {
+        5
+    } else {
+        1
+    };
+    (host_secs * factor).to_string()
+}
+
 fn start_trace(args: &[&str]) -> Trace {
     let mut all = vec!["--output", "json", "--min-stall", "1ms"];
     all.extend_from_slice(args);
@@ -90,9 +101,10 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
     // Per-cgroup PSI lives in cgroup2: the limited cgroup has it when the memory controller
     // is on cgroup2 (the test VM), not on a host with the memory controller on v1.
     let cgroup_psi = dir.join("memory.pressure").exists();
+    let secs = trace_secs(10);
     let trace = start_trace(&[
         "--duration",
-        "10",
+        &secs,
         "--cgroup",
         &cgroup.rel,
         "--psi-stall",
@@ -201,7 +213,8 @@ fn cgroup_filter_selects_exactly_the_requested_cgroup() {
     let other = limited_child(&cgroup, "other");
     let (watched_rel, other_rel) = (cgroup.child_rel("watched"), cgroup.child_rel("other"));
     let scratch = tempdir("filter");
-    let trace = start_trace(&["--duration", "12", "--cgroup", &watched_rel]);
+    let secs = trace_secs(12);
+    let trace = start_trace(&["--duration", &secs, "--cgroup", &watched_rel]);
     let (a, b) = (scratch.join("a"), scratch.join("b"));
     fs::create_dir_all(&a).unwrap();
     fs::create_dir_all(&b).unwrap();
@@ -216,7 +229,8 @@ fn cgroup_filter_selects_exactly_the_requested_cgroup() {
         of_type(&lines, "oom_kill")
             .iter()
             .any(|k| is_workload_kill(k, watched_pid)),
-        "the watched cgroup's kill is missing; stderr: {stderr}"
+        "the watched cgroup's kill is missing: {:?}; stderr: {stderr}",
+        of_type(&lines, "oom_kill")
     );
     for line in &lines {
         if let Some(path) = line["cgroup_path"].as_str() {
@@ -258,9 +272,10 @@ fn pod_attribution_and_pod_filter_name_the_pod() {
     )
     .unwrap();
     let kubepods = format!("{}/kubepods", cgroup.rel);
+    let secs = trace_secs(12);
     let trace = start_trace(&[
         "--duration",
-        "12",
+        &secs,
         "--pods",
         manifests.to_str().unwrap(),
         "--kubepods-cgroup",

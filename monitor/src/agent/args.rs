@@ -3,6 +3,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
+use super::self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj};
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
     cli::{
@@ -128,4 +129,20 @@ pub struct AgentArgs {
     /// Stop after this long (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub duration: Option<Duration>,
+    /// The agent's own oom_score_adj, -1000 (never OOM-killed) to 1000 (killed first). The
+    /// default keeps the OOM killer off the agent while leaving -1000 to what the node
+    /// cannot lose at all (as systemd's own critical daemons do).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_OOM_SCORE_ADJ,
+        allow_negative_numbers = true,
+        value_parser = parse_oom_score_adj
+    )]
+    pub oom_score_adj: i32,
+    /// Do not lock the agent's memory. By default every page of the agent is locked
+    /// (mlockall), so reclaim cannot page it out when the node is short of memory; this needs
+    /// CAP_IPC_LOCK (root has it) or a RLIMIT_MEMLOCK larger than the agent.
+    #[arg(long)]
+    pub no_mlock: bool,
 }

@@ -207,6 +207,7 @@ impl AgentCore {
         self.state.pod_cleaned_up(uid);
         self.evicted.remove(uid);
         self.stopped.remove(uid);
+        self.excluded.remove(uid);
         self.refusals.forget(uid);
     }
 

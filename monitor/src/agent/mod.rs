@@ -12,6 +12,7 @@ pub mod reader;
 pub mod refusals;
 pub mod report;
 mod run;
+pub mod self_protect;
 pub mod usage;
 
 pub use args::AgentArgs;

@@ -35,6 +35,7 @@ use super::{
     psi_wake::PsiWake,
     reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
     report::{DecisionContext, DecisionReport},
+    self_protect::{self, OwnPod},
     usage::StatChange,
 };
 use crate::{
@@ -62,7 +63,7 @@ use crate::{
         kube_watch, kubelet_view, resolve_pod_cgroups,
     },
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         event::{DecodeError, KernelEvent},
     },
     trace::record::bytes,
@@ -75,6 +76,9 @@ const WAITING_RECORDS_READ_EVERY: Duration = Duration::from_secs(1);
 /// too, so it is already running when the crossing record comes: a wake-up from idle costs
 /// about a millisecond on a virtual machine's halted vCPU.
 const WAKE_MARGIN_STEPS: u64 = 4;
+/// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
+/// walk, so not at every resync).
+const SWEEP_EVERY_RESYNCS: u32 = 6;
 /// How long to wait before opening the pod source again after it failed.
 const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
 
@@ -82,6 +86,7 @@ type Batch = Vec<Result<KernelEvent, DecodeError>>;
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    self_protect::protect_process(args.oom_score_adj, !args.no_mlock);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -175,8 +180,12 @@ struct Agent {
     /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod).
     actuator: Box<dyn Actuator>,
     actions: JoinSet<ActionDone>,
-    /// Kernel records that could not be decoded.
-    undecodable: u64,
+    /// Whether an undecodable kernel record was logged (the kernel source counts them).
+    undecodable_logged: bool,
+    /// Kernel records lost (ring full) since they were last added to the checkpoint.
+    lost_unsaved: u64,
+    /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
+    resyncs_since_sweep: u32,
     /// Actions that failed or were refused.
     action_failures: u64,
     /// Events counted since they were last added to the checkpoint's counters.
@@ -185,6 +194,8 @@ struct Agent {
     causes: CauseLog,
     /// Decision state and node conditions as last written to the checkpoint.
     persisted: Option<(EvictionState, Vec<NodeCondition>)>,
+    /// The pod that runs this agent, never a candidate.
+    own_pod: OwnPod,
     /// With --kube: the agent's own node conditions, published on the Node.
     node_status: Option<NodeStatusPublisher>,
 }
@@ -286,6 +297,7 @@ impl Agent {
                 hierarchy: hierarchy.clone(),
             }),
         };
+        let own_pod = OwnPod::detect(hierarchy.version);
         Ok(Self {
             args,
             reader: Cgroupfs {
@@ -302,11 +314,14 @@ impl Agent {
             pods: Vec::new(),
             actuator,
             actions: JoinSet::new(),
-            undecodable: 0,
+            undecodable_logged: false,
+            lost_unsaved: 0,
+            resyncs_since_sweep: 0,
             action_failures: 0,
             unsaved_events: 0,
             causes: CauseLog::default(),
             persisted: None,
+            own_pod,
             node_status,
         })
     }
@@ -322,7 +337,11 @@ impl Agent {
         let show_status = !self.args.status_interval.is_zero();
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
         let mut sigterm = signal(SignalKind::terminate())?;
-        let mut batch = Vec::new();
+        // Sized for a full ring at start: no allocation when records pour in under pressure.
+        let mut batch = match self.source {
+            Source::Poll => Vec::new(),
+            _ => Vec::with_capacity(monitor_common::MAX_RECORDS),
+        };
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = matches!(self.source, Source::Kernel(_));
@@ -340,7 +359,10 @@ impl Agent {
                         self.evaluate(None);
                     }
                 },
-                _ = waiting.tick(), if wakes_on_growth => self.read_waiting(&mut batch),
+                _ = waiting.tick(), if wakes_on_growth => {
+                    self.read_waiting(&mut batch);
+                    self.take_losses();
+                }
                 signal = next_pressure(&mut psi) => {
                     log::debug!("memory pressure {signal:?}: reading cgroupfs now");
                     self.read_unprompted();
@@ -348,6 +370,8 @@ impl Agent {
                 }
                 _ = reads.tick() => {
                     self.read_unprompted();
+                    self.sweep_kernel_map();
+                    self.take_losses();
                     self.evaluate(None);
                     self.save_counters();
                 }
@@ -475,10 +499,13 @@ impl Agent {
             let event = match decoded {
                 Ok(event) => event,
                 Err(e) => {
-                    if self.undecodable == 0 {
-                        log::warn!("skipping a kernel record that does not decode: {e}");
+                    if !self.undecodable_logged {
+                        log::warn!(
+                            "skipping a kernel record that does not decode: {e} (counted in \
+                             monitor_events_undecodable_total; logged once)"
+                        );
+                        self.undecodable_logged = true;
                     }
-                    self.undecodable += 1;
                     continue;
                 }
             };
@@ -529,10 +556,6 @@ impl Agent {
         let mut metrics = self.metrics.try_lock();
         if let Ok(m) = metrics.as_deref_mut() {
             m.events_received += received;
-            m.events_undecodable = self.undecodable;
-            if let Some(kernel) = self.source.kernel() {
-                m.events_lost = kernel.drops().ring_full;
-            }
         }
         drop(metrics);
         // A pod whose cgroup did not exist yet may have just got it; a restarted container
@@ -558,6 +581,7 @@ impl Agent {
             }
         }
         let changes = self.core.set_pods(entries);
+        self.own_pod.exclude_from(&mut self.core);
         if !changes.added.is_empty() || !changes.removed.is_empty() {
             log::info!(
                 "pods: {} added, {} removed, {} known",
@@ -575,13 +599,22 @@ impl Agent {
     /// cgroup, so pods still waiting for theirs (the manifest came first, as a pod reaches
     /// the node before its cgroup exists) are looked for here, as on a kernel mkdir event.
     fn read_unprompted(&mut self) {
-        let polling = matches!(self.source, Source::Poll);
-        if polling && self.waiting_pod_has_its_cgroup() {
-            self.apply_pods(self.pods.clone());
+        if matches!(self.source, Source::Poll) {
+            self.rediscover();
         } else {
-            self.read_cgroupfs(polling);
+            self.read_cgroupfs(false);
         }
         self.revive_restarted_pods();
+    }
+
+    /// Rewalks the hierarchy and reads every number, first finding the cgroups of pods that
+    /// were waiting for theirs.
+    fn rediscover(&mut self) {
+        if self.waiting_pod_has_its_cgroup() {
+            self.apply_pods(self.pods.clone());
+        } else {
+            self.read_cgroupfs(true);
+        }
     }
 
     /// Whether a pod known without a cgroup has one now (looked up quietly: its absence was
@@ -969,14 +1002,66 @@ impl Agent {
         }
     }
 
-    /// Adds the events seen since the last call to the checkpoint's counters.
+    /// Adds the events seen and lost since the last call to the checkpoint's counters.
     fn save_counters(&mut self) {
-        let lost = self.source.kernel().map_or(0, |k| k.drops().ring_full);
-        let already_lost = self.saved.v1.counters.events_lost;
         self.saved
-            .count_events(self.unsaved_events, lost.saturating_sub(already_lost));
+            .count_events(self.unsaved_events, self.lost_unsaved);
         self.unsaved_events = 0;
+        self.lost_unsaved = 0;
         self.writer.save(&self.saved, Instant::now());
+    }
+
+    /// Takes in what the kernel lost since the last call: counted in the metrics, and after
+    /// records were lost to a full ring (any of them may have been a cgroup's creation or
+    /// removal, or a working-set change) the hierarchy is rescanned and every number read
+    /// anew, so no cgroup stays unknown and no estimate stays wrong until the next resync.
+    fn take_losses(&mut self) {
+        let Some(kernel) = self.source.kernel() else {
+            return;
+        };
+        let new = kernel.new_drops();
+        if let Ok(mut m) = self.metrics.try_lock() {
+            m.events_lost += new.ring_full;
+            m.events_undecodable += new.undecodable;
+            m.cgroup_map_full += new.map_full;
+        }
+        if new.map_full > 0 {
+            log::warn!(
+                "{} kernel stat updates not counted: the per-cgroup map is full; those cgroups \
+                 are read at each resync only",
+                new.map_full
+            );
+        }
+        if new.ring_full > 0 {
+            self.lost_unsaved += new.ring_full;
+            log::warn!(
+                "{} kernel records lost (ring buffer full): rescanning cgroups and reading \
+                 memory anew",
+                new.ring_full
+            );
+            self.rediscover();
+        }
+    }
+
+    /// Every few resyncs, deletes the kernel's aggregates of cgroups that no longer exist
+    /// (the kernel keeps most out itself; this catches the rest), so the map never fills
+    /// with dead cgroups.
+    fn sweep_kernel_map(&mut self) {
+        let Source::Kernel(kernel) = &mut self.source else {
+            return;
+        };
+        self.resyncs_since_sweep += 1;
+        if self.resyncs_since_sweep < SWEEP_EVERY_RESYNCS {
+            return;
+        }
+        self.resyncs_since_sweep = 0;
+        match kernel.sweep_stale(&self.hierarchy.mount) {
+            Ok((_, 0)) => {}
+            Ok((_, deleted)) => {
+                log::debug!("removed {deleted} aggregates of removed cgroups from the kernel map")
+            }
+            Err(e) => log::warn!("sweeping the kernel's per-cgroup map: {e}"),
+        }
     }
 }
 
@@ -988,6 +1073,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     let options = LoadOptions {
         step_bytes: args.step,
         hierarchy_id: hierarchy.hierarchy_id,
+        memcg_hook: MemcgHook::Auto,
     };
     // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
     let incidents = IncidentOptions {

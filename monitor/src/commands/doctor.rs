@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     cgroupfs::CgroupVersion,
-    source::probe::{EventSource, KernelFeatures},
+    source::probe::{EventSource, KernelFeatures, MemcgMethod},
 };
 
 #[derive(clap::Args, Debug)]
@@ -38,6 +38,12 @@ struct Report {
     ring_buffer: bool,
     tracefs: Found<PathBuf>,
     programs: Vec<ProgramReport>,
+    /// How per-cgroup memory is counted: `tracepoint`, `fentry`, or null (polled).
+    memcg_hook: Option<MemcgMethod>,
+    /// Each fentry program and the kernel function it would attach to, or why none.
+    fentry: Found<Vec<FentryReport>>,
+    /// Why memory is counted the way it is.
+    memcg_reason: String,
     cgroup: Found<CgroupReport>,
     psi: PsiReport,
     source: EventSource,
@@ -63,6 +69,14 @@ struct ProgramReport {
     attach: bool,
     provides: &'static str,
     fallback: &'static str,
+    since: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct FentryReport {
+    name: &'static str,
+    replaces: &'static str,
+    function: Found<&'static str>,
     since: &'static str,
 }
 
@@ -95,25 +109,48 @@ impl Report {
                 since: p.program.since,
             })
             .collect();
+        let by_fentry = features.memcg_method() == Some(MemcgMethod::Fentry);
+        let fentry_count = if by_fentry {
+            features.programs.len() - attached.len()
+        } else {
+            0
+        };
         let (ok, summary) = match &features.memory {
             Ok(memory) => (
                 true,
                 format!(
-                    "ok: agent will use {source} ({}/{} kernel programs), cgroup {} memory at {}",
-                    attached.len(),
+                    "ok: agent will use {source} ({}/{} kernel programs{}), cgroup {} memory at {}",
+                    attached.len() + fentry_count,
                     features.programs.len(),
+                    if by_fentry { ", memcg by fentry" } else { "" },
                     memory.version,
                     memory.mount.display()
                 ),
             ),
             Err(reason) => (false, format!("error: the agent cannot run here: {reason}")),
         };
+        let memcg_hook = features.memcg_method();
+        let fentry = found(features.fentry.clone().map(|targets| {
+            targets
+                .into_iter()
+                .map(|t| FentryReport {
+                    name: t.program.name,
+                    replaces: t.program.replaces,
+                    function: found(t.function),
+                    since: t.program.since,
+                })
+                .collect::<Vec<_>>()
+        }));
+        let memcg_reason = memcg_reason(memcg_hook, &fentry);
         Self {
             kernel: features.release.clone(),
             btf: features.btf,
             ring_buffer: features.ring_buffer,
             tracefs: found(features.tracefs.clone()),
             programs,
+            memcg_hook,
+            fentry,
+            memcg_reason,
             cgroup: found(
                 features
                     .memory
@@ -179,6 +216,7 @@ impl Report {
             ),
         );
         line("source", self.source.to_string());
+        line("memory", self.memcg_reason.clone());
         let _ = writeln!(out, "kernel programs");
         let width = self
             .programs
@@ -193,12 +231,55 @@ impl Report {
                 (false, _) if matches!(self.tracefs, Found::Missing(_)) => {
                     format!("unknown without tracefs: {}", p.fallback)
                 }
+                (false, _) if p.hook.starts_with("memcg/") && self.memcg_hook.is_some() => {
+                    format!("missing (since {}): counted with fentry instead", p.since)
+                }
                 (false, _) => format!("missing (since {}): {}", p.since, p.fallback),
             };
             let _ = writeln!(out, "  {:<width$}  {state}", p.hook);
         }
         let _ = writeln!(out, "{}", self.summary);
         out
+    }
+}
+
+/// Why memory is counted with `hook`, in one line.
+fn memcg_reason(hook: Option<MemcgMethod>, fentry: &Found<Vec<FentryReport>>) -> String {
+    let functions = |reports: &[FentryReport]| {
+        reports
+            .iter()
+            .filter_map(|r| match r.function {
+                Found::Found(f) => Some(f),
+                Found::Missing(_) => None,
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (hook, fentry) {
+        (Some(MemcgMethod::Tracepoint), _) => {
+            "counted by the kernel at the memcg tracepoints (6.13+)".into()
+        }
+        (Some(MemcgMethod::Fentry), Found::Found(reports)) => format!(
+            "counted by the kernel with fentry on {} (no memcg tracepoints before 6.13; BTF \
+             has these functions with the expected prototype)",
+            functions(reports)
+        ),
+        (_, Found::Found(reports)) => {
+            let why: Vec<String> = reports
+                .iter()
+                .filter_map(|r| match &r.function {
+                    Found::Missing(reason) => Some(format!("{}: {reason}", r.name)),
+                    Found::Found(_) => None,
+                })
+                .collect();
+            format!(
+                "polled: no memcg tracepoints, and fentry cannot stand in ({})",
+                why.join("; ")
+            )
+        }
+        (_, Found::Missing(reason)) => {
+            format!("polled: no memcg tracepoints, and fentry needs BTF ({reason})")
+        }
     }
 }
 
@@ -214,12 +295,64 @@ mod tests {
     use super::*;
     use crate::source::{probe::tests::facts, programs::PROGRAMS};
 
-    /// The 6.1 VM: cgroup v2, BTF, ring buffer, cgroup tracepoints but no memcg ones.
+    /// The 6.1 VM as BTF cannot offer fentry (see [`vm_features_with_fentry`]): cgroup v2,
+    /// BTF, ring buffer, cgroup tracepoints but no memcg ones.
     fn vm_features() -> KernelFeatures {
         KernelFeatures {
             release: "6.1.0-57-cloud-amd64".into(),
             ..facts(true, true, |program| program.category == "cgroup")
         }
+    }
+
+    /// The 6.1 and 6.12 VMs as they are: the memcg functions in BTF.
+    fn vm_features_with_fentry() -> KernelFeatures {
+        crate::source::probe::tests::with_fentry(vm_features())
+    }
+
+    #[test]
+    fn kernels_before_6_13_say_fentry_and_why() {
+        let report = Report::from_features(&vm_features_with_fentry());
+        let text = report.to_text();
+        assert!(
+            text.lines().any(|l| l
+                == "memory        counted by the kernel with fentry on __mod_memcg_lruvec_state, \
+                    __mod_memcg_state (no memcg tracepoints before 6.13; BTF has these \
+                    functions with the expected prototype)"),
+            "{text}"
+        );
+        assert!(
+            program_line(&text, "memcg/mod_memcg_state")
+                .ends_with(" missing (since 6.13): counted with fentry instead"),
+            "{text}"
+        );
+        assert_eq!(
+            text.lines().last(),
+            Some(
+                format!(
+                    "ok: agent will use ebpf ({0}/{0} kernel programs, memcg by fentry), cgroup v2 memory at /sys/fs/cgroup",
+                    PROGRAMS.len()
+                )
+                .as_str()
+            )
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["source"], "ebpf");
+        assert_eq!(json["memcg_hook"], "fentry");
+        assert_eq!(
+            json["fentry"]["found"][0]["function"]["found"],
+            "__mod_memcg_lruvec_state"
+        );
+    }
+
+    #[test]
+    fn without_fentry_the_reason_is_given() {
+        let text = Report::from_features(&vm_features()).to_text();
+        assert!(
+            text.contains(
+                "memory        polled: no memcg tracepoints, and fentry needs BTF (not probed in this test)"
+            ),
+            "{text}"
+        );
     }
 
     /// The text line of one program.
@@ -240,8 +373,8 @@ mod tests {
         assert_eq!(text.lines().last(), Some(verdict.as_str()));
         assert!(
             program_line(&text, "memcg/mod_memcg_state").ends_with(
-                " missing (since 6.8): poll memory.stat at the poll interval, sooner on PSI \
-                     memory stalls"
+                " missing (since 6.13): fentry on __mod_memcg_state (5.11+), else poll \
+                     memory.stat at the poll interval, sooner on PSI memory stalls"
             ),
             "{text}"
         );

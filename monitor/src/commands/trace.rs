@@ -20,7 +20,7 @@ use crate::{
     clock::monotonic_ns,
     pods::{KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, resolve_pod_cgroups},
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         pressure::{self, PressureSignal},
         probe::{KernelFeatures, NODE_PSI},
     },
@@ -140,6 +140,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         LoadOptions {
             step_bytes: args.step,
             hierarchy_id: hierarchy.hierarchy_id,
+            memcg_hook: MemcgHook::Auto,
         },
         IncidentOptions {
             min_stall: args.min_stall,
@@ -206,7 +207,9 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             source: &source,
         };
         for decoded in batch.drain(..) {
-            for record in view.apply(decoded?, &mut lookups) {
+            // Counted by the source and summed up at the end; one bad record ends nothing.
+            let Ok(event) = decoded else { continue };
+            for record in view.apply(event, &mut lookups) {
                 if !out.record(&record)? {
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -217,10 +220,10 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     out.record(&view.summary(monotonic_ns()))?;
     out.out.flush()?;
     let drops = source.drops();
-    if drops.ring_full > 0 || drops.map_full > 0 {
+    if drops.ring_full > 0 || drops.map_full > 0 || drops.undecodable > 0 {
         eprintln!(
-            "monitor: the kernel dropped {} events (ring buffer full) and could not track {} cgroups (map full)",
-            drops.ring_full, drops.map_full
+            "monitor: the kernel dropped {} events (ring buffer full) and could not count {} stat updates (map full); {} records could not be decoded",
+            drops.ring_full, drops.map_full, drops.undecodable
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub events_lost: u64,
     /// Kernel records that could not be decoded and were skipped.
     pub events_undecodable: u64,
+    /// Stat updates the kernel could not count: its per-cgroup map was full.
+    pub cgroup_map_full: u64,
     /// Checkpoint writes that failed.
     pub checkpoint_write_failures: u64,
     /// Whether the last checkpoint write succeeded.
@@ -80,6 +82,7 @@ impl Default for Metrics {
             events_received: 0,
             events_lost: 0,
             events_undecodable: 0,
+            cgroup_map_full: 0,
             checkpoint_write_failures: 0,
             checkpoint_writable: true,
             pod_read_failures: 0,
@@ -152,6 +155,12 @@ impl Metrics {
                 "counter",
                 "Kernel records that could not be decoded and were skipped.",
                 self.events_undecodable,
+            ),
+            (
+                "monitor_cgroup_map_full_total",
+                "counter",
+                "Kernel stat updates not counted because the per-cgroup map was full; those cgroups are read at resyncs only.",
+                self.cgroup_map_full,
             ),
             (
                 "monitor_checkpoint_write_failures_total",
@@ -248,7 +257,7 @@ mod tests {
             );
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!(types, 12, "one TYPE line per family");
+        assert_eq!(types, 13, "one TYPE line per family");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The running kernel's BTF (/sys/kernel/btf/vmlinux), read for the few facts the kernel
 //! programs need and that change between kernel builds: enum values (the memcg tracepoints
-//! report stats by their number in `enum node_stat_item` / `enum memcg_stat_item`) and struct
-//! member offsets. Only the type-section walk is implemented (layout: the kernel's
-//! Documentation/bpf/btf.rst).
+//! report stats by their number in `enum node_stat_item` / `enum memcg_stat_item`), struct
+//! member offsets, and function prototypes (the fentry programs attach only to a function
+//! whose parameters are what they read). Only the type-section walk is implemented (layout:
+//! the kernel's Documentation/bpf/btf.rst).
 use std::collections::HashMap;
 
 /// Why BTF could not answer.
@@ -26,10 +27,21 @@ pub enum BtfError {
 }
 
 const MAGIC: u16 = 0xeb9f;
+const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
 pub(crate) const KIND_STRUCT: u32 = 4;
 pub(crate) const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
+/// Pointers and qualifiers followed before a type is spelled `?`.
+const MAX_TYPE_DEPTH: u32 = 16;
 
 /// One type record: kind, name, member count, kind_flag, and where its members start.
 pub(crate) struct TypeRecord {
@@ -133,6 +145,56 @@ impl<'a> Types<'a> {
             return Ok(values);
         }
         Err(BtfError::NoSuchEnum(enum_name.to_string()))
+    }
+}
+
+impl Types<'_> {
+    /// The parameter types of the function `name`, spelled as C does (`struct lruvec *`,
+    /// `enum node_stat_item`, `int`; qualifiers dropped, typedefs by their name), or `None`
+    /// when the BTF has no such function (never built, or inlined everywhere).
+    pub fn function_params(&self, name: &str) -> Result<Option<Vec<String>>, BtfError> {
+        for record in self.records() {
+            let record = record?;
+            if record.kind != KIND_FUNC || self.name(record.name_off)? != name {
+                continue;
+            }
+            let proto = self
+                .record(self.referenced(&record)?)
+                .filter(|p| p.kind == KIND_FUNC_PROTO)
+                .ok_or(BtfError::Truncated(record.body))?;
+            let params = (0..proto.vlen)
+                .map(|i| self.spell(u32_at(self.types, proto.body + i * 8 + 4)?, 0))
+                .collect::<Result<_, _>>()?;
+            return Ok(Some(params));
+        }
+        Ok(None)
+    }
+
+    /// The type a PTR, TYPEDEF, qualifier or FUNC refers to (the record's type/size word).
+    fn referenced(&self, record: &TypeRecord) -> Result<u32, BtfError> {
+        u32_at(self.types, record.body - 4)
+    }
+
+    fn spell(&self, type_id: u32, depth: u32) -> Result<String, BtfError> {
+        if type_id == 0 {
+            return Ok("void".into());
+        }
+        let record = self.record(type_id).ok_or(BtfError::Truncated(0))?;
+        if depth > MAX_TYPE_DEPTH {
+            return Ok("?".into());
+        }
+        let name = self.name(record.name_off)?;
+        Ok(match record.kind {
+            KIND_PTR => format!("{} *", self.spell(self.referenced(&record)?, depth + 1)?),
+            KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                self.spell(self.referenced(&record)?, depth + 1)?
+            }
+            KIND_STRUCT => format!("struct {name}"),
+            KIND_UNION => format!("union {name}"),
+            KIND_ENUM | KIND_ENUM64 => format!("enum {name}"),
+            KIND_INT | KIND_TYPEDEF => name.to_string(),
+            _ => "?".into(),
+        })
     }
 }
 
@@ -275,6 +337,40 @@ mod tests {
             enum_values(&cut, "colors"),
             Err(BtfError::Truncated(_))
         ));
+    }
+
+    #[test]
+    fn function_parameters_are_spelled_as_in_c() {
+        let strings: &[u8] = b"\0int\0lruvec\0node_stat_item\0f\0a\0b\0c\0u32\0";
+        let name = |s| name_offset(strings, s);
+        let btf = build(
+            strings,
+            &[
+                &[name("int"), 1 << 24, 4, 32],        // 1: INT int
+                &[name("lruvec"), 4 << 24, 8],         // 2: STRUCT lruvec
+                &[0, 2 << 24, 2],                      // 3: PTR -> 2
+                &[0, 10 << 24, 3],                     // 4: CONST -> 3
+                &[name("node_stat_item"), 6 << 24, 4], // 5: ENUM, no values
+                &[name("u32"), 8 << 24, 1],            // 6: TYPEDEF u32 -> 1
+                &[0, 13 << 24 | 3, 0, name("a"), 4, name("b"), 5, name("c"), 6], // 7: FUNC_PROTO (const struct lruvec *, enum node_stat_item, u32)
+                &[name("f"), 12 << 24, 7],                                       // 8: FUNC f
+            ],
+        );
+        let types = Types::parse(&btf).unwrap();
+        assert_eq!(
+            types.function_params("f").unwrap(),
+            Some(vec![
+                "struct lruvec *".to_string(),
+                "enum node_stat_item".into(),
+                "u32".into()
+            ])
+        );
+        assert_eq!(types.function_params("g").unwrap(), None);
+        assert_eq!(
+            types.function_params("int").unwrap(),
+            None,
+            "only functions"
+        );
     }
 
     #[test]

@@ -16,21 +16,26 @@ mod without_kernel_btf;
 use std::{io, path::Path, time::Duration};
 
 use aya::{
-    Ebpf,
+    Btf, Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    programs::{FEntry, TracePoint},
 };
 use monitor_common::{
-    CgroupCounters, Config, DropReason, IncidentConfig, NO_ITEM, NSTATS, Stat, WakeSlot,
+    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NO_ITEM, NSTATS, Stat,
+    WakeSlot,
 };
 use tokio::io::{Interest, unix::AsyncFd};
+
+use crate::cgroupfs::CgroupPaths;
 
 use super::{
     btf::{self, BtfError, Types},
     event::{DecodeError, KernelEvent, decode},
+    fentry::{self as fentry_targets, FentryTarget},
     probe::{self, TracefsError, VMLINUX_BTF},
-    programs::{INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
+    programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
 };
+pub(crate) use task_memcg::MemberOffsets;
 pub use task_memcg::OffsetError;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
@@ -42,6 +47,20 @@ pub struct LoadOptions {
     pub step_bytes: u64,
     /// Hierarchy whose cgroup mkdir/rmdir events matter (see `MemoryHierarchy::hierarchy_id`).
     pub hierarchy_id: i32,
+    /// How the per-cgroup memory programs hook the kernel.
+    pub memcg_hook: MemcgHook,
+}
+
+/// Which hook the per-cgroup memory programs use (see [`super::programs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemcgHook {
+    /// The `memcg` tracepoints where the kernel has them, else fentry on the functions they
+    /// were placed in.
+    #[default]
+    Auto,
+    /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
+    /// newer one.
+    Fentry,
 }
 
 /// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).
@@ -102,6 +121,17 @@ pub enum LoadError {
     NothingAttached(String),
 }
 
+/// Why stale kernel aggregates could not be swept.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// `CGROUP_STATS` could not be read or an entry not deleted.
+    #[error("kernel map CGROUP_STATS: {0}")]
+    Map(#[from] aya::maps::MapError),
+    /// The memory hierarchy could not be walked.
+    #[error("walking the memory hierarchy: {0}")]
+    Scan(io::Error),
+}
+
 /// A program that was not attached, and why.
 #[derive(Clone, Debug)]
 pub struct Skipped {
@@ -109,13 +139,28 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// Counts of records the kernel could not deliver.
+/// Counts of records that did not reach the agent as events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Drops {
-    /// Events lost because the ring buffer was full.
+    /// Records the kernel could not send because the ring buffer was full. Any of them may
+    /// have been a cgroup creation or removal: the reader should rescan the hierarchy.
     pub ring_full: u64,
-    /// Cgroups not tracked because the kernel map was full.
+    /// Stat updates not counted because `CGROUP_STATS` was full (the cgroup gets no records).
     pub map_full: u64,
+    /// Records read from the ring that failed to decode (returned as errors in place; a
+    /// kernel object and agent out of step, never a reason to stop).
+    pub undecodable: u64,
+}
+
+impl Drops {
+    /// What was added since `earlier` (counters only rise).
+    fn since(self, earlier: Drops) -> Drops {
+        Drops {
+            ring_full: self.ring_full.saturating_sub(earlier.ring_full),
+            map_full: self.map_full.saturating_sub(earlier.map_full),
+            undecodable: self.undecodable.saturating_sub(earlier.undecodable),
+        }
+    }
 }
 
 /// The loaded, attached kernel programs and their ring buffer.
@@ -124,11 +169,17 @@ pub struct KernelSource {
     ring: AsyncFd<RingBuf<MapData>>,
     attached: Vec<&'static ProgramSpec>,
     skipped: Vec<Skipped>,
+    /// The memcg programs attached with fentry instead of tracepoints, and their functions.
+    fentry: Vec<(&'static FentrySpec, &'static str)>,
     page_size: u64,
     /// Highest working-set growth sum carried by a stat record read so far.
     growth_seen: i64,
     /// Wake-up level last written to the kernel.
     wake_at: Option<i64>,
+    /// Records read that failed to decode.
+    undecodable: u64,
+    /// [`Self::drops`] when [`Self::new_drops`] last asked.
+    drops_reported: Drops,
 }
 
 impl KernelSource {
@@ -162,6 +213,7 @@ impl KernelSource {
         let incident_config = incidents
             .map(|i| incident_config_for(&types, options, i))
             .transpose()?;
+        let fentry_plan = FentryPlan::resolve(&types);
         drop(types);
         drop(btf);
         // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
@@ -186,7 +238,29 @@ impl KernelSource {
         } else {
             &[]
         };
-        let (attached, skipped) = attach_all(&mut ebpf, PROGRAMS.iter().chain(incident_programs))?;
+        let tracepoints = PROGRAMS
+            .iter()
+            .filter(|p| options.memcg_hook == MemcgHook::Auto || p.category != MEMCG_CATEGORY);
+        let (mut attached, mut skipped) =
+            attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
+        let mut fentry = Vec::new();
+        if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
+            match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
+                Ok(hooked) => {
+                    let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
+                    log::info!(
+                        "no memcg tracepoints here: memory stats come from fentry on {}",
+                        functions.join(", ")
+                    );
+                    for (program, _) in &hooked {
+                        skipped.retain(|s| s.program.name != program.replaces);
+                        attached.extend(PROGRAMS.iter().filter(|p| p.name == program.replaces));
+                    }
+                    fentry = hooked;
+                }
+                Err(reason) => note_fentry_failure(&mut skipped, &reason),
+            }
+        }
         if attached.is_empty() {
             let reasons: Vec<String> = skipped
                 .iter()
@@ -216,8 +290,11 @@ impl KernelSource {
             attached,
             skipped,
             page_size: config.page_size,
+            fentry,
             growth_seen: 0,
             wake_at: None,
+            undecodable: 0,
+            drops_reported: Drops::default(),
         })
     }
 
@@ -236,9 +313,15 @@ impl KernelSource {
         &self.skipped
     }
 
+    /// The memcg programs attached with fentry (on kernels without the memcg tracepoints),
+    /// each with the kernel function it hooks; empty when the tracepoints are used.
+    pub fn fentry_functions(&self) -> &[(&'static FentrySpec, &'static str)] {
+        &self.fentry
+    }
+
     /// True when per-cgroup memory stats come from the kernel (the memcg programs attached).
     pub fn tracks_memory(&self) -> bool {
-        self.attached.iter().any(|p| p.category == "memcg")
+        self.attached.iter().any(|p| p.category == MEMCG_CATEGORY)
     }
 
     /// Waits until the kernel has records, then appends all available ones to `out`.
@@ -250,7 +333,12 @@ impl KernelSource {
     ) -> io::Result<()> {
         loop {
             let mut guard = self.ring.readable_mut().await?;
-            let read = Self::drain(guard.get_inner_mut(), &mut self.growth_seen, out);
+            let read = Self::drain(
+                guard.get_inner_mut(),
+                &mut self.growth_seen,
+                &mut self.undecodable,
+                out,
+            );
             guard.clear_ready();
             if read > 0 {
                 return Ok(());
@@ -261,19 +349,29 @@ impl KernelSource {
     /// Appends the records waiting in the ring without waiting for a wake-up (records sent
     /// below the wake-up level wait there until read); returns how many.
     pub fn read_pending(&mut self, out: &mut Vec<Result<KernelEvent, DecodeError>>) -> usize {
-        Self::drain(self.ring.get_mut(), &mut self.growth_seen, out)
+        Self::drain(
+            self.ring.get_mut(),
+            &mut self.growth_seen,
+            &mut self.undecodable,
+            out,
+        )
     }
 
     fn drain(
         ring: &mut RingBuf<MapData>,
         growth_seen: &mut i64,
+        undecodable: &mut u64,
         out: &mut Vec<Result<KernelEvent, DecodeError>>,
     ) -> usize {
         let before = out.len();
         while let Some(record) = ring.next() {
             let event = decode(&record);
-            if let Ok(KernelEvent::Stat { growth_bytes, .. }) = event {
-                *growth_seen = (*growth_seen).max(growth_bytes);
+            match event {
+                Ok(KernelEvent::Stat { growth_bytes, .. }) => {
+                    *growth_seen = (*growth_seen).max(growth_bytes);
+                }
+                Err(_) => *undecodable += 1,
+                Ok(_) => {}
             }
             out.push(event);
         }
@@ -317,8 +415,58 @@ impl KernelSource {
         Some(counters.pages[stat as usize] * self.page_size as i64)
     }
 
-    /// Records the kernel dropped so far, summed over CPUs.
+    /// Ids of the cgroups the kernel keeps aggregates for, read from `CGROUP_STATS` now.
+    pub fn tracked_cgroups(&self) -> Result<Vec<u64>, aya::maps::MapError> {
+        let map = self.ebpf.map("CGROUP_STATS").ok_or_else(missing_map)?;
+        HashMap::<_, u64, CgroupCounters>::try_from(map)?
+            .keys()
+            .collect()
+    }
+
+    /// Deletes the kernel's aggregates of cgroups that no longer exist under `mount` (the
+    /// memory hierarchy). The kernel already keeps removed cgroups out of `CGROUP_STATS`
+    /// for as long as its list of removed ids holds them; this catches the rest: cgroups
+    /// removed before the programs attached whose leftover pages are uncharged later, and
+    /// dying cgroups that outlived their slot in that list. The keys are listed before the
+    /// hierarchy is walked, so a cgroup created meanwhile is never taken for a dead one.
+    /// Returns the walk (for the caller's own use) and how many entries were deleted.
+    pub fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError> {
+        let tracked = self.tracked_cgroups()?;
+        let live = CgroupPaths::scan(mount).map_err(SweepError::Scan)?;
+        let map = self.ebpf.map_mut("CGROUP_STATS").ok_or_else(missing_map)?;
+        let mut stats = HashMap::<_, u64, CgroupCounters>::try_from(map)?;
+        let mut deleted = 0;
+        for id in tracked.into_iter().filter(|id| live.get(*id).is_none()) {
+            match stats.remove(&id) {
+                Ok(()) => deleted += 1,
+                // Removed by the kernel's rmdir program in the meantime.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((live, deleted))
+    }
+
+    /// What was lost since the previous call (see [`Self::drops`] for the totals): the
+    /// agent's cue to rescan cgroups when `ring_full` is not 0, and the increments of its
+    /// loss metrics.
+    pub fn new_drops(&mut self) -> Drops {
+        let now = self.drops();
+        let new = now.since(self.drops_reported);
+        self.drops_reported = now;
+        new
+    }
+
+    /// Records lost so far: dropped by the kernel (summed over CPUs) or undecodable.
     pub fn drops(&self) -> Drops {
+        let kernel = self.kernel_drops();
+        Drops {
+            undecodable: self.undecodable,
+            ..kernel
+        }
+    }
+
+    fn kernel_drops(&self) -> Drops {
         let Some(map) = self.ebpf.map("DROPS") else {
             return Drops::default();
         };
@@ -334,6 +482,91 @@ impl KernelSource {
         Drops {
             ring_full: sum(DropReason::RingFull),
             map_full: sum(DropReason::MapFull),
+            undecodable: 0,
+        }
+    }
+}
+
+/// Tracepoint category of the per-cgroup memory programs.
+const MEMCG_CATEGORY: &str = "memcg";
+
+/// What the fentry programs attach to and the offsets they read, resolved from BTF before
+/// it is freed; an error says why fentry cannot be used.
+struct FentryPlan {
+    hooks: Vec<(&'static FentrySpec, &'static str)>,
+    offsets: MemcgOffsets,
+}
+
+impl FentryPlan {
+    fn resolve(types: &Types<'_>) -> Result<Self, String> {
+        let targets = fentry_targets::targets(types).map_err(|e| e.to_string())?;
+        let hooks = targets
+            .into_iter()
+            .map(|FentryTarget { program, function }| function.map(|f| (program, f)))
+            .collect::<Result<_, _>>()?;
+        let offsets = fentry_targets::memcg_offsets(types).map_err(|e| e.to_string())?;
+        Ok(Self { hooks, offsets })
+    }
+}
+
+/// Loads and attaches every fentry program of the plan, or none: a lone one would count
+/// part of the memory. aya needs the kernel's BTF in its own form to name the function to
+/// the kernel; it is parsed here only, and freed before returning.
+fn attach_fentry(
+    ebpf: &mut Ebpf,
+    plan: FentryPlan,
+) -> Result<Vec<(&'static FentrySpec, &'static str)>, String> {
+    Array::<_, MemcgOffsets>::try_from(
+        ebpf.map_mut("MEMCG_OFFSETS")
+            .ok_or("kernel map MEMCG_OFFSETS missing")?,
+    )
+    .and_then(|mut array| array.set(0, plan.offsets, 0))
+    .map_err(|e| format!("writing MEMCG_OFFSETS: {e}"))?;
+    let btf = Btf::from_sys_fs().map_err(|e| format!("reading the kernel's BTF: {e}"))?;
+    let mut loaded = Vec::new();
+    let mut result = Ok(());
+    for (program, function) in &plan.hooks {
+        result = load_fentry(ebpf, program.name, function, &btf);
+        if result.is_err() {
+            break;
+        }
+        loaded.push(program.name);
+    }
+    if let Err(reason) = result {
+        for name in loaded {
+            if let Some(Ok(program)) = ebpf.program_mut(name).map(<&mut FEntry>::try_from) {
+                let _ = program.unload();
+            }
+        }
+        return Err(reason);
+    }
+    Ok(plan.hooks)
+}
+
+fn load_fentry(ebpf: &mut Ebpf, name: &str, function: &str, btf: &Btf) -> Result<(), String> {
+    let program: &mut FEntry = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} is not in the embedded object"))?
+        .try_into()
+        .map_err(|e| format!("program {name}: {e}"))?;
+    program
+        .load(function, btf)
+        .map_err(|e| format!("loading fentry on {function}: {e}"))?;
+    program
+        .attach()
+        .map(drop)
+        .map_err(|e| format!("attaching fentry to {function}: {e}"))
+}
+
+/// Says, for each memcg program not attached, why fentry could not stand in.
+fn note_fentry_failure(skipped: &mut Vec<Skipped>, reason: &str) {
+    for program in PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY) {
+        match skipped.iter_mut().find(|s| s.program.name == program.name) {
+            Some(entry) => entry.reason = format!("{}; fentry: {reason}", entry.reason),
+            None => skipped.push(Skipped {
+                program,
+                reason: format!("fentry: {reason}"),
+            }),
         }
     }
 }
@@ -473,4 +706,40 @@ fn missing_field(tracefs: &Path, spec: &ProgramSpec) -> Option<&'static str> {
         .iter()
         .copied()
         .find(|field| !format.contains(&format!(" {field};")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_drops_are_the_increase_of_each_counter() {
+        let earlier = Drops {
+            ring_full: 5,
+            map_full: 1,
+            undecodable: 0,
+        };
+        let now = Drops {
+            ring_full: 9,
+            map_full: 1,
+            undecodable: 2,
+        };
+        let cases = [
+            (
+                "some counters rose",
+                now,
+                earlier,
+                Drops {
+                    ring_full: 4,
+                    map_full: 0,
+                    undecodable: 2,
+                },
+            ),
+            ("nothing new", now, now, Drops::default()),
+            ("first call", now, Drops::default(), now),
+        ];
+        for (name, now, earlier, want) in cases {
+            assert_eq!(now.since(earlier), want, "{name}");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 pub mod btf;
 pub mod ebpf;
 pub mod event;
+pub mod fentry;
 pub mod pressure;
 pub mod probe;
 pub mod programs;

@@ -4,7 +4,7 @@
 //! source is a pure function of the probed facts, so it is tested for kernels we do not run on.
 //!
 //! Minimum kernels: BPF ring buffer 5.8, cgroup tracepoints 4.18, PSI 4.20, memcg tracepoints
-//! 6.8 (see [`super::programs`]).
+//! 6.13, fentry on the memcg stat functions 5.11 (see [`super::programs`]).
 use std::{
     ffi::CString,
     fmt, fs, io,
@@ -13,7 +13,11 @@ use std::{
 
 use aya::maps::MapType;
 
-use super::programs::{PROGRAMS, ProgramSpec};
+use super::{
+    btf::Types,
+    fentry::{self, FentryTarget},
+    programs::{PROGRAMS, ProgramSpec},
+};
 use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
 /// Where tracefs is mounted on current systems, and where we mount it when it is not.
@@ -125,9 +129,21 @@ pub struct KernelFeatures {
     pub tracefs: Result<PathBuf, String>,
     /// Every entry of [`PROGRAMS`], in order.
     pub programs: Vec<ProgramSupport>,
+    /// Where each fentry program could attach (from BTF), or why BTF could not tell.
+    pub fentry: Result<Vec<FentryTarget>, String>,
     /// The memory controller, or why it was not found.
     pub memory: Result<MemoryHierarchy, String>,
     pub psi: Psi,
+}
+
+/// How per-cgroup memory numbers reach the kernel programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemcgMethod {
+    /// The `memcg` tracepoints (6.13+).
+    Tracepoint,
+    /// fentry on the functions those tracepoints were placed in (5.11+).
+    Fentry,
 }
 
 /// Where the agent's memory numbers and cgroup lifecycle come from.
@@ -179,8 +195,32 @@ impl KernelFeatures {
             btf: Path::new(VMLINUX_BTF).exists(),
             tracefs,
             programs,
+            fentry: probe_fentry(),
             memory,
             psi,
+        }
+    }
+
+    /// How the memcg programs hook this kernel: the tracepoints where all exist, else fentry
+    /// where BTF lists every function with the expected prototype, else `None` (memory is
+    /// polled). The fentry choice is what BTF promises; a kernel or security policy that
+    /// refuses tracing programs makes the loader fall back to polling, and says so.
+    pub fn memcg_method(&self) -> Option<MemcgMethod> {
+        let memcg: Vec<_> = self
+            .programs
+            .iter()
+            .filter(|p| !is_lifecycle(p.program))
+            .collect();
+        if memcg.iter().all(|p| p.present) {
+            Some(MemcgMethod::Tracepoint)
+        } else if self
+            .fentry
+            .as_ref()
+            .is_ok_and(|targets| targets.iter().all(|t| t.function.is_ok()))
+        {
+            Some(MemcgMethod::Fentry)
+        } else {
+            None
         }
     }
 
@@ -195,19 +235,20 @@ impl KernelFeatures {
         };
         if !self.btf || !self.ring_buffer || !all_present(is_lifecycle) {
             EventSource::Poll
-        } else if all_present(|_| true) {
+        } else if self.memcg_method().is_some() {
             EventSource::Ebpf
         } else {
             EventSource::EbpfPoll
         }
     }
 
-    /// The programs the loader should attach for [`Self::source`].
+    /// The tracepoint programs the loader should attach for [`Self::source`] (with fentry,
+    /// the memcg programs are attached to functions instead).
     pub fn programs_to_attach(&self) -> Vec<&'static ProgramSpec> {
-        let wanted: fn(&ProgramSpec) -> bool = match self.source() {
-            EventSource::Ebpf => |_| true,
-            EventSource::EbpfPoll => is_lifecycle,
-            EventSource::Poll => |_| false,
+        let wanted: fn(&ProgramSpec) -> bool = match (self.source(), self.memcg_method()) {
+            (EventSource::Ebpf, Some(MemcgMethod::Tracepoint)) => |_| true,
+            (EventSource::Ebpf | EventSource::EbpfPoll, _) => is_lifecycle,
+            (EventSource::Poll, _) => |_| false,
         };
         self.programs
             .iter()
@@ -215,6 +256,13 @@ impl KernelFeatures {
             .map(|p| p.program)
             .collect()
     }
+}
+
+/// The fentry programs' targets from the running kernel's BTF.
+fn probe_fentry() -> Result<Vec<FentryTarget>, String> {
+    let btf = fs::read(VMLINUX_BTF).map_err(|e| format!("reading {VMLINUX_BTF}: {e}"))?;
+    let types = Types::parse(&btf).map_err(|e| e.to_string())?;
+    fentry::targets(&types).map_err(|e| e.to_string())
 }
 
 fn is_lifecycle(program: &ProgramSpec) -> bool {
@@ -272,6 +320,7 @@ pub(crate) mod tests {
                     present: present(program),
                 })
                 .collect(),
+            fentry: Err("not probed in this test".into()),
             memory: Ok(MemoryHierarchy {
                 version: CgroupVersion::V2,
                 mount: "/sys/fs/cgroup".into(),
@@ -288,7 +337,7 @@ pub(crate) mod tests {
         true
     }
 
-    /// Kernel 6.1: the cgroup tracepoints but none of the memcg ones (6.8).
+    /// Kernels 6.1-6.12: the cgroup tracepoints but none of the memcg ones (6.13).
     fn lifecycle_only(program: &ProgramSpec) -> bool {
         program.category == "cgroup"
     }
@@ -312,6 +361,47 @@ pub(crate) mod tests {
             names(vm.programs_to_attach()),
             ["cgroup_mkdir", "cgroup_rmdir"]
         );
+    }
+
+    /// 6.1 and 6.12: no memcg tracepoints, but BTF lists the functions they went into.
+    pub(crate) fn with_fentry(mut features: KernelFeatures) -> KernelFeatures {
+        features.fentry = Ok(crate::source::programs::FENTRY_PROGRAMS
+            .iter()
+            .map(|program| FentryTarget {
+                program,
+                function: Ok(program.functions[0]),
+            })
+            .collect());
+        features
+    }
+
+    #[test]
+    fn kernels_before_6_13_count_memory_with_fentry() {
+        let vm = with_fentry(facts(true, true, lifecycle_only));
+        assert_eq!(vm.memcg_method(), Some(MemcgMethod::Fentry));
+        assert_eq!(vm.source(), EventSource::Ebpf);
+        assert_eq!(
+            names(vm.programs_to_attach()),
+            ["cgroup_mkdir", "cgroup_rmdir"],
+            "the memcg programs go to functions, not tracepoints"
+        );
+    }
+
+    #[test]
+    fn tracepoints_win_over_fentry() {
+        let host = with_fentry(facts(true, true, all));
+        assert_eq!(host.memcg_method(), Some(MemcgMethod::Tracepoint));
+        assert_eq!(host.programs_to_attach().len(), PROGRAMS.len());
+    }
+
+    #[test]
+    fn one_function_missing_from_btf_polls_memory() {
+        let mut vm = with_fentry(facts(true, true, lifecycle_only));
+        if let Ok(targets) = &mut vm.fentry {
+            targets[1].function = Err("inlined".into());
+        }
+        assert_eq!(vm.memcg_method(), None);
+        assert_eq!(vm.source(), EventSource::EbpfPoll);
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! The compatibility table: every kernel program the agent can use, the hook it needs, and what
 //! the agent loses without it. The loader attaches what the running kernel offers and skips the
 //! rest with the reason; `monitor doctor` prints the same table.
+//!
+//! Per-cgroup memory stats come from the best hook the kernel has: the `memcg` tracepoints
+//! (6.13+), else fentry on the kernel functions those tracepoints were placed in
+//! ([`FENTRY_PROGRAMS`], 5.11+, where BTF shows them with the expected prototype), else
+//! cgroupfs polling with PSI wake-ups.
 
 /// One tracepoint program in the embedded object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,16 +47,16 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         category: "memcg",
         tracepoint: "mod_memcg_lruvec_state",
         provides: "per-cgroup anon, file and LRU page deltas as they happen",
-        fallback: "poll memory.stat at the poll interval, sooner on PSI memory stalls",
-        since: "6.8",
+        fallback: "fentry on __mod_memcg_lruvec_state (5.11+), else poll memory.stat at the poll interval, sooner on PSI memory stalls",
+        since: "6.13",
     },
     ProgramSpec {
         name: "mod_memcg_state",
         category: "memcg",
         tracepoint: "mod_memcg_state",
         provides: "per-cgroup kernel memory deltas",
-        fallback: "poll memory.stat at the poll interval, sooner on PSI memory stalls",
-        since: "6.8",
+        fallback: "fentry on __mod_memcg_state (5.11+), else poll memory.stat at the poll interval, sooner on PSI memory stalls",
+        since: "6.13",
     },
     ProgramSpec {
         name: "cgroup_mkdir",
@@ -68,6 +73,57 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         provides: "removed cgroups, and freeing their kernel map entries",
         fallback: "rescan the hierarchy at the resync interval",
         since: "4.18",
+    },
+];
+
+/// An fentry program standing in for a `memcg` tracepoint program on kernels before 6.13.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FentrySpec {
+    /// Function name in `monitor-ebpf`, which is also the program's name in the object.
+    pub name: &'static str,
+    /// The [`ProgramSpec`] (a tracepoint program) whose records it sends.
+    pub replaces: &'static str,
+    /// Kernel functions it may attach to, by the names kernels have used, oldest first.
+    pub functions: &'static [&'static str],
+    /// Accepted spellings of each parameter's type (see `Types::function_params`).
+    pub params: &'static [&'static [&'static str]],
+    /// First mainline kernel with the function and that prototype.
+    pub since: &'static str,
+}
+
+impl FentrySpec {
+    /// Whether a function with these parameter types is what the program reads.
+    pub fn accepts(&self, params: &[String]) -> bool {
+        params.len() == self.params.len()
+            && params
+                .iter()
+                .zip(self.params)
+                .all(|(got, accepted)| accepted.contains(&got.as_str()))
+    }
+}
+
+/// The fentry programs, one per `memcg` tracepoint program. The functions were renamed
+/// without the leading underscores when the tracepoints went in; 6.13+ kernels have both
+/// the tracepoints and the renamed functions, so only the tracepoints are used there unless
+/// the loader is told otherwise.
+pub const FENTRY_PROGRAMS: &[FentrySpec] = &[
+    FentrySpec {
+        name: "fentry_memcg_lruvec_state",
+        replaces: "mod_memcg_lruvec_state",
+        functions: &["__mod_memcg_lruvec_state", "mod_memcg_lruvec_state"],
+        params: &[&["struct lruvec *"], &["enum node_stat_item"], &["int"]],
+        since: "5.11",
+    },
+    FentrySpec {
+        name: "fentry_memcg_state",
+        replaces: "mod_memcg_state",
+        functions: &["__mod_memcg_state", "mod_memcg_state"],
+        params: &[
+            &["struct mem_cgroup *"],
+            &["int", "enum memcg_stat_item"],
+            &["int"],
+        ],
+        since: "5.11",
     },
 ];
 
@@ -148,6 +204,63 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), PROGRAMS.len() + INCIDENT_PROGRAMS.len());
         assert_eq!(PROGRAMS[0].hook(), "memcg/mod_memcg_lruvec_state");
+    }
+
+    #[test]
+    fn fentry_programs_accept_the_prototypes_of_each_kernel_generation() {
+        let spell = |params: &[&str]| params.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let lruvec = &FENTRY_PROGRAMS[0];
+        let memcg = &FENTRY_PROGRAMS[1];
+        let cases = [
+            (
+                "6.1 __mod_memcg_lruvec_state",
+                lruvec,
+                spell(&["struct lruvec *", "enum node_stat_item", "int"]),
+                true,
+            ),
+            (
+                "6.1 __mod_memcg_state, int item",
+                memcg,
+                spell(&["struct mem_cgroup *", "int", "int"]),
+                true,
+            ),
+            (
+                "6.18 mod_memcg_state, enum item",
+                memcg,
+                spell(&["struct mem_cgroup *", "enum memcg_stat_item", "int"]),
+                true,
+            ),
+            (
+                "a long val would be read wrong",
+                lruvec,
+                spell(&["struct lruvec *", "enum node_stat_item", "long"]),
+                false,
+            ),
+            (
+                "another first argument",
+                memcg,
+                spell(&["struct lruvec *", "int", "int"]),
+                false,
+            ),
+            (
+                "one parameter more",
+                memcg,
+                spell(&["struct mem_cgroup *", "int", "int", "int"]),
+                false,
+            ),
+        ];
+        for (name, spec, params, accepted) in cases {
+            assert_eq!(spec.accepts(&params), accepted, "{name}");
+        }
+        for spec in FENTRY_PROGRAMS {
+            assert!(
+                PROGRAMS
+                    .iter()
+                    .any(|p| p.name == spec.replaces && p.category == "memcg"),
+                "{} replaces no memcg program",
+                spec.name
+            );
+        }
     }
 
     #[test]

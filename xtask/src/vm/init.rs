@@ -13,6 +13,8 @@ const RAMDISK_KIB: u32 = 512 * 1024;
 /// What the VM runs.
 pub struct Plan<'a> {
     pub nonce: &'a str,
+    /// The kernel series booted (`6.1`, `6.12`), for tests that check the release.
+    pub kernel: &'a str,
     pub monitor: &'a Path,
     pub tests: &'a [PathBuf],
 }
@@ -32,6 +34,7 @@ pub fn script(plan: &Plan) -> String {
         ));
     }
     let nonce = plan.nonce;
+    let kernel = plan.kernel;
     let monitor = quote(plan.monitor);
     format!(
         r#"#!/bin/busybox sh
@@ -61,7 +64,7 @@ scratch() {{
         mount -t ext4 /dev/ram0 /scratch
 }}
 run scratch-disk scratch
-export MONITOR_BIN={monitor} MONITOR_VM=1 HOME=/tmp TMPDIR=/scratch RUST_BACKTRACE=1
+export MONITOR_BIN={monitor} MONITOR_VM=1 MONITOR_VM_KERNEL={kernel} HOME=/tmp TMPDIR=/scratch RUST_BACKTRACE=1
 cd /tmp
 {runs}if [ -z "$failed" ]; then
     echo "{MARKER} {nonce} pass"
@@ -110,6 +113,7 @@ mod tests {
     fn plan_script(tests: &[PathBuf]) -> String {
         script(&Plan {
             nonce: "n0nce",
+            kernel: "6.12",
             monitor: Path::new("/t/debug/monitor"),
             tests,
         })
@@ -127,7 +131,10 @@ mod tests {
         };
         assert!(at("mount -t cgroup2 cgroup2 /sys/fs/cgroup") < at("echo +memory"));
         assert!(at("mount -t tracefs") < at("run doctor '/t/debug/monitor' doctor"));
-        assert!(at("export MONITOR_BIN='/t/debug/monitor' MONITOR_VM=1") < at("run doctor"));
+        assert!(
+            at("export MONITOR_BIN='/t/debug/monitor' MONITOR_VM=1 MONITOR_VM_KERNEL=6.12")
+                < at("run doctor")
+        );
         assert!(at("insmod /lib/modules/brd.ko") < at("mount -t ext4 /dev/ram0 /scratch"));
         assert!(at("run scratch-disk scratch") < at("TMPDIR=/scratch"));
         assert!(at("TMPDIR=/scratch") < at("run doctor"));

@@ -39,7 +39,7 @@ pub fn v1_offsets(
 }
 
 /// Struct member offsets, looking into anonymous structs and unions the way C does.
-trait MemberOffsets {
+pub(crate) trait MemberOffsets {
     fn member_offset(&self, struct_name: &str, member: &str) -> Result<u32, OffsetError>;
     fn find_member(&self, record: &TypeRecord, member: &str) -> Result<Option<u32>, BtfError>;
 }

@@ -1,0 +1,94 @@
+//! Where the fentry stat programs attach and how they find a memory cgroup's id, from the
+//! running kernel's BTF.
+//!
+//! A program attaches to the first of its candidate functions that BTF lists with the
+//! prototype the program reads (see [`FentrySpec`]); a function missing from BTF was either
+//! never built or inlined everywhere, and either way cannot be attached to.
+use monitor_common::MemcgOffsets;
+
+use super::{
+    btf::{BtfError, Types},
+    ebpf::{MemberOffsets as _, OffsetError},
+    programs::{FENTRY_PROGRAMS, FentrySpec},
+};
+
+/// One fentry program and the function it can attach to here, or why none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FentryTarget {
+    pub program: &'static FentrySpec,
+    pub function: Result<&'static str, String>,
+}
+
+/// Every fentry program's target in this kernel.
+pub(crate) fn targets(types: &Types<'_>) -> Result<Vec<FentryTarget>, BtfError> {
+    FENTRY_PROGRAMS
+        .iter()
+        .map(|program| {
+            Ok(FentryTarget {
+                program,
+                function: target(types, program)?,
+            })
+        })
+        .collect()
+}
+
+fn target(
+    types: &Types<'_>,
+    program: &FentrySpec,
+) -> Result<Result<&'static str, String>, BtfError> {
+    let mut seen = Vec::new();
+    for function in program.functions {
+        match types.function_params(function)? {
+            Some(params) if program.accepts(&params) => return Ok(Ok(function)),
+            Some(params) => seen.push(format!("{function}({})", params.join(", "))),
+            None => {}
+        }
+    }
+    Ok(Err(if seen.is_empty() {
+        format!(
+            "the kernel's BTF has none of {} (inlined, or a kernel before {})",
+            program.functions.join(", "),
+            program.since
+        )
+    } else {
+        format!(
+            "{} has another prototype than the program reads",
+            seen.join(", ")
+        )
+    }))
+}
+
+/// The member offsets from which the programs reach `memcg->css.cgroup->kn->id`.
+pub(crate) fn memcg_offsets(types: &Types<'_>) -> Result<MemcgOffsets, OffsetError> {
+    Ok(MemcgOffsets {
+        pn_lruvec: types.member_offset("mem_cgroup_per_node", "lruvec")?,
+        pn_memcg: types.member_offset("mem_cgroup_per_node", "memcg")?,
+        memcg_cgroup: types.member_offset("mem_cgroup", "css")?
+            + types.member_offset("cgroup_subsys_state", "cgroup")?,
+        cgroup_kn: types.member_offset("cgroup", "kn")?,
+        kernfs_id: types.member_offset("kernfs_node", "id")?,
+        valid: 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::probe::VMLINUX_BTF;
+
+    /// On the running kernel: each program finds a function (6.13+ and 5.11-6.12 both have
+    /// one by some name) and the offsets resolve.
+    #[test]
+    fn the_running_kernel_has_a_target_for_each_program() {
+        let Ok(btf) = std::fs::read(VMLINUX_BTF) else {
+            eprintln!("SKIP: this kernel exposes no BTF");
+            return;
+        };
+        let types = Types::parse(&btf).unwrap();
+        for target in targets(&types).unwrap() {
+            assert!(target.function.is_ok(), "{target:?}");
+        }
+        let offsets = memcg_offsets(&types).unwrap();
+        assert_ne!(offsets.pn_lruvec, offsets.pn_memcg, "{offsets:?}");
+    }
+}

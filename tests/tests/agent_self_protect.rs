@@ -1,0 +1,116 @@
+//! The agent protects itself (root only): it lowers its own OOM score, locks its memory, and
+//! when it runs inside a pod that pod is never its victim, even where the kubelet's order
+//! would rank it first.
+use std::{fs, time::Duration};
+
+use tests::{AgentScene, MonitorProcess, TestPod, process_alive, running_as_root};
+
+/// How long a decision may take to show up once the threshold is crossed (a slow VM
+/// included).
+const DECIDE: Duration = Duration::from_secs(20);
+const KILL: Duration = Duration::from_secs(15);
+
+/// A field of /proc/<pid>/status, in kB.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+/// CAP_SYS_RESOURCE, which lowering an oom_score_adj below 0 needs, is in this process's
+/// effective set (some containers drop it even for root).
+fn may_lower_oom_score_adj() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = fs::read_to_string("/proc/self/status").expect("own status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
+/// The agent runs with `want` as its oom_score_adj; below 0 without the capability to set it,
+/// it must have said so instead.
+fn assert_oom_score_adj(agent: &MonitorProcess, want: i32) {
+    let adj = fs::read_to_string(format!("/proc/{}/oom_score_adj", agent.pid())).unwrap();
+    if want < 0 && !may_lower_oom_score_adj() {
+        eprintln!("SKIP: oom_score_adj {want}: no CAP_SYS_RESOURCE here; checking the warning");
+        assert_eq!(adj.trim(), "0");
+        assert!(
+            agent
+                .stderr()
+                .contains(&format!("could not set oom_score_adj {want}")),
+            "no warning: {}",
+            agent.stderr()
+        );
+        return;
+    }
+    assert_eq!(adj.trim(), want.to_string(), "the agent's oom_score_adj");
+}
+
+#[test]
+fn an_agent_inside_a_best_effort_pod_evicts_another_pod_and_not_its_own() {
+    if !running_as_root("an_agent_inside_a_best_effort_pod_evicts_another_pod_and_not_its_own") {
+        return;
+    }
+    let scene = AgentScene::new("self-protect", "10s", "10s");
+    // Best-effort at priority 0: over its (absent) request and least important, so first in
+    // the kubelet's order; the hog runs at priority 1000.
+    let own = TestPod::new("agent");
+    let hog = TestPod::new("hog").request_mib(10).priority(1000);
+    scene.write_manifest(&own);
+    let container = scene.kubepods.create_pod(own.qos(), &own.uid);
+    let mut agent = scene.start_agent_in(&[], &container);
+    let mut sidecar = tests::Allocator::start_in(&container);
+    sidecar.alloc(30);
+    assert_oom_score_adj(&agent, -999);
+    assert!(
+        status_kb(agent.pid(), "VmLck") > 0,
+        "the agent's memory is not locked: {}",
+        agent.stderr()
+    );
+    let mut hog_proc = scene.start_pod(&hog);
+    // Evicted while it allocates: the answer may never come.
+    hog_proc.command("alloc 200");
+
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(decision["action"], "evict", "{decision:#}");
+    assert_eq!(decision["name"], hog.name.as_str(), "{decision:#}");
+    scene.wait_until_empty(&hog, KILL);
+    assert!(process_alive(agent.pid()), "the agent is gone");
+    assert!(
+        process_alive(sidecar.pid()),
+        "the agent's sidecar was killed"
+    );
+    let notes = agent
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("never a candidate"))
+        .count();
+    assert_eq!(notes, 1, "the exclusion is logged once: {}", agent.stderr());
+    agent.stop();
+}
+
+#[test]
+fn oom_score_adj_and_memory_locking_follow_the_flags() {
+    if !running_as_root("oom_score_adj_and_memory_locking_follow_the_flags") {
+        return;
+    }
+    let scene = AgentScene::new("self-protect-flags", "10s", "10s");
+    // Raising needs no privilege, so this runs wherever the test does.
+    let args = ["--oom-score-adj", "500", "--no-mlock", "--duration", "2s"];
+    let mut agent = scene.start_agent(&args);
+    assert_oom_score_adj(&agent, 500);
+    assert_eq!(
+        status_kb(agent.pid(), "VmLck"),
+        0,
+        "locked despite --no-mlock"
+    );
+    let status = agent
+        .wait(Duration::from_secs(10))
+        .expect("the agent exits");
+    assert!(status.success(), "{status}: {}", agent.stderr());
+}

@@ -36,7 +36,10 @@ pub enum EvictError {
     Replaced { pod: String, message: String },
     /// Any other failure: API server unreachable, RBAC, ... The error is shown, not chained:
     /// kube-rs' messages already repeat their causes.
-    #[error("evicting {pod}: {error} (the agent needs RBAC create on pods/eviction)")]
+    #[error(
+        "evicting {pod}: {error} (the agent needs RBAC create on pods/eviction, or delete on \
+         pods with --ignore-disruption-budgets)"
+    )]
     Api { pod: String, error: kube::Error },
 }
 

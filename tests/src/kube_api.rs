@@ -5,7 +5,14 @@
 //! - `GET /api/v1/pods?watch=true&resourceVersion=N` streams every change after N as JSON
 //!   lines (`ADDED`, `MODIFIED`, `DELETED`), chunked, until the mock is dropped;
 //! - `POST /api/v1/namespaces/{ns}/pods/{name}/eviction` is answered with the status the
-//!   test chose (201, 429 with a PodDisruptionBudget cause, 404).
+//!   test chose, for every pod or for one (201, 429 with a PodDisruptionBudget cause, 404);
+//! - `DELETE /api/v1/namespaces/{ns}/pods/{name}` answers 200 with the pod (404 if unknown);
+//!   the pod stays served, as it would until the kubelet has stopped it;
+//! - `POST /api/v1/namespaces/{ns}/events` keeps the core/v1 Event and answers 201 with it;
+//! - `PATCH /api/v1/nodes/{node}/status` (strategic merge patch) merges the conditions by
+//!   type into the mock's Node and answers 200 with it; another node is 404;
+//! - `GET /api/v1/nodes/{node}/proxy/stats/summary` answers the Summary the test set, 404
+//!   for another node or none set.
 //!
 //! Every request is recorded, body included. Pods are rendered from [`TestPod`]s bound to the
 //! mock's node; the field selector is recorded, not applied.
@@ -27,6 +34,8 @@ pub struct Request {
     pub method: String,
     /// Path and query, as sent.
     pub target: String,
+    /// The Content-Type header, empty when none was sent.
+    pub content_type: String,
     pub body: String,
 }
 
@@ -66,6 +75,13 @@ struct State {
     changes: Vec<Change>,
     requests: Vec<Request>,
     eviction_status: u16,
+    /// Per pod name, overriding `eviction_status`.
+    eviction_status_of: BTreeMap<String, u16>,
+    /// The Events posted, as sent.
+    events: Vec<serde_json::Value>,
+    /// The node's status conditions, by type, as merged from the patches.
+    conditions: BTreeMap<String, serde_json::Value>,
+    summary: Option<String>,
     stopped: bool,
 }
 
@@ -103,6 +119,10 @@ impl MockKubeApi {
                 changes: Vec::new(),
                 requests: Vec::new(),
                 eviction_status: 201,
+                eviction_status_of: BTreeMap::new(),
+                events: Vec::new(),
+                conditions: BTreeMap::new(),
+                summary: None,
                 stopped: false,
             }),
             changed: Condvar::new(),
@@ -173,6 +193,57 @@ impl MockKubeApi {
         self.shared.lock().eviction_status = status;
     }
 
+    /// The HTTP status evictions of the pod named `pod` are answered with from now on.
+    pub fn answer_evictions_of_with(&self, pod: &str, status: u16) {
+        self.shared
+            .lock()
+            .eviction_status_of
+            .insert(pod.to_string(), status);
+    }
+
+    /// The Summary API answer for the mock's node from now on.
+    pub fn serve_summary(&self, summary: &str) {
+        self.shared.lock().summary = Some(summary.to_string());
+    }
+
+    /// The PodList the mock answers a list of pods with now, as `kubectl get pods -o json`
+    /// would save it.
+    pub fn pod_list(&self) -> String {
+        pod_list_json(&self.shared.lock())
+    }
+
+    /// The Events posted so far.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.shared.lock().events.clone()
+    }
+
+    /// The node's condition of `type_`, as last patched.
+    pub fn condition(&self, type_: &str) -> Option<serde_json::Value> {
+        self.shared.lock().conditions.get(type_).cloned()
+    }
+
+    /// Looks at the mock until `look` finds something, for up to `timeout`.
+    pub fn wait_until<T>(
+        &self,
+        timeout: Duration,
+        look: impl Fn(&MockKubeApi) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(found) = look(self) {
+                return Some(found);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let state = self.shared.lock();
+            drop(
+                self.shared
+                    .changed
+                    .wait_timeout(state, left.min(Duration::from_millis(100)))
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            );
+        }
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Request> {
         self.shared.lock().requests.clone()
@@ -227,23 +298,60 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let _ = match (request.method.as_str(), segments.as_slice()) {
         ("GET", ["api", "v1", "pods"]) if request.is_watch() => watch(&mut out, &request, shared),
         ("GET", ["api", "v1", "pods"]) => {
-            let state = shared.lock();
-            let items: Vec<String> = state
-                .pods
-                .values()
-                .map(|p| pod_json(p, &state.node, state.version))
-                .collect();
-            let body = format!(
-                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
-                state.version,
-                items.join(",")
-            );
-            drop(state);
+            let body = pod_list_json(&shared.lock());
             respond(&mut out, 200, &body)
         }
         ("POST", ["api", "v1", "namespaces", _, "pods", name, "eviction"]) => {
-            let status = shared.lock().eviction_status;
+            let state = shared.lock();
+            let status = state
+                .eviction_status_of
+                .get(*name)
+                .copied()
+                .unwrap_or(state.eviction_status);
+            drop(state);
             respond(&mut out, status, &eviction_answer(status, name))
+        }
+        ("DELETE", ["api", "v1", "namespaces", _, "pods", name]) => {
+            let state = shared.lock();
+            let pod = state
+                .pods
+                .get(*name)
+                .map(|p| pod_json(p, &state.node, state.version));
+            drop(state);
+            match pod {
+                Some(pod) => respond(&mut out, 200, &pod),
+                None => respond(&mut out, 404, &eviction_answer(404, name)),
+            }
+        }
+        ("POST", ["api", "v1", "namespaces", _, "events"]) => {
+            match serde_json::from_str::<serde_json::Value>(&request.body) {
+                Ok(event) => {
+                    shared.lock().events.push(event);
+                    shared.changed.notify_all();
+                    respond(&mut out, 201, &request.body)
+                }
+                Err(e) => respond(
+                    &mut out,
+                    400,
+                    &status_json(400, "BadRequest", &format!("not JSON: {e}"), ""),
+                ),
+            }
+        }
+        ("PATCH", ["api", "v1", "nodes", node, "status"]) => {
+            patch_node_status(&mut out, &request, node, shared)
+        }
+        ("GET", ["api", "v1", "nodes", node, "proxy", "stats", "summary"]) => {
+            let state = shared.lock();
+            let summary = state.summary.clone().filter(|_| *node == state.node);
+            drop(state);
+            match summary {
+                Some(summary) => respond(&mut out, 200, &summary),
+                None => respond(
+                    &mut out,
+                    404,
+                    &status_json(404, "NotFound", &format!("nodes \"{node}\" not found"), ""),
+                ),
+            }
         }
         _ => respond(
             &mut out,
@@ -251,6 +359,79 @@ fn serve(stream: TcpStream, shared: &Shared) {
             &status_json(404, "NotFound", "not served by the mock", ""),
         ),
     };
+}
+
+/// The PodList a list of pods is answered with.
+fn pod_list_json(state: &State) -> String {
+    let items: Vec<String> = state
+        .pods
+        .values()
+        .map(|p| pod_json(p, &state.node, state.version))
+        .collect();
+    format!(
+        r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
+        state.version,
+        items.join(",")
+    )
+}
+
+/// Merges a strategic merge patch's status conditions by type, as the API server does for
+/// Node conditions (their patch merge key), and answers with the Node.
+fn patch_node_status(
+    out: &mut TcpStream,
+    request: &Request,
+    node: &str,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let content_type_ok = request.content_type.contains("strategic-merge-patch");
+    let patch: Option<serde_json::Value> = serde_json::from_str(&request.body).ok();
+    let conditions = patch
+        .as_ref()
+        .and_then(|p| p["status"]["conditions"].as_array().cloned());
+    let mut state = shared.lock();
+    if node != state.node {
+        drop(state);
+        return respond(
+            out,
+            404,
+            &status_json(404, "NotFound", &format!("nodes \"{node}\" not found"), ""),
+        );
+    }
+    let (true, Some(conditions)) = (content_type_ok, conditions) else {
+        drop(state);
+        return respond(
+            out,
+            400,
+            &status_json(
+                400,
+                "BadRequest",
+                "expected a strategic merge patch of status.conditions",
+                "",
+            ),
+        );
+    };
+    for condition in conditions {
+        if let Some(type_) = condition["type"].as_str() {
+            let merged = state
+                .conditions
+                .entry(type_.to_string())
+                .or_insert(serde_json::json!({}));
+            if let (Some(into), Some(from)) = (merged.as_object_mut(), condition.as_object()) {
+                into.extend(from.clone());
+            }
+        }
+    }
+    let all: Vec<serde_json::Value> = state.conditions.values().cloned().collect();
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": state.node, "resourceVersion": state.version.to_string()},
+        "status": {"conditions": all},
+    })
+    .to_string();
+    drop(state);
+    shared.changed.notify_all();
+    respond(out, 200, &body)
 }
 
 /// Streams the changes after the request's resourceVersion until the mock stops or the
@@ -307,6 +488,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next()?.to_string(), parts.next()?.to_string());
     let mut length = 0;
+    let mut content_type = String::new();
     loop {
         let mut header = String::new();
         reader.read_line(&mut header).ok()?;
@@ -319,12 +501,18 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
         {
             length = value.trim().parse().ok()?;
         }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-type")
+        {
+            content_type = value.trim().to_string();
+        }
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
     Some(Request {
         method,
         target,
+        content_type,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
 }
@@ -343,6 +531,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         201 => "Created",
+        400 => "Bad Request",
         404 => "Not Found",
         429 => "Too Many Requests",
         _ => "Error",

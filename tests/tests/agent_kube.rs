@@ -8,7 +8,10 @@ use std::{
 };
 
 use monitor::{
-    action::{EvictError, KubeEvictor},
+    action::{
+        EvictError, KubeEvictor,
+        kube_event::{EventPoster, EventReason},
+    },
     engine::pod_facts::PodRef,
     pods::{KubeWatchError, KubeWatcher, LoadedPods, kube_watch},
 };
@@ -213,6 +216,67 @@ async fn a_pdb_refusal_and_a_missing_pod_are_reported_each_after_one_request() {
     assert_eq!(posts, 2, "each eviction is one request, never retried");
 }
 
+#[tokio::test]
+async fn ignoring_budgets_deletes_the_pod_with_the_grace_period_and_its_uid() {
+    let api = MockKubeApi::start(NODE);
+    api.apply_pod(&TestPod::new("hog"));
+    // A budget would refuse; a deletion does not ask it.
+    api.answer_evictions_with(429);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-delete");
+    let config = kube_watch::api_config(Some(&kubeconfig))
+        .await
+        .expect("config");
+    KubeEvictor::new(config)
+        .expect("a client")
+        .deleting()
+        .evict(&hog(), 7)
+        .await
+        .expect("the mock deletes the pod");
+    let requests: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].method, "DELETE");
+    assert_eq!(requests[0].path(), "/api/v1/namespaces/default/pods/hog");
+    let body: Value = serde_json::from_str(&requests[0].body).expect("DeleteOptions");
+    assert_eq!(body["gracePeriodSeconds"], 7, "{body:#}");
+    assert_eq!(body["preconditions"]["uid"], uid_for("hog"), "{body:#}");
+}
+
+#[tokio::test]
+async fn an_event_is_a_core_v1_warning_on_the_pod() {
+    let api = MockKubeApi::start(NODE);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-event");
+    let config = kube_watch::api_config(Some(&kubeconfig))
+        .await
+        .expect("config");
+    let client = KubeEvictor::new(config).expect("a client").client();
+    EventPoster::new(client, NODE)
+        .post(
+            &hog(),
+            EventReason::EvictionDryRun,
+            "The node was low on resource: memory.",
+        )
+        .await
+        .expect("the mock takes the event");
+    let post = api
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST")
+        .expect("a post");
+    assert_eq!(post.path(), "/api/v1/namespaces/default/events");
+    let events = api.events();
+    assert_eq!(events.len(), 1);
+    let event = &events[0];
+    assert_eq!(event["kind"], "Event", "{event:#}");
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    assert_eq!(event["reason"], "EvictionDryRun", "{event:#}");
+    assert_eq!(event["involvedObject"]["uid"], uid_for("hog"), "{event:#}");
+    assert_eq!(event["source"]["host"], NODE, "{event:#}");
+}
+
 /// The agent's flags for `scene` with its pods from the mock instead of the manifests
 /// directory, started and ready (its pods loaded).
 fn start_kube_agent(scene: &AgentScene, kubeconfig: &Path, extra: &[&str]) -> MonitorProcess {
@@ -275,11 +339,12 @@ impl KubeScene {
         }
     }
 
+    /// Eviction requests so far.
     fn posts(&self) -> usize {
         self.api
             .requests()
             .iter()
-            .filter(|r| r.method == "POST")
+            .filter(|r| r.method == "POST" && r.path().ends_with("/eviction"))
             .count()
     }
 }
@@ -315,8 +380,111 @@ fn dry_run_decides_on_the_pod_the_api_server_serves() {
         &list.query("fieldSelector").unwrap_or_default()
     ));
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(kube.posts(), 0, "dry-run asks for no eviction");
+    let writes: Vec<_> = kube
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "dry-run writes nothing to the cluster: {writes:?}"
+    );
     assert!(process_alive(hog.pid()));
+}
+
+#[test]
+fn dry_run_events_show_each_decision_on_its_pod() {
+    if !running_as_root("dry_run_events_show_each_decision_on_its_pod") {
+        return;
+    }
+    let kube = KubeScene::new("kube-dry-run-events");
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(
+        &kube.scene,
+        &kube.kubeconfig,
+        &["--dry-run", "--dry-run-events"],
+    );
+    hog.alloc(60);
+    calm.alloc(160);
+    let decision = next_decision(&agent);
+    assert_decides_on_hog(&decision, "would_evict");
+    let event = kube
+        .api
+        .wait_until(WITHIN, |api| api.events().into_iter().next())
+        .unwrap_or_else(|| panic!("no event; {}", agent.stderr()));
+    assert_eq!(event["reason"], "EvictionDryRun", "{event:#}");
+    assert_eq!(event["message"], decision["reason"], "{event:#}");
+    assert_eq!(event["involvedObject"]["uid"], uid_for("hog"), "{event:#}");
+    assert!(
+        !kube
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.path().ends_with("/eviction")),
+        "nothing evicted"
+    );
+    assert!(process_alive(hog.pid()));
+}
+
+#[test]
+fn a_refused_eviction_moves_on_to_the_next_pod_at_once() {
+    if !running_as_root("a_refused_eviction_moves_on_to_the_next_pod_at_once") {
+        return;
+    }
+    // The scene's eviction interval is 10 s and its cleanup timeout 30 s: waiting for either
+    // would show.
+    let kube = KubeScene::new("kube-refused");
+    kube.api.answer_evictions_of_with("hog", 429);
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+
+    hog.alloc(60);
+    calm.alloc(160);
+    let refused = next_decision(&agent);
+    assert_decides_on_hog(&refused, "evict");
+    let next = next_decision(&agent);
+    assert_eq!(next["name"], "calm", "the next candidate: {next:#}");
+    let decided_ns = |d: &Value| d["monotonic_ns"].as_u64().expect("monotonic_ns");
+    let after = Duration::from_nanos(decided_ns(&next) - decided_ns(&refused));
+    assert!(
+        after < Duration::from_secs(3),
+        "moved on after {after:?}, not after the 10 s interval"
+    );
+    kube.api
+        .wait_for_request(WITHIN, |r| r.path().ends_with("/calm/eviction"))
+        .expect("calm's eviction request");
+    let posts: Vec<_> = kube
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path().ends_with("/eviction"))
+        .map(|r| r.path().to_string())
+        .collect();
+    assert_eq!(
+        posts,
+        [
+            "/api/v1/namespaces/default/pods/hog/eviction",
+            "/api/v1/namespaces/default/pods/calm/eviction"
+        ]
+    );
+    // Only the accepted eviction is reported to Kubernetes.
+    let events = kube
+        .api
+        .wait_until(WITHIN, |api| Some(api.events()).filter(|e| !e.is_empty()))
+        .unwrap_or_default();
+    let evicted: Vec<_> = events
+        .iter()
+        .map(|e| e["involvedObject"]["name"].clone())
+        .collect();
+    assert_eq!(evicted, ["calm"], "{events:#?}");
+    assert!(
+        agent.stderr().contains("PodDisruptionBudget"),
+        "the refusal is logged: {}",
+        agent.stderr()
+    );
 }
 
 #[test]
@@ -335,7 +503,7 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
     assert_decides_on_hog(&decision, "evict");
     let post = kube
         .api
-        .wait_for_request(WITHIN, |r| r.method == "POST")
+        .wait_for_request(WITHIN, |r| r.path().ends_with("/eviction"))
         .expect("an eviction request");
     assert_eq!(post.path(), "/api/v1/namespaces/default/pods/hog/eviction");
     let body: Value = serde_json::from_str(&post.body).expect("a JSON body");
@@ -350,6 +518,44 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
             .is_some(),
         "{}",
         agent.stderr()
+    );
+    // Kubernetes sees it: an Evicted event on the pod, with the decision's message, and the
+    // agent's own condition on the node (the kubelet's MemoryPressure untouched).
+    let events = kube.api.events();
+    assert_eq!(events.len(), 1, "one event for one eviction: {events:#?}");
+    let event = &events[0];
+    assert_eq!(event["reason"], "Evicted", "{event:#}");
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    assert_eq!(event["involvedObject"]["kind"], "Pod", "{event:#}");
+    assert_eq!(event["involvedObject"]["name"], "hog", "{event:#}");
+    assert_eq!(event["involvedObject"]["uid"], uid_for("hog"), "{event:#}");
+    assert_eq!(
+        event["message"], decision["reason"],
+        "{event:#}\n{decision:#}"
+    );
+    let message = event["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("The node was low on resource: memory. Threshold quantity: ")
+            && message.contains("Pod hog was using "),
+        "{message}"
+    );
+    let condition = kube
+        .api
+        .wait_until(WITHIN, |api| {
+            api.condition("MonitorMemoryPressure")
+                .filter(|c| c["status"] == "True")
+        })
+        .unwrap_or_else(|| panic!("no MonitorMemoryPressure=True; {}", agent.stderr()));
+    assert_eq!(
+        condition["reason"], "MemoryPressureThresholdMet",
+        "{condition:#}"
+    );
+    assert!(kube.api.condition("MemoryPressure").is_none());
+    assert_eq!(
+        kube.api
+            .condition("MonitorPIDPressure")
+            .map(|c| c["status"].clone()),
+        Some("False".into())
     );
 
     // The grace period is 1 s; a cgroup kill would have ended the process by now.
@@ -377,4 +583,159 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
         .wait(Duration::from_secs(10))
         .expect("stops on SIGTERM");
     assert!(status.success(), "{status}; {}", agent.stderr());
+}
+
+#[test]
+fn ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep() {
+    if !running_as_root("ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep") {
+        return;
+    }
+    let kube = KubeScene::new("kube-ignore-pdb");
+    kube.api.answer_evictions_with(429);
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(
+        &kube.scene,
+        &kube.kubeconfig,
+        &["--ignore-disruption-budgets"],
+    );
+    hog.alloc(60);
+    calm.alloc(160);
+    assert_decides_on_hog(&next_decision(&agent), "evict");
+    let deletion = kube
+        .api
+        .wait_for_request(WITHIN, |r| r.method == "DELETE")
+        .unwrap_or_else(|| panic!("no deletion; {}", agent.stderr()));
+    assert_eq!(deletion.path(), "/api/v1/namespaces/default/pods/hog");
+    let body: Value = serde_json::from_str(&deletion.body).expect("DeleteOptions");
+    assert_eq!(body["gracePeriodSeconds"], 1, "{body:#}");
+    assert_eq!(
+        kube.posts(),
+        0,
+        "no Eviction asked: {:?}",
+        kube.api.requests()
+    );
+    let event = kube
+        .api
+        .wait_until(WITHIN, |api| api.events().into_iter().next())
+        .unwrap_or_else(|| panic!("no event; {}", agent.stderr()));
+    assert_eq!(event["reason"], "Evicted", "{event:#}");
+    assert_eq!(event["involvedObject"]["name"], "hog", "{event:#}");
+}
+
+/// A Summary API answer for `node` with each pod's working set in MiB.
+fn summary_json(node: &str, pods: &[(&TestPod, u64)]) -> String {
+    let pods: Vec<Value> = pods
+        .iter()
+        .map(|(pod, mib)| {
+            serde_json::json!({
+                "podRef": {"name": pod.name, "namespace": "default", "uid": pod.uid},
+                "memory": {"workingSetBytes": mib << 20, "usageBytes": mib << 20},
+            })
+        })
+        .collect();
+    serde_json::json!({"node": {"nodeName": node}, "pods": pods}).to_string()
+}
+
+fn run_rank(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(tests::monitor_bin())
+        .arg("rank")
+        .args(args)
+        .output()
+        .expect("running monitor rank")
+}
+
+#[test]
+fn rank_kube_ranks_the_api_servers_answers_like_rank_with_their_files() {
+    let api = MockKubeApi::start(NODE);
+    let pods = [
+        (TestPod::new("within").request_mib(300), 100),
+        (TestPod::new("over").request_mib(20), 60),
+        (
+            TestPod::new("important").request_mib(10).priority(1000),
+            200,
+        ),
+        (TestPod::new("unmeasured").request_mib(10), 0),
+    ];
+    for (pod, _) in &pods {
+        api.apply_pod(pod);
+    }
+    let measured: Vec<(&TestPod, u64)> = pods[..3].iter().map(|(p, mib)| (p, *mib)).collect();
+    let summary = summary_json(NODE, &measured);
+    api.serve_summary(&summary);
+    let (files, kubeconfig) = kubeconfig(&api, "kube-rank");
+    std::fs::write(files.join("pods.json"), api.pod_list()).expect("pods file");
+    std::fs::write(files.join("summary.json"), &summary).expect("summary file");
+    let kubeconfig = kubeconfig.display().to_string();
+    let pods_file = files.join("pods.json").display().to_string();
+    let summary_file = files.join("summary.json").display().to_string();
+
+    for output in ["json", "text"] {
+        let live = run_rank(&[
+            "--kube",
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            &kubeconfig,
+            "--output",
+            output,
+        ]);
+        let stderr = String::from_utf8_lossy(&live.stderr);
+        assert!(live.status.success(), "{}: {stderr}", live.status);
+        let from_files = run_rank(&[
+            "--pods",
+            &pods_file,
+            "--summary",
+            &summary_file,
+            "--output",
+            output,
+        ]);
+        assert!(from_files.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&live.stdout),
+            String::from_utf8_lossy(&from_files.stdout),
+            "--output {output}"
+        );
+        if output == "json" {
+            let ranked: Value = serde_json::from_slice(&live.stdout).expect("a JSON array");
+            let names: Vec<&str> = ranked
+                .as_array()
+                .expect("an array")
+                .iter()
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(names, ["unmeasured", "over", "important", "within"]);
+        }
+    }
+    let asked: Vec<String> = api
+        .requests()
+        .iter()
+        .map(|r| r.path().to_string())
+        .collect();
+    assert!(
+        asked.contains(&format!("/api/v1/nodes/{NODE}/proxy/stats/summary")),
+        "{asked:?}"
+    );
+}
+
+#[test]
+fn rank_kube_names_what_it_could_not_read() {
+    let api = MockKubeApi::start(NODE);
+    let (_files, kubeconfig) = kubeconfig(&api, "kube-rank-missing");
+    let kubeconfig = kubeconfig.display().to_string();
+    // No Summary served: the proxy answers 404.
+    let out = run_rank(&["--kube", "--node-name", NODE, "--kubeconfig", &kubeconfig]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Summary API of node node-a") && stderr.contains("nodes/proxy"),
+        "{stderr}"
+    );
+    let out = run_rank(&["--kube", "--node-name", "../x", "--kubeconfig", &kubeconfig]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a DNS-1123 subdomain"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -317,3 +317,57 @@ fn pod_attribution_and_pod_filter_name_the_pod() {
         "{summary}"
     );
 }
+
+#[test]
+fn trace_kube_attributes_events_to_the_pods_the_api_server_lists() {
+    if !running_as_root("trace_kube_attributes_events_to_the_pods_the_api_server_lists") {
+        return;
+    }
+    let _serial = serial();
+    // A MOCK API server: no real one can run here.
+    let api = tests::kube_api::MockKubeApi::start("node-a");
+    let web = tests::TestPod::new("web").request_mib(32);
+    api.apply_pod(&web);
+    let cgroup = TestCgroup::create("incident-kube-pods");
+    let pod_dir = limited_child(&cgroup, &format!("kubepods/burstable/pod{}", web.uid));
+    let scratch = tempdir("kube-pods");
+    let kubeconfig = scratch.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let kubepods = format!("{}/kubepods", cgroup.rel);
+    // No manifests directory: the pods come from the API.
+    let trace = start_trace(&[
+        "--duration",
+        "12",
+        "--kube",
+        "--node-name",
+        "node-a",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--kubepods-cgroup",
+        &kubepods,
+        "--pod",
+        "default/web",
+    ]);
+    let work = scratch.join("a");
+    fs::create_dir_all(&work).unwrap();
+    overrun(&pod_dir, &work).wait().unwrap();
+    let (lines, stderr) = finish(trace);
+    let _ = fs::remove_dir_all(&scratch);
+    let attributed: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("cgroup_path").is_some() && l["type"] != "summary")
+        .collect();
+    assert!(
+        !attributed.is_empty(),
+        "nothing shown for the pod; stderr: {stderr}"
+    );
+    for line in &attributed {
+        assert_eq!(line["pod"]["namespace"], "default", "{line}");
+        assert_eq!(line["pod"]["name"], "web", "{line}");
+        assert_eq!(line["pod"]["uid"], web.uid.as_str(), "{line}");
+    }
+    assert!(
+        api.requests().iter().any(|r| r.path() == "/api/v1/pods"),
+        "the pods were listed"
+    );
+}

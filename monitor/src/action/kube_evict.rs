@@ -3,6 +3,9 @@
 //! period asked for. The kubelet then stops the containers; the agent sees the pod leave
 //! its watch.
 //!
+//! With [`KubeEvictor::deleting`], the pod is deleted with the grace period instead, as the
+//! kubelet's node-pressure eviction stops pods whatever their budgets say.
+//!
 //! The Eviction is built here rather than with kube-rs' `Api::evict`, whose request body
 //! names the field `delete_options`, which the API server ignores; the grace period would
 //! be lost.
@@ -10,12 +13,16 @@ use k8s_openapi::{
     api::policy::v1::Eviction,
     apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions},
 };
-use kube::{Api, Client, Config, api::PostParams, core::Status};
+use kube::{
+    Api, Client, Config,
+    api::{DeleteParams, PostParams},
+    core::Status,
+};
 
 use crate::engine::pod_facts::PodRef;
 
-/// Why an eviction was not done. None is retried here, nor by the client: the pod stays
-/// awaited until the cleanup timeout, after which the decision step decides again.
+/// Why an eviction was not done. None is retried here, nor by the client: the decision step
+/// hears each at once (a budget's refusal makes it move on to the next candidate).
 #[derive(Debug, thiserror::Error)]
 pub enum EvictError {
     /// 429: a PodDisruptionBudget allows no disruption now.
@@ -29,14 +36,19 @@ pub enum EvictError {
     Replaced { pod: String, message: String },
     /// Any other failure: API server unreachable, RBAC, ... The error is shown, not chained:
     /// kube-rs' messages already repeat their causes.
-    #[error("evicting {pod}: {error} (the agent needs RBAC create on pods/eviction)")]
+    #[error(
+        "evicting {pod}: {error} (the agent needs RBAC create on pods/eviction, or delete on \
+         pods with --ignore-disruption-budgets)"
+    )]
     Api { pod: String, error: kube::Error },
 }
 
-/// Creates Evictions with one client.
+/// Creates Evictions (or deletes pods) with one client.
 #[derive(Clone)]
 pub struct KubeEvictor {
     client: Client,
+    /// Delete the pod instead of asking for an Eviction: PodDisruptionBudgets are ignored.
+    delete: bool,
 }
 
 impl KubeEvictor {
@@ -47,7 +59,23 @@ impl KubeEvictor {
         config.default_retry = false;
         Ok(Self {
             client: Client::try_from(config)?,
+            delete: false,
         })
+    }
+
+    /// This evictor deleting pods (DELETE with the grace period and the uid precondition)
+    /// instead of creating Evictions, like the kubelet's node-pressure eviction, which
+    /// ignores PodDisruptionBudgets.
+    pub fn deleting(self) -> Self {
+        Self {
+            delete: true,
+            ..self
+        }
+    }
+
+    /// The client, for the agent's other requests (Events, node status).
+    pub fn client(&self) -> Client {
+        self.client.clone()
     }
 
     /// Asks the API server to evict `pod` with `grace_period_seconds`. The pod's uid is a
@@ -55,14 +83,26 @@ impl KubeEvictor {
     pub async fn evict(&self, pod: &PodRef, grace_period_seconds: i64) -> Result<(), EvictError> {
         let api: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace);
-        let result: Result<Status, kube::Error> = api
-            .create_subresource(
+        let result: Result<(), kube::Error> = if self.delete {
+            let params = DeleteParams {
+                grace_period_seconds: Some(u32::try_from(grace_period_seconds).unwrap_or(0)),
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(pod.uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            api.delete(&pod.name, &params).await.map(drop)
+        } else {
+            api.create_subresource::<_, Status>(
                 "eviction",
                 &pod.name,
                 &PostParams::default(),
                 &eviction(pod, grace_period_seconds),
             )
-            .await;
+            .await
+            .map(drop)
+        };
         let name = pod.to_string();
         match result {
             Ok(_) => Ok(()),

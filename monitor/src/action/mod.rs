@@ -1,7 +1,8 @@
 //! Acting on a pod chosen for eviction. [`cgroup_kill`] ends a pod's processes through its
 //! cgroup, for nodes where the agent acts without the Kubernetes API; [`kube_evict`] asks the
-//! API server to evict the pod.
+//! API server to evict the pod, and [`kube_event`] tells Kubernetes about it.
 pub mod cgroup_kill;
+pub mod kube_event;
 pub mod kube_evict;
 
 pub use cgroup_kill::{KillError, KillOutcome, KillReport, KillTimings, kill_cgroup_tree};

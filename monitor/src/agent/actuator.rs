@@ -7,7 +7,10 @@
 use std::{future::Future, pin::Pin, time::Duration};
 
 use crate::{
-    action::{EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, kill_cgroup_tree},
+    action::{
+        EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, kill_cgroup_tree,
+        kube_event::{EventPoster, EventReason},
+    },
     cgroupfs::MemoryHierarchy,
     engine::pod_facts::PodRef,
 };
@@ -28,6 +31,8 @@ pub struct ActionRequest {
     pub grace_period_seconds: i64,
     /// Working set before the action, to tell what it freed.
     pub working_set_before: Option<u64>,
+    /// The decision's message in the kubelet's words, for the pod's Event.
+    pub message: String,
 }
 
 /// How an action ended.
@@ -39,6 +44,8 @@ pub enum ActionOutcome {
     Accepted,
     /// The pod was already gone.
     Gone,
+    /// A PodDisruptionBudget allows no disruption now (429); nothing was freed.
+    Refused(String),
     /// The action could not be carried out; the reason is in the message.
     Failed(String),
 }
@@ -49,7 +56,7 @@ impl ActionOutcome {
         match self {
             ActionOutcome::Killed(report) => report.outcome == KillOutcome::Emptied,
             ActionOutcome::Gone => true,
-            ActionOutcome::Accepted | ActionOutcome::Failed(_) => false,
+            ActionOutcome::Accepted | ActionOutcome::Refused(_) | ActionOutcome::Failed(_) => false,
         }
     }
 
@@ -90,11 +97,24 @@ pub trait Actuator {
     fn start(&self, request: ActionRequest) -> Option<ActionTask>;
 }
 
-/// `--dry-run`: decisions are reported, nothing is signalled.
-pub struct DryRun;
+/// `--dry-run`: decisions are reported, nothing is signalled; with `--dry-run-events` each
+/// is posted as an `EvictionDryRun` Event on the pod.
+pub struct DryRun {
+    pub events: Option<EventPoster>,
+}
 
 impl Actuator for DryRun {
-    fn start(&self, _request: ActionRequest) -> Option<ActionTask> {
+    fn start(&self, request: ActionRequest) -> Option<ActionTask> {
+        if let Some(events) = self.events.clone() {
+            tokio::spawn(async move {
+                let posted = events
+                    .post(&request.pod, EventReason::EvictionDryRun, &request.message)
+                    .await;
+                if let Err(error) = posted {
+                    log::warn!("{error}");
+                }
+            });
+        }
         None
     }
 }
@@ -127,21 +147,36 @@ impl Actuator for CgroupKiller {
     }
 }
 
-/// `--kube`: a policy/v1 Eviction; the kubelet stops the pod.
+/// `--kube`: a policy/v1 Eviction (or a deletion, see [`KubeEvictor::deleting`]); the
+/// kubelet stops the pod. Once the API server accepts, an `Evicted` Event is posted on the
+/// pod; a refused eviction posts none.
 pub struct KubeApi {
     pub evictor: KubeEvictor,
+    pub events: EventPoster,
 }
 
 impl Actuator for KubeApi {
     fn start(&self, request: ActionRequest) -> Option<ActionTask> {
         let evictor = self.evictor.clone();
+        let events = self.events.clone();
         Some(Box::pin(async move {
             let outcome = match evictor
                 .evict(&request.pod, request.grace_period_seconds)
                 .await
             {
-                Ok(()) => ActionOutcome::Accepted,
+                Ok(()) => {
+                    let posted = events
+                        .post(&request.pod, EventReason::Evicted, &request.message)
+                        .await;
+                    if let Err(error) = posted {
+                        log::warn!("{error}");
+                    }
+                    ActionOutcome::Accepted
+                }
                 Err(EvictError::NotFound { .. }) => ActionOutcome::Gone,
+                Err(error @ EvictError::DisruptionBudget { .. }) => {
+                    ActionOutcome::Refused(error.to_string())
+                }
                 Err(error) => ActionOutcome::Failed(error.to_string()),
             };
             ActionDone { request, outcome }
@@ -165,6 +200,7 @@ mod tests {
             grace: Duration::ZERO,
             grace_period_seconds: 1,
             working_set_before: Some(1),
+            message: String::new(),
         }
     }
 
@@ -188,6 +224,6 @@ mod tests {
             assert_eq!(done.outcome.pod_stopped(), stopped, "{name}: {done:?}");
             assert_eq!(done.request.pod.name, "hog", "{name}");
         }
-        assert!(DryRun.start(request(None)).is_none());
+        assert!(DryRun { events: None }.start(request(None)).is_none());
     }
 }

@@ -42,15 +42,33 @@ pub struct AgentArgs {
     ///
     /// Pods come from a list+watch of pods with the field selector spec.nodeName=NODE (see
     /// --node-name); finished pods are left out. An eviction is a policy/v1 Eviction with the
-    /// decision's grace period, checked against PodDisruptionBudgets (a refusal is logged,
-    /// not retried until the cleanup timeout); the kubelet then stops the pod, and the agent
-    /// never signals its processes itself.
+    /// decision's grace period, checked against PodDisruptionBudgets; the kubelet then stops
+    /// the pod, and the agent never signals its processes itself. A pod whose budget refuses
+    /// (429) is passed over for one eviction interval and the next candidate is evicted at
+    /// once: a refusal freed nothing, so it neither waits for cleanup nor starts an interval.
+    ///
+    /// Each accepted eviction posts an Event on the pod (type Warning, reason Evicted, the
+    /// kubelet's message), and the agent's pressure state is published as the node
+    /// conditions MonitorMemoryPressure and MonitorPIDPressure (patched on change and every
+    /// minute; the kubelet's own conditions are left alone).
     ///
     /// Connects with --kubeconfig, else KUBECONFIG or ~/.kube/config, else the pod's service
-    /// account. RBAC the account needs: list and watch on pods, create on pods/eviction
-    /// (a ClusterRole: the node's pods are in every namespace).
+    /// account. RBAC the account needs (a ClusterRole: the node's pods are in every
+    /// namespace): list and watch on pods, create on pods/eviction (delete on pods with
+    /// --ignore-disruption-budgets), create on events, patch on nodes/status.
     #[arg(long, conflicts_with = "pods", requires = "node_name")]
     pub kube: bool,
+    /// With --kube: delete the chosen pod with the decision's grace period instead of asking
+    /// for an Eviction, so PodDisruptionBudgets do not hold it, as the kubelet's own
+    /// node-pressure eviction ignores them.
+    #[arg(long, requires = "kube")]
+    pub ignore_disruption_budgets: bool,
+    /// With --kube --dry-run: post each decision as an Event on the pod (type Warning,
+    /// reason EvictionDryRun) and publish the node conditions, so a trial run shows in
+    /// `kubectl get events` and `kubectl describe node`. Without it a dry run writes nothing
+    /// to the cluster.
+    #[arg(long, requires_all = ["kube", "dry_run"])]
+    pub dry_run_events: bool,
     /// This node's name, as in the spec.nodeName of its pods (required with --kube; with
     /// --pods, pods bound to other nodes are left out). In a DaemonSet,
     /// set NODE_NAME from the downward API (valueFrom.fieldRef.fieldPath: spec.nodeName).

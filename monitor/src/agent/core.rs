@@ -3,11 +3,14 @@
 //! (and a clock), so the whole pipeline from event to decision is tested without root.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::usage::{Membership, StatChange, UsageTracker};
+use super::{
+    refusals::Refusals,
+    usage::{Membership, StatChange, UsageTracker},
+};
 use crate::{
     cgroupfs::paths::is_within,
     engine::{
-        clock::Clock,
+        clock::{Clock, MonoInstant},
         config::EvictionConfig,
         decide::{Decision, EvictionState, decide_among},
         headroom::memory_headroom,
@@ -64,6 +67,8 @@ pub enum NotActionable {
     Unreadable,
     /// A pod the agent must leave alone (its own).
     Excluded,
+    /// Its eviction was refused by a PodDisruptionBudget a moment ago (see [`Refusals`]).
+    Refused,
 }
 
 /// How the pod set changed.
@@ -93,6 +98,8 @@ pub struct AgentCore {
     pids: Option<SignalObservation>,
     /// Failed cgroupfs reads of pods, since start.
     read_failures: u64,
+    /// Pods whose eviction was refused, held out for a while.
+    refusals: Refusals,
     pub state: EvictionState,
 }
 
@@ -118,6 +125,7 @@ impl AgentCore {
             excluded: HashSet::new(),
             pids: None,
             read_failures: 0,
+            refusals: Refusals::default(),
             state,
         }
     }
@@ -200,6 +208,7 @@ impl AgentCore {
         self.evicted.remove(uid);
         self.stopped.remove(uid);
         self.excluded.remove(uid);
+        self.refusals.forget(uid);
     }
 
     /// Marks a pod as stopped by this agent: it leaves the rankings for as long as it stays in
@@ -360,6 +369,9 @@ impl AgentCore {
         if self.excluded.contains(uid) {
             return Err(NotActionable::Excluded);
         }
+        if self.refusals.holds(uid) {
+            return Err(NotActionable::Refused);
+        }
         if entry.cgroup.is_none() {
             return Err(NotActionable::NoCgroup);
         }
@@ -417,6 +429,8 @@ impl AgentCore {
     /// but the next candidate is taken.
     pub fn decide(&mut self, clock: &impl Clock) -> Decision {
         let observations = self.observations();
+        self.refusals.expire(clock.now());
+        let previous_eviction = self.state.last_eviction;
         let mut state = std::mem::take(&mut self.state);
         let decision = decide_among(
             &self.config,
@@ -427,7 +441,18 @@ impl AgentCore {
             |facts| self.actionable(&facts.pod.uid).is_ok(),
         );
         self.state = state;
+        if let Some(eviction) = decision.eviction() {
+            self.refusals.decided(&eviction.pod.uid, previous_eviction);
+        }
         decision
+    }
+
+    /// The API server refused to evict `uid` (a PodDisruptionBudget): the pod is held out
+    /// for an eviction interval and the decision taken back, so the next candidate is
+    /// evicted at once (see [`Refusals`]).
+    pub fn eviction_refused(&mut self, uid: &str, now: MonoInstant) {
+        let interval = self.config.monitor.eviction_interval;
+        self.refusals.refused(uid, now, interval, &mut self.state);
     }
 
     /// How much the working sets may grow before a memory threshold could be met.
@@ -713,6 +738,31 @@ mod tests {
         assert_eq!(
             c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
             Some("big-low".into())
+        );
+    }
+
+    #[test]
+    fn a_refused_eviction_moves_on_to_the_next_candidate_at_once() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)]));
+        c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
+        let clock = clock();
+        let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
+        assert_eq!(first.as_deref(), Some("over-high"));
+        c.eviction_refused("uid-over-high", clock.now());
+        assert_eq!(c.actionable("uid-over-high"), Err(NotActionable::Refused));
+        assert_eq!(
+            c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
+            Some("big-low".into()),
+            "neither the cleanup wait nor the interval holds the next candidate back"
+        );
+        // big-low goes; the refused pod keeps its place and is tried again after an interval.
+        c.set_pod_reading("uid-big-low", PodReading::Gone, READ_NS + 10);
+        c.state.pod_cleaned_up("uid-big-low");
+        clock.advance(std::time::Duration::from_secs(10));
+        assert_eq!(
+            c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
+            Some("over-high".into())
         );
     }
 

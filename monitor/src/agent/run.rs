@@ -28,6 +28,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::{CheckpointHealth, CheckpointWriter},
     core::{AgentCore, NodeCapacity},
+    node_status::NodeStatusPublisher,
     persist,
     psi_wake::PsiWake,
     publish::{self, RecentDecisions},
@@ -37,7 +38,7 @@ use super::{
     usage::StatChange,
 };
 use crate::{
-    action::KubeEvictor,
+    action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::{MemoryHierarchy, procs::subtree_pids},
     checkpoint::{IfUnusable, StateManager, read_now},
     cli::OutputFormat,
@@ -205,6 +206,8 @@ struct Agent {
     persisted: Option<(EvictionState, Vec<NodeCondition>)>,
     /// The pod that runs this agent, never a candidate.
     own_pod: OwnPod,
+    /// With --kube: the agent's own node conditions, published on the Node.
+    node_status: Option<NodeStatusPublisher>,
 }
 
 impl Agent {
@@ -280,10 +283,28 @@ impl Agent {
             log::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
         let core = AgentCore::new(config, capacity, &kubepods.rel, state);
-        let actuator: Box<dyn Actuator> = match evictor {
-            _ if args.dry_run => Box::new(DryRun),
-            Some(evictor) => Box::new(KubeApi { evictor }),
-            None => Box::new(CgroupKiller {
+        let node = args.node_name.as_deref().unwrap_or_default();
+        let events = evictor
+            .as_ref()
+            .map(|evictor| EventPoster::new(evictor.client(), node));
+        // A dry run writes nothing to the cluster unless asked to.
+        let node_status = evictor
+            .as_ref()
+            .filter(|_| !args.dry_run || args.dry_run_events)
+            .map(|evictor| NodeStatusPublisher::spawn(evictor.client(), node));
+        let actuator: Box<dyn Actuator> = match (evictor, events) {
+            (_, events) if args.dry_run => Box::new(DryRun {
+                events: events.filter(|_| args.dry_run_events),
+            }),
+            (Some(evictor), Some(events)) => Box::new(KubeApi {
+                evictor: if args.ignore_disruption_budgets {
+                    evictor.deleting()
+                } else {
+                    evictor
+                },
+                events,
+            }),
+            _ => Box::new(CgroupKiller {
                 hierarchy: hierarchy.clone(),
             }),
         };
@@ -315,6 +336,7 @@ impl Agent {
             causes: CauseLog::default(),
             persisted: None,
             own_pod,
+            node_status,
         })
     }
 
@@ -656,7 +678,15 @@ impl Agent {
                 log::error!("printing the decision for {}: {e}", eviction.pod);
             }
             let grace = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
-            self.act(eviction.pod.clone(), grace, eviction.grace_period_seconds);
+            self.act(
+                eviction.pod.clone(),
+                grace,
+                eviction.grace_period_seconds,
+                eviction.reason.clone(),
+            );
+        }
+        if let Some(node_status) = &self.node_status {
+            node_status.set(&decision.node_conditions);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         // Most evaluations change nothing worth keeping; skip building the checkpoint then.
@@ -791,8 +821,8 @@ impl Agent {
 
     /// Starts the eviction's action in the background: a kill of the pod's cgroup, or with
     /// --kube an Eviction through the API; nothing in dry-run. `grace` is the time left
-    /// before force.
-    fn act(&mut self, pod: PodRef, grace: Duration, grace_period_seconds: i64) {
+    /// before force; `message` the decision's, for the pod's Event.
+    fn act(&mut self, pod: PodRef, grace: Duration, grace_period_seconds: i64, message: String) {
         let request = ActionRequest {
             cgroup: self
                 .core
@@ -803,6 +833,7 @@ impl Agent {
             grace,
             grace_period_seconds,
             pod,
+            message,
         };
         let local = self.evictor_is_local();
         let uid = request.pod.uid.clone();
@@ -851,7 +882,12 @@ impl Agent {
             "resuming the eviction of {pod} begun before the restart: force in {left:?}, at the \
              end of its {grace_period_seconds}s grace period"
         );
-        self.act(pod, left, grace_period_seconds);
+        self.act(
+            pod,
+            left,
+            grace_period_seconds,
+            "resumed after a restart".into(),
+        );
     }
 
     /// Whether evictions are carried out on this node (a cgroup kill), not through the API.
@@ -904,6 +940,18 @@ impl Agent {
                 log::info!("pod {pod} was already gone");
                 persist::record_freed(&mut self.saved, &uid, 0);
                 self.core.state.pod_cleaned_up(&uid);
+            }
+            ActionOutcome::Refused(reason) => {
+                self.action_failures += 1;
+                log::warn!(
+                    "{reason}; passed over for {:?}, the next candidate goes at once",
+                    self.core
+                        .config()
+                        .monitor
+                        .eviction_interval
+                        .max(super::refusals::MIN_HOLD)
+                );
+                self.core.eviction_refused(&uid, BootClock.now());
             }
             ActionOutcome::Failed(reason) => {
                 self.action_failures += 1;

@@ -1,5 +1,6 @@
 //! `monitor rank`: the kubelet's eviction order for a set of pods and their stats, for
-//! postmortems. Reads the files here; parsing and ranking live in `engine::report`.
+//! postmortems, or live with `--kube`. Reads the files (or asks the API server) here; parsing
+//! and ranking live in `engine::report`.
 use crate::cli::OutputFormat;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy};
 use crate::engine::report::{RankedPod, Report, build_report};
 use crate::engine::signal::Signal;
 use crate::engine::summary::Summary;
-use crate::pods::manifests::parse_file;
+use crate::pods::{kube_query, kube_watch::api_config, manifests::parse_file};
 use crate::printable::printable;
 
 /// Exit status for input that cannot be read or understood.
@@ -24,6 +25,8 @@ Inputs:
                kubectl get pods -A -o json --field-selector spec.nodeName=NODE > pods.json
   --summary  The kubelet's Summary API for that node (working set, process counts, disk use):
                kubectl get --raw /api/v1/nodes/NODE/proxy/stats/summary > summary.json
+  --kube     Instead of both files, ask the API server now (--node-name NODE): the same pod
+             list and the same Summary, read through the node proxy.
 
 Pods are matched to their stats by the kubelet's uid, as the kubelet does: metadata.uid, or for
 a static pod's mirror its kubernetes.io/config.mirror annotation. Only the kubelet's active
@@ -46,11 +49,33 @@ Exit status: 0 on success, 2 when an input file cannot be read or parsed, or is 
 flag takes (an API error, a PodList or {} given as --summary); the message names the file.")]
 pub struct RankArgs {
     /// Pods file: `kubectl get pods -o json` (or -o yaml) output, or a single Pod.
-    #[arg(long, value_name = "FILE")]
-    pods: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "kube",
+        requires = "summary"
+    )]
+    pods: Option<PathBuf>,
     /// Summary API JSON from `kubectl get --raw /api/v1/nodes/NODE/proxy/stats/summary`.
-    #[arg(long, value_name = "FILE")]
-    summary: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "kube",
+        requires = "pods"
+    )]
+    summary: Option<PathBuf>,
+    /// Rank live: the node's active pods from the API server (instead of --pods) and its
+    /// Summary API through the API server's node proxy (instead of --summary). Needs RBAC
+    /// list on pods and get on nodes/proxy.
+    #[arg(long, conflicts_with_all = ["pods", "summary"], requires = "node_name")]
+    kube: bool,
+    /// With --kube: the node to rank (default: NODE_NAME).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    node_name: Option<String>,
+    /// With --kube: the kubeconfig to connect with (default: KUBECONFIG, ~/.kube/config, or
+    /// the pod's service account).
+    #[arg(long, value_name = "FILE", requires = "kube")]
+    kubeconfig: Option<PathBuf>,
     /// Signal to rank for: memory.available, allocatableMemory.available, pid.available,
     /// nodefs.available, nodefs.inodesFree, imagefs.available or imagefs.inodesFree.
     #[arg(long, value_name = "SIGNAL", default_value = "memory.available", value_parser = parse_signal)]
@@ -70,7 +95,12 @@ fn parse_signal(text: &str) -> Result<Signal, String> {
 }
 
 pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
-    match rank(&args) {
+    let ranked = if args.kube {
+        rank_live(&args)?
+    } else {
+        rank(&args)
+    };
+    match ranked {
         Ok(report) => {
             let output = match args.output {
                 OutputFormat::Text => render_text(&report),
@@ -88,19 +118,49 @@ pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
 
 /// Reads both files and ranks; the error names the file at fault.
 fn rank(args: &RankArgs) -> Result<Report, String> {
+    let (Some(pods_path), Some(summary_path)) = (&args.pods, &args.summary) else {
+        return Err("--pods FILE and --summary FILE, or --kube, are needed".into());
+    };
     let in_file =
         |path: &Path, problem: &dyn std::fmt::Display| format!("{}: {problem}", path.display());
-    let pods_text = fs::read_to_string(&args.pods).map_err(|e| in_file(&args.pods, &e))?;
+    let pods_text = fs::read_to_string(pods_path).map_err(|e| in_file(pods_path, &e))?;
     // The error already names the file.
-    let pods = parse_file(&args.pods, &pods_text).map_err(|e| e.to_string())?;
-    let summary_text = fs::read_to_string(&args.summary).map_err(|e| in_file(&args.summary, &e))?;
-    let summary = Summary::from_json(&summary_text).map_err(|e| in_file(&args.summary, &e))?;
-    let layout = if args.dedicated_imagefs {
+    let pods = parse_file(pods_path, &pods_text).map_err(|e| e.to_string())?;
+    let summary_text = fs::read_to_string(summary_path).map_err(|e| in_file(summary_path, &e))?;
+    let summary = Summary::from_json(&summary_text).map_err(|e| in_file(summary_path, &e))?;
+    build_report(&pods, &summary, args.signal, layout(args)).map_err(|e| in_file(pods_path, &e))
+}
+
+/// `--kube`: the same ranking from the API server's answers. An API server that cannot be
+/// reached is an error of the command (exit 1); an answer that is not a Summary is bad
+/// input (exit 2), as a file would be.
+fn rank_live(args: &RankArgs) -> anyhow::Result<Result<Report, String>> {
+    let node = args.node_name.as_deref().unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (pods, summary_text) = runtime.block_on(async {
+        let config = api_config(args.kubeconfig.as_deref()).await?;
+        let client = kube_query::client(config)?;
+        let pods = kube_query::node_pods(&client, node).await?;
+        let summary = kube_query::node_summary(&client, node).await?;
+        anyhow::Ok((pods, summary))
+    })?;
+    let source = format!("the Summary API of node {node}");
+    let summary = match Summary::from_json(&summary_text) {
+        Ok(summary) => summary,
+        Err(e) => return Ok(Err(format!("{source}: {e}"))),
+    };
+    Ok(build_report(&pods, &summary, args.signal, layout(args))
+        .map_err(|e| format!("the pods of node {node}: {e}")))
+}
+
+fn layout(args: &RankArgs) -> FsLayout {
+    if args.dedicated_imagefs {
         FsLayout::DedicatedImageFs
     } else {
         FsLayout::Shared
-    };
-    build_report(&pods, &summary, args.signal, layout).map_err(|e| in_file(&args.pods, &e))
+    }
 }
 
 /// Aligned columns, first line evicted first, with the key that placed each pod.

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
     clock::monotonic_ns,
-    pods::{KubepodsCgroup, load_dir, resolve_pod_cgroups},
+    pods::{KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, resolve_pod_cgroups},
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         pressure::{self, PressureSignal},
@@ -37,11 +37,13 @@ const BURST_WINDOW: Duration = Duration::from_secs(1);
 /// At most this many cgroup pressure files are watched (one descriptor each).
 const MAX_PSI_WATCHES: usize = 256;
 
-/// Print live memory events from the kernel, attributed to pods (with --pods) or cgroups:
+/// Print live memory events from the kernel, attributed to pods (with --pods or --kube) or
+/// cgroups:
 /// stat changes larger than the step, cgroup creation and removal, reclaim stalls longer than
 /// --min-stall, kswapd wake/sleep, OOM kills, growth bursts and PSI pressure. On exit (duration
 /// or Ctrl-C) prints a summary: most stall time, most reclaim caused, OOM kills.
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("pod_source").args(["pods", "kube"])))]
 pub struct TraceArgs {
     /// `text`: aligned columns; `json`: one object per line with a `type` field, the
     /// summary last.
@@ -60,15 +62,26 @@ pub struct TraceArgs {
     /// Directory of pod manifests (YAML or JSON) to attribute cgroups to pods by uid.
     #[arg(long, value_name = "DIR")]
     pub pods: Option<PathBuf>,
+    /// Attribute cgroups to the pods the API server lists on --node-name (instead of
+    /// --pods), read once at start. Needs RBAC list on pods.
+    #[arg(long, requires = "node_name")]
+    pub kube: bool,
+    /// With --kube: the node whose pods to attribute (default: NODE_NAME).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// With --kube: the kubeconfig to connect with (default: KUBECONFIG, ~/.kube/config, or
+    /// the pod's service account).
+    #[arg(long, value_name = "FILE", requires = "kube")]
+    pub kubeconfig: Option<PathBuf>,
     /// The kubelet's pod cgroup root below the memory hierarchy (default: detect `kubepods`
     /// or `kubepods.slice`).
-    #[arg(long, value_name = "PATH", requires = "pods")]
+    #[arg(long, value_name = "PATH", requires = "pod_source")]
     pub kubepods_cgroup: Option<String>,
-    /// Only show events of this pod (needs --pods).
-    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod, requires = "pods")]
+    /// Only show events of this pod (needs --pods or --kube).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod, requires = "pod_source")]
     pub pod: Option<(String, String)>,
-    /// Only show events of pods in this namespace (needs --pods).
-    #[arg(long, value_name = "NAMESPACE", requires = "pods")]
+    /// Only show events of pods in this namespace (needs --pods or --kube).
+    #[arg(long, value_name = "NAMESPACE", requires = "pod_source")]
     pub namespace: Option<String>,
     /// Report reclaim stalls lasting at least this long (Go syntax: 500us, 5ms, 1s). 1ms by
     /// default: shorter direct reclaims are routine on a busy node, longer ones are latency a
@@ -103,10 +116,25 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         pod: args.pod.clone(),
         namespace: args.namespace.clone(),
     };
-    let pods = args
-        .pods
-        .as_deref()
-        .map(|dir| load_pods(dir, args.kubepods_cgroup.as_deref(), &hierarchy))
+    let listed = match (&args.pods, args.kube) {
+        (Some(dir), _) => Some(
+            load_dir(dir)
+                .map_err(|e| anyhow::anyhow!("reading pod manifests in {}: {e}", dir.display()))?,
+        ),
+        (None, true) => {
+            let node = args.node_name.as_deref().unwrap_or_default();
+            let config = api_config(args.kubeconfig.as_deref()).await?;
+            let pods = kube_query::node_pods(&kube_query::client(config)?, node).await?;
+            log::info!("{} pods on node {node} from the Kubernetes API", pods.len());
+            Some(crate::pods::LoadedPods {
+                pods,
+                errors: Vec::new(),
+            })
+        }
+        (None, false) => None,
+    };
+    let pods = listed
+        .map(|loaded| load_pods(loaded, args.kubepods_cgroup.as_deref(), &hierarchy))
         .transpose()?;
     let mut source = KernelSource::load_with_incidents(
         LoadOptions {
@@ -245,14 +273,12 @@ impl Lookups for SystemLookups<'_> {
     }
 }
 
-/// Pods of the manifests directory with the cgroups the kubelet gives them.
+/// Pods (of the manifests directory or the API) with the cgroups the kubelet gives them.
 fn load_pods(
-    dir: &Path,
+    loaded: crate::pods::LoadedPods,
     kubepods: Option<&str>,
     hierarchy: &MemoryHierarchy,
 ) -> anyhow::Result<PodCgroups> {
-    let loaded = load_dir(dir)
-        .map_err(|e| anyhow::anyhow!("reading pod manifests in {}: {e}", dir.display()))?;
     for error in &loaded.errors {
         log::warn!("{error}");
     }

@@ -74,7 +74,7 @@ pub async fn api_config(kubeconfig: Option<&Path>) -> Result<Config, KubeWatchEr
 }
 
 /// The field selector for the active pods bound to `node`.
-fn node_field_selector(node: &str) -> String {
+pub(super) fn node_field_selector(node: &str) -> String {
     format!("spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
 }
 

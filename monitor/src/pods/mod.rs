@@ -3,6 +3,7 @@
 //! naming rules.
 pub mod cgroup_path;
 pub mod dir_watch;
+pub mod kube_query;
 pub mod kube_watch;
 pub mod kubelet_view;
 pub mod manifests;

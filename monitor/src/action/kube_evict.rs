@@ -124,20 +124,6 @@ impl KubeEvictor {
             Err(error) => Err(EvictError::Api { pod: name, error }),
         }
     }
-
-    /// Evicts in the background and logs the outcome; the agent learns that the pod is
-    /// gone from its pod watch, not from this answer.
-    pub fn spawn(&self, pod: PodRef, grace_period_seconds: i64) {
-        let evictor = self.clone();
-        tokio::spawn(async move {
-            match evictor.evict(&pod, grace_period_seconds).await {
-                Ok(()) => log::info!(
-                    "eviction of {pod} accepted (grace period {grace_period_seconds}s); waiting for the kubelet"
-                ),
-                Err(error) => log::warn!("{error}"),
-            }
-        });
-    }
 }
 
 /// The Eviction for `pod`.

@@ -76,6 +76,7 @@ impl ActionOutcome {
             ),
             ActionOutcome::Accepted => "eviction accepted by the API server".into(),
             ActionOutcome::Gone => "already gone".into(),
+            ActionOutcome::Refused(reason) => format!("refused: {reason}"),
             ActionOutcome::Failed(reason) => format!("failed: {reason}"),
         }
     }

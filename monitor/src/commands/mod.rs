@@ -2,5 +2,6 @@
 //! `run(args) -> anyhow::Result<ExitCode>`.
 pub mod checkpoint;
 pub mod doctor;
+pub mod privileges;
 pub mod rank;
 pub mod trace;

@@ -209,6 +209,29 @@ impl Allocator {
         }
     }
 
+    /// Starts the helper as user `uid` inside `cgroup_dir`: it is moved there once running
+    /// (an unprivileged process cannot join a root-owned cgroup itself), before it is told
+    /// to allocate anything.
+    pub fn start_as(cgroup_dir: &Path, uid: u32) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        let mut cmd = Command::new(binary("alloc", "MONITOR_ALLOC_BIN"));
+        cmd.uid(uid)
+            .gid(uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("starting the alloc helper");
+        let procs = cgroup_dir.join("cgroup.procs");
+        fs::write(&procs, child.id().to_string())
+            .unwrap_or_else(|e| panic!("moving the helper into {}: {e}", procs.display()));
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

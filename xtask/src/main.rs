@@ -5,6 +5,7 @@ mod bench;
 #[path = "../../tests/src/cgroup_tree.rs"]
 mod cgroup_tree;
 mod demo;
+mod image;
 mod setup;
 mod tasks;
 mod vm;
@@ -68,6 +69,11 @@ enum Task {
         #[arg(long)]
         json: bool,
     },
+    /// Build the container image: a static (musl) `monitor` as the only file of an image
+    /// made from scratch, written as an OCI archive to target/image/monitor.oci.tar (rebuilt
+    /// only when the binary changed). Push it with
+    /// `skopeo copy oci-archive:target/image/monitor.oci.tar docker://REGISTRY/monitor:TAG`.
+    Image,
     /// Boot Debian's 6.1 kernel under qemu with cgroup v2 and run the end-to-end tests there.
     VmTest,
 }
@@ -85,6 +91,7 @@ fn main() -> ExitCode {
         Task::Bench { name, quick, json } => {
             setup::run().and_then(|()| bench::run(name, quick, json))
         }
+        Task::Image => setup::run().and_then(|()| image::build().map(drop)),
         Task::VmTest => setup::run().and_then(|()| vm::run()),
     };
     match result {

@@ -21,6 +21,40 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Adds a target's standard library to the default toolchain (the image's musl build).
+pub fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
+    let installed = stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    eprintln!("setup: adding the {target} target");
+    status(Command::new("rustup").args(["target", "add", target]))
+        .with_context(|| format!("`rustup target add {target}` is needed"))
+}
+
+/// The manifest validator, in a virtualenv under the target directory (Debian's Python
+/// refuses system-wide pip installs); returns its executable. The package carries the
+/// Kubernetes schemas, so validating needs no network.
+pub fn ensure_kubernetes_validate(target: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let venv = target.join("kubernetes-validate");
+    let validator = venv.join("bin/kubernetes-validate");
+    if validator.exists() {
+        return Ok(validator);
+    }
+    eprintln!(
+        "setup: installing kubernetes-validate into {}",
+        venv.display()
+    );
+    let make_venv = || status(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+    if make_venv().is_err() {
+        ensure_debian_packages(&["python3-venv".to_string()])?;
+        make_venv()?;
+    }
+    status(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "kubernetes-validate"]))
+        .context("pip install kubernetes-validate failed")?;
+    Ok(validator)
+}
+
 fn output(cmd: &mut Command) -> anyhow::Result<Output> {
     cmd.output().with_context(|| format!("starting {cmd:?}"))
 }

@@ -47,8 +47,18 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
 }
 
 pub fn test(with_vm: bool) -> anyhow::Result<()> {
+    // The container test runs the image with Debian's podman (runc: crun refuses cgroup v1's
+    // hybrid layout); the deploy/ test validates the manifests.
+    let image = crate::image::build()?;
+    crate::setup::ensure_debian_packages(&["podman", "runc"].map(String::from))?;
+    let validator = crate::setup::ensure_kubernetes_validate(&target_dir()?)?;
     // The default members: the workspace without the BPF-target kernel crate.
-    status(cargo().args(["test"]))?;
+    status(
+        cargo()
+            .args(["test"])
+            .env("MONITOR_IMAGE", image)
+            .env("KUBERNETES_VALIDATE", validator),
+    )?;
     if with_vm {
         crate::vm::run()?;
     }

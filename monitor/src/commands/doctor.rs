@@ -3,6 +3,8 @@
 use crate::cli::OutputFormat;
 use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
 
+use super::privileges::{self, Needs, Requirement};
+
 use serde::Serialize;
 
 use crate::{
@@ -15,10 +17,37 @@ pub struct DoctorArgs {
     /// How to print the report.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+    /// The agent's checkpoint directory, checked for being there and writable.
+    #[arg(long, value_name = "DIR", default_value = crate::checkpoint::DEFAULT_CHECKPOINT_DIR)]
+    pub checkpoint_dir: PathBuf,
+    /// The agent's KubeletConfiguration file, checked for being readable.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The agent's manifests directory, checked for being readable.
+    #[arg(long, value_name = "DIR")]
+    pub pods: Option<PathBuf>,
+    /// The kubepods cgroup the agent is given (default: detect `kubepods` or
+    /// `kubepods.slice`), checked for being visible and writable.
+    #[arg(long, value_name = "PATH")]
+    pub kubepods_cgroup: Option<String>,
+    /// Check for an agent run with `--kube`: evictions go through the API and the kubelet
+    /// stops the pods, so CAP_KILL and the host PID namespace are not needed.
+    #[arg(long)]
+    pub kube: bool,
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let report = Report::from_features(&KernelFeatures::probe());
+    let features = KernelFeatures::probe();
+    let needs = Needs {
+        kills: !args.kube,
+        memory: features.memory.as_ref().ok(),
+        kubepods_cgroup: args.kubepods_cgroup.as_deref(),
+        tracefs: features.tracefs.as_deref().map_err(String::as_str),
+        checkpoint_dir: &args.checkpoint_dir,
+        config: args.config.as_deref(),
+        pods: args.pods.as_deref(),
+    };
+    let report = Report::from_features(&features).with_privileges(privileges::check(&needs));
     match args.output {
         OutputFormat::Text => print!("{}", report.to_text()),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -46,6 +75,8 @@ struct Report {
     memcg_reason: String,
     cgroup: Found<CgroupReport>,
     psi: PsiReport,
+    /// Capabilities, namespaces and host paths (empty in unit tests of the kernel part).
+    privileges: Vec<Requirement>,
     source: EventSource,
     /// The agent can run on this machine.
     ok: bool,
@@ -165,10 +196,32 @@ impl Report {
                 node: features.psi.node,
                 cgroup: features.psi.cgroup.clone(),
             },
+            privileges: Vec::new(),
             source,
             ok,
             summary,
         }
+    }
+
+    /// Adds the privilege checks; a required one missing makes the verdict an error naming
+    /// every missing one.
+    fn with_privileges(mut self, privileges: Vec<Requirement>) -> Self {
+        let missing: Vec<String> = privileges
+            .iter()
+            .filter(|r| r.required && !r.granted)
+            .map(|r| format!("{} ({})", r.name, r.purpose))
+            .collect();
+        if !missing.is_empty() {
+            let missing = format!("missing {}", missing.join(", "));
+            self.summary = if self.ok {
+                format!("error: the agent cannot run here: {missing}")
+            } else {
+                format!("{}; {missing}", self.summary)
+            };
+            self.ok = false;
+        }
+        self.privileges = privileges;
+        self
     }
 
     fn to_text(&self) -> String {
@@ -217,6 +270,17 @@ impl Report {
         );
         line("source", self.source.to_string());
         line("memory", self.memcg_reason.clone());
+        if !self.privileges.is_empty() {
+            let _ = writeln!(out, "privileges");
+        }
+        for r in &self.privileges {
+            let state = match (&r.problem, r.required) {
+                (None, _) => "granted".to_string(),
+                (Some(problem), true) => format!("MISSING ({problem})"),
+                (Some(problem), false) => format!("not granted ({problem})"),
+            };
+            let _ = writeln!(out, "  {:<22}{state}: {}", r.name, r.purpose);
+        }
         let _ = writeln!(out, "kernel programs");
         let width = self
             .programs
@@ -428,6 +492,56 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("missing"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_required_privilege_fails_the_verdict_by_name() {
+        let granted = |name: &str, required: bool, problem: Option<&str>| Requirement {
+            name: name.into(),
+            kind: privileges::Kind::Capability,
+            required,
+            granted: problem.is_none(),
+            purpose: "a purpose",
+            problem: problem.map(String::from),
+        };
+        let cases = [
+            ("all granted", vec![granted("CAP_BPF", true, None)], None),
+            (
+                "an optional one missing",
+                vec![granted(
+                    "CAP_SYS_ADMIN",
+                    false,
+                    Some("not in the effective set"),
+                )],
+                None,
+            ),
+            (
+                "two required missing",
+                vec![
+                    granted("CAP_KILL", true, Some("not in the effective set")),
+                    granted("cgroupfs", true, Some("no kubepods")),
+                ],
+                Some(
+                    "error: the agent cannot run here: missing CAP_KILL (a purpose), cgroupfs \
+                     (a purpose)",
+                ),
+            ),
+        ];
+        for (name, privileges, error) in cases {
+            let report = Report::from_features(&vm_features()).with_privileges(privileges);
+            let text = report.to_text();
+            match error {
+                None => assert!(
+                    report.ok && text.lines().last().unwrap().starts_with("ok: "),
+                    "{name}: {text}"
+                ),
+                Some(error) => {
+                    assert!(!report.ok, "{name}");
+                    assert_eq!(text.lines().last(), Some(error), "{name}");
+                    assert!(text.contains("  CAP_KILL              MISSING (not in the effective set): a purpose\n"), "{name}: {text}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `run(args) -> anyhow::Result<ExitCode>`.
 pub mod checkpoint;
 pub mod doctor;
+pub mod privileges;
 pub mod rank;
 pub mod top;
 pub mod top_view;

@@ -282,8 +282,12 @@ impl KernelSource {
             .map_err(|e| LoadError::Poll(e.into()))?;
         // Loading parsed the kernel's BTF (ours, and aya's where it could not be hidden); glibc
         // keeps such freed heap mapped unless told, and an agent on every node should stay small.
+        // musl (the container image's libc) has no malloc_trim.
         // SAFETY: malloc_trim only returns free memory to the kernel.
-        unsafe { libc::malloc_trim(0) };
+        #[cfg(target_env = "gnu")]
+        unsafe {
+            libc::malloc_trim(0)
+        };
         Ok(Self {
             ebpf,
             ring,

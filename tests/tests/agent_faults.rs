@@ -351,25 +351,35 @@ fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
     let scene = AgentScene::new("faults-lost", "10s", "10s");
     let filler = TestPod::new("filler").request_mib(300).priority(1000);
     let late = TestPod::new("late").request_mib(10);
-    // A record per 4 KiB step, far from the threshold: records wait in the ring, which a
-    // 150 MiB allocation overflows. Resyncs are rare, so only the rescan after the loss
-    // can find what the lost records said.
+    // A record per 4 KiB step; resyncs are rare, so only the rescan after the loss can find
+    // what the lost records said.
     let mut agent = scene.start_agent(&["--step", "4Ki", "--resync-interval", "60s"]);
     if !agent.stderr().contains("source ebpf (") {
         eprintln!("SKIP: no per-cgroup memory programs here; nothing to lose");
         return;
     }
     let mut filler_proc = scene.start_pod(&filler);
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| l.contains("1 known"))
+        .expect("the agent reads the filler's manifest");
+    // The agent stopped, as a descheduled reader would be: 150 MiB in 4 KiB steps overflow
+    // the ring, and the late pod's cgroup is created meanwhile, its record lost with them.
+    // SAFETY: signalling the agent process this test started and still owns.
+    unsafe { libc::kill(agent.pid() as i32, libc::SIGSTOP) };
     filler_proc.alloc(150);
+    scene.write_manifest(&late);
+    let late_dir = scene.kubepods.create_pod(late.qos(), &late.uid);
+    // SAFETY: as above.
+    unsafe { libc::kill(agent.pid() as i32, libc::SIGCONT) };
     let lost = agent
-        .wait_stderr(Duration::from_secs(5), |l| {
+        .wait_stderr(Duration::from_secs(10), |l| {
             l.contains("kernel records lost")
         })
         .expect("the overflow is noticed");
     assert!(lost.contains("rescanning cgroups"), "{lost}");
-    // The pod that comes now is found and ranked: over its request it goes before the
-    // filler, which is within its request.
-    let mut late_proc = scene.start_pod(&late);
+    // Found by the rescan and ranked: over its request it goes before the filler, which is
+    // within its request.
+    let mut late_proc = Allocator::start_in(&late_dir);
     late_proc.command("alloc 80");
     let decision = agent.next_decision(DECIDE);
     assert_evicts(&decision, &late);

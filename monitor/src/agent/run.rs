@@ -673,6 +673,14 @@ impl Agent {
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
         let decision = self.core.decide(&ManualClock::new(BootClock.now()));
+        if self.args.dry_run
+            && decision.eviction().is_some()
+            && let Some(pending) = &mut self.core.state.awaiting_cleanup
+        {
+            // Nothing is signalled in a dry run: there is no grace period to wait out, only
+            // the cleanup timeout, as for a pod that does not go.
+            pending.grace_period_seconds = 0;
+        }
         if let Some(eviction) = decision.eviction() {
             if let Err(e) = self.report(eviction, decided_ns, trigger_ns) {
                 log::error!("printing the decision for {}: {e}", eviction.pod);

@@ -8,12 +8,15 @@
 //!   of them churning memory, eBPF source against polling every second.
 //! - `kernel`: each kernel program's run time per hit, and how much slower page faults get
 //!   while the programs are attached.
+//! - `hooks`: the memcg programs on tracepoints against the same programs on fentry (the
+//!   5.11-6.12 path), side by side on Linux 6.18 booted under qemu, and on this machine.
 //! - `ranking`: the ranking micro-benchmark (incremental index against a full re-sort).
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
 mod density;
 mod env;
+mod hooks;
 mod kernel;
 mod latency;
 mod ranking;
@@ -34,6 +37,7 @@ pub enum Name {
     Latency,
     Density,
     Kernel,
+    Hooks,
     Ranking,
 }
 
@@ -42,7 +46,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density and kernel benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel and hooks benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -60,6 +64,8 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
             "tests",
             "--bin",
             "bench_load",
+            "--bin",
+            "hook_cost",
         ]))?;
     }
     let bins = env::Binaries::locate()?;
@@ -80,6 +86,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     run_one(Name::Latency, &mut || latency::run(&bins, &machine, quick))?;
     run_one(Name::Density, &mut || density::run(&bins, &machine, quick))?;
     run_one(Name::Kernel, &mut || kernel::run(&bins, &machine, quick))?;
+    run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
     run_one(Name::Ranking, &mut || ranking::run(&machine, quick))?;
     let elapsed = started.elapsed();
     println!("{}", report::table(&figures));

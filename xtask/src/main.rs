@@ -56,8 +56,9 @@ enum Task {
         #[arg(long)]
         enforce: bool,
     },
-    /// Measure reaction latency, overhead at density, kernel cost and ranking speed, each
-    /// against a baseline measured in the same run (root, except `ranking`).
+    /// Measure reaction latency, overhead at density, kernel cost (also tracepoints against
+    /// fentry, on Linux 6.18 under qemu) and ranking speed, each against a baseline measured
+    /// in the same run (root, except `ranking`).
     Bench {
         /// One benchmark only (default: all).
         #[arg(value_enum)]

@@ -28,17 +28,8 @@ const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const GUEST_TARGET: &str = "/target";
 
 pub fn run() -> anyhow::Result<()> {
-    let packages = [
-        "qemu-system-x86",
-        "busybox-static",
-        "binutils",
-        "ca-certificates",
-        // Decompresses the 6.12 kernel's RAM disk module.
-        "xz-utils",
-    ];
-    ensure_debian_packages(&packages.map(String::from))?;
     let target = target_dir()?;
-    let work = target.join("vm");
+    let work = prepare(&target)?;
     let kernels = kernel::SERIES
         .iter()
         .map(|series| Ok((*series, kernel::ensure(&work, *series)?)))
@@ -49,30 +40,29 @@ pub fn run() -> anyhow::Result<()> {
         .iter()
         .map(|test| in_guest(&target, test))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let executables = std::iter::once(&built.monitor)
+    let executables: Vec<&Path> = std::iter::once(&built.monitor)
         .chain(&built.tests)
         .chain(&built.helpers)
-        .map(|host| Ok((host.as_path(), in_guest(&target, host)?)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .map(PathBuf::as_path)
+        .collect();
     let monitor = in_guest(&target, &built.monitor)?;
+    let runs = init::test_runs(&monitor, &tests);
     // Every kernel runs even when an earlier one failed: each result is worth having.
     let mut failed = Vec::new();
     for (series, kernel) in kernels {
-        let nonce = nonce();
-        let init = init::script(&init::Plan {
-            nonce: &nonce,
-            kernel: series.version,
-            monitor: &monitor,
-            tests: &tests,
-        });
-        let initrd = work.join(format!("initrd-{}.gz", series.version));
-        let modules = [(
-            kernel.ramdisk_module.as_path(),
-            PathBuf::from(init::RAMDISK_MODULE),
-        )];
-        initramfs::write(&initrd, &init, &executables, &modules)?;
-        eprintln!("vm-test: booting {} (TCG)", kernel.image.display());
-        if let Err(e) = qemu::boot(&kernel.image, &initrd, &nonce, TIMEOUT) {
+        let booted = boot_plan(
+            &Guest {
+                target: &target,
+                work: &work,
+                series,
+                kernel: &kernel,
+            },
+            &executables,
+            &[("MONITOR_BIN", &monitor)],
+            &runs,
+            |line| println!("{line}"),
+        );
+        if let Err(e) = booted {
             eprintln!("vm-test: Linux {}: {e:#}", series.version);
             failed.push(format!("Linux {}: {e:#}", series.version));
         }
@@ -81,6 +71,102 @@ pub fn run() -> anyhow::Result<()> {
         [] => Ok(()),
         _ => anyhow::bail!("the VM tests failed on {}", failed.join("; ")),
     }
+}
+
+/// Boots the kernel that has both memcg hooks (see [`kernel::BOTH_HOOKS`]) to run `program`
+/// with `args` (an executable of this target directory), `env` exported as guest paths; each
+/// console line goes to `echo`. Fails unless the program succeeded.
+pub fn run_on_both_hooks_kernel(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let target = target_dir()?;
+    let work = prepare(&target)?;
+    let series = kernel::BOTH_HOOKS;
+    let kernel = kernel::ensure(&work, series)?;
+    let guest_env = env
+        .iter()
+        .map(|(name, host)| Ok((*name, in_guest(&target, host)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let guest_env: Vec<(&str, &Path)> = guest_env
+        .iter()
+        .map(|(name, path)| (*name, path.as_path()))
+        .collect();
+    let name = program
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let runs = [init::Run::new(&name, &in_guest(&target, program)?, args)];
+    let executables: Vec<&Path> = std::iter::once(program)
+        .chain(env.iter().map(|(_, host)| *host))
+        .collect();
+    boot_plan(
+        &Guest {
+            target: &target,
+            work: &work,
+            series,
+            kernel: &kernel,
+        },
+        &executables,
+        &guest_env,
+        &runs,
+        echo,
+    )
+}
+
+/// The packages the VM needs, installed; the VM work directory under `target`.
+fn prepare(target: &Path) -> anyhow::Result<PathBuf> {
+    let packages = [
+        "qemu-system-x86",
+        "busybox-static",
+        "binutils",
+        "ca-certificates",
+        // Decompresses the RAM disk module of kernels from 6.12.
+        "xz-utils",
+    ];
+    ensure_debian_packages(&packages.map(String::from))?;
+    Ok(target.join("vm"))
+}
+
+/// Where and on what a plan boots.
+struct Guest<'a> {
+    target: &'a Path,
+    work: &'a Path,
+    series: kernel::Series,
+    kernel: &'a kernel::Kernel,
+}
+
+/// Writes the initramfs for `runs` (with `executables`, host paths of this target directory)
+/// and boots `guest` on it.
+fn boot_plan(
+    guest: &Guest,
+    executables: &[&Path],
+    env: &[(&str, &Path)],
+    runs: &[init::Run],
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let nonce = nonce();
+    let init = init::script(&init::Plan {
+        nonce: &nonce,
+        kernel: guest.series.version,
+        env,
+        runs,
+    });
+    let executables = executables
+        .iter()
+        .map(|host| Ok((*host, in_guest(guest.target, host)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let initrd = guest
+        .work
+        .join(format!("initrd-{}.gz", guest.series.version));
+    let modules = [(
+        guest.kernel.ramdisk_module.as_path(),
+        PathBuf::from(init::RAMDISK_MODULE),
+    )];
+    initramfs::write(&initrd, &init, &executables, &modules)?;
+    eprintln!("vm: booting {} (TCG)", guest.kernel.image.display());
+    qemu::boot(&guest.kernel.image, &initrd, &nonce, TIMEOUT, echo)
 }
 
 /// cargo's target directory: xtask runs from `<target>/<profile>/xtask`.

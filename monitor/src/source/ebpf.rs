@@ -34,6 +34,7 @@ use super::{
     fentry::{self as fentry_targets, FentryTarget},
     probe::{self, TracefsError, VMLINUX_BTF},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
+    run_stats::ProgramRuns,
 };
 pub(crate) use task_memcg::MemberOffsets;
 pub use task_memcg::OffsetError;
@@ -321,6 +322,22 @@ impl KernelSource {
     /// each with the kernel function it hooks; empty when the tracepoints are used.
     pub fn fentry_functions(&self) -> &[(&'static FentrySpec, &'static str)] {
         &self.fentry
+    }
+
+    /// Accumulated run time and runs of each loaded program (counted only while a
+    /// [`RunStatsWindow`](super::run_stats::RunStatsWindow) is open somewhere).
+    pub fn program_runs(&self) -> Vec<ProgramRuns> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, program)| {
+                let info = program.info().ok()?;
+                Some(ProgramRuns {
+                    program: name.to_string(),
+                    run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                    runs: info.run_count(),
+                })
+            })
+            .collect()
     }
 
     /// True when per-cgroup memory stats come from the kernel (the memcg programs attached).

@@ -95,6 +95,8 @@ impl Rng {
 pub struct Binaries {
     pub monitor: PathBuf,
     pub load: PathBuf,
+    /// The memcg hook comparison's helper (see `hooks`).
+    pub hook_cost: PathBuf,
 }
 
 impl Binaries {
@@ -109,6 +111,7 @@ impl Binaries {
         Ok(Self {
             monitor: release.join("monitor"),
             load: release.join("bench_load"),
+            hook_cost: release.join("hook_cost"),
         })
     }
 }

@@ -1,9 +1,10 @@
-//! Debian 12's cloud kernels, 6.1 and 6.12: each downloaded once with `apt-get download`,
-//! unpacked with `dpkg-deb -x`, and kept under the VM work directory. Both have BTF, the BPF
-//! ring buffer and the cgroup tracepoints but not the memcg ones (6.13), so the agent counts
-//! memory there with fentry; they boot without modules as long as no disk is attached (virtio
-//! is modular there). ext4 is built in; the RAM disk driver `brd` is a module the initramfs
-//! carries.
+//! Debian's cloud kernels: 6.1 and 6.12 from Debian 12 for the test matrix, and a 6.18 from
+//! Debian 13's backports for the hook benchmark. Each is downloaded once with `apt-get
+//! download`, unpacked with `dpkg-deb -x`, and kept under the VM work directory. All have BTF,
+//! the BPF ring buffer and the cgroup tracepoints; 6.1 and 6.12 lack the memcg ones (6.13), so
+//! the agent counts memory there with fentry, while 6.18 offers both hooks. They boot without
+//! modules as long as no disk is attached (virtio is modular there). ext4 is built in; the RAM
+//! disk driver `brd` is a module the initramfs carries.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -24,6 +25,19 @@ pub struct Series {
     suffix: &'static str,
     /// Directory under the VM work directory holding the unpacked package.
     dir: &'static str,
+    /// Where apt finds the package.
+    archive: Archive,
+}
+
+/// The apt archive a kernel package comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Archive {
+    /// The machine's own sources (Debian 12 and its security archive).
+    System,
+    /// A suite of deb.debian.org the machine does not list: apt reads it through a sources
+    /// list and package lists of its own under the VM work directory, verified with Debian's
+    /// archive keyring, and the machine's apt state is left alone.
+    Suite(&'static str),
 }
 
 /// The kernels of the VM matrix: Debian 12's own (ABI-numbered) and its 6.12 from the
@@ -34,14 +48,27 @@ pub const SERIES: [Series; 2] = [
         prefix: "linux-image-6.1.0-",
         suffix: "-cloud-amd64-unsigned",
         dir: "kernel",
+        archive: Archive::System,
     },
     Series {
         version: "6.12",
         prefix: "linux-image-6.12.",
         suffix: "+deb12-cloud-amd64-unsigned",
         dir: "kernel-6.12",
+        archive: Archive::System,
     },
 ];
+
+/// A kernel with both the memcg tracepoints (6.13+) and the functions the fentry programs
+/// attach to, so the hook benchmark compares the two on one kernel: Debian 13's backported
+/// 6.18 (the host's series), newest release taken.
+pub const BOTH_HOOKS: Series = Series {
+    version: "6.18",
+    prefix: "linux-image-6.18.",
+    suffix: "+deb13-cloud-amd64",
+    dir: "kernel-6.18",
+    archive: Archive::Suite("trixie-backports"),
+};
 
 /// What the VM boots: the kernel image and the one module it loads.
 pub struct Kernel {
@@ -56,8 +83,9 @@ pub fn ensure(work: &Path, series: Series) -> anyhow::Result<Kernel> {
     let unpacked = work.join(series.dir);
     let ramdisk_module = find_module(&unpacked, "drivers/block/brd.ko").with_context(|| {
         format!(
-            "no drivers/block/brd.ko under {}; remove that directory to unpack the kernel again",
-            unpacked.join("lib/modules").display()
+            "no drivers/block/brd.ko under {}/(usr/)lib/modules; remove that directory to unpack \
+             the kernel again",
+            unpacked.display()
         )
     })?;
     Ok(Kernel {
@@ -74,11 +102,14 @@ fn unpacked_image(work: &Path, series: Series) -> anyhow::Result<PathBuf> {
         return Ok(vmlinuz);
     }
     fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
-    let package = newest_package(series)?;
+    let apt = AptOptions::for_series(work, series)?;
+    let package = newest_package(series, &apt)?;
     eprintln!("vm-test: downloading {package}");
     status(
         Command::new("apt-get")
-            .args(["download", "-q", "-o", "APT::Sandbox::User=root", &package])
+            .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
+            .args(&apt.0)
+            .arg(&package)
             .current_dir(work),
     )?;
     let deb = fs::read_dir(work)?
@@ -119,9 +150,11 @@ fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
 /// from 6.12 ship modules xz-compressed, which busybox's insmod cannot load: those are
 /// decompressed beside the original once.
 fn find_module(unpacked: &Path, relative: &str) -> Option<PathBuf> {
-    let module = fs::read_dir(unpacked.join("lib/modules"))
-        .ok()?
-        .flatten()
+    // Debian 13's packages put modules under usr/ (merged /usr).
+    let module = ["lib/modules", "usr/lib/modules"]
+        .iter()
+        .filter_map(|dir| fs::read_dir(unpacked.join(dir)).ok())
+        .flat_map(|versions| versions.flatten())
         .map(|version| version.path().join("kernel").join(relative))
         .find(|module| module.is_file() || compressed(module).is_file())?;
     if !module.is_file() {
@@ -136,8 +169,45 @@ fn compressed(module: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Options that point apt at a series' archive: none for the machine's own sources.
+struct AptOptions(Vec<String>);
+
+impl AptOptions {
+    fn for_series(work: &Path, series: Series) -> anyhow::Result<Self> {
+        let Archive::Suite(suite) = series.archive else {
+            return Ok(Self(Vec::new()));
+        };
+        let dir = work.join(format!("apt-{suite}"));
+        let lists = dir.join("lists");
+        fs::create_dir_all(lists.join("partial"))
+            .with_context(|| format!("creating {}", lists.display()))?;
+        let sources = dir.join("sources.list");
+        fs::write(&sources, suite_sources(suite))
+            .with_context(|| format!("writing {}", sources.display()))?;
+        let options = [
+            ("Dir::Etc::SourceList", sources.display().to_string()),
+            ("Dir::Etc::SourceParts", "/dev/null".to_string()),
+            ("Dir::State::Lists", lists.display().to_string()),
+        ];
+        Ok(Self(
+            options
+                .iter()
+                .flat_map(|(key, value)| ["-o".to_string(), format!("{key}={value}")])
+                .collect(),
+        ))
+    }
+}
+
+/// A one-line sources list for `suite` of Debian's main archive, signed by its keyring.
+fn suite_sources(suite: &str) -> String {
+    format!(
+        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+         http://deb.debian.org/debian {suite} main\n"
+    )
+}
+
 /// The newest package of `series` apt knows, refreshing the package lists if it knows none.
-fn newest_package(series: Series) -> anyhow::Result<String> {
+fn newest_package(series: Series, apt: &AptOptions) -> anyhow::Result<String> {
     let pattern = format!(
         "^{}[0-9]+{}$",
         regex_quote(series.prefix),
@@ -145,6 +215,7 @@ fn newest_package(series: Series) -> anyhow::Result<String> {
     );
     let search = || -> anyhow::Result<Option<String>> {
         let out = Command::new("apt-cache")
+            .args(&apt.0)
             .args(["search", "--names-only", &pattern])
             .output()
             .context("running apt-cache search")?;
@@ -153,13 +224,23 @@ fn newest_package(series: Series) -> anyhow::Result<String> {
     if let Some(package) = search()? {
         return Ok(package);
     }
-    status(Command::new("apt-get").args(["update", "-qq"]))?;
-    match search()? {
-        Some(package) => Ok(package),
-        None => bail!(
+    status(
+        Command::new("apt-get")
+            .args(["update", "-qq", "-o", "APT::Sandbox::User=root"])
+            .args(&apt.0),
+    )?;
+    match (search()?, series.archive) {
+        (Some(package), _) => Ok(package),
+        (None, Archive::System) => bail!(
             "apt knows no {}N{} package; is this Debian 12 with its security archive?",
             series.prefix,
             series.suffix
+        ),
+        (None, Archive::Suite(suite)) => bail!(
+            "Debian's {suite} lists no {}N{} package any more; pick another series in {}",
+            series.prefix,
+            series.suffix,
+            file!()
         ),
     }
 }
@@ -220,5 +301,41 @@ mod tests {
         let out = "linux-image-6.1.0-57-amd64-unsigned - Linux 6.1 for 64-bit PCs\n\
             linux-image-6.1.0-57-cloud-amd64-dbg - debug symbols\n";
         assert_eq!(newest(out, SERIES[0]), None);
+    }
+
+    #[test]
+    fn the_both_hooks_kernel_is_the_signed_image_not_its_debug_symbols() {
+        let out = "linux-image-6.18.9+deb13-cloud-amd64 - Linux 6.18.9 for x86-64 cloud (signed)\n\
+            linux-image-6.18.15+deb13-cloud-amd64 - Linux 6.18.15 for x86-64 cloud (signed)\n\
+            linux-image-6.18.15+deb13-cloud-amd64-dbg - debug symbols\n\
+            linux-image-7.3.4+deb13-cloud-amd64 - Linux 7.3.4 for x86-64 cloud\n";
+        assert_eq!(
+            newest(out, BOTH_HOOKS).as_deref(),
+            Some("linux-image-6.18.15+deb13-cloud-amd64")
+        );
+    }
+
+    #[test]
+    fn a_suite_gets_its_own_lists_and_the_system_none() {
+        let work = Path::new("/tmp/vm");
+        assert!(
+            AptOptions::for_series(work, SERIES[0])
+                .unwrap()
+                .0
+                .is_empty()
+        );
+        let work = std::env::temp_dir().join(format!("xtask-apt-{}", std::process::id()));
+        let apt = AptOptions::for_series(&work, BOTH_HOOKS).unwrap().0;
+        let lists = work.join("apt-trixie-backports/lists");
+        assert!(apt.contains(&format!("Dir::State::Lists={}", lists.display())));
+        assert!(apt.contains(&"Dir::Etc::SourceParts=/dev/null".to_string()));
+        assert!(lists.join("partial").is_dir());
+        let sources = fs::read_to_string(work.join("apt-trixie-backports/sources.list")).unwrap();
+        assert_eq!(
+            sources,
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+             http://deb.debian.org/debian trixie-backports main\n"
+        );
+        fs::remove_dir_all(&work).unwrap();
     }
 }

@@ -25,9 +25,15 @@ enum Outcome {
     Exited,
 }
 
-/// Boots `kernel` with `initrd`, streams the console to stdout and fails unless the VM reports
-/// that everything passed.
-pub fn boot(kernel: &Path, initrd: &Path, nonce: &str, timeout: Duration) -> anyhow::Result<()> {
+/// Boots `kernel` with `initrd`, hands each console line to `echo` and fails unless the VM
+/// reports that everything passed.
+pub fn boot(
+    kernel: &Path,
+    initrd: &Path,
+    nonce: &str,
+    timeout: Duration,
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args([
         "-accel",
@@ -58,9 +64,7 @@ pub fn boot(kernel: &Path, initrd: &Path, nonce: &str, timeout: Duration) -> any
             }
         }
     });
-    let outcome = watch(&rx, nonce, Instant::now() + timeout, |line| {
-        println!("{line}")
-    });
+    let outcome = watch(&rx, nonce, Instant::now() + timeout, echo);
     if matches!(outcome, Outcome::Reported(_)) {
         wait_or_kill(&mut qemu, POWEROFF_GRACE);
     } else {

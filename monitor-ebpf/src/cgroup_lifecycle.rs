@@ -3,7 +3,8 @@
 //! Userspace keeps its cgroup id -> path cache current from these records, and removal drops the
 //! cgroup's aggregate from `CGROUP_STATS` so the map does not fill with dead cgroups; it also
 //! notes the id in `REMOVED` first, so later stat updates of the dying cgroup (its remaining
-//! pages being uncharged) do not insert the entry again.
+//! pages being uncharged) do not insert the entry again. Both also advance
+//! `LIFECYCLE_GENERATION`, which ends the fentry programs' cached memcg ids.
 //! Minimum kernel: 4.19 (cgroup tracepoints), 5.8 for the ring buffer.
 
 use aya_ebpf::{
@@ -14,7 +15,10 @@ use aya_ebpf::{
 };
 use monitor_common::{CgroupEvent, DropReason, EventKind};
 
-use crate::maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop};
+use crate::{
+    atomic,
+    maps::{CGROUP_STATS, EVENTS, LIFECYCLE_GENERATION, REMOVED, config, count_drop},
+};
 
 // Offsets from /sys/kernel/tracing/events/cgroup/cgroup_mkdir/format (same for rmdir).
 const ROOT_OFFSET: usize = 8;
@@ -35,6 +39,15 @@ pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
 }
 
 fn try_lifecycle(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
+    // Before any filter: whichever hierarchy, a cgroup came or went. Off (0) stays off.
+    if let Some(generation) = LIFECYCLE_GENERATION.get_ptr_mut(0) {
+        // SAFETY: the map's single slot, alive for this program run; other CPUs bump it too.
+        unsafe {
+            if atomic::load(generation) != 0 {
+                atomic::add(generation, 1);
+            }
+        }
+    }
     let cfg = config().ok_or(0)?;
     // SAFETY: offsets match the tracepoint's format.
     let (root, level, id, path_loc) = unsafe {

@@ -29,6 +29,14 @@ pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0)
 #[map]
 pub static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
 
+/// Bumped by every cgroup creation and removal, in any hierarchy; 0 (the fentry programs'
+/// id cache off) until userspace has both lifecycle programs attached and sets it to 1. A
+/// memcg's memory is freed, and may come back as another memcg, only after its cgroup's
+/// removal, and a new memcg is charged only once its cgroup exists: a cache entry stamped with
+/// the current generation therefore still names the cgroup that owns its pointer.
+#[map]
+pub static LIFECYCLE_GENERATION: Array<i64> = Array::with_max_entries(1, 0);
+
 /// Single entry for the incident programs (reclaim stalls, OOM kills), written by userspace.
 #[map]
 pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0);
@@ -66,6 +74,14 @@ pub fn config() -> Option<&'static Config> {
 /// The incident configuration, or `None` before userspace wrote it.
 pub fn incident_config() -> Option<&'static IncidentConfig> {
     INCIDENT_CONFIG.get(0)
+}
+
+/// The current [`LIFECYCLE_GENERATION`]; 0 while the fentry id cache is off.
+pub fn lifecycle_generation() -> i64 {
+    LIFECYCLE_GENERATION
+        .get_ptr(0)
+        // SAFETY: the map's single slot, alive for this program run.
+        .map_or(0, |generation| unsafe { crate::atomic::load(generation) })
 }
 
 /// The fentry programs' offsets, or `None` before userspace wrote them.

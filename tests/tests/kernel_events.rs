@@ -175,6 +175,56 @@ fn fentry_anon_events_add_up_to_an_allocation_and_its_release() {
     });
 }
 
+/// The fentry programs cache the last lruvec's cgroup id per CPU: a cgroup that is removed
+/// and freed may hand its memory to the next one created, and the cache must not keep naming
+/// the dead cgroup. Each of a row of short-lived cgroups has its allocation counted as its own.
+#[test]
+fn fentry_counts_each_new_cgroup_as_itself_after_others_were_removed() {
+    if !running_as_root("fentry_counts_each_new_cgroup_as_itself_after_others_were_removed") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("fentry-reuse");
+    runtime().block_on(async {
+        let mut source = load_hooked(&cgroup, MemcgHook::Fentry);
+        if !source.tracks_memory() {
+            let reasons = skip_reasons(&source);
+            let refused = reasons.contains("Operation not permitted");
+            assert!(
+                refused && std::env::var_os("MONITOR_VM").is_none(),
+                "fentry programs not attached: {reasons}"
+            );
+            eprintln!("SKIP: this host refuses fentry programs: {reasons}");
+            return;
+        }
+        const MIB_EACH: i64 = 16;
+        for i in 0..40 {
+            let dir = cgroup.child(&format!("r{i}"));
+            let id = cgroup_id(&dir);
+            let mut allocator = Allocator::start_in(&dir);
+            allocator.alloc(MIB_EACH as usize);
+            let expected = MIB_EACH * MIB as i64;
+            let counted = anon_sum(
+                &collect(&mut source, Duration::from_secs(5), |ev| {
+                    anon_sum(ev, id) >= expected * 9 / 10
+                })
+                .await,
+                id,
+            );
+            assert!(
+                counted >= expected * 9 / 10,
+                "cgroup {i} of 40: its anon records add up to {counted} bytes of {expected}"
+            );
+            drop(allocator);
+            std::fs::remove_dir(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
+            // Time for the memcg to be freed (after an RCU grace period), so the next one
+            // can take its memory.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            discard_pending(&mut source);
+        }
+    });
+}
+
 /// A process allocating 256 MiB in a child of `cgroup` produces anon records that add up to
 /// it within 10 %, and its release likewise.
 async fn assert_anon_adds_up(cgroup: &TestCgroup, mut source: KernelSource) {

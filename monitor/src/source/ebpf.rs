@@ -262,6 +262,18 @@ impl KernelSource {
                 Err(reason) => note_fentry_failure(&mut skipped, &reason),
             }
         }
+        if LIFECYCLE_PROGRAMS
+            .iter()
+            .all(|name| attached.iter().any(|p| p.name == *name))
+        {
+            // Creation and removal are seen from now on: the fentry id cache may start.
+            Array::<_, i64>::try_from(map(&mut ebpf, "LIFECYCLE_GENERATION")?)
+                .and_then(|mut array| array.set(0, 1, 0))
+                .map_err(|source| LoadError::Map {
+                    name: "LIFECYCLE_GENERATION",
+                    source,
+                })?;
+        }
         if attached.is_empty() {
             let reasons: Vec<String> = skipped
                 .iter()
@@ -510,6 +522,8 @@ impl KernelSource {
 
 /// Tracepoint category of the per-cgroup memory programs.
 const MEMCG_CATEGORY: &str = "memcg";
+/// The programs whose records end the fentry programs' cached ids (`LIFECYCLE_GENERATION`).
+const LIFECYCLE_PROGRAMS: [&str; 2] = ["cgroup_mkdir", "cgroup_rmdir"];
 
 /// What the fentry programs attach to and the offsets they read, resolved from BTF before
 /// it is freed; an error says why fentry cannot be used.

@@ -63,6 +63,23 @@ fn load_tracking_memory(cgroup: &TestCgroup) -> Option<KernelSource> {
     Some(source)
 }
 
+/// The programs attached by fentry, or `None` (with a note) on a host that refuses tracing
+/// programs even to root (a security policy, a BPF LSM); the VM's kernels must not.
+fn load_fentry(cgroup: &TestCgroup) -> Option<KernelSource> {
+    let source = load_hooked(cgroup, MemcgHook::Fentry);
+    if !source.tracks_memory() {
+        let reasons = skip_reasons(&source);
+        let refused = reasons.contains("Operation not permitted");
+        assert!(
+            refused && std::env::var_os("MONITOR_VM").is_none(),
+            "fentry programs not attached: {reasons}"
+        );
+        eprintln!("SKIP: this host refuses fentry programs: {reasons}");
+        return None;
+    }
+    Some(source)
+}
+
 fn skip_reasons(source: &KernelSource) -> String {
     let reasons: Vec<String> = source
         .skipped()
@@ -153,19 +170,9 @@ fn fentry_anon_events_add_up_to_an_allocation_and_its_release() {
     let _serial = serial();
     let cgroup = TestCgroup::create("anon-fentry");
     runtime().block_on(async {
-        let source = load_hooked(&cgroup, MemcgHook::Fentry);
-        if !source.tracks_memory() {
-            let reasons = skip_reasons(&source);
-            // Some hosts (a security policy, a BPF LSM) refuse tracing programs even to root;
-            // the VM's kernels must not.
-            let refused = reasons.contains("Operation not permitted");
-            assert!(
-                refused && std::env::var_os("MONITOR_VM").is_none(),
-                "fentry programs not attached: {reasons}"
-            );
-            eprintln!("SKIP: this host refuses fentry programs: {reasons}");
+        let Some(source) = load_fentry(&cgroup) else {
             return;
-        }
+        };
         assert_eq!(
             source.fentry_functions().len(),
             2,
@@ -186,17 +193,9 @@ fn fentry_counts_each_new_cgroup_as_itself_after_others_were_removed() {
     let _serial = serial();
     let cgroup = TestCgroup::create("fentry-reuse");
     runtime().block_on(async {
-        let mut source = load_hooked(&cgroup, MemcgHook::Fentry);
-        if !source.tracks_memory() {
-            let reasons = skip_reasons(&source);
-            let refused = reasons.contains("Operation not permitted");
-            assert!(
-                refused && std::env::var_os("MONITOR_VM").is_none(),
-                "fentry programs not attached: {reasons}"
-            );
-            eprintln!("SKIP: this host refuses fentry programs: {reasons}");
+        let Some(mut source) = load_fentry(&cgroup) else {
             return;
-        }
+        };
         const MIB_EACH: i64 = 16;
         for i in 0..40 {
             let dir = cgroup.child(&format!("r{i}"));

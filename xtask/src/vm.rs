@@ -51,12 +51,7 @@ pub fn run() -> anyhow::Result<()> {
     let mut failed = Vec::new();
     for (series, kernel) in kernels {
         let booted = boot_plan(
-            &Guest {
-                target: &target,
-                work: &work,
-                series,
-                kernel: &kernel,
-            },
+            &Guest::new(&target, &work, series, &kernel),
             &executables,
             &[("MONITOR_BIN", &monitor)],
             &runs,
@@ -102,12 +97,7 @@ pub fn run_on_both_hooks_kernel(
         .chain(env.iter().map(|(_, host)| *host))
         .collect();
     boot_plan(
-        &Guest {
-            target: &target,
-            work: &work,
-            series,
-            kernel: &kernel,
-        },
+        &Guest::new(&target, &work, series, &kernel),
         &executables,
         &guest_env,
         &runs,
@@ -135,6 +125,22 @@ struct Guest<'a> {
     work: &'a Path,
     series: kernel::Series,
     kernel: &'a kernel::Kernel,
+}
+
+impl<'a> Guest<'a> {
+    fn new(
+        target: &'a Path,
+        work: &'a Path,
+        series: kernel::Series,
+        kernel: &'a kernel::Kernel,
+    ) -> Self {
+        Self {
+            target,
+            work,
+            series,
+            kernel,
+        }
+    }
 }
 
 /// Writes the initramfs for `runs` (with `executables`, host paths of this target directory)

@@ -148,8 +148,8 @@ fn show_prints_text_for_people() {
         ("  MemoryPressure", "True    since 2026-01-01T12:00:10Z  ("),
         (
             "Last eviction",
-            "shop/cart-7d9f (uid 5f0e6c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b), memory.available, 768.0 \
-             MiB freed",
+            "shop/cart-7d9f (uid 5f0e6c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b), memory.available, 768.0Mi \
+             freed",
         ),
         ("Recent evictions", "2 kept (at most 64), newest first"),
         ("Events received", "123456"),

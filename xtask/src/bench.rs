@@ -29,7 +29,7 @@ use clap::ValueEnum;
 
 pub use report::percentile;
 
-use crate::tasks::status;
+use crate::process::status;
 
 /// Which benchmark `cargo xtask bench NAME` runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -52,7 +52,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     let wanted = |n: Name| name.is_none() || name == Some(n);
     if needs_root {
         eprintln!("bench: building the agent and the load helper (release)");
-        status(env::cargo().args([
+        status(crate::process::cargo().args([
             "build",
             "--release",
             "--quiet",

@@ -20,7 +20,7 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     cgroup_tree,
-    tasks::{cargo, status, target_dir},
+    process::{cargo, status, target_dir},
 };
 
 /// Below the memory hierarchy's root.

@@ -14,8 +14,8 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use crate::{
+    process::{cargo, status, target_dir},
     setup::{ensure_debian_packages, ensure_rust_target},
-    tasks::{cargo, status, target_dir},
 };
 
 const MUSL: &str = "x86_64-unknown-linux-musl";

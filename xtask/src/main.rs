@@ -6,6 +6,7 @@ mod bench;
 mod cgroup_tree;
 mod demo;
 mod image;
+mod process;
 mod setup;
 mod tasks;
 mod vm;

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::tasks::status;
+use crate::process::status;
 
 pub fn run() -> anyhow::Result<()> {
     ensure_nightly()?;

@@ -6,11 +6,8 @@ use clap::{Args, ValueEnum};
 use super::self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj};
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
-    cli::{
-        OutputFormat,
-        values::{positive_bytes, positive_duration},
-    },
     engine::duration::parse_go_duration,
+    flags::{OutputFormat, positive_bytes, positive_duration},
 };
 
 /// Where memory numbers come from.

@@ -9,8 +9,8 @@ use crate::{
     trace::{
         burst::BurstDetector,
         incident::{Incident, RecentIncidents},
-        record::bytes,
     },
+    units::bytes,
 };
 
 /// How far back a decision looks for its causes.

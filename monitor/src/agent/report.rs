@@ -13,7 +13,7 @@ use crate::{
         threshold::ThresholdKind,
     },
     printable::printable,
-    trace::record::bytes,
+    units::bytes,
 };
 
 /// One decided eviction with the numbers that led to it.

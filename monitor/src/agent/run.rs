@@ -41,7 +41,6 @@ use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::{MemoryHierarchy, procs::subtree_pids},
     checkpoint::{IfUnusable, StateManager, read_now},
-    cli::OutputFormat,
     clock::{BootClock, monotonic_ns},
     engine::{
         checkpoint::AgentState,
@@ -52,6 +51,7 @@ use crate::{
         signal::NodeCondition,
         signal::Signal,
     },
+    flags::OutputFormat,
     metrics::{
         Metrics, server,
         snapshot::{self, DebugRanking, DecisionView, Publisher, Readiness, Snapshot, SourceView},
@@ -68,7 +68,7 @@ use crate::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         event::{DecodeError, KernelEvent},
     },
-    trace::record::bytes,
+    units::bytes,
 };
 
 /// How often stat records the kernel sent without a wake-up (far from every threshold) are
@@ -648,7 +648,8 @@ impl Agent {
                 .pods
                 .iter()
                 .filter(|pod| {
-                    kubelet_view::kubelet_uid(pod).is_some_and(|uid| waiting.contains(uid))
+                    crate::engine::pod_facts::kubelet_uid(pod)
+                        .is_some_and(|uid| waiting.contains(uid))
                 })
                 .any(|pod| find_pod_cgroup(pod, &self.hierarchy, &self.kubepods).is_ok())
     }

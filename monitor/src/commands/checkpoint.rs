@@ -2,7 +2,7 @@
 //!
 //! Both subcommands only read; they never create the directory, remove temporaries or rewrite a
 //! file, so they are safe next to a running agent.
-use crate::cli::OutputFormat;
+use crate::flags::OutputFormat;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +16,7 @@ use crate::clock::unix_ms_now;
 use crate::engine::checkpoint::{
     AgentState, CheckpointV1, CheckpointV2, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
 };
+use crate::units::unsigned_bytes;
 
 const EXIT_CORRUPT: u8 = 1;
 const EXIT_MISSING: u8 = 2;
@@ -301,7 +302,7 @@ fn describe_eviction(record: &EvictionRecord, when: &dyn Fn(u64) -> String) -> S
         pod.name,
         pod.uid,
         record.signal,
-        format_bytes(record.bytes_freed)
+        unsigned_bytes(record.bytes_freed)
     )
 }
 
@@ -313,36 +314,15 @@ fn ago(then_ms: u64, now_ms: u64) -> String {
     }
 }
 
-fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = "B";
-    for next in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    if unit == "B" {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {unit}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn formats_relative_times_and_sizes() {
+    fn formats_relative_times() {
         let cases = [
             ("past", ago(1_000, 43_500), "(42 s ago)"),
             ("future", ago(10_000, 7_000), "(in 3 s)"),
-            ("bytes", format_bytes(512), "512 B"),
-            ("mebibytes", format_bytes(3 << 20), "3.0 MiB"),
-            ("gibibytes", format_bytes(3 << 29), "1.5 GiB"),
         ];
         for (name, actual, expected) in cases {
             assert_eq!(actual, expected, "{name}");

@@ -1,6 +1,6 @@
 //! `monitor doctor`: what this kernel offers and which event source the agent will therefore
 //! use. Exits 0 when the agent can run here; the last line of the text output is the verdict.
-use crate::cli::OutputFormat;
+use crate::flags::OutputFormat;
 use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
 
 use super::privileges::{self, Needs, Requirement};

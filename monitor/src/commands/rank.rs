@@ -1,7 +1,7 @@
 //! `monitor rank`: the kubelet's eviction order for a set of pods and their stats, for
 //! postmortems, or live with `--kube`. Reads the files (or asks the API server) here; parsing
 //! and ranking live in `engine::report`.
-use crate::cli::OutputFormat;
+use crate::flags::OutputFormat;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

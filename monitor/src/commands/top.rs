@@ -17,7 +17,7 @@ use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 use super::top_view::{Screen, View, draw};
-use crate::cli::values::positive_duration;
+use crate::flags::positive_duration;
 
 /// The fastest the screen is redrawn.
 const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);

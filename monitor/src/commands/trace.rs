@@ -1,10 +1,7 @@
 //! `monitor trace`: live kernel memory events per cgroup or pod, for incidents: stat changes,
 //! cgroup lifecycle, reclaim stalls, kswapd, OOM kills, growth bursts and PSI pressure, with a
 //! summary on exit.
-use crate::cli::{
-    OutputFormat,
-    values::{byte_rate, positive_bytes, positive_duration},
-};
+use crate::flags::{OutputFormat, byte_rate, positive_bytes, positive_duration};
 use std::{
     io::{self, Write as _},
     path::{Path, PathBuf},

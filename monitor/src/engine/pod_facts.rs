@@ -9,7 +9,6 @@ use crate::printable::printable;
 
 use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
 use super::quantity::Quantity;
-use crate::pods::kubelet_view::kubelet_uid;
 
 /// The kubelet's `SystemCriticalPriority` (`system-cluster-critical`); pods at or above it
 /// are never evicted.
@@ -18,6 +17,20 @@ pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation present on the API server's mirror of a static pod.
 pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The uid the kubelet keys this pod by: the mirror annotation of a mirror pod (a static
+/// pod runs under the kubelet's own uid, which the API server's mirror names there), else
+/// `metadata.uid`.
+pub fn kubelet_uid(pod: &Pod) -> Option<&str> {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_MIRROR_ANNOTATION))
+        .map(String::as_str)
+        .filter(|uid| !uid.is_empty());
+    mirror.or(pod.metadata.uid.as_deref())
+}
 
 /// A pod's identity. Ordered by namespace, then name, then uid: the documented tie-break
 /// when every ranking key is equal, so the order never depends on input order.

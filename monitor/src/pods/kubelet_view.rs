@@ -1,5 +1,6 @@
-//! A Pod object as the node's kubelet sees it: under which uid it keeps the pod, and whether
-//! the pod is one of its active pods.
+//! A Pod object as the node's kubelet sees it: under which uid it keeps the pod
+//! ([`kubelet_uid`](crate::engine::pod_facts::kubelet_uid), pure, beside the other pod facts),
+//! and whether the pod is one of its active pods.
 //!
 //! The two differ from the API's view in ways that decide what gets ranked:
 //! - A static pod (from a manifest file on the node) runs under the kubelet's own uid, a
@@ -9,21 +10,6 @@
 //! - The kubelet ranks only its active pods: bound to it and not finished (phase Succeeded or
 //!   Failed). A pending pod the scheduler has not placed yet is no node's pod.
 use k8s_openapi::api::core::v1::Pod;
-
-use crate::engine::pod_facts::CONFIG_MIRROR_ANNOTATION;
-
-/// The uid the kubelet keys this pod by: the mirror annotation of a mirror pod, else
-/// `metadata.uid`.
-pub fn kubelet_uid(pod: &Pod) -> Option<&str> {
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_MIRROR_ANNOTATION))
-        .map(String::as_str)
-        .filter(|uid| !uid.is_empty());
-    mirror.or(pod.metadata.uid.as_deref())
-}
 
 /// Where a pod stands from the point of view of one node's kubelet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +51,7 @@ pub fn runs_here(pod: &Pod, node: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::pod_facts::kubelet_uid;
     use serde_json::json;
 
     fn pod(value: serde_json::Value) -> Pod {

@@ -12,7 +12,8 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{cgroup_path::KubepodsCgroup, kubelet_view::kubelet_uid, qos::pod_qos};
+use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
+use crate::engine::pod_facts::kubelet_uid;
 use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
 /// A pod's cgroup.

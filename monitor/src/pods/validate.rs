@@ -13,7 +13,7 @@
 //! cannot reach outside its own pod cgroup and a name cannot start a new output line.
 use k8s_openapi::api::core::v1::Pod;
 
-use super::kubelet_view::kubelet_uid;
+use crate::engine::pod_facts::kubelet_uid;
 
 /// The longest DNS-1123 label.
 const LABEL_MAX: usize = 63;

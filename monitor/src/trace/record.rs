@@ -3,11 +3,12 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{
-    attribution::Subject,
-    summary::{SummaryReport, millis},
+use super::{attribution::Subject, summary::SummaryReport};
+use crate::{
+    printable::printable,
+    source::pressure::Pressure,
+    units::{bytes, millis, signed_bytes},
 };
-use crate::{printable::printable, source::pressure::Pressure};
 
 /// What `monitor trace` prints for one kernel event, or the summary at the end.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -271,43 +272,9 @@ impl TraceRecord {
     }
 }
 
-/// Bytes in binary units with one decimal, as `kubectl top` readers expect (`1.5Gi`).
-pub fn bytes(value: i64) -> String {
-    const UNITS: [&str; 5] = ["", "Ki", "Mi", "Gi", "Ti"];
-    let mut scaled = value as f64;
-    let mut unit = 0;
-    while scaled.abs() >= 1024.0 && unit < UNITS.len() - 1 {
-        scaled /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{value}")
-    } else {
-        format!("{scaled:.1}{}", UNITS[unit])
-    }
-}
-
-fn signed_bytes(value: i64) -> String {
-    if value >= 0 {
-        format!("+{}", bytes(value))
-    } else {
-        bytes(value)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes_pick_binary_units() {
-        assert_eq!(bytes(0), "0");
-        assert_eq!(bytes(1023), "1023");
-        assert_eq!(bytes(1536), "1.5Ki");
-        assert_eq!(bytes(256 << 20), "256.0Mi");
-        assert_eq!(bytes(-(3 << 30)), "-3.0Gi");
-        assert_eq!(signed_bytes(1 << 20), "+1.0Mi");
-    }
 
     fn subject(path: Option<&str>) -> Subject {
         Subject {

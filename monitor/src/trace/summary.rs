@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{attribution::Subject, record::bytes};
+use super::attribution::Subject;
+use crate::units::{bytes, millis};
 use crate::{printable::printable, source::event::Reclaim};
 
 /// Rows shown per ranking.
@@ -163,10 +164,6 @@ impl SummaryReport {
 }
 
 /// Nanoseconds as milliseconds with one decimal (`12.5ms`).
-pub fn millis(ns: u64) -> String {
-    format!("{:.1}ms", ns as f64 / 1e6)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,10 +59,6 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
-
 /// CLOCK_MONOTONIC in nanoseconds, the clock the agent stamps decisions with.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

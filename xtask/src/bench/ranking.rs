@@ -5,8 +5,10 @@ use std::process::Stdio;
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
+use crate::process::cargo;
+
 use super::{
-    env::{Machine, cargo, loadavg},
+    env::{Machine, loadavg},
     report::{Figure, Section},
 };
 

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::cpio::Tree;
-use crate::tasks::status;
+use crate::process::status;
 
 const BUSYBOX: &str = "/bin/busybox";
 /// The CA bundle: a node has one, and the Kubernetes client refuses to start without any

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::tasks::status;
+use crate::process::status;
 
 /// A Debian kernel series the VM boots: packages `<prefix><number><suffix>`, newest number
 /// taken.

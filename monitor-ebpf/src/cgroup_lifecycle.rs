@@ -73,6 +73,8 @@ fn try_lifecycle(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
     };
     let event = entry.as_mut_ptr();
     // __data_loc: low 16 bits are the offset of the string from the record start.
+    // SAFETY: pointer arithmetic only; the string is read with bpf_probe_read_kernel_str_bytes,
+    // which checks the access.
     let path_src = unsafe { (ctx.as_ptr() as *const u8).add((path_loc & 0xffff) as usize) };
     // SAFETY: `event` points at reserved ring-buffer memory of the right size and alignment.
     unsafe {

@@ -128,8 +128,9 @@ pub const FENTRY_PROGRAMS: &[FentrySpec] = &[
 ];
 
 /// The incident programs (reclaim stalls, kswapd, OOM kills). Kept apart from [`PROGRAMS`]
-/// because only `monitor trace` attaches them (see `KernelSource::load_with_incidents`): the
-/// agent's choice of event source does not depend on them.
+/// because they are optional: `monitor trace` and the agent (for the causes a decision names)
+/// attach them with `KernelSource::load_with_incidents`, and the agent's choice of event
+/// source does not depend on them.
 pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: "direct_reclaim_begin",

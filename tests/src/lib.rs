@@ -20,6 +20,7 @@ use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 pub mod cgroup_tree;
 pub mod kube_api;
 pub mod mounts;
+pub mod stand_in_kubelet;
 
 /// Set to skip the tests that need root instead of failing them.
 pub const SKIP_ROOT_TESTS: &str = "MONITOR_SKIP_ROOT_TESTS";
@@ -91,6 +92,15 @@ impl Drop for TestCgroup {
     fn drop(&mut self) {
         cgroup_tree::remove_tree(&self.dir);
     }
+}
+
+/// Kernel OOM kills so far (machine-wide; a v1 parent cgroup does not count its children's).
+pub fn oom_kills() -> u64 {
+    fs::read_to_string("/proc/vmstat")
+        .expect("/proc/vmstat")
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The cgroup id of a cgroup directory: its inode number.

@@ -923,6 +923,36 @@ impl AgentScene {
         Self::until_ready(MonitorProcess::start_in(self.agent_args(extra), dir))
     }
 
+    /// Starts the agent with `--kube` on this scene, its pods served by the (mock) API server
+    /// of `kubeconfig` for `node`, and waits until it knows them.
+    pub fn start_kube_agent(
+        &self,
+        kubeconfig: &Path,
+        node: &str,
+        extra: &[&str],
+    ) -> MonitorProcess {
+        let mut args = self.agent_args(extra);
+        // --kube replaces the scene's manifests directory.
+        let at = args.iter().position(|a| a == "--pods").expect("--pods");
+        args.drain(at..at + 2);
+        args.extend(
+            ["--kube", "--node-name", node, "--kubeconfig"]
+                .map(String::from)
+                .into_iter()
+                .chain([kubeconfig.display().to_string()]),
+        );
+        let agent = MonitorProcess::start(args);
+        let ready = agent.wait_stderr(Duration::from_secs(20), |l| {
+            l.contains("pods: ") && l.contains(" known") || l.contains("monitor: ")
+        });
+        assert!(
+            ready.as_deref().is_some_and(|l| l.contains(" known")),
+            "the agent did not start: {}",
+            agent.stderr()
+        );
+        agent
+    }
+
     fn until_ready(agent: MonitorProcess) -> MonitorProcess {
         let ready = agent.wait_stderr(Duration::from_secs(30), |l| {
             l.contains(" source ") && l.contains(" thresholds ") || l.contains("Error")

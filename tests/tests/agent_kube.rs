@@ -281,26 +281,7 @@ async fn an_event_is_a_core_v1_warning_on_the_pod() {
 /// The agent's flags for `scene` with its pods from the mock instead of the manifests
 /// directory, started and ready (its pods loaded).
 fn start_kube_agent(scene: &AgentScene, kubeconfig: &Path, extra: &[&str]) -> MonitorProcess {
-    let mut args = scene.agent_args(extra);
-    // --kube replaces the scene's manifests directory.
-    let at = args.iter().position(|a| a == "--pods").expect("--pods");
-    args.drain(at..at + 2);
-    args.extend(
-        ["--kube", "--node-name", NODE, "--kubeconfig"]
-            .map(String::from)
-            .into_iter()
-            .chain([kubeconfig.display().to_string()]),
-    );
-    let agent = MonitorProcess::start(args);
-    let ready = agent.wait_stderr(WITHIN, |l| {
-        l.contains("pods: ") && l.contains(" known") || l.contains("monitor: ")
-    });
-    assert!(
-        ready.as_deref().is_some_and(|l| l.contains(" known")),
-        "the agent did not start: {}",
-        agent.stderr()
-    );
-    agent
+    scene.start_kube_agent(kubeconfig, NODE, extra)
 }
 
 fn next_decision(agent: &MonitorProcess) -> Value {

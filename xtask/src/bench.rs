@@ -9,6 +9,8 @@
 //! - `kernel`: each kernel program's run time per hit, and how much slower page faults get
 //!   while the programs are attached.
 //! - `ranking`: the ranking micro-benchmark (incremental index against a full re-sort).
+//! - `oom-race`: how often the agent stops a pod allocating ~2 GiB/s before the kernel's OOM
+//!   killer, per margin and source, with `--kube` through the API alone against kill-first.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
@@ -16,6 +18,7 @@ mod density;
 mod env;
 mod kernel;
 mod latency;
+mod oom_race;
 mod ranking;
 mod report;
 
@@ -35,6 +38,7 @@ pub enum Name {
     Density,
     Kernel,
     Ranking,
+    OomRace,
 }
 
 pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
@@ -42,7 +46,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density and kernel benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel and oom-race benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -60,6 +64,10 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
             "tests",
             "--bin",
             "bench_load",
+            "--bin",
+            "oom_race",
+            "--bin",
+            "alloc",
         ]))?;
     }
     let bins = env::Binaries::locate()?;
@@ -81,6 +89,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     run_one(Name::Density, &mut || density::run(&bins, &machine, quick))?;
     run_one(Name::Kernel, &mut || kernel::run(&bins, &machine, quick))?;
     run_one(Name::Ranking, &mut || ranking::run(&machine, quick))?;
+    run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
     let elapsed = started.elapsed();
     println!("{}", report::table(&figures));
     println!(

@@ -56,7 +56,8 @@ enum Task {
         #[arg(long)]
         enforce: bool,
     },
-    /// Measure reaction latency, overhead at density, kernel cost and ranking speed, each
+    /// Measure reaction latency, overhead at density, kernel cost, ranking speed and the OOM
+    /// race (win rates per margin and source, --kube included), each
     /// against a baseline measured in the same run (root, except `ranking`).
     Bench {
         /// One benchmark only (default: all).

@@ -46,9 +46,11 @@ pub struct AgentArgs {
     /// Pods come from a list+watch of pods with the field selector spec.nodeName=NODE (see
     /// --node-name); finished pods are left out. An eviction is a policy/v1 Eviction with the
     /// decision's grace period, checked against PodDisruptionBudgets; the kubelet then stops
-    /// the pod, and the agent never signals its processes itself. A pod whose budget refuses
-    /// (429) is passed over for one eviction interval and the next candidate is evicted at
-    /// once: a refusal freed nothing, so it neither waits for cleanup nor starts an interval.
+    /// the pod. On a hard threshold the agent first kills the pod's cgroup itself, as the
+    /// kubelet would (see --kube-hard-action). A pod whose budget refuses (429) before
+    /// anything was stopped is passed over for one eviction interval and the next candidate
+    /// is evicted at once: a refusal freed nothing, so it neither waits for cleanup nor
+    /// starts an interval.
     ///
     /// Each accepted eviction posts an Event on the pod (type Warning, reason Evicted, the
     /// kubelet's message), and the agent's pressure state is published as the node

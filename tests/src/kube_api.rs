@@ -5,7 +5,9 @@
 //! - `GET /api/v1/pods?watch=true&resourceVersion=N` streams every change after N as JSON
 //!   lines (`ADDED`, `MODIFIED`, `DELETED`), chunked, until the mock is dropped;
 //! - `POST /api/v1/namespaces/{ns}/pods/{name}/eviction` is answered with the status the
-//!   test chose, for every pod or for one (201, 429 with a PodDisruptionBudget cause, 404);
+//!   test chose, for every pod or for one (201, 429 with a PodDisruptionBudget cause, 404,
+//!   500), at once or after a delay the test chose (a slow API server); the names of the
+//!   pods whose eviction was accepted are kept, for a stand-in kubelet to act on;
 //! - `DELETE /api/v1/namespaces/{ns}/pods/{name}` answers 200 with the pod (404 if unknown);
 //!   the pod stays served, as it would until the kubelet has stopped it;
 //! - `POST /api/v1/namespaces/{ns}/events` keeps the core/v1 Event and answers 201 with it;
@@ -77,6 +79,10 @@ struct State {
     eviction_status: u16,
     /// Per pod name, overriding `eviction_status`.
     eviction_status_of: BTreeMap<String, u16>,
+    /// How long an eviction's answer is held back.
+    eviction_delay: Duration,
+    /// Names of the pods whose eviction was accepted, in order.
+    accepted: Vec<String>,
     /// The Events posted, as sent.
     events: Vec<serde_json::Value>,
     /// The node's status conditions, by type, as merged from the patches.
@@ -120,6 +126,8 @@ impl MockKubeApi {
                 requests: Vec::new(),
                 eviction_status: 201,
                 eviction_status_of: BTreeMap::new(),
+                eviction_delay: Duration::ZERO,
+                accepted: Vec::new(),
                 events: Vec::new(),
                 conditions: BTreeMap::new(),
                 summary: None,
@@ -199,6 +207,16 @@ impl MockKubeApi {
             .lock()
             .eviction_status_of
             .insert(pod.to_string(), status);
+    }
+
+    /// Evictions are answered `delay` after they arrive from now on, as by a slow API server.
+    pub fn answer_evictions_after(&self, delay: Duration) {
+        self.shared.lock().eviction_delay = delay;
+    }
+
+    /// Names of the pods whose eviction was accepted (answered 200 or 201), in order.
+    pub fn accepted_evictions(&self) -> Vec<String> {
+        self.shared.lock().accepted.clone()
     }
 
     /// The Summary API answer for the mock's node from now on.
@@ -308,8 +326,15 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 .get(*name)
                 .copied()
                 .unwrap_or(state.eviction_status);
+            let delay = state.eviction_delay;
             drop(state);
-            respond(&mut out, status, &eviction_answer(status, name))
+            std::thread::sleep(delay);
+            let answered = respond(&mut out, status, &eviction_answer(status, name));
+            if matches!(status, 200 | 201) {
+                shared.lock().accepted.push(name.to_string());
+                shared.changed.notify_all();
+            }
+            answered
         }
         ("DELETE", ["api", "v1", "namespaces", _, "pods", name]) => {
             let state = shared.lock();

@@ -20,6 +20,7 @@ use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 pub mod cgroup_tree;
 pub mod kube_api;
 pub mod mounts;
+pub mod stand_in_kubelet;
 
 /// Set to skip the tests that need root instead of failing them.
 pub const SKIP_ROOT_TESTS: &str = "MONITOR_SKIP_ROOT_TESTS";
@@ -91,6 +92,15 @@ impl Drop for TestCgroup {
     fn drop(&mut self) {
         cgroup_tree::remove_tree(&self.dir);
     }
+}
+
+/// Kernel OOM kills so far (machine-wide; a v1 parent cgroup does not count its children's).
+pub fn oom_kills() -> u64 {
+    fs::read_to_string("/proc/vmstat")
+        .expect("/proc/vmstat")
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The cgroup id of a cgroup directory: its inode number.
@@ -911,6 +921,36 @@ impl AgentScene {
     /// As [`Self::start_agent`], with the agent inside the cgroup `dir`.
     pub fn start_agent_in(&self, extra: &[&str], dir: &Path) -> MonitorProcess {
         Self::until_ready(MonitorProcess::start_in(self.agent_args(extra), dir))
+    }
+
+    /// Starts the agent with `--kube` on this scene, its pods served by the (mock) API server
+    /// of `kubeconfig` for `node`, and waits until it knows them.
+    pub fn start_kube_agent(
+        &self,
+        kubeconfig: &Path,
+        node: &str,
+        extra: &[&str],
+    ) -> MonitorProcess {
+        let mut args = self.agent_args(extra);
+        // --kube replaces the scene's manifests directory.
+        let at = args.iter().position(|a| a == "--pods").expect("--pods");
+        args.drain(at..at + 2);
+        args.extend(
+            ["--kube", "--node-name", node, "--kubeconfig"]
+                .map(String::from)
+                .into_iter()
+                .chain([kubeconfig.display().to_string()]),
+        );
+        let agent = MonitorProcess::start(args);
+        let ready = agent.wait_stderr(Duration::from_secs(20), |l| {
+            l.contains("pods: ") && l.contains(" known") || l.contains("monitor: ")
+        });
+        assert!(
+            ready.as_deref().is_some_and(|l| l.contains(" known")),
+            "the agent did not start: {}",
+            agent.stderr()
+        );
+        agent
     }
 
     fn until_ready(agent: MonitorProcess) -> MonitorProcess {

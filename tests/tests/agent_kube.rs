@@ -4,7 +4,8 @@
 //! on a kubepods tree of real cgroups, its pods served by the mock.
 use std::{
     path::{Path, PathBuf},
-    time::Duration,
+    sync::Arc,
+    time::{Duration, Instant},
 };
 
 use monitor::{
@@ -17,8 +18,8 @@ use monitor::{
 };
 use serde_json::Value;
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, process_alive,
-    running_as_root, uid_for,
+    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, oom_kills, process_alive,
+    running_as_root, set_memory_limit, stand_in_kubelet::StandInKubelet, uid_for,
 };
 
 /// The node the mock's pods are bound to.
@@ -280,26 +281,7 @@ async fn an_event_is_a_core_v1_warning_on_the_pod() {
 /// The agent's flags for `scene` with its pods from the mock instead of the manifests
 /// directory, started and ready (its pods loaded).
 fn start_kube_agent(scene: &AgentScene, kubeconfig: &Path, extra: &[&str]) -> MonitorProcess {
-    let mut args = scene.agent_args(extra);
-    // --kube replaces the scene's manifests directory.
-    let at = args.iter().position(|a| a == "--pods").expect("--pods");
-    args.drain(at..at + 2);
-    args.extend(
-        ["--kube", "--node-name", NODE, "--kubeconfig"]
-            .map(String::from)
-            .into_iter()
-            .chain([kubeconfig.display().to_string()]),
-    );
-    let agent = MonitorProcess::start(args);
-    let ready = agent.wait_stderr(WITHIN, |l| {
-        l.contains("pods: ") && l.contains(" known") || l.contains("monitor: ")
-    });
-    assert!(
-        ready.as_deref().is_some_and(|l| l.contains(" known")),
-        "the agent did not start: {}",
-        agent.stderr()
-    );
-    agent
+    scene.start_kube_agent(kubeconfig, NODE, extra)
 }
 
 fn next_decision(agent: &MonitorProcess) -> Value {
@@ -313,7 +295,7 @@ fn next_decision(agent: &MonitorProcess) -> Value {
 /// the two together pass the scene's threshold once allocated.
 struct KubeScene {
     scene: AgentScene,
-    api: MockKubeApi,
+    api: Arc<MockKubeApi>,
     kubeconfig: PathBuf,
     hog: TestPod,
     calm: TestPod,
@@ -322,8 +304,12 @@ struct KubeScene {
 
 impl KubeScene {
     fn new(name: &str) -> Self {
-        let scene = AgentScene::new(name, "10s", "30s");
-        let api = MockKubeApi::start(NODE);
+        Self::on(AgentScene::new(name, "10s", "30s"), name)
+    }
+
+    /// The pods on `scene`, which is named `name`.
+    fn on(scene: AgentScene, name: &str) -> Self {
+        let api = Arc::new(MockKubeApi::start(NODE));
         let hog = TestPod::new("hog").request_mib(20);
         let calm = TestPod::new("calm").request_mib(300);
         api.apply_pod(&hog);
@@ -439,7 +425,11 @@ fn a_refused_eviction_moves_on_to_the_next_pod_at_once() {
     kube.api.answer_evictions_of_with("hog", 429);
     let mut hog = kube.scene.run_pod(&kube.hog);
     let mut calm = kube.scene.run_pod(&kube.calm);
-    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+    let agent = start_kube_agent(
+        &kube.scene,
+        &kube.kubeconfig,
+        &["--kube-hard-action", "api"],
+    );
 
     hog.alloc(60);
     calm.alloc(160);
@@ -495,12 +485,17 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
     let kube = KubeScene::new("kube-evict");
     let mut hog = kube.scene.run_pod(&kube.hog);
     let mut calm = kube.scene.run_pod(&kube.calm);
-    let mut agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+    let mut agent = start_kube_agent(
+        &kube.scene,
+        &kube.kubeconfig,
+        &["--kube-hard-action", "api"],
+    );
 
     hog.alloc(60);
     calm.alloc(160);
     let decision = next_decision(&agent);
     assert_decides_on_hog(&decision, "evict");
+    assert_eq!(decision["path"], "api", "{decision:#}");
     let post = kube
         .api
         .wait_for_request(WITHIN, |r| r.path().ends_with("/eviction"))
@@ -621,6 +616,202 @@ fn ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep() {
         .unwrap_or_else(|| panic!("no event; {}", agent.stderr()));
     assert_eq!(event["reason"], "Evicted", "{event:#}");
     assert_eq!(event["involvedObject"]["name"], "hog", "{event:#}");
+}
+
+/// Whether the request posts an Eviction.
+fn is_eviction(request: &tests::kube_api::Request) -> bool {
+    request.method == "POST" && request.path().ends_with("/eviction")
+}
+
+#[test]
+fn a_hard_threshold_stops_the_pod_on_the_node_before_the_api_answers() {
+    if !running_as_root("a_hard_threshold_stops_the_pod_on_the_node_before_the_api_answers") {
+        return;
+    }
+    let kube = KubeScene::new("kube-hard-kill");
+    // A slow API server: each Eviction is answered 3 s after it arrives.
+    kube.api.answer_evictions_after(Duration::from_secs(3));
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+
+    hog.alloc(60);
+    calm.alloc(160);
+    let decision = next_decision(&agent);
+    assert_decides_on_hog(&decision, "evict");
+    assert_eq!(decision["path"], "kill_then_api", "{decision:#}");
+    kube.scene
+        .wait_until_empty(&kube.hog, Duration::from_secs(5));
+    assert!(!process_alive(hog.pid()));
+    let post = kube
+        .api
+        .wait_for_request(WITHIN, is_eviction)
+        .unwrap_or_else(|| panic!("the Eviction is still posted; {}", agent.stderr()));
+    assert_eq!(post.path(), "/api/v1/namespaces/default/pods/hog/eviction");
+    assert!(
+        kube.api.accepted_evictions().is_empty(),
+        "the pod was stopped before the API server answered"
+    );
+    let event = kube
+        .api
+        .wait_until(WITHIN, |api| api.events().into_iter().next())
+        .unwrap_or_else(|| panic!("no Event; {}", agent.stderr()));
+    assert_eq!(event["reason"], "Evicted", "{event:#}");
+    let message = event["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(decision["reason"].as_str().unwrap_or("?"))
+            && message.contains("stopped on the node at once"),
+        "the Event says the pod was stopped on the node: {message}"
+    );
+    assert!(
+        agent
+            .wait_stderr(WITHIN, |l| l
+                .contains("stopped on the node, then recorded by the API server"))
+            .is_some(),
+        "{}",
+        agent.stderr()
+    );
+    assert!(process_alive(calm.pid()), "one pod for one decision");
+    assert_eq!(kube.posts(), 1);
+}
+
+#[test]
+fn a_refused_eviction_after_the_kill_does_not_leave_the_node_to_the_oom_killer() {
+    if !running_as_root(
+        "a_refused_eviction_after_the_kill_does_not_leave_the_node_to_the_oom_killer",
+    ) {
+        return;
+    }
+    let kube = KubeScene::new("kube-hard-refused");
+    // Every pod's budget refuses.
+    kube.api.answer_evictions_with(429);
+    set_memory_limit(
+        &kube.scene.kubepods.dir,
+        (AgentScene::PRESSURE_ABOVE_MIB + 64) << 20,
+    )
+    .expect("limiting kubepods");
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+
+    calm.alloc(160);
+    let before = oom_kills();
+    // Far past the limit, in one go: only a kill on the node stops it short of the OOM killer.
+    hog.command("alloc 1024");
+    let decision = next_decision(&agent);
+    assert_decides_on_hog(&decision, "evict");
+    kube.scene
+        .wait_until_empty(&kube.hog, Duration::from_secs(5));
+    assert_eq!(
+        oom_kills(),
+        before,
+        "the kernel's OOM killer fired: {}",
+        agent.stderr()
+    );
+    assert!(
+        agent
+            .wait_stderr(WITHIN, |l| l
+                .contains("PodDisruptionBudget refused the Eviction"))
+            .is_some(),
+        "{}",
+        agent.stderr()
+    );
+    // The refusal is not taken back: the pod is stopped and the node has its memory, so
+    // the next candidate is left alone.
+    assert_eq!(agent.next_line(Duration::from_secs(3)), None);
+    assert!(process_alive(calm.pid()));
+    assert_eq!(kube.posts(), 1);
+    assert!(
+        kube.api.events().is_empty(),
+        "no Event for a refused eviction"
+    );
+}
+
+#[test]
+fn a_failing_api_server_after_the_kill_is_logged_not_waited_for() {
+    if !running_as_root("a_failing_api_server_after_the_kill_is_logged_not_waited_for") {
+        return;
+    }
+    let kube = KubeScene::new("kube-hard-500");
+    kube.api.answer_evictions_with(500);
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+
+    hog.alloc(60);
+    calm.alloc(160);
+    assert_decides_on_hog(&next_decision(&agent), "evict");
+    kube.scene
+        .wait_until_empty(&kube.hog, Duration::from_secs(5));
+    assert!(
+        agent
+            .wait_stderr(WITHIN, |l| l
+                .contains("stopped on the node, but the Eviction was not recorded"))
+            .is_some(),
+        "{}",
+        agent.stderr()
+    );
+    assert_eq!(agent.next_line(Duration::from_secs(2)), None);
+    assert!(process_alive(calm.pid()));
+}
+
+#[test]
+fn a_soft_threshold_goes_through_the_api_alone() {
+    if !running_as_root("a_soft_threshold_goes_through_the_api_alone") {
+        return;
+    }
+    let name = "kube-soft";
+    // Met once kubepods hold 150 MiB; the defaulted hard thresholds (100Mi available,
+    // 200 MiB held) stay unmet.
+    let scene = AgentScene::with_config(
+        name,
+        "evictionSoft:\n  allocatableMemory.available: 150Mi\n\
+         evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
+         evictionMaxPodGracePeriod: 1\n\
+         monitor:\n  evictionInterval: 10s\n  podCleanupTimeout: 30s\n",
+    );
+    let kube = KubeScene::on(scene, name);
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let mut calm = kube.scene.run_pod(&kube.calm);
+    let reaction = Duration::from_millis(1500);
+    let kubelet = StandInKubelet::start(
+        kube.api.clone(),
+        vec![(kube.hog.clone(), kube.scene.pod_dir(&kube.hog))],
+        reaction,
+    );
+    let agent = start_kube_agent(&kube.scene, &kube.kubeconfig, &[]);
+
+    hog.alloc(60);
+    calm.alloc(100);
+    let decision = next_decision(&agent);
+    assert_decides_on_hog(&decision, "evict");
+    assert_eq!(decision["threshold_kind"], "soft", "{decision:#}");
+    assert_eq!(decision["path"], "api", "{decision:#}");
+    kube.api
+        .wait_until(WITHIN, |api| {
+            Some(()).filter(|_| !api.accepted_evictions().is_empty())
+        })
+        .unwrap_or_else(|| panic!("no accepted Eviction; {}", agent.stderr()));
+    let accepted = Instant::now();
+    std::thread::sleep(reaction / 2);
+    assert!(
+        process_alive(hog.pid()),
+        "the agent leaves a soft threshold's pod to the kubelet"
+    );
+    kube.scene.wait_until_empty(&kube.hog, WITHIN);
+    let stopped = kubelet.finish();
+    assert_eq!(
+        stopped.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["hog"]
+    );
+    assert!(stopped[0].1 >= accepted, "stopped by the stand-in kubelet");
+    assert!(
+        agent
+            .wait_stderr(WITHIN, |l| l.contains("1 removed"))
+            .is_some(),
+        "the agent sees the pod leave the watch: {}",
+        agent.stderr()
+    );
 }
 
 /// A Summary API answer for `node` with each pod's working set in MiB.

@@ -4,24 +4,15 @@
 //! per-cgroup source the kernel offers (tracepoints, fentry). Margins and win rates per
 //! source are the benchmark's job; this test takes a margin the eBPF path wins every time on
 //! the host (field notes: 8 of 8 at 48 MiB) and polling every 100 ms does not.
-use std::{fs, time::Duration};
+use std::time::Duration;
 
-use tests::{AgentScene, TestPod, process_alive, running_as_root, set_memory_limit};
+use tests::{AgentScene, TestPod, oom_kills, process_alive, running_as_root, set_memory_limit};
 
 /// Kubepods working set at which the scene's threshold is met.
 const PRESSURE_AT_MIB: u64 = AgentScene::PRESSURE_ABOVE_MIB;
 /// How far above that the kubepods cgroup's limit lies: what the agent has to act in.
 const MARGIN_MIB: u64 = 64;
 const TRIALS: usize = 3;
-
-/// Kernel OOM kills so far (machine-wide; a v1 parent cgroup does not count its children's).
-fn oom_kills() -> u64 {
-    fs::read_to_string("/proc/vmstat")
-        .expect("/proc/vmstat")
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-        .unwrap_or(0)
-}
 
 #[test]
 fn the_agent_stops_a_fast_allocating_pod_before_the_oom_killer() {

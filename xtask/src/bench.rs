@@ -11,6 +11,8 @@
 //! - `hooks`: the memcg programs on tracepoints against the same programs on fentry (the
 //!   5.11-6.12 path), side by side on Linux 6.18 booted under qemu, and on this machine.
 //! - `ranking`: the ranking micro-benchmark (incremental index against a full re-sort).
+//! - `oom-race`: how often the agent stops a pod allocating ~2 GiB/s before the kernel's OOM
+//!   killer, per margin and source, with `--kube` through the API alone against kill-first.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
@@ -19,6 +21,7 @@ mod env;
 mod hooks;
 mod kernel;
 mod latency;
+mod oom_race;
 mod ranking;
 mod report;
 
@@ -39,6 +42,7 @@ pub enum Name {
     Kernel,
     Hooks,
     Ranking,
+    OomRace,
 }
 
 pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
@@ -46,7 +50,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density, kernel and hooks benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel, hooks and oom-race benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -66,6 +70,10 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
             "bench_load",
             "--bin",
             "hook_cost",
+            "--bin",
+            "oom_race",
+            "--bin",
+            "alloc",
         ]))?;
     }
     let bins = env::Binaries::locate()?;
@@ -88,6 +96,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
     run_one(Name::Kernel, &mut || kernel::run(&bins, &machine, quick))?;
     run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
     run_one(Name::Ranking, &mut || ranking::run(&machine, quick))?;
+    run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
     let elapsed = started.elapsed();
     println!("{}", report::table(&figures));
     println!(

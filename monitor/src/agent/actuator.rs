@@ -1,11 +1,15 @@
 //! Carrying out an eviction, and telling the decision state how it ended.
 //!
-//! Three actuators: none in dry-run, a kill of the pod's cgroup on this node, or an Eviction
-//! through the Kubernetes API. Each action runs in the background and reports back as an
-//! [`ActionDone`], so a refused or failed action reaches the decision state instead of being
-//! waited out: the decision step then moves on instead of waiting for a pod that is not going.
+//! Four actuators: none in dry-run, a kill of the pod's cgroup on this node, an Eviction
+//! through the Kubernetes API, or with `--kube` on hard thresholds both in turn
+//! ([`super::local_first`]). Each step runs in the background and reports back as an
+//! [`ActionDone`], which the actuator's [`Actuator::finished`] turns into what the decision
+//! state hears and which step runs next ([`super::action_path`]), so a refused or failed
+//! action reaches the decision state instead of being waited out: the decision step then
+//! moves on instead of waiting for a pod that is not going.
 use std::{future::Future, pin::Pin, time::Duration};
 
+use super::action_path::{ActionPath, Route};
 use crate::{
     action::{
         EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, kill_cgroup_tree,
@@ -33,6 +37,8 @@ pub struct ActionRequest {
     pub working_set_before: Option<u64>,
     /// The decision's message in the kubelet's words, for the pod's Event.
     pub message: String,
+    /// Decided on a hard threshold (with `--kube`, the pod is stopped on the node first).
+    pub hard: bool,
 }
 
 /// How an action ended.
@@ -48,6 +54,8 @@ pub enum ActionOutcome {
     Refused(String),
     /// The action could not be carried out; the reason is in the message.
     Failed(String),
+    /// The API server did not answer in time; the reason is in the message.
+    TimedOut(String),
 }
 
 impl ActionOutcome {
@@ -56,7 +64,10 @@ impl ActionOutcome {
         match self {
             ActionOutcome::Killed(report) => report.outcome == KillOutcome::Emptied,
             ActionOutcome::Gone => true,
-            ActionOutcome::Accepted | ActionOutcome::Refused(_) | ActionOutcome::Failed(_) => false,
+            ActionOutcome::Accepted
+            | ActionOutcome::Refused(_)
+            | ActionOutcome::Failed(_)
+            | ActionOutcome::TimedOut(_) => false,
         }
     }
 
@@ -78,15 +89,39 @@ impl ActionOutcome {
             ActionOutcome::Gone => "already gone".into(),
             ActionOutcome::Refused(reason) => format!("refused: {reason}"),
             ActionOutcome::Failed(reason) => format!("failed: {reason}"),
+            ActionOutcome::TimedOut(reason) => format!("timed out: {reason}"),
         }
     }
 }
 
-/// A finished action.
+/// A finished step of an action.
 #[derive(Debug)]
 pub struct ActionDone {
     pub request: ActionRequest,
     pub outcome: ActionOutcome,
+    /// The action's route and the step that finished.
+    pub path: ActionPath,
+}
+
+/// What follows a finished step (see [`Actuator::finished`]).
+#[derive(Default)]
+pub struct AfterStep {
+    /// The report for the decision state, when this step decides what the node got.
+    pub decided: Option<ActionDone>,
+    /// The next step of the same action.
+    pub next: Option<ActionTask>,
+    /// The action ended after its pod was stopped on the node: what the API made of it.
+    pub recorded: Option<Recorded>,
+}
+
+/// How the API took an eviction whose pod the agent had already stopped.
+#[derive(Debug)]
+pub struct Recorded {
+    pub pod: PodRef,
+    /// The path and the API's answer in words, for the recent decisions.
+    pub text: String,
+    /// The API did not record it (refused, failed, timed out): counted as a failed action.
+    pub failed: bool,
 }
 
 /// The work of one action, to be run by the agent's task set.
@@ -94,8 +129,20 @@ pub type ActionTask = Pin<Box<dyn Future<Output = ActionDone> + Send>>;
 
 /// Something that carries out evictions.
 pub trait Actuator {
-    /// The task that carries out `request`; `None` when nothing is to be done (dry-run).
+    /// The task that carries out `request`'s first step; `None` when nothing is to be done
+    /// (dry-run).
     fn start(&self, request: ActionRequest) -> Option<ActionTask>;
+
+    /// The route an eviction on a hard (or soft) threshold takes; `None` in dry-run.
+    fn route(&self, hard: bool) -> Option<Route>;
+
+    /// Takes a finished step: a one-step route hands it to the decision state as it is.
+    fn finished(&self, done: ActionDone) -> AfterStep {
+        AfterStep {
+            decided: Some(done),
+            ..AfterStep::default()
+        }
+    }
 }
 
 /// `--dry-run`: decisions are reported, nothing is signalled; with `--dry-run-events` each
@@ -116,6 +163,10 @@ impl Actuator for DryRun {
                 }
             });
         }
+        None
+    }
+
+    fn route(&self, _hard: bool) -> Option<Route> {
         None
     }
 }
@@ -143,8 +194,16 @@ impl Actuator for CgroupKiller {
                     }
                 }
             };
-            ActionDone { request, outcome }
+            ActionDone {
+                request,
+                outcome,
+                path: ActionPath::new(Route::Local),
+            }
         }))
+    }
+
+    fn route(&self, _hard: bool) -> Option<Route> {
+        Some(Route::Local)
     }
 }
 
@@ -180,8 +239,16 @@ impl Actuator for KubeApi {
                 }
                 Err(error) => ActionOutcome::Failed(error.to_string()),
             };
-            ActionDone { request, outcome }
+            ActionDone {
+                request,
+                outcome,
+                path: ActionPath::new(Route::Api),
+            }
         }))
+    }
+
+    fn route(&self, _hard: bool) -> Option<Route> {
+        Some(Route::Api)
     }
 }
 
@@ -202,6 +269,7 @@ mod tests {
             grace_period_seconds: 1,
             working_set_before: Some(1),
             message: String::new(),
+            hard: true,
         }
     }
 

@@ -1,10 +1,12 @@
 //! The node agent: kernel events -> working sets -> rankings -> decisions -> actions ->
 //! checkpoint. [`core`] is the pure state machine; the rest wires it to the machine.
+pub mod action_path;
 pub mod actuator;
 pub mod args;
 pub mod cause;
 pub mod checkpoint_writer;
 pub mod core;
+pub mod local_first;
 pub mod node_status;
 pub mod persist;
 mod psi_wake;

@@ -102,6 +102,18 @@ impl RecentDecisions {
         }
     }
 
+    /// Adds to the outcome of the pod's latest decision what came after it (the API's answer
+    /// to an eviction whose pod was already stopped).
+    pub fn amend(&mut self, uid: &str, more: &str) {
+        if let Some(decision) = self.0.iter_mut().rev().find(|d| d.report.uid == uid) {
+            let outcome = decision.outcome.get_or_insert_default();
+            if !outcome.is_empty() {
+                outcome.push_str("; ");
+            }
+            outcome.push_str(more);
+        }
+    }
+
     pub fn to_vec(&self) -> Vec<DecisionView> {
         self.0.iter().cloned().collect()
     }

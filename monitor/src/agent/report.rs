@@ -2,7 +2,7 @@
 //! per line with monotonic and wall-clock timestamps for programs (benchmarks read it).
 use serde::Serialize;
 
-use super::cause::Cause;
+use super::{action_path::Route, cause::Cause};
 use crate::{
     engine::{
         decide::Eviction,
@@ -44,6 +44,10 @@ pub struct DecisionReport {
     pub reason: String,
     /// Reclaim stalls and growth bursts that preceded the decision.
     pub cause: Cause,
+    /// How the eviction is carried out (`kill`, `api`, `kill_then_api`); absent in dry-run.
+    pub path: Option<&'static str>,
+    #[serde(skip)]
+    path_text: Option<&'static str>,
 }
 
 /// Inputs describing the moment of the decision.
@@ -57,6 +61,8 @@ pub struct DecisionContext<'a> {
     pub usage: Option<&'a PodUsage>,
     pub policy: RankPolicy,
     pub cause: Cause,
+    /// The route the action takes; `None` in dry-run.
+    pub route: Option<Route>,
 }
 
 impl DecisionReport {
@@ -78,6 +84,8 @@ impl DecisionReport {
             rank: ctx.policy.measure(ctx.facts, ctx.usage),
             reason: eviction.reason.clone(),
             cause: ctx.cause,
+            path: ctx.route.map(Route::as_str),
+            path_text: ctx.route.map(Route::describe),
         }
     }
 
@@ -122,9 +130,12 @@ impl DecisionReport {
             }
         };
         format!(
-            "{verb} {}/{}: {} {} < {}; {keys}{}",
+            "{verb} {}/{}{}: {} {} < {}; {keys}{}",
             printable(&self.namespace),
             printable(&self.name),
+            self.path_text
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default(),
             self.signal,
             unit(self.observed),
             unit(self.threshold),
@@ -195,6 +206,7 @@ mod tests {
                 usage: usage.as_ref(),
                 policy: RankPolicy::Memory,
                 cause: Cause::default(),
+                route: (!dry_run).then_some(Route::LocalFirst),
             },
         )
     }
@@ -245,5 +257,23 @@ mod tests {
         assert_eq!(json["wall_unix_ms"], 6);
         assert_eq!(json["signal"], "allocatableMemory.available");
         assert_eq!(json["rank"]["exceedsRequest"], true);
+        assert!(json["path"].is_null(), "nothing is done in dry-run");
+    }
+
+    #[test]
+    fn an_eviction_says_which_path_it_takes() {
+        let evicting = report(false, Some(612 << 20));
+        assert_eq!(
+            serde_json::to_value(&evicting).unwrap()["path"],
+            "kill_then_api"
+        );
+        assert!(
+            evicting.text().starts_with(
+                "evicting default/web-1 (hard threshold: killing its cgroup first, then the \
+                 Eviction API records it): allocatableMemory.available"
+            ),
+            "{}",
+            evicting.text()
+        );
     }
 }

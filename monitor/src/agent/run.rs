@@ -28,6 +28,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::{CheckpointHealth, CheckpointWriter},
     core::{AgentCore, NodeCapacity},
+    local_first::LocalFirst,
     node_status::NodeStatusPublisher,
     persist,
     psi_wake::PsiWake,
@@ -50,6 +51,7 @@ use crate::{
         pod_facts::{PodFacts, PodRef},
         signal::NodeCondition,
         signal::Signal,
+        threshold::ThresholdKind,
     },
     flags::OutputFormat,
     metrics::{
@@ -296,13 +298,19 @@ impl Agent {
             (_, events) if args.dry_run => Box::new(DryRun {
                 events: events.filter(|_| args.dry_run_events),
             }),
-            (Some(evictor), Some(events)) => Box::new(KubeApi {
-                evictor: if args.ignore_disruption_budgets {
-                    evictor.deleting()
-                } else {
-                    evictor
+            (Some(evictor), Some(events)) => Box::new(LocalFirst {
+                killer: CgroupKiller {
+                    hierarchy: hierarchy.clone(),
                 },
-                events,
+                api: KubeApi {
+                    evictor: if args.ignore_disruption_budgets {
+                        evictor.deleting()
+                    } else {
+                        evictor
+                    },
+                    events,
+                },
+                hard_action: args.kube_hard_action,
             }),
             _ => Box::new(CgroupKiller {
                 hierarchy: hierarchy.clone(),
@@ -428,7 +436,7 @@ impl Agent {
                 }
                 Some(done) = self.actions.join_next(), if !self.actions.is_empty() => {
                     match done {
-                        Ok(done) => self.finish_action(done),
+                        Ok(done) => self.step_done(done),
                         Err(e) => log::error!("eviction task failed: {e}"),
                     }
                     self.evaluate(None);
@@ -692,6 +700,7 @@ impl Agent {
                 grace,
                 eviction.grace_period_seconds,
                 eviction.reason.clone(),
+                eviction.threshold.kind == ThresholdKind::Hard,
             );
         }
         if let Some(node_status) = &self.node_status {
@@ -765,6 +774,9 @@ impl Agent {
                 cause: self
                     .causes
                     .explain(&self.core.cgroups_of(&eviction.pod.uid), monotonic_ns()),
+                route: self
+                    .actuator
+                    .route(eviction.threshold.kind == ThresholdKind::Hard),
             },
         );
         let text = report.text();
@@ -830,8 +842,16 @@ impl Agent {
 
     /// Starts the eviction's action in the background: a kill of the pod's cgroup, or with
     /// --kube an Eviction through the API; nothing in dry-run. `grace` is the time left
-    /// before force; `message` the decision's, for the pod's Event.
-    fn act(&mut self, pod: PodRef, grace: Duration, grace_period_seconds: i64, message: String) {
+    /// before force; `message` the decision's, for the pod's Event; `hard` whether a hard
+    /// threshold decided it (with --kube the pod is then stopped on the node first).
+    fn act(
+        &mut self,
+        pod: PodRef,
+        grace: Duration,
+        grace_period_seconds: i64,
+        message: String,
+        hard: bool,
+    ) {
         let request = ActionRequest {
             cgroup: self
                 .core
@@ -843,8 +863,9 @@ impl Agent {
             grace_period_seconds,
             pod,
             message,
+            hard,
         };
-        let local = self.evictor_is_local();
+        let local = self.actuator.route(hard).is_some_and(|r| r.kills());
         let uid = request.pod.uid.clone();
         if let Some(task) = self.actuator.start(request) {
             // Stopped for good, like a pod the kubelet evicted: never chosen again while it
@@ -891,17 +912,35 @@ impl Agent {
             "resuming the eviction of {pod} begun before the restart: force in {left:?}, at the \
              end of its {grace_period_seconds}s grace period"
         );
+        // Only a --pods eviction is resumed; the flag is not read on that route.
         self.act(
             pod,
             left,
             grace_period_seconds,
             "resumed after a restart".into(),
+            true,
         );
     }
 
     /// Whether evictions are carried out on this node (a cgroup kill), not through the API.
     fn evictor_is_local(&self) -> bool {
         !self.args.dry_run && !self.args.kube
+    }
+
+    /// Hands a finished step to the actuator's action path, which says what the decision
+    /// state learns of it and which step runs next.
+    fn step_done(&mut self, done: ActionDone) {
+        let after = self.actuator.finished(done);
+        if let Some(task) = after.next {
+            self.actions.spawn(task);
+        }
+        if let Some(done) = after.decided {
+            self.finish_action(done);
+        }
+        if let Some(recorded) = after.recorded {
+            self.action_failures += u64::from(recorded.failed);
+            self.decisions.amend(&recorded.pod.uid, &recorded.text);
+        }
     }
 
     /// Takes an action's report back into the decision state: a pod known stopped lifts the
@@ -962,7 +1001,7 @@ impl Agent {
                 );
                 self.core.eviction_refused(&uid, BootClock.now());
             }
-            ActionOutcome::Failed(reason) => {
+            ActionOutcome::Failed(reason) | ActionOutcome::TimedOut(reason) => {
                 self.action_failures += 1;
                 log::warn!("evicting {pod} failed: {reason}; the next decision is not held back");
                 self.core.state.pod_cleaned_up(&uid);

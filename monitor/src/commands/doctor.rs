@@ -8,6 +8,7 @@ use super::privileges::{self, Needs, Requirement};
 use serde::Serialize;
 
 use crate::{
+    agent::action_path::HardAction,
     cgroupfs::CgroupVersion,
     source::probe::{EventSource, KernelFeatures, MemcgMethod},
 };
@@ -30,16 +31,26 @@ pub struct DoctorArgs {
     /// `kubepods.slice`), checked for being visible and writable.
     #[arg(long, value_name = "PATH")]
     pub kubepods_cgroup: Option<String>,
-    /// Check for an agent run with `--kube`: evictions go through the API and the kubelet
-    /// stops the pods, so CAP_KILL and the host PID namespace are not needed.
+    /// Check for an agent run with `--kube`. By default it still kills a pod evicted on a
+    /// hard threshold on the node first, so CAP_KILL and the host PID namespace are needed;
+    /// with `--kube-hard-action api` the kubelet stops every pod and they are not.
     #[arg(long)]
     pub kube: bool,
+    /// The agent's `--kube-hard-action`.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t,
+        requires = "kube",
+        value_name = "ACTION"
+    )]
+    pub kube_hard_action: HardAction,
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let features = KernelFeatures::probe();
     let needs = Needs {
-        kills: !args.kube,
+        kills: !args.kube || args.kube_hard_action == HardAction::Kill,
         memory: features.memory.as_ref().ok(),
         kubepods_cgroup: args.kubepods_cgroup.as_deref(),
         tracefs: features.tracefs.as_deref().map_err(String::as_str),

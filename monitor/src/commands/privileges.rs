@@ -16,7 +16,8 @@ use crate::{cgroupfs::MemoryHierarchy, pods::cgroup_path::KubepodsCgroup};
 
 /// What the host is asked to provide, from the agent's flags.
 pub struct Needs<'a> {
-    /// The agent kills evicted pods itself (not `--kube`, where the kubelet stops them).
+    /// The agent kills evicted pods itself (all but `--kube --kube-hard-action api`, where
+    /// the kubelet stops them).
     pub kills: bool,
     pub memory: Option<&'a MemoryHierarchy>,
     pub kubepods_cgroup: Option<&'a str>,
@@ -79,7 +80,7 @@ const CAPABILITIES: &[CapabilitySpec] = &[
         for_kills: true,
         bit: 5,
         required: true,
-        purpose: "signal an evicted pod's processes, which run as other users (not with --kube)",
+        purpose: "signal an evicted pod's processes, which run as other users (not with --kube-hard-action api)",
     },
     CapabilitySpec {
         name: "CAP_SYS_ADMIN",
@@ -116,7 +117,7 @@ pub fn check(needs: &Needs) -> Vec<Requirement> {
         "host PID namespace",
         Kind::Namespace,
         needs.kills,
-        "see and signal the processes listed in pod cgroups (not with --kube)",
+        "see and signal the processes listed in pod cgroups (not with --kube-hard-action api)",
         host_pid_namespace(),
     ));
     out.push(requirement(
@@ -321,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn with_kube_neither_kill_nor_host_pid_is_required() {
+    fn when_the_kubelet_stops_every_pod_neither_kill_nor_host_pid_is_required() {
         let tmp = std::env::temp_dir();
         let needs = |kills| Needs {
             kills,

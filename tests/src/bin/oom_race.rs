@@ -1,0 +1,244 @@
+//! Trials of the OOM race for `cargo xtask bench oom-race` (root): a pod allocating as fast
+//! as one process can inside a kubepods cgroup with a memory limit `MARGIN` MiB above the
+//! point where a hard `allocatableMemory.available` threshold is met, two steady pods beside
+//! it; a trial is won when the agent stopped the hog (or, `--other-victim`, whatever it
+//! chose) before the kernel's OOM killer fired in the tree.
+//!
+//!     oom_race SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
+//!
+//! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
+//! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
+//! (`api`: the agent only posts the Eviction; `kill`: the agent kills on the node first).
+//! `--other-victim` adds a best-effort pod of lower priority that the kubelet's order evicts
+//! before the allocating pod. One JSON object per trial on stdout.
+use std::{
+    fs,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use serde_json::json;
+use tests::{
+    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, set_memory_limit,
+    stand_in_kubelet::StandInKubelet,
+};
+
+const NODE: &str = "bench-node";
+/// MiB each steady pod holds, within its request.
+const STEADY_MIB: usize = 40;
+
+struct Args {
+    source: Vec<String>,
+    margin_mib: u64,
+    trials: usize,
+    kube: Option<String>,
+    kubelet_delay: Duration,
+    other_victim: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let usage = "usage: oom_race ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
+                 [--kubelet-delay MS] [--other-victim]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [source, margin, trials, rest @ ..] = args.as_slice() else {
+        return Err(usage.into());
+    };
+    let source = match source.split_once(':') {
+        None if source == "ebpf" => vec!["--source".into(), "ebpf".into()],
+        Some(("poll", ms)) => vec![
+            "--source".into(),
+            "poll".into(),
+            "--poll-interval".into(),
+            format!("{}ms", ms.parse::<u64>().map_err(|e| format!("{ms}: {e}"))?),
+        ],
+        _ => return Err(format!("{source}: not ebpf or poll:MS; {usage}")),
+    };
+    let number = |s: &str| s.parse::<u64>().map_err(|e| format!("{s}: {e}; {usage}"));
+    let mut parsed = Args {
+        source,
+        margin_mib: number(margin)?,
+        trials: number(trials)? as usize,
+        kube: None,
+        kubelet_delay: Duration::from_millis(100),
+        other_victim: false,
+    };
+    let mut rest = rest.iter();
+    while let Some(flag) = rest.next() {
+        match (flag.as_str(), rest.clone().next()) {
+            ("--kube", Some(mode)) if mode == "api" || mode == "kill" => {
+                parsed.kube = rest.next().cloned();
+            }
+            ("--kubelet-delay", Some(ms)) => {
+                parsed.kubelet_delay = Duration::from_millis(number(ms)?);
+                rest.next();
+            }
+            ("--other-victim", _) => parsed.other_victim = true,
+            _ => return Err(format!("{flag}: unexpected; {usage}")),
+        }
+    }
+    Ok(parsed)
+}
+
+/// OOM kills in the subtree at `dir`: v1 counts them in each victim's own cgroup
+/// (`memory.oom_control`), v2 hierarchically (`memory.events` of `dir`).
+fn oom_kills_in(dir: &Path) -> u64 {
+    let counter = |file: &Path| {
+        fs::read_to_string(file)
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    if dir.join("memory.events").exists() {
+        return counter(&dir.join("memory.events"));
+    }
+    let mut total = counter(&dir.join("memory.oom_control"));
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            total += oom_kills_in(&entry.path());
+        }
+    }
+    total
+}
+
+/// Where the pods are known to the agent: its manifests directory or the mock API server.
+enum Pods {
+    Manifests,
+    Kube {
+        api: Arc<MockKubeApi>,
+        /// Holds the kubeconfig.
+        files: TempDir,
+    },
+}
+
+impl Pods {
+    fn add(&self, scene: &AgentScene, pod: &TestPod) {
+        match self {
+            Pods::Manifests => drop(scene.write_manifest(pod)),
+            Pods::Kube { api, .. } => api.apply_pod(pod),
+        }
+    }
+
+    fn remove(&self, scene: &AgentScene, pod: &TestPod) {
+        match self {
+            Pods::Manifests => scene.remove_manifest(pod),
+            Pods::Kube { api, .. } => {
+                if api.accepted_evictions().contains(&pod.name) {
+                    return; // the stand-in kubelet deleted it
+                }
+                api.delete_pod(pod);
+            }
+        }
+        scene.kubepods.remove_pod(pod.qos(), &pod.uid);
+    }
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(usage) => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    };
+    let scene = AgentScene::new("oom-race-bench", "1s", "5s");
+    set_memory_limit(
+        &scene.kubepods.dir,
+        (AgentScene::PRESSURE_ABOVE_MIB + args.margin_mib) << 20,
+    )
+    .expect("limiting kubepods");
+    let pods = match &args.kube {
+        None => Pods::Manifests,
+        Some(_) => {
+            let api = Arc::new(MockKubeApi::start(NODE));
+            let files = TempDir::new("oom-race-bench-kubeconfig");
+            api.write_kubeconfig(&files.join("kubeconfig"));
+            Pods::Kube { api, files }
+        }
+    };
+    let steady: Vec<TestPod> = (0..2)
+        .map(|i| TestPod::new(&format!("steady-{i}")).request_mib(100))
+        .collect();
+    let mut steady_procs = Vec::new();
+    for pod in &steady {
+        pods.add(&scene, pod);
+        let mut proc = scene.run_pod(pod);
+        proc.alloc(STEADY_MIB);
+        steady_procs.push(proc);
+    }
+    let mut extra: Vec<&str> = args.source.iter().map(String::as_str).collect();
+    let agent: MonitorProcess = match (&pods, &args.kube) {
+        (Pods::Kube { files, .. }, Some(mode)) => {
+            extra.extend(["--kube-hard-action", mode]);
+            scene.start_kube_agent(&files.join("kubeconfig"), NODE, &extra)
+        }
+        _ => scene.start_agent(&extra),
+    };
+    for trial in 0..args.trials {
+        // The hog outranks the bystander by priority, so the kubelet's order picks the
+        // bystander first when there is one.
+        let hog = TestPod::new(&format!("hog-{trial}")).priority(1000);
+        let bystander = args
+            .other_victim
+            .then(|| TestPod::new(&format!("bystander-{trial}")));
+        let mut trial_pods = vec![hog.clone()];
+        trial_pods.extend(bystander.clone());
+        let mut procs = Vec::new();
+        for pod in &trial_pods {
+            pods.add(&scene, pod);
+            procs.push(scene.run_pod(pod));
+        }
+        if bystander.is_some() {
+            procs[1].alloc(20);
+        }
+        let kubelet = match &pods {
+            Pods::Kube { api, .. } => Some(StandInKubelet::start(
+                api.clone(),
+                trial_pods
+                    .iter()
+                    .map(|p| (p.clone(), scene.pod_dir(p)))
+                    .collect(),
+                args.kubelet_delay,
+            )),
+            Pods::Manifests => None,
+        };
+        // Let the agent learn of the new pods before the race starts.
+        std::thread::sleep(Duration::from_millis(300));
+        let before = oom_kills_in(&scene.kubepods.dir);
+        let started = Instant::now();
+        // Far past the limit in one go: only a fast stop beats the kernel's OOM killer.
+        procs[0].command("alloc 1024");
+        let ended_ms = started.elapsed().as_secs_f64() * 1e3;
+        let decision = agent.next_line(Duration::from_secs(3));
+        let oom_kills = oom_kills_in(&scene.kubepods.dir) - before;
+        let victim = decision
+            .as_deref()
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .and_then(|d| d["name"].as_str().map(str::to_owned));
+        println!(
+            "{}",
+            json!({
+                "trial": trial,
+                "win": oom_kills == 0 && decision.is_some(),
+                "oom_kills": oom_kills,
+                "victim": victim,
+                "hog_ended_ms": ended_ms,
+            })
+        );
+        if let Some(kubelet) = kubelet {
+            kubelet.finish();
+        }
+        drop(procs);
+        for pod in &trial_pods {
+            pods.remove(&scene, pod);
+        }
+        while agent.next_line(Duration::from_millis(50)).is_some() {}
+        // One eviction per interval (1 s): the next trial starts after it.
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    drop(agent);
+    drop(steady_procs);
+}

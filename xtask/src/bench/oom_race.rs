@@ -1,0 +1,222 @@
+//! The OOM race: does the agent stop a pod allocating as fast as one process can (the
+//! tests crate's `alloc` helper, ~2 GiB/s here) before the kernel's OOM killer fires?
+//!
+//! Each run is the tests crate's `oom_race` trial runner (it owns the MOCK API server and the
+//! STAND-IN kubelet, so they live in one place): a kubepods cgroup whose memory limit lies a
+//! margin above the point where a hard `allocatableMemory.available` threshold is met, two
+//! steady pods holding 40 MiB each, and per trial a fresh pod told to allocate 1 GiB at
+//! once. A trial is won when the agent decided and no OOM kill happened in the tree
+//! (`memory.oom_control` of each cgroup on v1, `memory.events` on v2). Sources side by side
+//! at every margin: eBPF, polling every 100 ms, 1 s and 10 s (the kubelet's housekeeping
+//! period), and `--kube` with the eBPF source, the Eviction API alone (the stand-in kubelet
+//! stops the pod after a reaction delay) against local-first (the agent kills, then posts).
+//! One more case: a bystander of lower priority that the kubelet's order evicts first.
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use super::{
+    env::{Binaries, Machine, loadavg},
+    report::{Figure, Section},
+};
+
+/// One way of running the agent.
+struct Case {
+    label: String,
+    args: Vec<String>,
+    /// Margins to run at; `None`: every margin.
+    margins: Option<Vec<u64>>,
+}
+
+fn case(label: &str, args: &[&str]) -> Case {
+    Case {
+        label: label.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        margins: None,
+    }
+}
+
+fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
+    let kube = |mode: &str, delay_ms: u64| {
+        let delay = delay_ms.to_string();
+        let label = match mode {
+            "api" => format!("kube api, kubelet +{delay_ms}ms"),
+            _ => format!("kube kill, kubelet +{delay_ms}ms"),
+        };
+        case(&label, &["ebpf", "--kube", mode, "--kubelet-delay", &delay])
+    };
+    let mut other = case("ebpf, other victim", &["ebpf", "--other-victim"]);
+    other.margins = Some(vec![48]);
+    if quick {
+        let cases = vec![
+            case("ebpf", &["ebpf"]),
+            case("poll 100ms", &["poll:100"]),
+            kube("api", 100),
+            kube("kill", 100),
+            other,
+        ];
+        (vec![16, 48], 3, cases)
+    } else {
+        let cases = vec![
+            case("ebpf", &["ebpf"]),
+            case("poll 100ms", &["poll:100"]),
+            case("poll 1s", &["poll:1000"]),
+            case("poll 10s", &["poll:10000"]),
+            kube("api", 50),
+            kube("api", 300),
+            kube("kill", 100),
+            other,
+        ];
+        (vec![16, 32, 48, 100, 200], 10, cases)
+    }
+}
+
+pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+    let release = bins
+        .monitor
+        .parent()
+        .context("the monitor binary has no directory")?;
+    let runner = release.join("oom_race");
+    let (margins, trials, cases) = plan(quick);
+    // Win rates are read side by side in the table, not as ratios of each other.
+    let mut figures = Vec::new();
+    let mut raw = Vec::new();
+    // (case, margin) -> (wins, trials)
+    let mut rates: Vec<(String, u64, usize, usize)> = Vec::new();
+    for case in &cases {
+        for &margin in case.margins.as_ref().unwrap_or(&margins) {
+            let load = loadavg();
+            eprintln!(
+                "bench: oom-race {} at {margin} MiB ({trials} trials, load {load:.2})",
+                case.label
+            );
+            let out = Command::new(&runner)
+                .args(&case.args[..1])
+                .args([margin.to_string(), trials.to_string()])
+                .args(&case.args[1..])
+                .env("MONITOR_BIN", &bins.monitor)
+                .env("MONITOR_ALLOC_BIN", release.join("alloc"))
+                .stderr(Stdio::inherit())
+                .output()
+                .with_context(|| format!("running {}", runner.display()))?;
+            if !out.status.success() {
+                bail!(
+                    "{} {:?} failed: {}",
+                    runner.display(),
+                    case.args,
+                    out.status
+                );
+            }
+            let results: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(serde_json::from_str)
+                .collect::<Result<_, _>>()
+                .context("the trial runner's output is not JSON lines")?;
+            let wins = results.iter().filter(|r| r["win"] == true).count();
+            let victims: Vec<&str> = results
+                .iter()
+                .filter_map(|r| r["victim"].as_str())
+                .collect();
+            rates.push((case.label.clone(), margin, wins, results.len()));
+            let figure = Figure::new(
+                "oom-race",
+                &case.label,
+                &format!("win rate, {margin} MiB margin"),
+                100.0 * wins as f64 / results.len().max(1) as f64,
+                "%",
+            )
+            .note(format!("{wins}/{} trials", results.len()))
+            .on(machine, load);
+            figures.push(figure);
+            raw.push(json!({
+                "case": case.label,
+                "margin_mib": margin,
+                "wins": wins,
+                "trials": results,
+                "victims": victims,
+                "load": load,
+            }));
+        }
+    }
+    println!("{}", win_table(&rates));
+    Ok(Section {
+        figures,
+        raw: Value::Array(raw),
+    })
+}
+
+/// Win rates as a matrix: a row per case, a column per margin.
+fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
+    let mut margins: Vec<u64> = rates.iter().map(|r| r.1).collect();
+    margins.sort_unstable();
+    margins.dedup();
+    let mut cases: Vec<&str> = Vec::new();
+    for (case, ..) in rates {
+        if !cases.contains(&case.as_str()) {
+            cases.push(case);
+        }
+    }
+    let width = cases.iter().map(|c| c.len()).max().unwrap_or(0).max(20);
+    let mut out = format!("{:<width$}", "oom-race win rate");
+    for m in &margins {
+        out.push_str(&format!("  {:>9}", format!("{m} MiB")));
+    }
+    for case in cases {
+        out.push_str(&format!("\n{case:<width$}"));
+        for m in &margins {
+            let cell = rates
+                .iter()
+                .find(|r| r.0 == case && r.1 == *m)
+                .map(|r| format!("{}/{}", r.2, r.3))
+                .unwrap_or_else(|| "-".into());
+            out.push_str(&format!("  {cell:>9}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_a_row_per_case_and_a_column_per_margin() {
+        let rates = vec![
+            ("ebpf".to_string(), 16, 3, 3),
+            ("ebpf".to_string(), 48, 3, 3),
+            ("poll 100ms".to_string(), 16, 1, 3),
+            ("ebpf, other victim".to_string(), 48, 0, 3),
+        ];
+        let table = win_table(&rates);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[0].contains("16 MiB") && lines[0].contains("48 MiB"));
+        assert!(
+            lines[2].starts_with("poll 100ms") && lines[2].ends_with("-"),
+            "{table}"
+        );
+        assert!(lines[3].trim_end().ends_with("0/3"), "{table}");
+    }
+
+    #[test]
+    fn every_plan_runs_each_kube_mode_and_the_other_victim() {
+        for quick in [true, false] {
+            let (margins, _, cases) = plan(quick);
+            assert!(
+                margins.contains(&16) && margins.contains(&48),
+                "quick={quick}"
+            );
+            let labels: Vec<&str> = cases.iter().map(|c| c.label.as_str()).collect();
+            assert!(
+                labels.iter().any(|l| l.starts_with("kube api")),
+                "{labels:?}"
+            );
+            assert!(
+                labels.iter().any(|l| l.starts_with("kube kill")),
+                "{labels:?}"
+            );
+            assert!(labels.contains(&"ebpf") && labels.contains(&"ebpf, other victim"));
+        }
+    }
+}

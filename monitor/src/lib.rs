@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod engine;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod pods;

@@ -33,6 +33,9 @@ pub struct ActionRequest {
     pub working_set_before: Option<u64>,
     /// The decision's message in the kubelet's words, for the pod's Event.
     pub message: String,
+    /// The decision's span ([`super::decision_log`]): the action runs inside it, and it
+    /// closes once the [`ActionDone`] has been taken back.
+    pub span: tracing::Span,
 }
 
 /// How an action ended.
@@ -112,7 +115,7 @@ impl Actuator for DryRun {
                     .post(&request.pod, EventReason::EvictionDryRun, &request.message)
                     .await;
                 if let Err(error) = posted {
-                    log::warn!("{error}");
+                    tracing::warn!("{error}");
                 }
             });
         }
@@ -170,7 +173,7 @@ impl Actuator for KubeApi {
                         .post(&request.pod, EventReason::Evicted, &request.message)
                         .await;
                     if let Err(error) = posted {
-                        log::warn!("{error}");
+                        tracing::warn!("{error}");
                     }
                     ActionOutcome::Accepted
                 }
@@ -202,6 +205,7 @@ mod tests {
             grace_period_seconds: 1,
             working_set_before: Some(1),
             message: String::new(),
+            span: tracing::Span::none(),
         }
     }
 

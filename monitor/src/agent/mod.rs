@@ -5,6 +5,7 @@ pub mod args;
 pub mod cause;
 pub mod checkpoint_writer;
 pub mod core;
+pub mod decision_log;
 pub mod node_status;
 pub mod persist;
 mod psi_wake;

@@ -248,7 +248,7 @@ impl KernelSource {
             match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
                 Ok(hooked) => {
                     let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
-                    log::info!(
+                    tracing::info!(
                         "no memcg tracepoints here: memory stats come from fentry on {}",
                         functions.join(", ")
                     );

@@ -13,6 +13,7 @@ use aya_ebpf::{
     macros::tracepoint,
     programs::TracePointContext,
 };
+use aya_log_ebpf::warn;
 use monitor_common::{CgroupEvent, DropReason, EventKind};
 
 use crate::{
@@ -64,7 +65,12 @@ fn try_lifecycle(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
     }
     if kind == EventKind::Rmdir {
         // Noted before the entry goes, so a concurrent update finds one or the other.
-        let _ = REMOVED.insert(&id, &1, 0);
+        if REMOVED.insert(&id, &1, 0).is_err() {
+            warn!(
+                ctx,
+                "cgroup {} removed but not noted: a late update may count it again", id
+            );
+        }
         let _ = CGROUP_STATS.remove(&id);
     }
     let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {

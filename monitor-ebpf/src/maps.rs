@@ -4,6 +4,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
+use aya_log_ebpf::warn;
 pub use monitor_common::EVENTS_BYTES;
 use monitor_common::{
     CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NDROPS, NWAKE,
@@ -58,11 +59,31 @@ pub static WAKE: Array<i64> = Array::with_max_entries(NWAKE, 0);
 #[map]
 pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NDROPS, 0);
 
-/// Counts one dropped record; per-CPU, so no atomics are needed.
+/// Counts one dropped record (per-CPU, so no atomics are needed) and logs the 1st, 2nd, 4th,
+/// 8th, ... drop of each reason on each CPU: a storm of drops costs a few log records, and the
+/// path that records successfully never reaches here.
 pub fn count_drop(reason: DropReason) {
-    if let Some(counter) = DROPS.get_ptr_mut(reason as u32) {
-        // SAFETY: the pointer comes from the map and this CPU's slot is not shared.
-        unsafe { *counter += 1 };
+    let Some(counter) = DROPS.get_ptr_mut(reason as u32) else {
+        return;
+    };
+    // SAFETY: the pointer comes from the map and this CPU's slot is not shared.
+    let dropped = unsafe {
+        *counter += 1;
+        *counter
+    };
+    if !dropped.is_power_of_two() {
+        return;
+    }
+    // aya-log asks for a program context but does not use it; callers here have none at hand.
+    match reason {
+        DropReason::RingFull => warn!(
+            &(),
+            "ring buffer full: {} records dropped on this CPU so far", dropped
+        ),
+        DropReason::MapFull => warn!(
+            &(),
+            "per-cgroup map full: {} stat updates not counted on this CPU so far", dropped
+        ),
     }
 }
 

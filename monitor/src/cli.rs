@@ -27,6 +27,21 @@ pub struct Cli {
     /// Without a subcommand, `monitor` runs the node agent with these flags.
     #[command(flatten)]
     pub agent: crate::agent::AgentArgs,
+    /// How log records are written on stderr (any command). `text`: one line each,
+    /// `[time LEVEL] message key=value`, for people. `json`: one object a line for a log
+    /// collector, each record with the spans it belongs to: every record of one eviction
+    /// decision carries the same `span` (pod namespace/name/uid, signal, observed value,
+    /// threshold, the kernel event that triggered it), and the span's `close` record adds the
+    /// outcome (killed, evicted, refused, timed_out, failed, dry_run). Which records appear is
+    /// set by RUST_LOG as usual (`info` when unset; e.g. `RUST_LOG=monitor=debug,kube=warn`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        value_name = "FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -45,7 +60,7 @@ pub enum Command {
 
 /// Runs the parsed command line and turns failures into a message and an exit status.
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging();
+    crate::logging::init(cli.log_format);
     let result = match cli.command {
         Some(Command::Trace(args)) => commands::trace::run(args),
         Some(Command::Rank(args)) => commands::rank::run(args),
@@ -61,10 +76,4 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_logging() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_target(false)
-        .init();
 }

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod commands;
 pub mod engine;
 pub mod flags;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod pods;

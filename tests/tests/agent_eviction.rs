@@ -502,7 +502,8 @@ fn metrics_count_evictions_and_kernel_events() {
                 .unwrap_or_else(|| panic!("no sample {prefix} in\n{answer}"))
         };
         assert!(
-            sample("monitor_evictions_total{signal=\"allocatableMemory.available\"}") >= 1.0,
+            sample("monitor_evictions_total{eviction_signal=\"allocatableMemory.available\"}")
+                >= 1.0,
             "{answer}"
         );
         assert!(sample("monitor_events_received_total") > 0.0, "{answer}");

@@ -377,6 +377,15 @@ fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
         })
         .expect("the overflow is noticed");
     assert!(lost.contains("rescanning cgroups"), "{lost}");
+    // The kernel programs' own log of the drops (aya-log), carried into the agent's.
+    let logged = agent.wait_stderr(Duration::from_secs(5), |l| {
+        l.contains("kernel: ring buffer full:") && l.contains("records dropped on this CPU")
+    });
+    assert!(
+        logged.is_some(),
+        "no kernel log record of the drops: {}",
+        agent.stderr()
+    );
     // Found by the rescan and ranked: over its request it goes before the filler, which is
     // within its request.
     let mut late_proc = Allocator::start_in(&late_dir);

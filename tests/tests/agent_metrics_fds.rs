@@ -128,7 +128,9 @@ fn idle_metrics_connections_beyond_the_open_file_limit_do_not_stop_an_eviction()
         let answer = http_get(addr, "/metrics");
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(
-            answer.contains("monitor_evictions_total{signal=\"allocatableMemory.available\"} 1"),
+            answer.contains(
+                "monitor_evictions_total{eviction_signal=\"allocatableMemory.available\"} 1"
+            ),
             "{answer}"
         );
         agent.stop();

@@ -202,7 +202,7 @@ fn fentry_counts_each_new_cgroup_as_itself_after_others_were_removed() {
             let id = cgroup_id(&dir);
             let mut allocator = Allocator::start_in(&dir);
             allocator.alloc(MIB_EACH as usize);
-            let expected = MIB_EACH * MIB as i64;
+            let expected = MIB_EACH * MIB;
             let counted = anon_sum(
                 &collect(&mut source, Duration::from_secs(5), |ev| {
                     anon_sum(ev, id) >= expected * 9 / 10

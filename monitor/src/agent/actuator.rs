@@ -39,6 +39,9 @@ pub struct ActionRequest {
     pub message: String,
     /// Decided on a hard threshold (with `--kube`, the pod is stopped on the node first).
     pub hard: bool,
+    /// The decision's span ([`super::decision_log`]): the action runs inside it, and it
+    /// closes once the [`ActionDone`] has been taken back.
+    pub span: tracing::Span,
 }
 
 /// How an action ended.
@@ -159,7 +162,7 @@ impl Actuator for DryRun {
                     .post(&request.pod, EventReason::EvictionDryRun, &request.message)
                     .await;
                 if let Err(error) = posted {
-                    log::warn!("{error}");
+                    tracing::warn!("{error}");
                 }
             });
         }
@@ -229,7 +232,7 @@ impl Actuator for KubeApi {
                         .post(&request.pod, EventReason::Evicted, &request.message)
                         .await;
                     if let Err(error) = posted {
-                        log::warn!("{error}");
+                        tracing::warn!("{error}");
                     }
                     ActionOutcome::Accepted
                 }
@@ -270,6 +273,7 @@ mod tests {
             working_set_before: Some(1),
             message: String::new(),
             hard: true,
+            span: tracing::Span::none(),
         }
     }
 

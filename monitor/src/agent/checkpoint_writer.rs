@@ -119,7 +119,7 @@ impl<P: Persister> CheckpointWriter<P> {
             Ok(_) => {
                 self.pending = false;
                 if let Some(episode) = self.episode.take() {
-                    log::info!(
+                    tracing::info!(
                         "checkpoint written again after {} failed attempts over {:?}",
                         episode.failures,
                         now.saturating_duration_since(episode.since)
@@ -140,12 +140,12 @@ impl<P: Persister> CheckpointWriter<P> {
                 episode.next_try = now + episode.delay;
                 // Temporary file names change with every attempt; the cause is what matters.
                 if cause(&episode.last_error) != cause(&message) {
-                    log::warn!("checkpoint still not written, now: {message}");
+                    tracing::warn!("checkpoint still not written, now: {message}");
                 }
                 episode.last_error = message;
             }
             None => {
-                log::warn!(
+                tracing::warn!(
                     "checkpoint not written: {message}; the agent keeps deciding and acting, \
                      holds its state in memory and retries (first in {FIRST_RETRY:?}, then less \
                      often, up to every {MAX_RETRY:?})"

@@ -56,7 +56,7 @@ impl Actuator for LocalFirst {
     fn start(&self, request: ActionRequest) -> Option<ActionTask> {
         let route = self.route(request.hard)?;
         if route == Route::LocalFirst {
-            log::info!("evicting {}: {}", request.pod, route.describe());
+            tracing::info!("evicting {}: {}", request.pod, route.describe());
         }
         let path = ActionPath::new(route);
         self.run(path.step, request, path)
@@ -79,9 +79,9 @@ impl Actuator for LocalFirst {
         let pod = done.request.pod.clone();
         let said = format!("{pod}: {} ({})", transition.why, done.outcome.describe());
         if transition.unrecorded || (step == Step::Kill && !path.stopped_locally) {
-            log::warn!("{said}");
+            tracing::warn!("{said}");
         } else {
-            log::info!("{said}");
+            tracing::info!("{said}");
         }
         let next = transition.next.and_then(|step| {
             let mut request = done.request.clone();

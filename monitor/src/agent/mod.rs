@@ -6,6 +6,7 @@ pub mod args;
 pub mod cause;
 pub mod checkpoint_writer;
 pub mod core;
+pub mod decision_log;
 pub mod local_first;
 pub mod node_status;
 pub mod persist;

@@ -70,14 +70,14 @@ async fn publish(api: Api<Node>, node: String, mut changes: watch::Receiver<Vec<
         {
             Ok(_) => {
                 if failing {
-                    log::info!("node {node}: conditions published again");
+                    tracing::info!("node {node}: conditions published again");
                 }
                 failing = false;
                 HEARTBEAT
             }
             Err(error) => {
                 if !failing {
-                    log::warn!(
+                    tracing::warn!(
                         "node {node}: publishing the agent's conditions: {error} (the agent \
                          needs RBAC patch on nodes/status); retrying every {RETRY:?}"
                     );

@@ -48,7 +48,7 @@ impl PsiWake {
         for (file, cgroup) in candidates {
             match pressure::watch(file.clone(), cgroup, &trigger, tx.clone()) {
                 Ok(()) => watched.push(file),
-                Err(e) => log::warn!("no PSI wake-ups from {}: {e}", file.display()),
+                Err(e) => tracing::warn!("no PSI wake-ups from {}: {e}", file.display()),
             }
         }
         Self { signals, watched }

@@ -78,14 +78,14 @@ pub fn read_all(
                     core.classify(id, path);
                 }
             }
-            Err(e) => log::warn!("scanning the memory hierarchy: {e}"),
+            Err(e) => tracing::warn!("scanning the memory hierarchy: {e}"),
         }
     }
     // Taken before each read: kernel records sent earlier are contained in it.
     let read_ns = monotonic_ns();
     match (reader.node_working_set(), reader.working_set(kubepods_rel)) {
         (Ok(node), Ok(kubepods)) => core.set_node_reading(node, kubepods, read_ns),
-        (node, kubepods) => log::warn!(
+        (node, kubepods) => tracing::warn!(
             "reading node memory (the last values stand): {:?} / {:?}",
             node.err().map(|e| e.to_string()),
             kubepods.err().map(|e| e.to_string())
@@ -109,7 +109,7 @@ pub fn read_all(
                     0
                 };
                 if failures.logged.remove(uid) {
-                    log::info!("pod {pod}: {rel} is readable again");
+                    tracing::info!(pod.uid = %uid, cgroup = %rel, "pod {pod}: {rel} is readable again");
                 }
                 PodReading::Read {
                     working_set,
@@ -119,7 +119,9 @@ pub fn read_all(
             Err(StatsError::Gone(_)) => PodReading::Gone,
             Err(e) => {
                 if failures.logged.insert(uid.clone()) {
-                    log::warn!(
+                    tracing::warn!(
+                        pod.uid = %uid,
+                        cgroup = %rel,
                         "pod {pod}: {e}; its last good working set stands in (never read: it \
                          is not a candidate until it can be read)"
                     );

@@ -21,6 +21,7 @@ use tokio::{
     task::JoinSet,
     time::{Instant, MissedTickBehavior, interval},
 };
+use tracing::Instrument as _;
 
 use super::{
     actuator::{ActionDone, ActionOutcome, ActionRequest, Actuator, CgroupKiller, DryRun, KubeApi},
@@ -28,6 +29,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::{CheckpointHealth, CheckpointWriter},
     core::{AgentCore, NodeCapacity},
+    decision_log,
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
     persist,
@@ -100,7 +102,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let (watcher, first, evictor) = open_pods(&args).await?;
         for error in &first.errors {
-            log::warn!("skipped: {error}");
+            tracing::warn!("skipped: {error}");
         }
         let mut agent = Agent::start(args, evictor).await?;
         agent.apply_pods(first.pods);
@@ -122,7 +124,7 @@ async fn open_pods(
             .context("--kube needs --node-name or NODE_NAME")?;
         let config = kube_watch::api_config(args.kubeconfig.as_deref()).await?;
         let (watcher, first) = KubeWatcher::start(config.clone(), node).await?;
-        log::info!(
+        tracing::info!(
             "{} pods on node {node} from the Kubernetes API",
             first.pods.len()
         );
@@ -247,7 +249,7 @@ impl Agent {
         };
         let opened = StateManager::open(&args.checkpoint_dir, if_unusable)?;
         let (saved, startup) = (opened.state, opened.startup);
-        log::info!("checkpoint {}: {startup}", opened.manager.path().display());
+        tracing::info!("checkpoint {}: {startup}", opened.manager.path().display());
         let writer = match &opened.write_problem {
             None => CheckpointWriter::new(opened.manager),
             Some(problem) => {
@@ -261,7 +263,7 @@ impl Agent {
             .iter()
             .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
             .collect();
-        log::info!(
+        tracing::info!(
             "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
             kubepods.rel,
             kubepods.driver,
@@ -281,8 +283,8 @@ impl Agent {
             let (addr, _task) = server::serve(args.metrics_addr, view)
                 .await
                 .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
-            log::info!("metrics at http://{addr}/metrics");
-            log::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
+            tracing::info!("metrics at http://{addr}/metrics");
+            tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
         let core = AgentCore::new(config, capacity, &kubepods.rel, state);
         let node = args.node_name.as_deref().unwrap_or_default();
@@ -378,7 +380,7 @@ impl Agent {
                 read = next_batch(&mut self.source, &mut batch) => match read {
                     Ok(()) => self.apply_batch(&mut batch),
                     Err(e) => {
-                        log::warn!("reading the kernel ring buffer: {e}; reading cgroupfs instead");
+                        tracing::warn!("reading the kernel ring buffer: {e}; reading cgroupfs instead");
                         self.read_unprompted();
                         self.evaluate(None);
                     }
@@ -388,7 +390,7 @@ impl Agent {
                     self.take_losses();
                 }
                 signal = next_pressure(&mut psi) => {
-                    log::debug!("memory pressure {signal:?}: reading cgroupfs now");
+                    tracing::debug!("memory pressure {signal:?}: reading cgroupfs now");
                     self.read_unprompted();
                     self.evaluate(None);
                 }
@@ -402,13 +404,13 @@ impl Agent {
                 change = next_change(&mut watcher) => match change {
                     Ok(loaded) => {
                         for error in &loaded.errors {
-                            log::warn!("skipped: {error}");
+                            tracing::warn!("skipped: {error}");
                         }
                         self.apply_pods(loaded.pods);
                         self.evaluate(None);
                     }
                     Err(e) => {
-                        log::error!(
+                        tracing::error!(
                             "pod source failed: {e}; deciding on the {} pods known, opening it \
                              again in {POD_SOURCE_RETRY:?}",
                             self.pods.len()
@@ -422,14 +424,14 @@ impl Agent {
                     reopen_at = None;
                     match open_pods(&self.args).await {
                         Ok((reopened, loaded, _)) => {
-                            log::info!("pod source open again");
+                            tracing::info!("pod source open again");
                             self.pod_source_down = None;
                             watcher = Some(reopened);
                             self.apply_pods(loaded.pods);
                             self.evaluate(None);
                         }
                         Err(e) => {
-                            log::warn!("opening the pod source again: {e:#}");
+                            tracing::warn!("opening the pod source again: {e:#}");
                             reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
                         }
                     }
@@ -437,7 +439,7 @@ impl Agent {
                 Some(done) = self.actions.join_next(), if !self.actions.is_empty() => {
                     match done {
                         Ok(done) => self.step_done(done),
-                        Err(e) => log::error!("eviction task failed: {e}"),
+                        Err(e) => tracing::error!("eviction task failed: {e}"),
                     }
                     self.evaluate(None);
                 }
@@ -474,7 +476,7 @@ impl Agent {
         }
         let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);
         if psi.watched.is_empty() {
-            log::info!("no PSI on this kernel: memory is read every poll interval only");
+            tracing::info!("no PSI on this kernel: memory is read every poll interval only");
             return None;
         }
         let files: Vec<String> = psi
@@ -482,7 +484,7 @@ impl Agent {
             .iter()
             .map(|f| f.display().to_string())
             .collect();
-        log::info!(
+        tracing::info!(
             "between polls, memory is read at once when tasks stall on it for {:?} within {:?} ({})",
             self.args.psi_stall,
             crate::source::pressure::WINDOW,
@@ -513,7 +515,7 @@ impl Agent {
             .memory_headroom()
             .map(|h| h.saturating_sub(margin));
         kernel.wake_after_growth(headroom).unwrap_or_else(|e| {
-            log::warn!("setting the kernel's wake-up level: {e}");
+            tracing::warn!("setting the kernel's wake-up level: {e}");
             false
         })
     }
@@ -529,7 +531,7 @@ impl Agent {
                 Ok(event) => event,
                 Err(e) => {
                     if !self.undecodable_logged {
-                        log::warn!(
+                        tracing::warn!(
                             "skipping a kernel record that does not decode: {e} (counted in \
                              monitor_events_undecodable_total; logged once)"
                         );
@@ -602,13 +604,13 @@ impl Agent {
         for (pod, cgroup) in pods.iter().zip(cgroups) {
             match PodFacts::from_pod(pod) {
                 Ok(facts) => entries.push((facts, cgroup)),
-                Err(e) => log::warn!("skipped pod: {e}"),
+                Err(e) => tracing::warn!("skipped pod: {e}"),
             }
         }
         let changes = self.core.set_pods(entries);
         self.own_pod.exclude_from(&mut self.core);
         if !changes.added.is_empty() || !changes.removed.is_empty() {
-            log::info!(
+            tracing::info!(
                 "pods: {} added, {} removed, {} known",
                 changes.added.len(),
                 changes.removed.len(),
@@ -691,8 +693,10 @@ impl Agent {
             pending.grace_period_seconds = 0;
         }
         if let Some(eviction) = decision.eviction() {
+            let span = decision_log::open(eviction, trigger_ns);
+            let _in_decision = span.enter();
             if let Err(e) = self.report(eviction, decided_ns, trigger_ns) {
-                log::error!("printing the decision for {}: {e}", eviction.pod);
+                tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
             let grace = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
             self.act(
@@ -701,6 +705,7 @@ impl Agent {
                 eviction.grace_period_seconds,
                 eviction.reason.clone(),
                 eviction.threshold.kind == ThresholdKind::Hard,
+                span.clone(),
             );
         }
         if let Some(node_status) = &self.node_status {
@@ -716,7 +721,7 @@ impl Agent {
         let now = match read_now() {
             Ok(now) => now,
             Err(e) => {
-                log::warn!("reading the clocks for the checkpoint: {e}");
+                tracing::warn!("reading the clocks for the checkpoint: {e}");
                 return;
             }
         };
@@ -779,6 +784,7 @@ impl Agent {
                     .route(eviction.threshold.kind == ThresholdKind::Hard),
             },
         );
+        decision_log::decided(&report);
         let text = report.text();
         let line = match self.args.output {
             OutputFormat::Text => text.clone(),
@@ -818,7 +824,8 @@ impl Agent {
             .map(|p| p.facts.pod.clone())
             .collect();
         for pod in stopped {
-            log::info!(
+            tracing::info!(
+                pod.uid = %pod.uid,
                 "pod {pod} was evicted before the restart and has not run since: not a candidate"
             );
             self.core.mark_evicted(&pod.uid);
@@ -831,7 +838,8 @@ impl Agent {
     fn revive_restarted_pods(&mut self) {
         for (uid, rel) in self.core.stopped_pods() {
             if self.reader.process_count(&rel).is_ok_and(|n| n > 0) {
-                log::info!(
+                tracing::info!(
+                    pod.uid = %uid,
                     "pod {uid} runs again after its eviction (containers restarted): a \
                      candidate again"
                 );
@@ -851,6 +859,7 @@ impl Agent {
         grace_period_seconds: i64,
         message: String,
         hard: bool,
+        span: tracing::Span,
     ) {
         let request = ActionRequest {
             cgroup: self
@@ -864,9 +873,11 @@ impl Agent {
             pod,
             message,
             hard,
+            span: span.clone(),
         };
         let local = self.actuator.route(hard).is_some_and(|r| r.kills());
         let uid = request.pod.uid.clone();
+        let pod = request.pod.to_string();
         if let Some(task) = self.actuator.start(request) {
             // Stopped for good, like a pod the kubelet evicted: never chosen again while it
             // is listed (a manifest outlives its processes). With --kube the pod leaves the
@@ -874,7 +885,10 @@ impl Agent {
             if local {
                 self.core.mark_evicted(&uid);
             }
-            self.actions.spawn(task);
+            tracing::info!(grace_s = grace.as_secs(), "eviction of {pod} started");
+            self.actions.spawn(task.instrument(span));
+        } else {
+            decision_log::dry_run(&span);
         }
     }
 
@@ -897,7 +911,7 @@ impl Agent {
             return;
         }
         let Some(grace_period_seconds) = self.saved.pending_grace_period_seconds() else {
-            log::warn!(
+            tracing::warn!(
                 "pod {pod} was being evicted before the restart, but the checkpoint does not \
                  say its grace period (an older version wrote it): it is decided on again once \
                  the cleanup timeout has passed"
@@ -908,17 +922,20 @@ impl Agent {
             .evicted_at
             .saturating_add(Duration::from_secs(grace_secs(grace_period_seconds)));
         let left = deadline.saturating_since(BootClock.now());
-        log::info!(
+        tracing::info!(
             "resuming the eviction of {pod} begun before the restart: force in {left:?}, at the \
              end of its {grace_period_seconds}s grace period"
         );
         // Only a --pods eviction is resumed; the flag is not read on that route.
+        let span = decision_log::resumed(&pod);
+        let _in_decision = span.enter();
         self.act(
             pod,
             left,
             grace_period_seconds,
             "resumed after a restart".into(),
             true,
+            span.clone(),
         );
     }
 
@@ -947,6 +964,7 @@ impl Agent {
     /// wait for its cleanup at once; a failed action lifts it too, so the next decision is
     /// not held back by a pod that is not going.
     fn finish_action(&mut self, done: ActionDone) {
+        let _in_decision = decision_log::reported(&done);
         let pod = &done.request.pod;
         let uid = pod.uid.clone();
         let stopped = done.outcome.pod_stopped();
@@ -960,7 +978,7 @@ impl Agent {
                     .unwrap_or(0)
                     .saturating_sub(after);
                 if stopped {
-                    log::info!(
+                    tracing::info!(
                         "pod {pod} stopped after {:?} ({} processes signalled{}), {} freed",
                         report.elapsed,
                         report.terminated,
@@ -968,7 +986,7 @@ impl Agent {
                         bytes(freed as i64)
                     );
                 } else {
-                    log::warn!(
+                    tracing::warn!(
                         "pod {pod}: processes survived force: {:?} after {:?}",
                         report.outcome,
                         report.elapsed
@@ -980,18 +998,18 @@ impl Agent {
                     self.core.mark_stopped(&uid);
                 }
             }
-            ActionOutcome::Accepted => log::info!(
+            ActionOutcome::Accepted => tracing::info!(
                 "eviction of {pod} accepted (grace period {}s); waiting for the kubelet",
                 done.request.grace_period_seconds
             ),
             ActionOutcome::Gone => {
-                log::info!("pod {pod} was already gone");
+                tracing::info!("pod {pod} was already gone");
                 persist::record_freed(&mut self.saved, &uid, 0);
                 self.core.state.pod_cleaned_up(&uid);
             }
             ActionOutcome::Refused(reason) => {
                 self.action_failures += 1;
-                log::warn!(
+                tracing::warn!(
                     "{reason}; passed over for {:?}, the next candidate goes at once",
                     self.core
                         .config()
@@ -1003,7 +1021,9 @@ impl Agent {
             }
             ActionOutcome::Failed(reason) | ActionOutcome::TimedOut(reason) => {
                 self.action_failures += 1;
-                log::warn!("evicting {pod} failed: {reason}; the next decision is not held back");
+                tracing::warn!(
+                    "evicting {pod} failed: {reason}; the next decision is not held back"
+                );
                 self.core.state.pod_cleaned_up(&uid);
             }
         }
@@ -1124,7 +1144,7 @@ impl Agent {
         self.metrics.events_undecodable += new.undecodable;
         self.metrics.cgroup_map_full += new.map_full;
         if new.map_full > 0 {
-            log::warn!(
+            tracing::warn!(
                 "{} kernel stat updates not counted: the per-cgroup map is full; those cgroups \
                  are read at each resync only",
                 new.map_full
@@ -1132,7 +1152,7 @@ impl Agent {
         }
         if new.ring_full > 0 {
             self.lost_unsaved += new.ring_full;
-            log::warn!(
+            tracing::warn!(
                 "{} kernel records lost (ring buffer full): rescanning cgroups and reading \
                  memory anew",
                 new.ring_full
@@ -1156,9 +1176,11 @@ impl Agent {
         match kernel.sweep_stale(&self.hierarchy.mount) {
             Ok((_, 0)) => {}
             Ok((_, deleted)) => {
-                log::debug!("removed {deleted} aggregates of removed cgroups from the kernel map")
+                tracing::debug!(
+                    "removed {deleted} aggregates of removed cgroups from the kernel map"
+                )
             }
-            Err(e) => log::warn!("sweeping the kernel's per-cgroup map: {e}"),
+            Err(e) => tracing::warn!("sweeping the kernel's per-cgroup map: {e}"),
         }
     }
 }
@@ -1180,7 +1202,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     match KernelSource::load_with_incidents(options, incidents) {
         Ok(kernel) => {
             for skipped in kernel.skipped() {
-                log::warn!(
+                tracing::warn!(
                     "not attached: {} ({}); {}",
                     skipped.program.hook(),
                     skipped.reason,
@@ -1194,7 +1216,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
             })
         }
         Err(e) if args.source == SourceMode::Auto => {
-            log::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
+            tracing::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
             Ok(Source::Poll)
         }
         Err(e) => Err(e.into()),

@@ -52,19 +52,19 @@ pub fn lock_memory() -> io::Result<()> {
 /// still runs without them, as an ordinary process.
 pub fn protect_process(oom_score_adj: i32, lock: bool) {
     match set_oom_score_adj(oom_score_adj) {
-        Ok(()) => log::info!("oom_score_adj {oom_score_adj}"),
-        Err(e) => log::warn!(
+        Ok(()) => tracing::info!("oom_score_adj {oom_score_adj}"),
+        Err(e) => tracing::warn!(
             "could not set oom_score_adj {oom_score_adj} ({e}): the OOM killer may pick this \
              agent like any other process; lowering it needs CAP_SYS_RESOURCE"
         ),
     }
     if !lock {
-        log::info!("memory not locked (--no-mlock): reclaim may page this agent out");
+        tracing::info!("memory not locked (--no-mlock): reclaim may page this agent out");
         return;
     }
     match lock_memory() {
-        Ok(()) => log::info!("memory locked (mlockall)"),
-        Err(e) => log::warn!(
+        Ok(()) => tracing::info!("memory locked (mlockall)"),
+        Err(e) => tracing::warn!(
             "could not lock memory with mlockall ({e}): under pressure reclaim may page this \
              agent out and slow its reaction; it needs CAP_IPC_LOCK or a RLIMIT_MEMLOCK above \
              its size (`ulimit -l`), or pass --no-mlock to run unlocked without this warning"
@@ -101,7 +101,7 @@ impl OwnPod {
         let cgroup = match fs::read_to_string(OWN_CGROUP) {
             Ok(text) => memory_cgroup_in(&text, version),
             Err(e) => {
-                log::warn!(
+                tracing::warn!(
                     "reading {OWN_CGROUP}: {e}; cannot tell whether this agent runs in a pod"
                 );
                 None
@@ -137,7 +137,7 @@ impl OwnPod {
             let name = core
                 .pod(&uid)
                 .map_or_else(|| uid.clone(), |p| p.facts.pod.to_string());
-            log::info!(
+            tracing::info!(
                 "this agent runs in pod {name} (cgroup {}): never a candidate for eviction",
                 self.cgroup.as_deref().unwrap_or_default()
             );

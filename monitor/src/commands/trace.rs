@@ -122,7 +122,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             let node = args.node_name.as_deref().unwrap_or_default();
             let config = api_config(args.kubeconfig.as_deref()).await?;
             let pods = kube_query::node_pods(&kube_query::client(config)?, node).await?;
-            log::info!("{} pods on node {node} from the Kubernetes API", pods.len());
+            tracing::info!("{} pods on node {node} from the Kubernetes API", pods.len());
             Some(crate::pods::LoadedPods {
                 pods,
                 errors: Vec::new(),
@@ -144,13 +144,13 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         },
     )?;
     for skipped in source.skipped() {
-        log::warn!(
+        tracing::warn!(
             "not attached: {} ({})",
             skipped.program.hook(),
             skipped.reason
         );
     }
-    log::info!(
+    tracing::info!(
         "tracing with {} kernel programs attached",
         source.attached().len()
     );
@@ -277,7 +277,7 @@ fn load_pods(
     hierarchy: &MemoryHierarchy,
 ) -> anyhow::Result<PodCgroups> {
     for error in &loaded.errors {
-        log::warn!("{error}");
+        tracing::warn!("{error}");
     }
     let kubepods = match kubepods {
         Some(path) => KubepodsCgroup::from_path(path),
@@ -320,10 +320,10 @@ fn watch_pressure(
     if psi.node
         && let Err(e) = pressure::watch(PathBuf::from(NODE_PSI), None, trigger, tx.clone())
     {
-        log::warn!("no node pressure events: {NODE_PSI}: {e}");
+        tracing::warn!("no node pressure events: {NODE_PSI}: {e}");
     }
     let Some(root) = psi.cgroup else {
-        log::info!(
+        tracing::info!(
             "no cgroup2 memory.pressure on this kernel; pressure is reported for the node only"
         );
         return;
@@ -355,7 +355,7 @@ fn watch_pressure(
             continue;
         }
         if let Err(e) = pressure::watch(file.clone(), Some(cgroup), trigger, tx.clone()) {
-            log::warn!("no pressure events for {}: {e}", file.display());
+            tracing::warn!("no pressure events for {}: {e}", file.display());
         }
     }
 }

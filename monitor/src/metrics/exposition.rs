@@ -40,6 +40,9 @@ impl Histogram {
     }
 }
 
+/// The one signal counted in process IDs rather than bytes.
+const PID_SIGNAL: &str = "pid.available";
+
 /// Event-to-decision latency buckets in seconds: 10 µs to 10 s, since the eBPF path is
 /// expected in the sub-millisecond range and the polling path in seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -93,30 +96,57 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The text exposition format.
+    /// The text exposition format. Names follow Prometheus' conventions (the unit in the
+    /// name, `_total` on counters only, bytes and counts in separate families) and the
+    /// kubelet's where they mean the same: `eviction_signal` as in `kubelet_evictions`.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        let name = "monitor_build_info";
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Always 1; the labels name the agent's version and CPU architecture.",
+        );
+        let _ = writeln!(
+            out,
+            "{name}{{version=\"{}\",arch=\"{}\"}} 1",
+            escape(env!("CARGO_PKG_VERSION")),
+            escape(std::env::consts::ARCH)
+        );
         let name = "monitor_evictions_total";
         header(
             &mut out,
             name,
             "counter",
-            "Pods evicted (in dry-run: that would have been), by signal.",
+            "Pods evicted (in dry-run: that would have been), by the signal that led to it.",
         );
         for (signal, n) in &self.evictions_by_signal {
-            let _ = writeln!(out, "{name}{{signal=\"{}\"}} {n}", escape(signal));
+            let _ = writeln!(out, "{name}{{eviction_signal=\"{}\"}} {n}", escape(signal));
         }
-        let name = "monitor_signal_observation";
-        header(
-            &mut out,
-            name,
-            "gauge",
-            "Latest value of each eviction signal (bytes; a count for pid.available).",
-        );
-        for (signal, v) in &self.signal_observations {
-            let _ = writeln!(out, "{name}{{signal=\"{}\"}} {v}", escape(signal));
+        // pid.available counts process IDs; every other signal is bytes.
+        let (pids, bytes): (Vec<_>, Vec<_>) = self
+            .signal_observations
+            .iter()
+            .partition(|(signal, _)| **signal == PID_SIGNAL);
+        for (name, help, observations) in [
+            (
+                "monitor_eviction_signal_available_bytes",
+                "Latest value of each memory eviction signal, in bytes.",
+                bytes,
+            ),
+            (
+                "monitor_eviction_signal_available_pids",
+                "Latest value of pid.available: process IDs left.",
+                pids,
+            ),
+        ] {
+            header(&mut out, name, "gauge", help);
+            for (signal, v) in observations {
+                let _ = writeln!(out, "{name}{{eviction_signal=\"{}\"}} {v}", escape(signal));
+            }
         }
-        let name = "monitor_threshold_met";
+        let name = "monitor_eviction_threshold_met";
         header(
             &mut out,
             name,
@@ -126,7 +156,7 @@ impl Metrics {
         for (signal, met) in &self.threshold_met {
             let _ = writeln!(
                 out,
-                "{name}{{signal=\"{}\"}} {}",
+                "{name}{{eviction_signal=\"{}\"}} {}",
                 escape(signal),
                 u8::from(*met)
             );
@@ -237,15 +267,17 @@ mod tests {
         let mut m = Metrics::default();
         m.evictions_by_signal.insert("memory.available", 2);
         m.signal_observations.insert("memory.available", 1048576.0);
+        m.signal_observations.insert("pid.available", 4000.0);
         m.threshold_met.insert("memory.available", true);
         m.events_received = 10;
         m.events_lost = 1;
         m.pods_ranked = 40;
         let text = m.render();
         for line in [
-            "monitor_evictions_total{signal=\"memory.available\"} 2",
-            "monitor_signal_observation{signal=\"memory.available\"} 1048576",
-            "monitor_threshold_met{signal=\"memory.available\"} 1",
+            "monitor_evictions_total{eviction_signal=\"memory.available\"} 2",
+            "monitor_eviction_signal_available_bytes{eviction_signal=\"memory.available\"} 1048576",
+            "monitor_eviction_signal_available_pids{eviction_signal=\"pid.available\"} 4000",
+            "monitor_eviction_threshold_met{eviction_signal=\"memory.available\"} 1",
             "monitor_pods_ranked 40",
             "monitor_events_received_total 10",
             "monitor_events_lost_total 1",
@@ -257,7 +289,16 @@ mod tests {
             );
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!(types, 13, "one TYPE line per family");
+        assert_eq!(types, 15, "one TYPE line per family");
+        let build = format!(
+            "monitor_build_info{{version=\"{}\",arch=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        );
+        assert!(
+            text.lines().any(|l| l == build),
+            "missing {build:?} in\n{text}"
+        );
     }
 
     #[test]

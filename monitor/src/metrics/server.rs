@@ -58,7 +58,7 @@ pub async fn serve(
     let listener = socket.listen(LISTEN_BACKLOG)?;
     let bound = listener.local_addr()?;
     let limit = connection_limit(open_file_limit());
-    log::debug!("metrics: at most {limit} connections at once");
+    tracing::debug!("metrics: at most {limit} connections at once");
     let task = tokio::spawn(accept_loop(listener, view, limit));
     Ok((bound, task))
 }
@@ -120,7 +120,7 @@ async fn accept_loop(listener: TcpListener, view: AgentView, limit: usize) {
                     }
                     spare = reserve();
                 }
-                log::warn!("metrics: accepting a connection: {error}; pausing {backoff:?}");
+                tracing::warn!("metrics: accepting a connection: {error}; pausing {backoff:?}");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
             }

@@ -55,7 +55,7 @@ pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<Pod>, KubeQuer
         if let Err(reason) = validate_pod(&pod) {
             let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
             let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
-            log::warn!(
+            tracing::warn!(
                 "skipped: pod {}/{} from the API: {reason}",
                 printable(namespace),
                 printable(name)

@@ -140,7 +140,7 @@ impl KubeWatcher {
                     }
                 }
                 Some(Err(error)) => {
-                    log::warn!("watching the pods on node {}: {error}; retrying", self.node);
+                    tracing::warn!("watching the pods on node {}: {error}; retrying", self.node);
                 }
                 None => {
                     return Err(KubeWatchError::Ended {
@@ -159,7 +159,7 @@ impl KubeWatcher {
         {
             let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
             let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
-            log::warn!(
+            tracing::warn!(
                 "skipped: pod {}/{} from the API: {reason}",
                 printable(namespace),
                 printable(name)

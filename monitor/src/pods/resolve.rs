@@ -35,7 +35,7 @@ pub fn resolve_pod_cgroups(
         .map(|pod| {
             find_pod_cgroup(pod, hierarchy, kubepods)
                 .map_err(|reason| {
-                    log::warn!(
+                    tracing::warn!(
                         "{reason}; not a candidate until its cgroup appears (nothing of it on \
                          this node to reclaim)"
                     )

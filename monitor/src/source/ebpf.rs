@@ -220,6 +220,7 @@ impl KernelSource {
         // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
         // map and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
         let mut ebpf = without_kernel_btf::load(OBJECT)?;
+        super::kernel_log::forward(&mut ebpf);
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
             .and_then(|mut array| array.set(0, config, 0))
             .map_err(|source| LoadError::Map {
@@ -249,7 +250,7 @@ impl KernelSource {
             match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
                 Ok(hooked) => {
                     let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
-                    log::info!(
+                    tracing::info!(
                         "no memcg tracepoints here: memory stats come from fentry on {}",
                         functions.join(", ")
                     );

@@ -4,6 +4,7 @@ pub mod btf;
 pub mod ebpf;
 pub mod event;
 pub mod fentry;
+pub mod kernel_log;
 pub mod pressure;
 pub mod probe;
 pub mod programs;

@@ -18,7 +18,7 @@ pub fn load(object: &[u8]) -> Result<Ebpf, EbpfError> {
         scope
             .spawn(|| {
                 if let Err(e) = hide_kernel_btf() {
-                    log::debug!("aya parses the kernel's BTF anyway: {e}");
+                    tracing::debug!("aya parses the kernel's BTF anyway: {e}");
                 }
                 EbpfLoader::new().btf(None).load(object)
             })

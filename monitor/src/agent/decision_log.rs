@@ -1,0 +1,136 @@
+//! One tracing span per eviction decision, so every record of it can be found by one query.
+//!
+//! The span opens when the decision is taken, with the pod, the signal, the observed value and
+//! the kernel event that triggered it; the threshold and the decision's cause are added once
+//! the report is built. It travels with the action ([`super::actuator::ActionRequest::span`]),
+//! so the action's own records fall inside it, and it closes when the action reports back
+//! (or at once in a dry run), with the outcome recorded on it first.
+use tracing::{Span, field::Empty};
+
+use super::{
+    actuator::{ActionDone, ActionOutcome},
+    report::DecisionReport,
+};
+use crate::{action::KillOutcome, engine::decide::Eviction};
+
+/// The span of the decision to evict `eviction.pod`; `trigger_ns` is the CLOCK_MONOTONIC
+/// time of the kernel event that led to it, when one did.
+pub fn open(eviction: &Eviction, trigger_ns: Option<u64>) -> Span {
+    tracing::info_span!(
+        "decision",
+        pod.namespace = %eviction.pod.namespace,
+        pod.name = %eviction.pod.name,
+        pod.uid = %eviction.pod.uid,
+        signal = eviction.signal.as_str(),
+        observed = eviction.observed.available,
+        threshold = Empty,
+        trigger_event_ns = trigger_ns,
+        cause.bursts = Empty,
+        cause.stalls = Empty,
+        cause.node_stalls = Empty,
+        outcome = Empty,
+    )
+}
+
+/// The span of an eviction begun before a restart and finished now.
+pub fn resumed(pod: &crate::engine::pod_facts::PodRef) -> Span {
+    tracing::info_span!(
+        "decision",
+        pod.namespace = %pod.namespace,
+        pod.name = %pod.name,
+        pod.uid = %pod.uid,
+        resumed = true,
+        outcome = Empty,
+    )
+}
+
+/// Adds the report's threshold and cause to the current decision span, and records the
+/// decision itself (`would evict NS/NAME` or `evicting NS/NAME`).
+pub fn decided(report: &DecisionReport) {
+    let span = Span::current();
+    span.record("threshold", report.threshold);
+    span.record("cause.bursts", report.cause.bursts);
+    span.record("cause.stalls", report.cause.stalls);
+    span.record("cause.node_stalls", report.cause.node_stalls);
+    let verb = if report.action == "would_evict" {
+        "would evict"
+    } else {
+        "evicting"
+    };
+    tracing::info!(
+        action = report.action,
+        grace_period_seconds = report.grace_period_seconds,
+        "{verb} {}/{}",
+        report.namespace,
+        report.name
+    );
+}
+
+/// Records that nothing is done in a dry run; the span closes when the last handle drops.
+pub fn dry_run(span: &Span) {
+    span.record("outcome", "dry_run");
+}
+
+/// Records the action's outcome on its span and enters it for the records that follow.
+pub fn reported(done: &ActionDone) -> tracing::span::EnteredSpan {
+    let span = done.request.span.clone();
+    span.record("outcome", outcome_name(&done.outcome));
+    span.entered()
+}
+
+/// The outcome as one word, for queries: `killed`, `timed_out` (processes survived force),
+/// `evicted` (accepted by the API server), `gone`, `refused`, `failed`, `no_answer` (the API
+/// server did not answer in time).
+fn outcome_name(outcome: &ActionOutcome) -> &'static str {
+    match outcome {
+        ActionOutcome::Killed(report) => match report.outcome {
+            KillOutcome::Emptied => "killed",
+            KillOutcome::TimedOut { .. } => "timed_out",
+        },
+        ActionOutcome::Accepted => "evicted",
+        ActionOutcome::Gone => "gone",
+        ActionOutcome::Refused(_) => "refused",
+        ActionOutcome::Failed(_) => "failed",
+        ActionOutcome::TimedOut(_) => "no_answer",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::action::KillReport;
+
+    #[test]
+    fn outcomes_have_one_word_each() {
+        let killed = |outcome| {
+            ActionOutcome::Killed(KillReport {
+                outcome,
+                elapsed: Duration::ZERO,
+                terminated: 1,
+                forced: false,
+            })
+        };
+        let cases = [
+            ("emptied cgroup", killed(KillOutcome::Emptied), "killed"),
+            (
+                "processes survived force",
+                killed(KillOutcome::TimedOut { remaining: vec![7] }),
+                "timed_out",
+            ),
+            ("API accepted", ActionOutcome::Accepted, "evicted"),
+            (
+                "API silent",
+                ActionOutcome::TimedOut("10s".into()),
+                "no_answer",
+            ),
+            ("already gone", ActionOutcome::Gone, "gone"),
+            ("PDB", ActionOutcome::Refused("429".into()), "refused"),
+            ("error", ActionOutcome::Failed("EPERM".into()), "failed"),
+        ];
+        for (name, outcome, word) in cases {
+            assert_eq!(outcome_name(&outcome), word, "{name}");
+        }
+    }
+}

@@ -8,7 +8,8 @@
 //!   of them churning memory, eBPF source against polling every second.
 //! - `kernel`: each kernel program's run time per hit, and how much slower page faults get
 //!   while the programs are attached.
-//! - `ranking`: the ranking micro-benchmark (incremental index against a full re-sort).
+//! - `ranking`: the ranking micro-benchmark (incremental index against the fastest of a
+//!   comparator re-sort, a sort of precomputed keys and a minimum scan).
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.

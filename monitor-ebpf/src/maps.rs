@@ -6,7 +6,8 @@ use aya_ebpf::{
 };
 pub use monitor_common::EVENTS_BYTES;
 use monitor_common::{
-    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NDROPS, NWAKE,
+    CgroupCounters, Config, DropReason, FieldOffsets, FieldsSlot, IncidentConfig, MemcgOffsets,
+    NDROPS, NFIELDS_SLOTS, NWAKE,
 };
 
 /// Single entry written by userspace before attaching.
@@ -24,6 +25,11 @@ pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entrie
 /// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
 #[map]
 pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
+
+/// Each tracepoint program's field offsets, from this kernel's tracefs `format`, indexed by
+/// `FieldsSlot`; written by userspace before it attaches the program.
+#[map]
+pub static FIELDS: Array<FieldOffsets> = Array::with_max_entries(NFIELDS_SLOTS, 0);
 
 /// Single entry for the fentry stat programs, written by userspace when it attaches them.
 #[map]
@@ -66,6 +72,11 @@ pub fn config() -> Option<&'static Config> {
 /// The incident configuration, or `None` before userspace wrote it.
 pub fn incident_config() -> Option<&'static IncidentConfig> {
     INCIDENT_CONFIG.get(0)
+}
+
+/// A tracepoint program's field offsets, or `None` before userspace wrote them.
+pub fn fields(slot: FieldsSlot) -> Option<&'static FieldOffsets> {
+    FIELDS.get(slot as u32).filter(|f| f.valid != 0)
 }
 
 /// The fentry programs' offsets, or `None` before userspace wrote them.

@@ -21,8 +21,8 @@ use aya::{
     programs::{FEntry, TracePoint},
 };
 use monitor_common::{
-    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NO_ITEM, NSTATS, Stat,
-    WakeSlot,
+    CgroupCounters, Config, DropReason, FieldOffsets, IncidentConfig, MemcgOffsets, NO_ITEM,
+    NSTATS, Stat, WakeSlot,
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
@@ -34,6 +34,7 @@ use super::{
     fentry::{self as fentry_targets, FentryTarget},
     probe::{self, TracefsError, VMLINUX_BTF},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
+    tracepoint_format,
 };
 pub(crate) use task_memcg::MemberOffsets;
 pub use task_memcg::OffsetError;
@@ -216,8 +217,8 @@ impl KernelSource {
         let fentry_plan = FentryPlan::resolve(&types);
         drop(types);
         drop(btf);
-        // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
-        // map and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
+        // The programs read tracepoint offsets (from tracefs) and struct offsets (from BTF) from
+        // their maps and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
         let mut ebpf = without_kernel_btf::load(OBJECT)?;
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
             .and_then(|mut array| array.set(0, config, 0))
@@ -646,7 +647,7 @@ fn page_size() -> u64 {
 }
 
 /// Loads the given programs and attaches those whose tracepoint exists with the fields the
-/// program reads.
+/// program reads, at the offsets this kernel's format gives.
 fn attach_all(
     ebpf: &mut Ebpf,
     programs: impl Iterator<Item = &'static ProgramSpec>,
@@ -662,13 +663,10 @@ fn attach_all(
             });
             continue;
         }
-        if let Some(field) = missing_field(&tracefs, spec) {
+        if let Err(reason) = write_fields(ebpf, &tracefs, spec) {
             skipped.push(Skipped {
                 program: spec,
-                reason: format!(
-                    "tracepoint {} has no field {field} in this kernel",
-                    spec.hook()
-                ),
+                reason: format!("tracepoint {}: {reason}", spec.hook()),
             });
             continue;
         }
@@ -698,18 +696,16 @@ fn attach_all(
     Ok((attached, skipped))
 }
 
-/// The first field the program reads that the tracepoint's format lacks, if any.
-fn missing_field(tracefs: &Path, spec: &ProgramSpec) -> Option<&'static str> {
-    let format = tracefs
-        .join("events")
-        .join(spec.category)
-        .join(spec.tracepoint)
-        .join("format");
-    let format = std::fs::read_to_string(format).ok()?;
-    spec.required_fields()
-        .iter()
-        .copied()
-        .find(|field| !format.contains(&format!(" {field};")))
+/// Reads the offsets of the fields the program reads from this kernel's format and writes
+/// them into its `FIELDS` entry; an error says why the program cannot run here.
+fn write_fields(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProgramSpec) -> Result<(), String> {
+    let Some(slot) = spec.fields_slot else {
+        return Ok(());
+    };
+    let offsets = tracepoint_format::read(tracefs, spec).map_err(|e| e.to_string())?;
+    Array::<_, FieldOffsets>::try_from(ebpf.map_mut("FIELDS").ok_or("kernel map FIELDS missing")?)
+        .and_then(|mut array| array.set(slot as u32, offsets, 0))
+        .map_err(|e| format!("writing FIELDS: {e}"))
 }
 
 #[cfg(test)]

@@ -7,3 +7,4 @@ pub mod fentry;
 pub mod pressure;
 pub mod probe;
 pub mod programs;
+pub mod tracepoint_format;

@@ -11,6 +11,7 @@ use crate::{
         values::{positive_bytes, positive_duration},
     },
     engine::duration::parse_go_duration,
+    source::ebpf::MemcgHook,
 };
 
 /// Where memory numbers come from.
@@ -104,6 +105,12 @@ pub struct AgentArgs {
     /// triggers on the node and, on cgroup v2, on the kubepods cgroup (0s: off).
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_go_duration)]
     pub psi_stall: Duration,
+    /// How the kernel programs count per-cgroup memory with the eBPF source: `auto` takes the
+    /// memcg tracepoints (6.13+), else fentry on the functions they were placed in (5.11+);
+    /// `fentry` forces the latter; `raw-tracepoint` hooks the memcg tracepoints' raw form,
+    /// which skips filling their record (cheaper per page fault where it works).
+    #[arg(long, value_enum, value_name = "HOOK", default_value_t = MemcgHook::Auto)]
+    pub memcg_hook: MemcgHook,
     /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
     #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = positive_bytes)]
     pub step: u64,

@@ -65,7 +65,7 @@ use crate::{
         kube_watch, kubelet_view, resolve_pod_cgroups,
     },
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions},
         event::{DecodeError, KernelEvent},
     },
     trace::record::bytes,
@@ -1131,7 +1131,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     let options = LoadOptions {
         step_bytes: args.step,
         hierarchy_id: hierarchy.hierarchy_id,
-        memcg_hook: MemcgHook::Auto,
+        memcg_hook: args.memcg_hook,
     };
     // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
     let incidents = IncidentOptions {

@@ -18,7 +18,7 @@ use std::{io, path::Path, time::Duration};
 use aya::{
     Btf, Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{FEntry, TracePoint},
+    programs::{FEntry, RawTracePoint, TracePoint},
 };
 use monitor_common::{
     CgroupCounters, Config, DropReason, FieldOffsets, IncidentConfig, MemcgOffsets, NO_ITEM,
@@ -53,7 +53,7 @@ pub struct LoadOptions {
 }
 
 /// Which hook the per-cgroup memory programs use (see [`super::programs`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemcgHook {
     /// The `memcg` tracepoints where the kernel has them, else fentry on the functions they
     /// were placed in.
@@ -62,6 +62,10 @@ pub enum MemcgHook {
     /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
     /// newer one.
     Fentry,
+    /// Raw tracepoints on the `memcg` tracepoints (6.13+): their arguments without the
+    /// record the classic tracepoints fill, the cgroup id read like fentry's; fentry where
+    /// they cannot attach. Being measured against the classic tracepoints.
+    RawTracepoint,
 }
 
 /// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).
@@ -244,6 +248,19 @@ impl KernelSource {
             .filter(|p| options.memcg_hook == MemcgHook::Auto || p.category != MEMCG_CATEGORY);
         let (mut attached, mut skipped) =
             attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
+        if options.memcg_hook == MemcgHook::RawTracepoint {
+            let raw = fentry_plan
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|plan| attach_raw(&mut ebpf, plan.offsets));
+            match raw {
+                Ok(()) => {
+                    log::info!("memory stats come from raw tracepoints on the memcg tracepoints");
+                    attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
+                }
+                Err(reason) => log::warn!("raw memcg tracepoints not attached: {reason}"),
+            }
+        }
         let mut fentry = Vec::new();
         if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
             match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
@@ -561,6 +578,52 @@ fn load_fentry(ebpf: &mut Ebpf, name: &str, function: &str, btf: &Btf) -> Result
         .attach()
         .map(drop)
         .map_err(|e| format!("attaching fentry to {function}: {e}"))
+}
+
+/// The raw tracepoint programs and the memcg tracepoint each hooks.
+const RAW_PROGRAMS: [(&str, &str); 2] = [
+    ("raw_memcg_lruvec_state", "mod_memcg_lruvec_state"),
+    ("raw_memcg_state", "mod_memcg_state"),
+];
+
+/// Attaches both raw memcg programs, or neither (a lone one would count part of the memory).
+fn attach_raw(ebpf: &mut Ebpf, offsets: MemcgOffsets) -> Result<(), String> {
+    Array::<_, MemcgOffsets>::try_from(
+        ebpf.map_mut("MEMCG_OFFSETS")
+            .ok_or("kernel map MEMCG_OFFSETS missing")?,
+    )
+    .and_then(|mut array| array.set(0, offsets, 0))
+    .map_err(|e| format!("writing MEMCG_OFFSETS: {e}"))?;
+    let mut links = Vec::new();
+    for (name, tracepoint) in RAW_PROGRAMS {
+        let program: &mut RawTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("program {name} is not in the embedded object"))?
+            .try_into()
+            .map_err(|e| format!("program {name}: {e}"))?;
+        let attached = program
+            .load()
+            .map_err(|e| format!("loading {name}: {e}"))
+            .and_then(|()| {
+                program
+                    .attach(tracepoint)
+                    .map_err(|e| format!("attaching {name} to {tracepoint}: {e}"))
+            });
+        match attached {
+            Ok(link) => links.push((name, link)),
+            Err(reason) => {
+                for (name, link) in links {
+                    if let Some(Ok(program)) =
+                        ebpf.program_mut(name).map(<&mut RawTracePoint>::try_from)
+                    {
+                        let _ = program.detach(link);
+                    }
+                }
+                return Err(reason);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Says, for each memcg program not attached, why fentry could not stand in.

@@ -316,6 +316,19 @@ impl Agent {
         allocatable: &str,
         tag: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_with(bins, tree, source, &[], config, allocatable, tag)
+    }
+
+    /// As [`Self::start`], with `extra` flags for the agent.
+    pub fn start_with(
+        bins: &super::env::Binaries,
+        tree: &BenchTree,
+        source: SourceArg,
+        extra: &[&str],
+        config: &Path,
+        allocatable: &str,
+        tag: &str,
+    ) -> anyhow::Result<Self> {
         let checkpoint = tree.scratch.join(format!("checkpoint-{tag}"));
         let log = tree.scratch.join(format!("agent-{tag}.log"));
         let stderr = fs::File::create(&log)?;
@@ -328,6 +341,7 @@ impl Agent {
             .arg("--config")
             .arg(config)
             .args(source.args())
+            .args(extra)
             .arg("--checkpoint-dir")
             .arg(&checkpoint)
             .args(["--output", "json", "--no-metrics"])

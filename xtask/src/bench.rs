@@ -38,7 +38,12 @@ pub enum Name {
     Ranking,
 }
 
-pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
+pub fn run(
+    name: Option<Name>,
+    quick: bool,
+    json: bool,
+    agent_flags: Vec<String>,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
@@ -63,7 +68,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
             "bench_load",
         ]))?;
     }
-    let bins = env::Binaries::locate()?;
+    let bins = env::Binaries::locate(agent_flags)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
     let mut sections = serde_json::Map::new();
@@ -91,6 +96,9 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         if quick { " (--quick)" } else { "" }
     );
+    if !bins.agent_flags.is_empty() {
+        println!("agent flags: {}", bins.agent_flags.join(" "));
+    }
     if json {
         println!(
             "{}",

@@ -3,7 +3,10 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
-use super::self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj};
+use super::{
+    realtime::parse_realtime_priority,
+    self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
+};
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
     cli::{
@@ -152,4 +155,10 @@ pub struct AgentArgs {
     /// CAP_IPC_LOCK (root has it) or a RLIMIT_MEMLOCK larger than the agent.
     #[arg(long)]
     pub no_mlock: bool,
+    /// Run the event thread (kernel records -> decision) under SCHED_FIFO at this priority
+    /// (1-99), so a busy CPU does not delay a decision behind ordinary tasks; threads it
+    /// starts stay at the normal policy. Off by default. Needs CAP_SYS_NICE or an
+    /// RLIMIT_RTPRIO of at least N; the agent refuses to start when the kernel says no.
+    #[arg(long, value_name = "N", value_parser = parse_realtime_priority)]
+    pub realtime_priority: Option<u8>,
 }

@@ -10,6 +10,7 @@ pub mod persist;
 mod psi_wake;
 pub mod publish;
 pub mod reader;
+pub mod realtime;
 pub mod refusals;
 pub mod report;
 mod run;

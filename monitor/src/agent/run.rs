@@ -33,6 +33,7 @@ use super::{
     psi_wake::PsiWake,
     publish::{self, RecentDecisions},
     reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
+    realtime,
     report::{DecisionContext, DecisionReport},
     self_protect::{self, OwnPod},
     usage::StatChange,
@@ -92,6 +93,11 @@ type Batch = Vec<Result<KernelEvent, DecodeError>>;
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     self_protect::protect_process(args.oom_score_adj, !args.no_mlock);
+    if let Some(priority) = args.realtime_priority {
+        // This thread runs the current-thread runtime below, the event loop.
+        realtime::make_current_thread_realtime(priority)?;
+        log::info!("event thread under SCHED_FIFO priority {priority}");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

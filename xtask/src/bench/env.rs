@@ -95,11 +95,13 @@ impl Rng {
 pub struct Binaries {
     pub monitor: PathBuf,
     pub load: PathBuf,
+    /// Flags added to every agent started (`cargo xtask bench --agent-flag`).
+    pub agent_flags: Vec<String>,
 }
 
 impl Binaries {
     /// Next to xtask's own target directory: xtask runs from `<target>/<profile>/xtask`.
-    pub fn locate() -> anyhow::Result<Self> {
+    pub fn locate(agent_flags: Vec<String>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the xtask executable")?;
         let target = exe
             .parent()
@@ -109,6 +111,7 @@ impl Binaries {
         Ok(Self {
             monitor: release.join("monitor"),
             load: release.join("bench_load"),
+            agent_flags,
         })
     }
 }
@@ -342,6 +345,7 @@ impl Agent {
             .arg(config)
             .args(source.args())
             .args(extra)
+            .args(&bins.agent_flags)
             .arg("--checkpoint-dir")
             .arg(&checkpoint)
             .args(["--output", "json", "--no-metrics"])

@@ -219,6 +219,10 @@ impl KernelSource {
             .map(|i| incident_config_for(&types, options, i))
             .transpose()?;
         let fentry_plan = FentryPlan::resolve(&types);
+        let raw_check = match options.memcg_hook {
+            MemcgHook::RawTracepoint => check_raw_prototypes(&types),
+            _ => Ok(()),
+        };
         drop(types);
         drop(btf);
         // The programs read tracepoint offsets (from tracefs) and struct offsets (from BTF) from
@@ -249,9 +253,8 @@ impl KernelSource {
         let (mut attached, mut skipped) =
             attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
         if options.memcg_hook == MemcgHook::RawTracepoint {
-            let raw = fentry_plan
-                .as_ref()
-                .map_err(Clone::clone)
+            let raw = raw_check
+                .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
                 .and_then(|plan| attach_raw(&mut ebpf, plan.offsets));
             match raw {
                 Ok(()) => {
@@ -585,6 +588,30 @@ const RAW_PROGRAMS: [(&str, &str); 2] = [
     ("raw_memcg_lruvec_state", "mod_memcg_lruvec_state"),
     ("raw_memcg_state", "mod_memcg_state"),
 ];
+
+/// The arguments both memcg tracepoints have had since 6.13, as the raw programs read them.
+const RAW_PARAMS: [&str; 3] = ["struct mem_cgroup *", "int", "int"];
+
+/// Whether BTF gives both memcg tracepoints the arguments the raw programs read.
+fn check_raw_prototypes(types: &Types<'_>) -> Result<(), String> {
+    for (_, tracepoint) in RAW_PROGRAMS {
+        match types
+            .tracepoint_params(tracepoint)
+            .map_err(|e| e.to_string())?
+        {
+            Some(params) if params == RAW_PARAMS => {}
+            Some(params) => {
+                return Err(format!(
+                    "tracepoint {tracepoint} has arguments ({}), the raw programs read ({})",
+                    params.join(", "),
+                    RAW_PARAMS.join(", ")
+                ));
+            }
+            None => return Err(format!("the kernel's BTF has no tracepoint {tracepoint}")),
+        }
+    }
+    Ok(())
+}
 
 /// Attaches both raw memcg programs, or neither (a lone one would count part of the memory).
 fn attach_raw(ebpf: &mut Ebpf, offsets: MemcgOffsets) -> Result<(), String> {

@@ -16,12 +16,30 @@ pub struct FieldSpec {
     pub name: &'static str,
     /// Bytes, as the format's `size:`.
     pub size: u32,
-    /// As the format's `signed:`.
+    /// As the format's `signed:`; not compared for a `__data_loc` field, whose flag follows
+    /// the string's element type and differs between kernels (6.1 says signed, 6.18 not).
     pub signed: bool,
+    /// A `__data_loc` word (offset and length of a string in the record), not a value.
+    pub data_loc: bool,
 }
 
 const fn field(name: &'static str, size: u32, signed: bool) -> FieldSpec {
-    FieldSpec { name, size, signed }
+    FieldSpec {
+        name,
+        size,
+        signed,
+        data_loc: false,
+    }
+}
+
+/// A `__data_loc char[]` string's 32-bit location word.
+const fn string_at(name: &'static str) -> FieldSpec {
+    FieldSpec {
+        name,
+        size: 4,
+        signed: false,
+        data_loc: true,
+    }
 }
 
 /// `u64 id; int item; int val;` of both memcg tracepoints, in `field::memcg` order.
@@ -35,7 +53,7 @@ const CGROUP_FIELDS: &[FieldSpec] = &[
     field("root", 4, true),
     field("level", 4, true),
     field("id", 8, false),
-    field("path", 4, false),
+    string_at("path"),
 ];
 /// `unsigned long nr_reclaimed;` of both reclaim end tracepoints.
 const RECLAIM_END_FIELDS: &[FieldSpec] = &[field("nr_reclaimed", 8, false)];
@@ -237,7 +255,7 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         since: "6.8",
         fields: &[
             field("pid", 4, true),
-            field("comm", 4, false),
+            string_at("comm"),
             field("anon_rss", 8, false),
             field("file_rss", 8, false),
             field("shmem_rss", 8, false),

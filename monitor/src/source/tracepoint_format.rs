@@ -31,6 +31,14 @@ pub enum LayoutError {
         want: u32,
         got: u32,
     },
+    /// The program reads a string's `__data_loc` word where the kernel has a value, or the
+    /// other way round.
+    #[error("field {field} is {} in this kernel, the program reads {}", kind(*.got), kind(*.want))]
+    Kind {
+        field: &'static str,
+        want: bool,
+        got: bool,
+    },
     /// The field exists with another signedness than the program reads.
     #[error("field {field} is {} in this kernel, the program reads it {}", signedness(*.got), signedness(*.want))]
     Signedness {
@@ -41,6 +49,14 @@ pub enum LayoutError {
     /// More fields than [`MAX_FIELDS`] (a compatibility table error, caught by a test).
     #[error("a program reads at most {MAX_FIELDS} fields")]
     TooMany,
+}
+
+fn kind(data_loc: bool) -> &'static str {
+    if data_loc {
+        "a __data_loc string"
+    } else {
+        "a value"
+    }
 }
 
 fn signedness(signed: bool) -> &'static str {
@@ -54,6 +70,8 @@ pub struct FormatField {
     pub offset: u32,
     pub size: u32,
     pub signed: bool,
+    /// Declared `__data_loc`: the location of a string stored after the fixed fields.
+    pub data_loc: bool,
 }
 
 /// Every field of a format file, the common header's included.
@@ -69,6 +87,7 @@ pub fn parse(format: &str) -> Result<Vec<FormatField>, LayoutError> {
 fn parse_field(line: &str) -> Option<FormatField> {
     let mut parts = line.split(';').map(str::trim);
     let decl = parts.next()?.strip_prefix("field:")?;
+    let data_loc = decl.starts_with("__data_loc ");
     // The name is the declaration's last word, without an array suffix (`char comm[16]`).
     let name = decl.split_whitespace().last()?;
     let name = name.split('[').next()?.to_string();
@@ -81,6 +100,7 @@ fn parse_field(line: &str) -> Option<FormatField> {
         offset,
         size,
         signed,
+        data_loc,
     })
 }
 
@@ -102,7 +122,14 @@ pub fn offsets(fields: &[FormatField], wanted: &[FieldSpec]) -> Result<FieldOffs
                 got: got.size,
             });
         }
-        if got.signed != want.signed {
+        if got.data_loc != want.data_loc {
+            return Err(LayoutError::Kind {
+                field: want.name,
+                want: want.data_loc,
+                got: got.data_loc,
+            });
+        }
+        if !want.data_loc && got.signed != want.signed {
             return Err(LayoutError::Signedness {
                 field: want.name,
                 want: want.signed,
@@ -244,18 +271,18 @@ print fmt: \"memcg_id=%llu item=%d val=%d\", REC->id, REC->item, REC->val
         let cases = [
             (
                 "\tfield:__data_loc char[] path;\toffset:24;\tsize:4;\tsigned:0;",
-                ("path", 24, 4, false),
+                ("path", 24, 4, false, true),
             ),
             (
                 "\tfield:char comm[16];\toffset:12;\tsize:16;\tsigned:0;",
-                ("comm", 12, 16, false),
+                ("comm", 12, 16, false, false),
             ),
             (
                 "\tfield:short oom_score_adj;\toffset:64;\tsize:2;\tsigned:1;",
-                ("oom_score_adj", 64, 2, true),
+                ("oom_score_adj", 64, 2, true, false),
             ),
         ];
-        for (line, (name, offset, size, signed)) in cases {
+        for (line, (name, offset, size, signed, data_loc)) in cases {
             let got = &parse(line).unwrap()[0];
             assert_eq!(
                 got,
@@ -263,7 +290,8 @@ print fmt: \"memcg_id=%llu item=%d val=%d\", REC->id, REC->item, REC->val
                     name: name.into(),
                     offset,
                     size,
-                    signed
+                    signed,
+                    data_loc,
                 },
                 "{line}"
             );
@@ -272,6 +300,40 @@ print fmt: \"memcg_id=%llu item=%d val=%d\", REC->id, REC->item, REC->val
             parse("\tfield:int x;\toffset:eight;\tsize:4;\tsigned:1;"),
             Err(LayoutError::Unparsable(_))
         ));
+    }
+
+    /// `cgroup/cgroup_mkdir` as Linux 6.1 and 6.18 describe its path: the signed flag of a
+    /// `__data_loc` word follows the string's element type and changed, the word did not.
+    #[test]
+    fn a_string_location_is_checked_for_its_kind_not_its_sign() {
+        let mkdir = spec("cgroup_mkdir");
+        let path_index = mkdir.fields.iter().position(|f| f.name == "path").unwrap();
+        let cases = [
+            ("6.18: unsigned", "__data_loc char[] path", 0, Ok(24)),
+            ("6.1: signed", "__data_loc char[] path", 1, Ok(24)),
+            (
+                "a value, not a string",
+                "u32 path",
+                0,
+                Err(LayoutError::Kind {
+                    field: "path",
+                    want: true,
+                    got: false,
+                }),
+            ),
+        ];
+        for (name, decl, signed, want) in cases {
+            let format = format!(
+                "\tfield:int root;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:int level;\toffset:12;\tsize:4;\tsigned:1;
+\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:{decl};\toffset:24;\tsize:4;\tsigned:{signed};
+"
+            );
+            let got =
+                offsets(&parse(&format).unwrap(), mkdir.fields).map(|o| o.offsets[path_index]);
+            assert_eq!(got, want, "{name}");
+        }
     }
 
     #[test]

@@ -14,14 +14,14 @@ pub enum RealtimeError {
     /// The kernel refused: no CAP_SYS_NICE and an RLIMIT_RTPRIO below the priority, or a
     /// cgroup v1 cpu controller giving the agent's cgroup no real-time runtime.
     #[error(
-        "SCHED_FIFO priority {priority} refused ({source}): it needs CAP_SYS_NICE or an \
+        "SCHED_FIFO priority {priority} refused: it needs CAP_SYS_NICE or an \
          RLIMIT_RTPRIO of at least {priority} (`ulimit -r`), and under a cgroup v1 cpu \
          controller a nonzero cpu.rt_runtime_us for the agent's cgroup; or run without \
          --realtime-priority"
     )]
     NotPermitted { priority: u8, source: io::Error },
     /// Any other failure of sched_setscheduler.
-    #[error("setting SCHED_FIFO priority {priority}: {source}")]
+    #[error("setting SCHED_FIFO priority {priority}")]
     Other { priority: u8, source: io::Error },
 }
 

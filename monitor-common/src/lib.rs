@@ -389,6 +389,93 @@ pub enum DropReason {
 /// Number of [`DropReason`] counters.
 pub const NDROPS: u32 = 2;
 
+/// Most tracepoint fields one program reads.
+pub const MAX_FIELDS: usize = 6;
+
+/// Where the fields a tracepoint program reads lie in this kernel's tracepoint record, in the
+/// order the program's compatibility entry lists them (see [`field`]). Userspace reads them
+/// from the tracepoint's tracefs `format` and writes them into the program's [`FieldsSlot`]
+/// of the `FIELDS` array map before attaching; a program whose fields do not match is not
+/// attached at all.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldOffsets {
+    /// Byte offset of each field from the start of the record.
+    pub offsets: [u32; MAX_FIELDS],
+    /// Nonzero once userspace wrote the entry; a program reads nothing before.
+    pub valid: u32,
+    pub _pad: u32,
+}
+
+impl FieldOffsets {
+    /// An entry not written yet.
+    pub const EMPTY: FieldOffsets = FieldOffsets {
+        offsets: [0; MAX_FIELDS],
+        valid: 0,
+        _pad: 0,
+    };
+
+    /// The offset of field `index` as a `usize`.
+    pub fn at(&self, index: usize) -> usize {
+        self.offsets.get(index).copied().unwrap_or(0) as usize
+    }
+}
+
+/// The entry of the `FIELDS` map each tracepoint program reads its field offsets from.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldsSlot {
+    MemcgLruvecState = 0,
+    MemcgState = 1,
+    CgroupMkdir = 2,
+    CgroupRmdir = 3,
+    KswapdWake = 4,
+    KswapdSleep = 5,
+    DirectReclaimEnd = 6,
+    MemcgReclaimEnd = 7,
+    MarkVictim = 8,
+}
+
+/// Number of [`FieldsSlot`] entries.
+pub const NFIELDS_SLOTS: u32 = 9;
+
+/// Index of each field in [`FieldOffsets::offsets`], per tracepoint layout. They follow the
+/// order of the `fields` of the program's compatibility entry in userspace, which a test
+/// checks by name.
+pub mod field {
+    /// `memcg/mod_memcg_state` and `memcg/mod_memcg_lruvec_state`.
+    pub mod memcg {
+        pub const ID: usize = 0;
+        pub const ITEM: usize = 1;
+        pub const VAL: usize = 2;
+    }
+    /// `cgroup/cgroup_mkdir` and `cgroup/cgroup_rmdir`.
+    pub mod cgroup {
+        pub const ROOT: usize = 0;
+        pub const LEVEL: usize = 1;
+        pub const ID: usize = 2;
+        pub const PATH: usize = 3;
+    }
+    /// `vmscan/mm_vmscan_kswapd_wake` (`ORDER`) and `_sleep` (`NID` only).
+    pub mod kswapd {
+        pub const NID: usize = 0;
+        pub const ORDER: usize = 1;
+    }
+    /// `vmscan/mm_vmscan_direct_reclaim_end` and `vmscan/mm_vmscan_memcg_reclaim_end`.
+    pub mod reclaim_end {
+        pub const NR_RECLAIMED: usize = 0;
+    }
+    /// `oom/mark_victim`.
+    pub mod mark_victim {
+        pub const PID: usize = 0;
+        pub const COMM: usize = 1;
+        pub const ANON_RSS: usize = 2;
+        pub const FILE_RSS: usize = 3;
+        pub const SHMEM_RSS: usize = 4;
+        pub const OOM_SCORE_ADJ: usize = 5;
+    }
+}
+
 // Both sides must agree on these layouts byte for byte.
 const _: () = assert!(core::mem::size_of::<Config>() == 64);
 const _: () = assert!(core::mem::size_of::<CgroupCounters>() == 16 * NSTATS);
@@ -399,6 +486,7 @@ const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 24);
 const _: () = assert!(core::mem::size_of::<StallEvent>() == 48 + COMM_LEN);
 const _: () = assert!(core::mem::size_of::<KswapdEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 56 + COMM_LEN);
+const _: () = assert!(core::mem::size_of::<FieldOffsets>() == 4 * MAX_FIELDS + 8);
 
 #[cfg(feature = "user")]
 mod pod_impls {
@@ -413,4 +501,5 @@ mod pod_impls {
     unsafe impl aya::Pod for super::StallEvent {}
     unsafe impl aya::Pod for super::KswapdEvent {}
     unsafe impl aya::Pod for super::OomEvent {}
+    unsafe impl aya::Pod for super::FieldOffsets {}
 }

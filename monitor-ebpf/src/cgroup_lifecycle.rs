@@ -14,18 +14,15 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use aya_log_ebpf::warn;
-use monitor_common::{CgroupEvent, DropReason, EventKind};
+use monitor_common::{
+    CgroupEvent, DropReason, EventKind, FieldsSlot,
+    field::cgroup::{ID, LEVEL, PATH, ROOT},
+};
 
 use crate::{
     atomic,
-    maps::{CGROUP_STATS, EVENTS, LIFECYCLE_GENERATION, REMOVED, config, count_drop},
+    maps::{CGROUP_STATS, EVENTS, LIFECYCLE_GENERATION, REMOVED, config, count_drop, fields},
 };
-
-// Offsets from /sys/kernel/tracing/events/cgroup/cgroup_mkdir/format (same for rmdir).
-const ROOT_OFFSET: usize = 8;
-const LEVEL_OFFSET: usize = 12;
-const ID_OFFSET: usize = 16;
-const PATH_LOC_OFFSET: usize = 24;
 
 #[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
@@ -50,13 +47,18 @@ fn try_lifecycle(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
         }
     }
     let cfg = config().ok_or(0)?;
-    // SAFETY: offsets match the tracepoint's format.
+    let slot = match kind {
+        EventKind::Mkdir => FieldsSlot::CgroupMkdir,
+        _ => FieldsSlot::CgroupRmdir,
+    };
+    let at = fields(slot).ok_or(0)?;
+    // SAFETY: offsets from this kernel's format; read_at copies with bpf_probe_read.
     let (root, level, id, path_loc) = unsafe {
         (
-            ctx.read_at::<i32>(ROOT_OFFSET)?,
-            ctx.read_at::<i32>(LEVEL_OFFSET)?,
-            ctx.read_at::<u64>(ID_OFFSET)?,
-            ctx.read_at::<u32>(PATH_LOC_OFFSET)?,
+            ctx.read_at::<i32>(at.at(ROOT))?,
+            ctx.read_at::<i32>(at.at(LEVEL))?,
+            ctx.read_at::<u64>(at.at(ID))?,
+            ctx.read_at::<u32>(at.at(PATH))?,
         )
     };
     // cgroup v1 hierarchies number their ids independently: ignore the ones we do not watch.

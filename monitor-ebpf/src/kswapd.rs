@@ -6,13 +6,12 @@
 //! node, so every one is sent. Minimum kernel: 5.8 (ring buffer); the tracepoints are older.
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
-use monitor_common::{DropReason, EventKind, KswapdEvent};
+use monitor_common::{
+    DropReason, EventKind, FieldsSlot, KswapdEvent,
+    field::kswapd::{NID, ORDER},
+};
 
-use crate::maps::{EVENTS, count_drop, incident_config};
-
-// From /sys/kernel/tracing/events/vmscan/mm_vmscan_kswapd_wake/format; sleep has only `nid`.
-const NID_OFFSET: usize = 8;
-const ORDER_OFFSET: usize = 16;
+use crate::maps::{EVENTS, count_drop, fields, incident_config};
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_kswapd_wake")]
 pub fn kswapd_wake(ctx: TracePointContext) -> u32 {
@@ -31,10 +30,15 @@ fn try_kswapd(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
     incident_config()
         .filter(|cfg| cfg.min_stall_ns != 0)
         .ok_or(0)?;
-    // SAFETY: offsets match the tracepoints' formats.
-    let nid: i32 = unsafe { ctx.read_at(NID_OFFSET)? };
+    let slot = match kind {
+        EventKind::KswapdWake => FieldsSlot::KswapdWake,
+        _ => FieldsSlot::KswapdSleep,
+    };
+    let at = fields(slot).ok_or(0)?;
+    // SAFETY: offsets from this kernel's format (sleep has only `nid`).
+    let nid: i32 = unsafe { ctx.read_at(at.at(NID))? };
     let order: i32 = match kind {
-        EventKind::KswapdWake => unsafe { ctx.read_at(ORDER_OFFSET)? },
+        EventKind::KswapdWake => unsafe { ctx.read_at(at.at(ORDER))? },
         _ => 0,
     };
     let event = KswapdEvent {

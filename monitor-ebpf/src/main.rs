@@ -14,6 +14,7 @@ mod cgroup_lifecycle;
 mod kswapd;
 mod maps;
 mod memcg_fentry;
+mod memcg_raw;
 mod memcg_stat;
 mod oom_victim;
 mod reclaim_stall;

@@ -7,7 +7,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 pub use monitor_common::EVENTS_BYTES;
 use monitor_common::{
-    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NDROPS, NWAKE,
+    CgroupCounters, Config, DropReason, FieldOffsets, FieldsSlot, IncidentConfig, MemcgOffsets,
+    NDROPS, NFIELDS_SLOTS, NWAKE,
 };
 
 /// Single entry written by userspace before attaching.
@@ -25,6 +26,11 @@ pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entrie
 /// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
 #[map]
 pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
+
+/// Each tracepoint program's field offsets, from this kernel's tracefs `format`, indexed by
+/// `FieldsSlot`; written by userspace before it attaches the program.
+#[map]
+pub static FIELDS: Array<FieldOffsets> = Array::with_max_entries(NFIELDS_SLOTS, 0);
 
 /// Single entry for the fentry stat programs, written by userspace when it attaches them.
 #[map]
@@ -103,6 +109,11 @@ pub fn lifecycle_generation() -> i64 {
         .get_ptr(0)
         // SAFETY: the map's single slot, alive for this program run.
         .map_or(0, |generation| unsafe { crate::atomic::load(generation) })
+}
+
+/// A tracepoint program's field offsets, or `None` before userspace wrote them.
+pub fn fields(slot: FieldsSlot) -> Option<&'static FieldOffsets> {
+    FIELDS.get(slot as u32).filter(|f| f.valid != 0)
 }
 
 /// The fentry programs' offsets, or `None` before userspace wrote them.

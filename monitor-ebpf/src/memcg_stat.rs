@@ -12,19 +12,16 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::tracepoint,
     programs::TracePointContext,
 };
-use monitor_common::{CgroupCounters, Config, DropReason, EventKind, NSTATS, Stat, StatEvent};
+use monitor_common::{
+    CgroupCounters, Config, DropReason, EventKind, FieldsSlot, NSTATS, Stat, StatEvent,
+    field::memcg::{ID, ITEM, VAL},
+};
 
 use crate::{
     atomic,
-    maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop},
+    maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop, fields},
     wake,
 };
-
-// Field offsets from /sys/kernel/tracing/events/memcg/mod_memcg_state/format; both tracepoints
-// share the layout `u64 id; int item; int val;` after the 8-byte common header.
-const ID_OFFSET: usize = 8;
-const ITEM_OFFSET: usize = 16;
-const VAL_OFFSET: usize = 20;
 
 #[tracepoint(category = "memcg", name = "mod_memcg_lruvec_state")]
 pub fn mod_memcg_lruvec_state(ctx: TracePointContext) -> u32 {
@@ -40,19 +37,21 @@ pub fn mod_memcg_state(ctx: TracePointContext) -> u32 {
 
 fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
     let cfg = config().ok_or(0)?;
-    // SAFETY: offsets match the tracepoint's format.
-    let item: i32 = unsafe { ctx.read_at(ITEM_OFFSET)? };
-    let items = if memcg_item {
-        &cfg.memcg_items
+    let (items, slot) = if memcg_item {
+        (&cfg.memcg_items, FieldsSlot::MemcgState)
     } else {
-        &cfg.lruvec_items
+        (&cfg.lruvec_items, FieldsSlot::MemcgLruvecState)
     };
+    // Offsets from this kernel's format, checked against the fields' sizes by userspace.
+    let at = fields(slot).ok_or(0)?;
+    // SAFETY: read_at copies with bpf_probe_read; the offset lies inside the record.
+    let item: i32 = unsafe { ctx.read_at(at.at(ITEM))? };
     let slot = slot_of(items, item).ok_or(0)?;
     // SAFETY: as above.
     let (id, val) = unsafe {
         (
-            ctx.read_at::<u64>(ID_OFFSET)?,
-            ctx.read_at::<i32>(VAL_OFFSET)?,
+            ctx.read_at::<u64>(at.at(ID))?,
+            ctx.read_at::<i32>(at.at(VAL))?,
         )
     };
     record(cfg, slot, id, val)

@@ -13,20 +13,15 @@ use aya_ebpf::{
     macros::tracepoint,
     programs::TracePointContext,
 };
-use monitor_common::{COMM_LEN, DropReason, EventKind, OomEvent};
-
-use crate::{
-    maps::{EVENTS, count_drop, incident_config},
-    task_memcg::current_memcg_id,
+use monitor_common::{
+    COMM_LEN, DropReason, EventKind, FieldsSlot, OomEvent,
+    field::mark_victim::{ANON_RSS, COMM, FILE_RSS, OOM_SCORE_ADJ, PID, SHMEM_RSS},
 };
 
-// Offsets from /sys/kernel/tracing/events/oom/mark_victim/format.
-const PID_OFFSET: usize = 8;
-const COMM_LOC_OFFSET: usize = 12;
-const ANON_RSS_OFFSET: usize = 24;
-const FILE_RSS_OFFSET: usize = 32;
-const SHMEM_RSS_OFFSET: usize = 40;
-const OOM_SCORE_ADJ_OFFSET: usize = 64;
+use crate::{
+    maps::{EVENTS, count_drop, fields, incident_config},
+    task_memcg::current_memcg_id,
+};
 
 #[tracepoint(category = "oom", name = "mark_victim")]
 pub fn mark_victim(ctx: TracePointContext) -> u32 {
@@ -36,23 +31,24 @@ pub fn mark_victim(ctx: TracePointContext) -> u32 {
 
 fn try_mark_victim(ctx: &TracePointContext) -> Result<(), i64> {
     let cfg = incident_config().ok_or(0)?;
-    // SAFETY: offsets match the tracepoint's format.
+    let at = fields(FieldsSlot::MarkVictim).ok_or(0)?;
+    // SAFETY: offsets from this kernel's format; read_at copies with bpf_probe_read.
     let mut event = unsafe {
         OomEvent {
             kind: EventKind::OomVictim as u32,
-            pid: ctx.read_at::<i32>(PID_OFFSET)? as u32,
+            pid: ctx.read_at::<i32>(at.at(PID))? as u32,
             trigger_cgroup_id: current_memcg_id(cfg),
             ts_ns: bpf_ktime_get_ns(),
-            anon_rss_kb: ctx.read_at(ANON_RSS_OFFSET)?,
-            file_rss_kb: ctx.read_at(FILE_RSS_OFFSET)?,
-            shmem_rss_kb: ctx.read_at(SHMEM_RSS_OFFSET)?,
-            oom_score_adj: i32::from(ctx.read_at::<i16>(OOM_SCORE_ADJ_OFFSET)?),
+            anon_rss_kb: ctx.read_at(at.at(ANON_RSS))?,
+            file_rss_kb: ctx.read_at(at.at(FILE_RSS))?,
+            shmem_rss_kb: ctx.read_at(at.at(SHMEM_RSS))?,
+            oom_score_adj: i32::from(ctx.read_at::<i16>(at.at(OOM_SCORE_ADJ))?),
             _pad: 0,
             comm: [0; COMM_LEN],
         }
     };
     // SAFETY: as above.
-    let comm_loc: u32 = unsafe { ctx.read_at(COMM_LOC_OFFSET)? };
+    let comm_loc: u32 = unsafe { ctx.read_at(at.at(COMM))? };
     // __data_loc: low 16 bits are the offset of the string from the record start.
     let comm_src = unsafe { (ctx.as_ptr() as *const u8).add((comm_loc & 0xffff) as usize) };
     // SAFETY: reads at most COMM_LEN bytes of the record's string into the array.

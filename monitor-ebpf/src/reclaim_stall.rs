@@ -14,15 +14,14 @@ use aya_ebpf::{
     macros::tracepoint,
     programs::TracePointContext,
 };
-use monitor_common::{DropReason, EventKind, StallEvent};
-
-use crate::{
-    maps::{EVENTS, RECLAIM_STARTS, count_drop, incident_config},
-    task_memcg::current_memcg_id,
+use monitor_common::{
+    DropReason, EventKind, FieldsSlot, StallEvent, field::reclaim_end::NR_RECLAIMED,
 };
 
-// From /sys/kernel/tracing/events/vmscan/mm_vmscan_direct_reclaim_end/format (same for memcg).
-const NR_RECLAIMED_OFFSET: usize = 8;
+use crate::{
+    maps::{EVENTS, RECLAIM_STARTS, count_drop, fields, incident_config},
+    task_memcg::current_memcg_id,
+};
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_direct_reclaim_begin")]
 pub fn direct_reclaim_begin(_ctx: TracePointContext) -> u32 {
@@ -75,8 +74,13 @@ fn try_end(ctx: &TracePointContext, kind: EventKind) -> Result<(), i64> {
     if cfg.min_stall_ns == 0 || duration_ns < cfg.min_stall_ns {
         return Ok(());
     }
-    // SAFETY: offset matches the tracepoint's format.
-    let nr_reclaimed: u64 = unsafe { ctx.read_at(NR_RECLAIMED_OFFSET)? };
+    let slot = match kind {
+        EventKind::DirectStall => FieldsSlot::DirectReclaimEnd,
+        _ => FieldsSlot::MemcgReclaimEnd,
+    };
+    let at = fields(slot).ok_or(0)?;
+    // SAFETY: offset from this kernel's format; read_at copies with bpf_probe_read.
+    let nr_reclaimed: u64 = unsafe { ctx.read_at(at.at(NR_RECLAIMED))? };
     let pid_tgid = bpf_get_current_pid_tgid();
     let event = StallEvent {
         kind: kind as u32,

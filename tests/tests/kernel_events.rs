@@ -224,6 +224,30 @@ fn fentry_counts_each_new_cgroup_as_itself_after_others_were_removed() {
     });
 }
 
+/// The raw tracepoint programs (`--memcg-hook raw-tracepoint`), where the kernel has the memcg
+/// tracepoints (6.13+); elsewhere the loader falls back to fentry and this test skips.
+#[test]
+fn raw_tracepoint_anon_events_add_up_to_an_allocation_and_its_release() {
+    if !running_as_root("raw_tracepoint_anon_events_add_up_to_an_allocation_and_its_release") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("anon-raw");
+    runtime().block_on(async {
+        let source = load_hooked(&cgroup, MemcgHook::RawTracepoint);
+        if !std::path::Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
+            eprintln!("SKIP: no memcg tracepoints in this kernel for raw tracepoints");
+            return;
+        }
+        assert!(
+            source.tracks_memory() && source.fentry_functions().is_empty(),
+            "raw tracepoint programs not attached: {}",
+            skip_reasons(&source)
+        );
+        assert_anon_adds_up(&cgroup, source).await;
+    });
+}
+
 /// A process allocating 256 MiB in a child of `cgroup` produces anon records that add up to
 /// it within 10 %, and its release likewise.
 async fn assert_anon_adds_up(cgroup: &TestCgroup, mut source: KernelSource) {

@@ -10,7 +10,8 @@
 //!   while the programs are attached.
 //! - `hooks`: the memcg programs on tracepoints against the same programs on fentry (the
 //!   5.11-6.12 path), side by side on Linux 6.18 booted under qemu, and on this machine.
-//! - `ranking`: the ranking micro-benchmark (incremental index against a full re-sort).
+//! - `ranking`: the ranking micro-benchmark (incremental index against the fastest of a
+//!   comparator re-sort, a sort of precomputed keys and a minimum scan).
 //! - `oom-race`: how often the agent stops a pod allocating ~2 GiB/s before the kernel's OOM
 //!   killer, per margin and source, with `--kube` through the API alone against kill-first.
 //!
@@ -45,7 +46,12 @@ pub enum Name {
     OomRace,
 }
 
-pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
+pub fn run(
+    name: Option<Name>,
+    quick: bool,
+    json: bool,
+    agent_flags: Vec<String>,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
@@ -76,7 +82,7 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
             "alloc",
         ]))?;
     }
-    let bins = env::Binaries::locate()?;
+    let bins = env::Binaries::locate(agent_flags)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
     let mut sections = serde_json::Map::new();
@@ -106,6 +112,9 @@ pub fn run(name: Option<Name>, quick: bool, json: bool) -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         if quick { " (--quick)" } else { "" }
     );
+    if !bins.agent_flags.is_empty() {
+        println!("agent flags: {}", bins.agent_flags.join(" "));
+    }
     if json {
         println!(
             "{}",

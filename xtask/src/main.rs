@@ -71,6 +71,11 @@ enum Task {
         /// Also print the results as one JSON object on the last line.
         #[arg(long)]
         json: bool,
+        /// A flag for every agent the benchmarks start, to measure a setting against the
+        /// default in back-to-back runs (repeatable), e.g.
+        /// `--agent-flag=--realtime-priority=10`.
+        #[arg(long = "agent-flag", value_name = "FLAG", allow_hyphen_values = true)]
+        agent_flags: Vec<String>,
     },
     /// Build the container image: a static (musl) `monitor` as the only file of an image
     /// made from scratch, written as an OCI archive to target/image/monitor.oci.tar (rebuilt
@@ -91,9 +96,12 @@ fn main() -> ExitCode {
         Task::Demo { duration, enforce } => {
             setup::run().and_then(|()| demo::run(std::time::Duration::from_secs(duration), enforce))
         }
-        Task::Bench { name, quick, json } => {
-            setup::run().and_then(|()| bench::run(name, quick, json))
-        }
+        Task::Bench {
+            name,
+            quick,
+            json,
+            agent_flags,
+        } => setup::run().and_then(|()| bench::run(name, quick, json, agent_flags)),
         Task::Image => setup::run().and_then(|()| image::build().map(drop)),
         Task::VmTest => setup::run().and_then(|()| vm::run()),
     };

@@ -36,6 +36,6 @@ pub fn test(with_vm: bool) -> anyhow::Result<()> {
     if with_vm {
         crate::vm::run()?;
     }
-    crate::bench::run(None, true, false)?;
+    crate::bench::run(None, true, false, Vec::new())?;
     Ok(())
 }

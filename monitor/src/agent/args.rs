@@ -5,12 +5,14 @@ use clap::{Args, ValueEnum};
 
 use super::{
     action_path::HardAction,
+    realtime::parse_realtime_priority,
     self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
 };
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
     engine::duration::parse_go_duration,
     flags::{OutputFormat, positive_bytes, positive_duration},
+    source::ebpf::MemcgHook,
 };
 
 /// Where memory numbers come from.
@@ -132,6 +134,12 @@ pub struct AgentArgs {
     /// triggers on the node and, on cgroup v2, on the kubepods cgroup (0s: off).
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_go_duration)]
     pub psi_stall: Duration,
+    /// How the kernel programs count per-cgroup memory with the eBPF source: `auto` takes the
+    /// memcg tracepoints (6.13+), else fentry on the functions they were placed in (5.11+);
+    /// `fentry` forces the latter; `raw-tracepoint` hooks the memcg tracepoints' raw form,
+    /// which skips filling their record (cheaper per page fault where it works).
+    #[arg(long, value_enum, value_name = "HOOK", default_value_t = MemcgHook::Auto)]
+    pub memcg_hook: MemcgHook,
     /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
     #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = positive_bytes)]
     pub step: u64,
@@ -173,4 +181,10 @@ pub struct AgentArgs {
     /// CAP_IPC_LOCK (root has it) or a RLIMIT_MEMLOCK larger than the agent.
     #[arg(long)]
     pub no_mlock: bool,
+    /// Run the event thread (kernel records -> decision) under SCHED_FIFO at this priority
+    /// (1-99), so a busy CPU does not delay a decision behind ordinary tasks; threads it
+    /// starts stay at the normal policy. Off by default. Needs CAP_SYS_NICE or an
+    /// RLIMIT_RTPRIO of at least N; the agent refuses to start when the kernel says no.
+    #[arg(long, value_name = "N", value_parser = parse_realtime_priority)]
+    pub realtime_priority: Option<u8>,
 }

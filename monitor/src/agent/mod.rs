@@ -13,6 +13,7 @@ pub mod persist;
 mod psi_wake;
 pub mod publish;
 pub mod reader;
+pub mod realtime;
 pub mod refusals;
 pub mod report;
 mod run;

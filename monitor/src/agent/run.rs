@@ -36,6 +36,7 @@ use super::{
     psi_wake::PsiWake,
     publish::{self, RecentDecisions},
     reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
+    realtime,
     report::{DecisionContext, DecisionReport},
     self_protect::{self, OwnPod},
     usage::StatChange,
@@ -69,7 +70,7 @@ use crate::{
         kube_watch, kubelet_view, resolve_pod_cgroups,
     },
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
+        ebpf::{IncidentOptions, KernelSource, LoadOptions},
         event::{DecodeError, KernelEvent},
     },
     units::bytes,
@@ -96,6 +97,11 @@ type Batch = Vec<Result<KernelEvent, DecodeError>>;
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     self_protect::protect_process(args.oom_score_adj, !args.no_mlock);
+    if let Some(priority) = args.realtime_priority {
+        // This thread runs the current-thread runtime below, the event loop.
+        realtime::make_current_thread_realtime(priority)?;
+        tracing::info!("event thread under SCHED_FIFO priority {priority}");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -1193,7 +1199,7 @@ fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<
     let options = LoadOptions {
         step_bytes: args.step,
         hierarchy_id: hierarchy.hierarchy_id,
-        memcg_hook: MemcgHook::Auto,
+        memcg_hook: args.memcg_hook,
     };
     // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
     let incidents = IncidentOptions {

@@ -107,6 +107,8 @@ struct ProgramReport {
     name: &'static str,
     hook: String,
     present: bool,
+    /// Why its tracepoint's record does not fit the fields it reads; the program is skipped.
+    mismatch: Option<String>,
     /// The loader attaches it for the chosen source.
     attach: bool,
     provides: &'static str,
@@ -145,6 +147,7 @@ impl Report {
                 name: p.program.name,
                 hook: p.program.hook(),
                 present: p.present,
+                mismatch: p.mismatch.clone(),
                 attach: attached.contains(&p.program),
                 provides: p.program.provides,
                 fallback: p.program.fallback,
@@ -301,6 +304,11 @@ impl Report {
             .unwrap_or(0);
         for p in &self.programs {
             let state = match (p.present, p.attach) {
+                (true, _) if p.mismatch.is_some() => format!(
+                    "present, skipped: {}: {}",
+                    p.mismatch.as_deref().unwrap_or_default(),
+                    p.fallback
+                ),
                 (true, true) => format!("present, attached: {}", p.provides),
                 (true, false) => format!("present, unused with {}: {}", self.source, p.fallback),
                 (false, _) if matches!(self.tracefs, Found::Missing(_)) => {
@@ -483,6 +491,28 @@ mod tests {
         );
         assert!(text.ends_with("kernel programs), cgroup v2 memory at /sys/fs/cgroup\n"));
         assert!(text.contains("agent will use poll (0/"), "{text}");
+    }
+
+    #[test]
+    fn a_tracepoint_whose_fields_differ_is_skipped_with_the_reason() {
+        let mut features = facts(true, true, |_| true);
+        features.programs[1].mismatch = Some("no field val in this kernel's record".into());
+        let report = Report::from_features(&features);
+        let text = report.to_text();
+        assert!(
+            program_line(&text, "memcg/mod_memcg_state").ends_with(
+                " present, skipped: no field val in this kernel's record: fentry on \
+                 __mod_memcg_state (5.11+), else poll memory.stat at the poll interval, sooner \
+                 on PSI memory stalls"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("agent will use ebpf+poll (2/"), "{text}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["programs"][1]["mismatch"],
+            "no field val in this kernel's record"
+        );
     }
 
     #[test]

@@ -162,12 +162,41 @@ impl Types<'_> {
                 .record(self.referenced(&record)?)
                 .filter(|p| p.kind == KIND_FUNC_PROTO)
                 .ok_or(BtfError::Truncated(record.body))?;
-            let params = (0..proto.vlen)
-                .map(|i| self.spell(u32_at(self.types, proto.body + i * 8 + 4)?, 0))
-                .collect::<Result<_, _>>()?;
+            return self.params(&proto).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// The arguments a raw or BTF tracepoint program gets for tracepoint `name` (its
+    /// `TP_PROTO` after the leading `void *`), from the kernel's `btf_trace_<name>` typedef;
+    /// `None` when the BTF has no such tracepoint.
+    pub fn tracepoint_params(&self, name: &str) -> Result<Option<Vec<String>>, BtfError> {
+        let typedef = format!("btf_trace_{name}");
+        for record in self.records() {
+            let record = record?;
+            if record.kind != KIND_TYPEDEF || self.name(record.name_off)? != typedef {
+                continue;
+            }
+            let proto = self
+                .record(self.referenced(&record)?)
+                .filter(|p| p.kind == KIND_PTR)
+                .and_then(|ptr| self.record(self.referenced(&ptr).ok()?))
+                .filter(|p| p.kind == KIND_FUNC_PROTO)
+                .ok_or(BtfError::Truncated(record.body))?;
+            let mut params = self.params(&proto)?;
+            if params.first().map(String::as_str) == Some("void *") {
+                params.remove(0);
+            }
             return Ok(Some(params));
         }
         Ok(None)
+    }
+
+    /// A FUNC_PROTO's parameter types, spelled as C does.
+    fn params(&self, proto: &TypeRecord) -> Result<Vec<String>, BtfError> {
+        (0..proto.vlen)
+            .map(|i| self.spell(u32_at(self.types, proto.body + i * 8 + 4)?, 0))
+            .collect()
     }
 
     /// The type a PTR, TYPEDEF, qualifier or FUNC refers to (the record's type/size word).
@@ -370,6 +399,39 @@ mod tests {
             types.function_params("int").unwrap(),
             None,
             "only functions"
+        );
+    }
+
+    #[test]
+    fn tracepoint_arguments_come_from_the_btf_trace_typedef() {
+        let strings: &[u8] = b"\0int\0mem_cgroup\0btf_trace_mod_memcg_state\0btf_trace_other\0";
+        let name = |s| name_offset(strings, s);
+        let btf = build(
+            strings,
+            &[
+                &[name("int"), 1 << 24, 4, 32],                   // 1: INT int
+                &[name("mem_cgroup"), 4 << 24, 8],                // 2: STRUCT mem_cgroup
+                &[0, 2 << 24, 2],                                 // 3: PTR -> mem_cgroup
+                &[0, 2 << 24, 0],                                 // 4: PTR -> void
+                &[0, 13 << 24 | 4, 0, 0, 4, 0, 3, 0, 1, 0, 1], // 5: FUNC_PROTO (void *, struct mem_cgroup *, int, int)
+                &[0, 2 << 24, 5],                              // 6: PTR -> 5
+                &[name("btf_trace_mod_memcg_state"), 8 << 24, 6], // 7: TYPEDEF -> 6
+                &[name("btf_trace_other"), 8 << 24, 1],        // 8: TYPEDEF -> int
+            ],
+        );
+        let types = Types::parse(&btf).unwrap();
+        assert_eq!(
+            types.tracepoint_params("mod_memcg_state").unwrap(),
+            Some(vec![
+                "struct mem_cgroup *".to_string(),
+                "int".into(),
+                "int".into()
+            ])
+        );
+        assert_eq!(types.tracepoint_params("absent").unwrap(), None);
+        assert!(
+            types.tracepoint_params("other").is_err(),
+            "not a pointer to a prototype"
         );
     }
 

@@ -18,11 +18,11 @@ use std::{io, path::Path, time::Duration};
 use aya::{
     Btf, Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{FEntry, TracePoint},
+    programs::{FEntry, RawTracePoint, TracePoint},
 };
 use monitor_common::{
-    CgroupCounters, Config, DropReason, IncidentConfig, MemcgOffsets, NO_ITEM, NSTATS, Stat,
-    WakeSlot,
+    CgroupCounters, Config, DropReason, FieldOffsets, IncidentConfig, MemcgOffsets, NO_ITEM,
+    NSTATS, Stat, WakeSlot,
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
@@ -35,6 +35,7 @@ use super::{
     probe::{self, TracefsError, VMLINUX_BTF},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
     run_stats::ProgramRuns,
+    tracepoint_format,
 };
 pub(crate) use task_memcg::MemberOffsets;
 pub use task_memcg::OffsetError;
@@ -53,7 +54,7 @@ pub struct LoadOptions {
 }
 
 /// Which hook the per-cgroup memory programs use (see [`super::programs`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemcgHook {
     /// The `memcg` tracepoints where the kernel has them, else fentry on the functions they
     /// were placed in.
@@ -62,6 +63,10 @@ pub enum MemcgHook {
     /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
     /// newer one.
     Fentry,
+    /// Raw tracepoints on the `memcg` tracepoints (6.13+): their arguments without the
+    /// record the classic tracepoints fill, the cgroup id read like fentry's; fentry where
+    /// they cannot attach. Being measured against the classic tracepoints.
+    RawTracepoint,
 }
 
 /// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).
@@ -215,10 +220,14 @@ impl KernelSource {
             .map(|i| incident_config_for(&types, options, i))
             .transpose()?;
         let fentry_plan = FentryPlan::resolve(&types);
+        let raw_check = match options.memcg_hook {
+            MemcgHook::RawTracepoint => check_raw_prototypes(&types),
+            _ => Ok(()),
+        };
         drop(types);
         drop(btf);
-        // The programs read fixed tracepoint offsets and BTF-derived offsets from their config
-        // map and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
+        // The programs read tracepoint offsets (from tracefs) and struct offsets (from BTF) from
+        // their maps and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
         let mut ebpf = without_kernel_btf::load(OBJECT)?;
         super::kernel_log::forward(&mut ebpf);
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
@@ -245,6 +254,20 @@ impl KernelSource {
             .filter(|p| options.memcg_hook == MemcgHook::Auto || p.category != MEMCG_CATEGORY);
         let (mut attached, mut skipped) =
             attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
+        if options.memcg_hook == MemcgHook::RawTracepoint {
+            let raw = raw_check
+                .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
+                .and_then(|plan| attach_raw(&mut ebpf, plan.offsets));
+            match raw {
+                Ok(()) => {
+                    tracing::info!(
+                        "memory stats come from raw tracepoints on the memcg tracepoints"
+                    );
+                    attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
+                }
+                Err(reason) => tracing::warn!("raw memcg tracepoints not attached: {reason}"),
+            }
+        }
         let mut fentry = Vec::new();
         if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
             match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
@@ -594,6 +617,76 @@ fn load_fentry(ebpf: &mut Ebpf, name: &str, function: &str, btf: &Btf) -> Result
         .map_err(|e| format!("attaching fentry to {function}: {e}"))
 }
 
+/// The raw tracepoint programs and the memcg tracepoint each hooks.
+const RAW_PROGRAMS: [(&str, &str); 2] = [
+    ("raw_memcg_lruvec_state", "mod_memcg_lruvec_state"),
+    ("raw_memcg_state", "mod_memcg_state"),
+];
+
+/// The arguments both memcg tracepoints have had since 6.13, as the raw programs read them.
+const RAW_PARAMS: [&str; 3] = ["struct mem_cgroup *", "int", "int"];
+
+/// Whether BTF gives both memcg tracepoints the arguments the raw programs read.
+fn check_raw_prototypes(types: &Types<'_>) -> Result<(), String> {
+    for (_, tracepoint) in RAW_PROGRAMS {
+        match types
+            .tracepoint_params(tracepoint)
+            .map_err(|e| e.to_string())?
+        {
+            Some(params) if params == RAW_PARAMS => {}
+            Some(params) => {
+                return Err(format!(
+                    "tracepoint {tracepoint} has arguments ({}), the raw programs read ({})",
+                    params.join(", "),
+                    RAW_PARAMS.join(", ")
+                ));
+            }
+            None => return Err(format!("the kernel's BTF has no tracepoint {tracepoint}")),
+        }
+    }
+    Ok(())
+}
+
+/// Attaches both raw memcg programs, or neither (a lone one would count part of the memory).
+fn attach_raw(ebpf: &mut Ebpf, offsets: MemcgOffsets) -> Result<(), String> {
+    Array::<_, MemcgOffsets>::try_from(
+        ebpf.map_mut("MEMCG_OFFSETS")
+            .ok_or("kernel map MEMCG_OFFSETS missing")?,
+    )
+    .and_then(|mut array| array.set(0, offsets, 0))
+    .map_err(|e| format!("writing MEMCG_OFFSETS: {e}"))?;
+    let mut links = Vec::new();
+    for (name, tracepoint) in RAW_PROGRAMS {
+        let program: &mut RawTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("program {name} is not in the embedded object"))?
+            .try_into()
+            .map_err(|e| format!("program {name}: {e}"))?;
+        let attached = program
+            .load()
+            .map_err(|e| format!("loading {name}: {e}"))
+            .and_then(|()| {
+                program
+                    .attach(tracepoint)
+                    .map_err(|e| format!("attaching {name} to {tracepoint}: {e}"))
+            });
+        match attached {
+            Ok(link) => links.push((name, link)),
+            Err(reason) => {
+                for (name, link) in links {
+                    if let Some(Ok(program)) =
+                        ebpf.program_mut(name).map(<&mut RawTracePoint>::try_from)
+                    {
+                        let _ = program.detach(link);
+                    }
+                }
+                return Err(reason);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Says, for each memcg program not attached, why fentry could not stand in.
 fn note_fentry_failure(skipped: &mut Vec<Skipped>, reason: &str) {
     for program in PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY) {
@@ -678,7 +771,7 @@ fn page_size() -> u64 {
 }
 
 /// Loads the given programs and attaches those whose tracepoint exists with the fields the
-/// program reads.
+/// program reads, at the offsets this kernel's format gives.
 fn attach_all(
     ebpf: &mut Ebpf,
     programs: impl Iterator<Item = &'static ProgramSpec>,
@@ -694,13 +787,10 @@ fn attach_all(
             });
             continue;
         }
-        if let Some(field) = missing_field(&tracefs, spec) {
+        if let Err(reason) = write_fields(ebpf, &tracefs, spec) {
             skipped.push(Skipped {
                 program: spec,
-                reason: format!(
-                    "tracepoint {} has no field {field} in this kernel",
-                    spec.hook()
-                ),
+                reason: format!("tracepoint {}: {reason}", spec.hook()),
             });
             continue;
         }
@@ -730,18 +820,16 @@ fn attach_all(
     Ok((attached, skipped))
 }
 
-/// The first field the program reads that the tracepoint's format lacks, if any.
-fn missing_field(tracefs: &Path, spec: &ProgramSpec) -> Option<&'static str> {
-    let format = tracefs
-        .join("events")
-        .join(spec.category)
-        .join(spec.tracepoint)
-        .join("format");
-    let format = std::fs::read_to_string(format).ok()?;
-    spec.required_fields()
-        .iter()
-        .copied()
-        .find(|field| !format.contains(&format!(" {field};")))
+/// Reads the offsets of the fields the program reads from this kernel's format and writes
+/// them into its `FIELDS` entry; an error says why the program cannot run here.
+fn write_fields(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProgramSpec) -> Result<(), String> {
+    let Some(slot) = spec.fields_slot else {
+        return Ok(());
+    };
+    let offsets = tracepoint_format::read(tracefs, spec).map_err(|e| e.to_string())?;
+    Array::<_, FieldOffsets>::try_from(ebpf.map_mut("FIELDS").ok_or("kernel map FIELDS missing")?)
+        .and_then(|mut array| array.set(slot as u32, offsets, 0))
+        .map_err(|e| format!("writing FIELDS: {e}"))
 }
 
 #[cfg(test)]

@@ -9,3 +9,4 @@ pub mod pressure;
 pub mod probe;
 pub mod programs;
 pub mod run_stats;
+pub mod tracepoint_format;

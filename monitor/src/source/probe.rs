@@ -17,6 +17,7 @@ use super::{
     btf::Types,
     fentry::{self, FentryTarget},
     programs::{PROGRAMS, ProgramSpec},
+    tracepoint_format,
 };
 use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
@@ -88,10 +89,20 @@ pub fn tracepoint_exists(tracefs: &Path, program: &ProgramSpec) -> bool {
 }
 
 /// One entry of [`PROGRAMS`] and whether this kernel has its tracepoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProgramSupport {
     pub program: &'static ProgramSpec,
     pub present: bool,
+    /// Why the tracepoint's record does not fit the fields the program reads (a field
+    /// missing, resized or of other signedness); `None` when it fits or is absent.
+    pub mismatch: Option<String>,
+}
+
+impl ProgramSupport {
+    /// The program can be attached here: its tracepoint exists with the fields it reads.
+    pub fn usable(&self) -> bool {
+        self.present && self.mismatch.is_none()
+    }
 }
 
 /// Pressure stall information for memory.
@@ -180,11 +191,19 @@ impl KernelFeatures {
         let tracefs = ensure_tracefs().map_err(|e| e.to_string());
         let programs = PROGRAMS
             .iter()
-            .map(|program| ProgramSupport {
-                program,
-                present: tracefs
-                    .as_deref()
-                    .is_ok_and(|root| tracepoint_exists(root, program)),
+            .map(|program| match tracefs.as_deref() {
+                Ok(root) if tracepoint_exists(root, program) => ProgramSupport {
+                    program,
+                    present: true,
+                    mismatch: tracepoint_format::read(root, program)
+                        .err()
+                        .map(|e| e.to_string()),
+                },
+                _ => ProgramSupport {
+                    program,
+                    present: false,
+                    mismatch: None,
+                },
             })
             .collect();
         let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
@@ -211,7 +230,7 @@ impl KernelFeatures {
             .iter()
             .filter(|p| !is_lifecycle(p.program))
             .collect();
-        if memcg.iter().all(|p| p.present) {
+        if memcg.iter().all(|p| p.usable()) {
             Some(MemcgMethod::Tracepoint)
         } else if self
             .fentry
@@ -231,7 +250,7 @@ impl KernelFeatures {
             self.programs
                 .iter()
                 .filter(|p| wanted(p.program))
-                .all(|p| p.present)
+                .all(|p| p.usable())
         };
         if !self.btf || !self.ring_buffer || !all_present(is_lifecycle) {
             EventSource::Poll
@@ -318,6 +337,7 @@ pub(crate) mod tests {
                 .map(|program| ProgramSupport {
                     program,
                     present: present(program),
+                    mismatch: None,
                 })
                 .collect(),
             fentry: Err("not probed in this test".into()),
@@ -434,6 +454,19 @@ pub(crate) mod tests {
             names(partial.programs_to_attach()),
             ["cgroup_mkdir", "cgroup_rmdir"],
             "a lone memcg program would count what is polled anyway"
+        );
+    }
+
+    #[test]
+    fn a_memcg_tracepoint_with_other_fields_is_not_used() {
+        let mut host = facts(true, true, all);
+        host.programs[1].mismatch = Some("field val is 8 bytes in this kernel".into());
+        assert_eq!(host.memcg_method(), None);
+        assert_eq!(host.source(), EventSource::EbpfPoll);
+        assert_eq!(
+            names(with_fentry(host).programs_to_attach()),
+            ["cgroup_mkdir", "cgroup_rmdir"],
+            "fentry stands in for tracepoints whose records do not fit"
         );
     }
 

@@ -7,6 +7,57 @@
 //! ([`FENTRY_PROGRAMS`], 5.11+, where BTF shows them with the expected prototype), else
 //! cgroupfs polling with PSI wake-ups.
 
+use monitor_common::FieldsSlot;
+
+/// A field of a tracepoint record that a program reads: the loader finds its offset in the
+/// running kernel's format and refuses the program when the name, size or signedness differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldSpec {
+    pub name: &'static str,
+    /// Bytes, as the format's `size:`.
+    pub size: u32,
+    /// As the format's `signed:`; not compared for a `__data_loc` field, whose flag follows
+    /// the string's element type and differs between kernels (6.1 says signed, 6.18 not).
+    pub signed: bool,
+    /// A `__data_loc` word (offset and length of a string in the record), not a value.
+    pub data_loc: bool,
+}
+
+const fn field(name: &'static str, size: u32, signed: bool) -> FieldSpec {
+    FieldSpec {
+        name,
+        size,
+        signed,
+        data_loc: false,
+    }
+}
+
+/// A `__data_loc char[]` string's 32-bit location word.
+const fn string_at(name: &'static str) -> FieldSpec {
+    FieldSpec {
+        name,
+        size: 4,
+        signed: false,
+        data_loc: true,
+    }
+}
+
+/// `u64 id; int item; int val;` of both memcg tracepoints, in `field::memcg` order.
+const MEMCG_FIELDS: &[FieldSpec] = &[
+    field("id", 8, false),
+    field("item", 4, true),
+    field("val", 4, true),
+];
+/// `int root; int level; u64 id; __data_loc char[] path;`, in `field::cgroup` order.
+const CGROUP_FIELDS: &[FieldSpec] = &[
+    field("root", 4, true),
+    field("level", 4, true),
+    field("id", 8, false),
+    string_at("path"),
+];
+/// `unsigned long nr_reclaimed;` of both reclaim end tracepoints.
+const RECLAIM_END_FIELDS: &[FieldSpec] = &[field("nr_reclaimed", 8, false)];
+
 /// One tracepoint program in the embedded object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProgramSpec {
@@ -22,21 +73,17 @@ pub struct ProgramSpec {
     pub fallback: &'static str,
     /// First mainline kernel with the hook.
     pub since: &'static str,
+    /// The record fields the program reads, in the order of its `monitor_common::field`
+    /// indices; the loader skips the program when this kernel's format does not match.
+    pub fields: &'static [FieldSpec],
+    /// Its entry in the `FIELDS` map; `None` for programs that read no field.
+    pub fields_slot: Option<FieldsSlot>,
 }
 
 impl ProgramSpec {
     /// `category/tracepoint`, as tracefs and the kernel documentation name it.
     pub fn hook(&self) -> String {
         format!("{}/{}", self.category, self.tracepoint)
-    }
-
-    /// Tracepoint fields the program reads that older kernels lack; the loader skips the program
-    /// when the format misses one.
-    pub fn required_fields(&self) -> &'static [&'static str] {
-        match self.name {
-            "mark_victim" => &["anon_rss", "oom_score_adj"],
-            _ => &[],
-        }
     }
 }
 
@@ -49,6 +96,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         provides: "per-cgroup anon, file and LRU page deltas as they happen",
         fallback: "fentry on __mod_memcg_lruvec_state (5.11+), else poll memory.stat at the poll interval, sooner on PSI memory stalls",
         since: "6.13",
+        fields: MEMCG_FIELDS,
+        fields_slot: Some(FieldsSlot::MemcgLruvecState),
     },
     ProgramSpec {
         name: "mod_memcg_state",
@@ -57,6 +106,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         provides: "per-cgroup kernel memory deltas",
         fallback: "fentry on __mod_memcg_state (5.11+), else poll memory.stat at the poll interval, sooner on PSI memory stalls",
         since: "6.13",
+        fields: MEMCG_FIELDS,
+        fields_slot: Some(FieldsSlot::MemcgState),
     },
     ProgramSpec {
         name: "cgroup_mkdir",
@@ -65,6 +116,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         provides: "new cgroups as they appear",
         fallback: "rescan the hierarchy at the resync interval",
         since: "4.18",
+        fields: CGROUP_FIELDS,
+        fields_slot: Some(FieldsSlot::CgroupMkdir),
     },
     ProgramSpec {
         name: "cgroup_rmdir",
@@ -73,6 +126,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         provides: "removed cgroups, and freeing their kernel map entries",
         fallback: "rescan the hierarchy at the resync interval",
         since: "4.18",
+        fields: CGROUP_FIELDS,
+        fields_slot: Some(FieldsSlot::CgroupRmdir),
     },
 ];
 
@@ -139,6 +194,8 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "start of a task's direct (node-wide) reclaim, for stall times",
         fallback: "no per-task stalls; node PSI (/proc/pressure/memory) still shows pressure",
         since: "2.6.36",
+        fields: &[],
+        fields_slot: None,
     },
     ProgramSpec {
         name: "direct_reclaim_end",
@@ -147,6 +204,8 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "direct reclaim stalls above --min-stall with task, cgroup and pages reclaimed",
         fallback: "no per-task stalls; node PSI (/proc/pressure/memory) still shows pressure",
         since: "2.6.36",
+        fields: RECLAIM_END_FIELDS,
+        fields_slot: Some(FieldsSlot::DirectReclaimEnd),
     },
     ProgramSpec {
         name: "memcg_reclaim_begin",
@@ -155,6 +214,8 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "start of a task's reclaim in a cgroup at its limit, for stall times",
         fallback: "no per-task stalls; cgroup PSI (memory.pressure) still shows pressure",
         since: "2.6.36",
+        fields: &[],
+        fields_slot: None,
     },
     ProgramSpec {
         name: "memcg_reclaim_end",
@@ -163,6 +224,8 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "cgroup-limit reclaim stalls above --min-stall with task, cgroup and pages",
         fallback: "no per-task stalls; cgroup PSI (memory.pressure) still shows pressure",
         since: "2.6.36",
+        fields: RECLAIM_END_FIELDS,
+        fields_slot: Some(FieldsSlot::MemcgReclaimEnd),
     },
     ProgramSpec {
         name: "kswapd_wake",
@@ -171,6 +234,8 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "a node's background reclaim starting (free memory below the low watermark)",
         fallback: "node PSI only",
         since: "2.6.36",
+        fields: &[field("nid", 4, true), field("order", 4, true)],
+        fields_slot: Some(FieldsSlot::KswapdWake),
     },
     ProgramSpec {
         name: "kswapd_sleep",
@@ -179,6 +244,8 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "a node's background reclaim finishing",
         fallback: "node PSI only",
         since: "2.6.36",
+        fields: &[field("nid", 4, true)],
+        fields_slot: Some(FieldsSlot::KswapdSleep),
     },
     ProgramSpec {
         name: "mark_victim",
@@ -187,6 +254,15 @@ pub const INCIDENT_PROGRAMS: &[ProgramSpec] = &[
         provides: "OOM kills as they happen: victim pid, comm, sizes, and the OOM'ing cgroup",
         fallback: "OOM kills only after the fact (memory.events oom_kill counters)",
         since: "6.8",
+        fields: &[
+            field("pid", 4, true),
+            string_at("comm"),
+            field("anon_rss", 8, false),
+            field("file_rss", 8, false),
+            field("shmem_rss", 8, false),
+            field("oom_score_adj", 2, true),
+        ],
+        fields_slot: Some(FieldsSlot::MarkVictim),
     },
 ];
 
@@ -265,19 +341,60 @@ mod tests {
     }
 
     #[test]
-    fn incident_programs_need_fields_only_where_the_format_grew() {
-        let cases = [
-            ("mark_victim", true),
-            ("direct_reclaim_end", false),
-            ("mod_memcg_state", false),
-        ];
-        for (name, needs_fields) in cases {
-            let spec = PROGRAMS
+    fn field_lists_follow_the_kernel_programs_indices() {
+        use monitor_common::{MAX_FIELDS, field};
+        let named = |name: &str| {
+            PROGRAMS
                 .iter()
                 .chain(INCIDENT_PROGRAMS)
                 .find(|p| p.name == name)
-                .unwrap();
-            assert_eq!(!spec.required_fields().is_empty(), needs_fields, "{name}");
+                .unwrap()
+                .fields
+        };
+        let cases = [
+            ("mod_memcg_state", field::memcg::ITEM, "item"),
+            ("mod_memcg_lruvec_state", field::memcg::VAL, "val"),
+            ("mod_memcg_lruvec_state", field::memcg::ID, "id"),
+            ("cgroup_mkdir", field::cgroup::PATH, "path"),
+            ("cgroup_rmdir", field::cgroup::ROOT, "root"),
+            ("cgroup_rmdir", field::cgroup::LEVEL, "level"),
+            ("cgroup_rmdir", field::cgroup::ID, "id"),
+            ("kswapd_wake", field::kswapd::ORDER, "order"),
+            ("kswapd_sleep", field::kswapd::NID, "nid"),
+            (
+                "direct_reclaim_end",
+                field::reclaim_end::NR_RECLAIMED,
+                "nr_reclaimed",
+            ),
+            ("mark_victim", field::mark_victim::PID, "pid"),
+            ("mark_victim", field::mark_victim::COMM, "comm"),
+            ("mark_victim", field::mark_victim::ANON_RSS, "anon_rss"),
+            ("mark_victim", field::mark_victim::FILE_RSS, "file_rss"),
+            ("mark_victim", field::mark_victim::SHMEM_RSS, "shmem_rss"),
+            (
+                "mark_victim",
+                field::mark_victim::OOM_SCORE_ADJ,
+                "oom_score_adj",
+            ),
+        ];
+        for (program, index, name) in cases {
+            assert_eq!(named(program)[index].name, name, "{program}[{index}]");
         }
+        let mut slots = Vec::new();
+        for spec in PROGRAMS.iter().chain(INCIDENT_PROGRAMS) {
+            assert!(spec.fields.len() <= MAX_FIELDS, "{}", spec.name);
+            assert_eq!(
+                spec.fields.is_empty(),
+                spec.fields_slot.is_none(),
+                "{}",
+                spec.name
+            );
+            slots.extend(spec.fields_slot.map(|s| s as u32));
+        }
+        let count = slots.len();
+        slots.sort();
+        slots.dedup();
+        assert_eq!(slots.len(), count, "each program has its own FIELDS entry");
+        assert!(slots.iter().all(|&s| s < monitor_common::NFIELDS_SLOTS));
     }
 }

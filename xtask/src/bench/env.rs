@@ -93,11 +93,13 @@ pub struct Binaries {
     pub load: PathBuf,
     /// The memcg hook comparison's helper (see `hooks`).
     pub hook_cost: PathBuf,
+    /// Flags added to every agent started (`cargo xtask bench --agent-flag`).
+    pub agent_flags: Vec<String>,
 }
 
 impl Binaries {
     /// Next to xtask's own target directory: xtask runs from `<target>/<profile>/xtask`.
-    pub fn locate() -> anyhow::Result<Self> {
+    pub fn locate(agent_flags: Vec<String>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the xtask executable")?;
         let target = exe
             .parent()
@@ -108,6 +110,7 @@ impl Binaries {
             monitor: release.join("monitor"),
             load: release.join("bench_load"),
             hook_cost: release.join("hook_cost"),
+            agent_flags,
         })
     }
 }
@@ -315,6 +318,19 @@ impl Agent {
         allocatable: &str,
         tag: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_with(bins, tree, source, &[], config, allocatable, tag)
+    }
+
+    /// As [`Self::start`], with `extra` flags for the agent.
+    pub fn start_with(
+        bins: &super::env::Binaries,
+        tree: &BenchTree,
+        source: SourceArg,
+        extra: &[&str],
+        config: &Path,
+        allocatable: &str,
+        tag: &str,
+    ) -> anyhow::Result<Self> {
         let checkpoint = tree.scratch.join(format!("checkpoint-{tag}"));
         let log = tree.scratch.join(format!("agent-{tag}.log"));
         let stderr = fs::File::create(&log)?;
@@ -327,6 +343,8 @@ impl Agent {
             .arg("--config")
             .arg(config)
             .args(source.args())
+            .args(extra)
+            .args(&bins.agent_flags)
             .arg("--checkpoint-dir")
             .arg(&checkpoint)
             .args(["--output", "json", "--no-metrics"])

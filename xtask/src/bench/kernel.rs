@@ -6,8 +6,10 @@
 //! change of run_cnt across a window with page faults and cgroup creations, for the programs
 //! the agent holds open. The slowdown is
 //! `bench_load faults` (map, touch and unmap 4 MiB, many times, in a pod cgroup) without
-//! the agent, with the agent (eBPF source), and without it again; statistics stay at their
-//! previous setting during those runs, so their own clock reads are not counted.
+//! the agent, with the agent (eBPF source) for each way its memcg programs can hook the
+//! kernel (classic tracepoints, then raw tracepoints: a lever measured beside the default),
+//! and without it again; statistics stay at their previous setting during those runs, so
+//! their own clock reads are not counted.
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -41,38 +43,51 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
     let load = loadavg();
     eprintln!("bench: kernel: page faults without the agent (load {load:.2})");
     let mut off = faults(repeats)?;
-    let agent = Agent::start(bins, &tree, SourceArg::Ebpf, &config, "16Gi", "kernel")?;
-    std::thread::sleep(Duration::from_millis(300));
-    eprintln!("bench: kernel: page faults with the programs attached");
-    let on = faults(repeats)?;
-    // Per-hit cost, with the kernel's statistics on for this window only.
-    let (per_prog, pages) = {
-        let _stats = SysctlGuard::set("kernel.bpf_stats_enabled", "1")?;
-        let before = agent_programs(agent.pid())?;
-        if before.is_empty() {
-            bail!(
-                "bpftool lists no programs of the agent (pid {})",
-                agent.pid()
-            );
-        }
-        let pages = fault_pages(rounds);
-        fault_run(bins, &fault_dir, rounds)?;
-        for i in 0..20 {
-            let d = tree.dir.join(format!("kubepods/burstable/lifecycle-{i}"));
-            std::fs::create_dir(&d)?;
-            std::fs::remove_dir(&d)?;
-        }
-        let after = agent_programs(agent.pid())?;
-        (delta(&before, &after), pages)
-    };
-    agent.stop()?;
+    let mut hooks = Vec::new();
+    for hook in HOOKS {
+        let agent = Agent::start_with(
+            bins,
+            &tree,
+            SourceArg::Ebpf,
+            hook.flags,
+            &config,
+            "16Gi",
+            &format!("kernel-{}", hook.tag),
+        )?;
+        std::thread::sleep(Duration::from_millis(300));
+        eprintln!(
+            "bench: kernel: page faults with the programs attached ({})",
+            hook.label
+        );
+        let on = faults(repeats)?;
+        // Per-hit cost, with the kernel's statistics on for this window only.
+        let per_prog = {
+            let _stats = SysctlGuard::set("kernel.bpf_stats_enabled", "1")?;
+            let before = agent_programs(agent.pid())?;
+            if before.is_empty() {
+                bail!(
+                    "bpftool lists no programs of the agent (pid {})",
+                    agent.pid()
+                );
+            }
+            fault_run(bins, &fault_dir, rounds)?;
+            for i in 0..20 {
+                let d = tree.dir.join(format!("kubepods/burstable/lifecycle-{i}"));
+                std::fs::create_dir(&d)?;
+                std::fs::remove_dir(&d)?;
+            }
+            let after = agent_programs(agent.pid())?;
+            delta(&before, &after)
+        };
+        agent.stop()?;
+        hooks.push((hook, on, per_prog));
+    }
+    let pages = fault_pages(rounds);
     eprintln!("bench: kernel: page faults without the agent, again");
     off.extend(faults(repeats)?);
 
     let mut figures = Vec::new();
     let off_median = percentile(&off, 50.0).unwrap_or(f64::NAN);
-    let on_median = percentile(&on, 50.0).unwrap_or(f64::NAN);
-    let note = format!("median of {} runs x {pages} pages", on.len());
     let baseline = Figure::new(
         "kernel",
         "page faults, not attached",
@@ -82,50 +97,103 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
     )
     .note(format!("median of {} runs x {pages} pages", off.len()))
     .on(machine, load);
-    figures.push(
-        Figure::new(
-            "kernel",
-            "page faults, attached",
-            "ns/page",
-            on_median,
-            "ns",
-        )
-        .note(note)
-        .on(machine, load)
-        .against(&baseline),
-    );
-    figures.push(baseline);
-    for (name, stats) in &per_prog {
-        if stats.run_cnt == 0 {
-            continue;
-        }
+    for (hook, on, per_prog) in &hooks {
+        let on_median = percentile(on, 50.0).unwrap_or(f64::NAN);
         figures.push(
             Figure::new(
                 "kernel",
-                name,
-                "ns/hit",
-                stats.run_time_ns as f64 / stats.run_cnt as f64,
+                &format!("page faults, attached{}", hook.suffix()),
+                "ns/page",
+                on_median,
                 "ns",
             )
-            .note(format!(
-                "{} hits, {:.2}/faulted page",
-                stats.run_cnt,
-                stats.run_cnt as f64 / pages as f64
-            ))
-            .on(machine, load),
+            .note(format!("median of {} runs x {pages} pages", on.len()))
+            .on(machine, load)
+            .against(&baseline),
         );
+        for (name, stats) in per_prog {
+            if stats.run_cnt == 0 {
+                continue;
+            }
+            figures.push(
+                Figure::new(
+                    "kernel",
+                    &format!("{name}{}", hook.suffix()),
+                    "ns/hit",
+                    stats.run_time_ns as f64 / stats.run_cnt as f64,
+                    "ns",
+                )
+                .note(format!(
+                    "{} hits, {:.2}/faulted page",
+                    stats.run_cnt,
+                    stats.run_cnt as f64 / pages as f64
+                ))
+                .on(machine, load),
+            );
+        }
     }
+    figures.push(baseline);
+    let (_, on, per_prog) = &hooks[0];
+    let raw_tp = hooks.get(1).map(|(_, on, per_prog)| {
+        json!({
+            "faults_ns_per_page_attached": on,
+            "programs": programs_json(per_prog),
+        })
+    });
     let raw = json!({
         "faults_ns_per_page_not_attached": off,
         "faults_ns_per_page_attached": on,
         "pages_per_run": pages,
-        "programs": per_prog.iter().map(|(n, s)| (n.clone(), json!({
-            "run_time_ns": s.run_time_ns,
-            "run_cnt": s.run_cnt,
-        }))).collect::<serde_json::Map<_, _>>(),
+        "programs": programs_json(per_prog),
+        "raw_tracepoint": raw_tp,
         "load": load,
     });
     Ok(Section { figures, raw })
+}
+
+/// How the agent's memcg programs hook the kernel in a measured window.
+struct Hook {
+    label: &'static str,
+    tag: &'static str,
+    flags: &'static [&'static str],
+}
+
+impl Hook {
+    /// Appended to the case names of every hook but the default.
+    fn suffix(&self) -> String {
+        if self.flags.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.label)
+        }
+    }
+}
+
+/// The default hook first (the figures' main case), then each lever measured beside it.
+const HOOKS: [Hook; 2] = [
+    Hook {
+        label: "tracepoints",
+        tag: "tp",
+        flags: &[],
+    },
+    Hook {
+        label: "raw_tp",
+        tag: "raw",
+        flags: &["--memcg-hook", "raw-tracepoint"],
+    },
+];
+
+fn programs_json(per_prog: &BTreeMap<String, ProgStats>) -> Value {
+    per_prog
+        .iter()
+        .map(|(n, s)| {
+            (
+                n.clone(),
+                json!({"run_time_ns": s.run_time_ns, "run_cnt": s.run_cnt}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 fn fault_pages(rounds: usize) -> u64 {

@@ -42,9 +42,11 @@ pub fn parse_realtime_priority(text: &str) -> Result<u8, String> {
 /// Puts the calling thread under SCHED_FIFO at `priority`; threads it creates afterwards
 /// start at the normal policy.
 pub fn make_current_thread_realtime(priority: u8) -> Result<(), RealtimeError> {
-    let param = libc::sched_param {
-        sched_priority: i32::from(priority),
-    };
+    // musl's sched_param has more fields than glibc's (sporadic-server ones the kernel
+    // ignores), so it is zeroed rather than written out field by field.
+    // SAFETY: sched_param is plain integers, for which all zeroes is a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = i32::from(priority);
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
     let rc = unsafe {
         libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)

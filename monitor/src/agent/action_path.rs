@@ -17,8 +17,6 @@
 //! Eviction is the fallback and its report decides, exactly as on the API-only route.
 use clap::ValueEnum;
 
-use super::actuator::ActionOutcome;
-
 /// What `--kube` does when a hard threshold decides an eviction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum HardAction {
@@ -108,20 +106,6 @@ pub enum StepEnd {
     Failed,
     /// The API server did not answer in time.
     TimedOut,
-}
-
-impl StepEnd {
-    /// The end of a step as its actuator reported it.
-    pub fn of(outcome: &ActionOutcome) -> Self {
-        match outcome {
-            ActionOutcome::Killed(_) if outcome.pod_stopped() => StepEnd::Stopped,
-            ActionOutcome::Killed(_) | ActionOutcome::Failed(_) => StepEnd::Failed,
-            ActionOutcome::Accepted => StepEnd::Accepted,
-            ActionOutcome::Gone => StepEnd::Gone,
-            ActionOutcome::Refused(_) => StepEnd::Refused,
-            ActionOutcome::TimedOut(_) => StepEnd::TimedOut,
-        }
-    }
 }
 
 /// Where one eviction is on its route.

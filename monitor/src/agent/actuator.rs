@@ -9,7 +9,7 @@
 //! moves on instead of waiting for a pod that is not going.
 use std::{future::Future, pin::Pin, time::Duration};
 
-use super::action_path::{ActionPath, Route};
+use super::action_path::{ActionPath, Route, StepEnd};
 use crate::{
     action::{
         EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, kill_cgroup_tree,
@@ -71,6 +71,18 @@ impl ActionOutcome {
             | ActionOutcome::Refused(_)
             | ActionOutcome::Failed(_)
             | ActionOutcome::TimedOut(_) => false,
+        }
+    }
+
+    /// The end of a step as the action's route sees it.
+    pub fn step_end(&self) -> StepEnd {
+        match self {
+            ActionOutcome::Killed(_) if self.pod_stopped() => StepEnd::Stopped,
+            ActionOutcome::Killed(_) | ActionOutcome::Failed(_) => StepEnd::Failed,
+            ActionOutcome::Accepted => StepEnd::Accepted,
+            ActionOutcome::Gone => StepEnd::Gone,
+            ActionOutcome::Refused(_) => StepEnd::Refused,
+            ActionOutcome::TimedOut(_) => StepEnd::TimedOut,
         }
     }
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{
-    action_path::{ActionPath, HardAction, Route, Step, StepEnd},
+    action_path::{ActionPath, HardAction, Route, Step},
     actuator::{
         ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, AfterStep, CgroupKiller,
         KubeApi, Recorded,
@@ -69,7 +69,7 @@ impl Actuator for LocalFirst {
     fn finished(&self, done: ActionDone) -> AfterStep {
         let mut path = done.path;
         let step = path.step;
-        let transition = path.advance(StepEnd::of(&done.outcome));
+        let transition = path.advance(done.outcome.step_end());
         if path.route != Route::LocalFirst {
             return AfterStep {
                 decided: Some(done),

@@ -35,10 +35,9 @@ use super::{
     probe::{self, TracefsError, VMLINUX_BTF},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
     run_stats::ProgramRuns,
+    struct_members::OffsetError,
     tracepoint_format,
 };
-pub(crate) use task_memcg::MemberOffsets;
-pub use task_memcg::OffsetError;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
 

@@ -8,8 +8,8 @@ use monitor_common::MemcgOffsets;
 
 use super::{
     btf::{BtfError, Types},
-    ebpf::{MemberOffsets as _, OffsetError},
     programs::{FENTRY_PROGRAMS, FentrySpec},
+    struct_members::{MemberOffsets as _, OffsetError},
 };
 
 /// One fentry program and the function it can attach to here, or why none.

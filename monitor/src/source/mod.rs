@@ -9,4 +9,5 @@ pub mod pressure;
 pub mod probe;
 pub mod programs;
 pub mod run_stats;
+pub mod struct_members;
 pub mod tracepoint_format;

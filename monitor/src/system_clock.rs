@@ -6,7 +6,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use crate::engine::clock::{Clock, MonoInstant};
+use crate::engine::instant::{Clock, MonoInstant};
 
 fn clock_ns(clock: libc::clockid_t) -> io::Result<u64> {
     let mut ts = libc::timespec {

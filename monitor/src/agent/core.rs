@@ -10,10 +10,10 @@ use super::{
 use crate::{
     cgroupfs::paths::is_within,
     engine::{
-        clock::{Clock, MonoInstant},
         config::EvictionConfig,
         decide::{Decision, EvictionState, decide_among},
         headroom::memory_headroom,
+        instant::{Clock, MonoInstant},
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},
         rank_index::{RankIndex, RankIndexSet},
@@ -524,8 +524,8 @@ mod tests {
 
     use super::*;
     use crate::engine::{
-        clock::{ManualClock, MonoInstant},
         decide::{Action, Idle},
+        instant::{ManualClock, MonoInstant},
         pod_facts::PodRef,
         quantity::Quantity,
     };

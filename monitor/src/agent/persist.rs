@@ -5,8 +5,8 @@
 //! the last eviction keeps blocking the next one for the rest of the eviction interval.
 use crate::engine::{
     checkpoint::{AgentState, Now, PodRef as SavedPod},
-    clock::MonoInstant,
     decide::{EvictionState, PendingCleanup, ThresholdObservedAt},
+    instant::MonoInstant,
     pod_facts::PodRef,
     signal::{NodeCondition, Signal},
     threshold::{ThresholdId, ThresholdKind},

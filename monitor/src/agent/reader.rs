@@ -9,9 +9,9 @@ use std::io;
 use super::core::{AgentCore, PodReading};
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
-    clock::monotonic_ns,
     engine::{pod_facts::PodRef, threshold::SignalObservation},
     node::read::{NodeError, node_working_set, read_pid_available},
+    system_clock::monotonic_ns,
 };
 
 /// The reads the agent makes of the machine.
@@ -142,9 +142,9 @@ mod tests {
     use crate::{
         agent::core::NodeCapacity,
         engine::{
-            clock::{ManualClock, MonoInstant},
             config::EvictionConfig,
             decide::EvictionState,
+            instant::{ManualClock, MonoInstant},
             pod_facts::PodFacts,
             quantity::Quantity,
         },

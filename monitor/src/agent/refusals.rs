@@ -12,7 +12,7 @@
 //! pods are then tried again, one API request per pod and interval.
 use std::{collections::HashMap, time::Duration};
 
-use crate::engine::{clock::MonoInstant, decide::EvictionState};
+use crate::engine::{decide::EvictionState, instant::MonoInstant};
 
 /// The shortest time a refused pod is held out, so that an eviction interval of 0 does not
 /// turn refusals into a loop of API requests.

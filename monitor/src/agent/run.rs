@@ -45,12 +45,11 @@ use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::{MemoryHierarchy, procs::subtree_pids},
     checkpoint::{IfUnusable, StateManager, read_now},
-    clock::{BootClock, monotonic_ns},
     engine::{
         checkpoint::AgentState,
-        clock::{Clock as _, ManualClock},
         config::EvictionConfig,
         decide::{Eviction, EvictionState},
+        instant::{Clock as _, ManualClock},
         pod_facts::{PodFacts, PodRef},
         signal::NodeCondition,
         signal::Signal,
@@ -73,6 +72,7 @@ use crate::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions},
         event::{DecodeError, KernelEvent},
     },
+    system_clock::{BootClock, monotonic_ns},
     units::bytes,
 };
 
@@ -776,7 +776,7 @@ impl Agent {
             DecisionContext {
                 dry_run: self.args.dry_run,
                 monotonic_ns: decided_ns,
-                wall_unix_ms: crate::clock::unix_ms_now(),
+                wall_unix_ms: crate::system_clock::unix_ms_now(),
                 event_monotonic_ns: trigger_ns,
                 threshold,
                 facts: &entry.facts,

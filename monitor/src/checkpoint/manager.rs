@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use super::key::Key;
 use super::store::{FileStore, StoreError};
 use super::wall_time;
-use crate::clock::unix_ms_now;
 use crate::engine::checkpoint::{
     AgentState, CURRENT_VERSION, CheckpointError, decode, encode, state_checksum,
 };
+use crate::system_clock::unix_ms_now;
 
 /// What to do with a checkpoint that exists but cannot be loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,15 +5,15 @@
 //!
 //! At start the agent calls [`StateManager::load_or_init`] (with [`IfUnusable::Reset`] when run
 //! with `--reset-state`), then [`StateManager::save_if_changed`] after each change.
-pub mod clock;
 pub mod key;
 pub mod manager;
+pub mod now;
 pub mod store;
 pub mod wall_time;
 
-pub use clock::read_now;
 pub use key::{AGENT_STATE_KEY, Key, KeyError};
 pub use manager::{IfUnusable, Opened, Startup, StateError, StateManager};
+pub use now::read_now;
 pub use store::{FileStore, StoreError};
 
 /// Where the agent keeps its checkpoints unless told otherwise.

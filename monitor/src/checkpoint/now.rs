@@ -2,8 +2,8 @@
 use std::{io, sync::OnceLock};
 
 use crate::{
-    clock::{boot_time_ms, unix_ms_now},
     engine::checkpoint::Now,
+    system_clock::{boot_time_ms, unix_ms_now},
 };
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";

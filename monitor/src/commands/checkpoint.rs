@@ -12,10 +12,10 @@ use clap::{Args, Subcommand};
 use crate::checkpoint::store::{StoreError, read_file};
 use crate::checkpoint::wall_time::rfc3339;
 use crate::checkpoint::{DEFAULT_CHECKPOINT_DIR, Key};
-use crate::clock::unix_ms_now;
 use crate::engine::checkpoint::{
     AgentState, CheckpointV1, CheckpointV2, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
 };
+use crate::system_clock::unix_ms_now;
 use crate::units::unsigned_bytes;
 
 const EXIT_CORRUPT: u8 = 1;

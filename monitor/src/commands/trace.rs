@@ -14,16 +14,16 @@ use tokio::sync::mpsc;
 
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
-    clock::monotonic_ns,
     pods::{KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, resolve_pod_cgroups},
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         pressure::{self, PressureSignal},
         probe::{KernelFeatures, NODE_PSI},
     },
+    system_clock::monotonic_ns,
     trace::{
         TraceRecord, TraceView,
-        attribution::{PodCgroups, PodIdentity, PodSource, memory_cgroup_in_proc},
+        attribution::{PodCgroups, PodIdentity, PodLookup, memory_cgroup_in_proc},
         filter::{Filter, parse_pod},
         view::{BurstSettings, Lookups},
     },
@@ -168,7 +168,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         window_ns: BURST_WINDOW.as_nanos() as u64,
         bytes_per_sec: args.burst_rate,
     };
-    let pods = pods.map(|p| Box::new(p) as Box<dyn PodSource>);
+    let pods = pods.map(|p| Box::new(p) as Box<dyn PodLookup>);
     let mut view = TraceView::new(paths, filter, pods, burst, source.page_size());
     let start_ns = monotonic_ns();
     let mut out = Printer {

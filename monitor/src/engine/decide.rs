@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::clock::{Clock, MonoInstant};
 use super::config::EvictionConfig;
+use super::instant::{Clock, MonoInstant};
 use super::pod_facts::{PodFacts, PodRef};
 use super::quantity::Quantity;
 use super::rank::RankPolicy;
@@ -366,7 +366,7 @@ fn reason(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::clock::ManualClock;
+    use crate::engine::instant::ManualClock;
     use crate::engine::rank::FsLayout;
 
     const MI: i64 = 1 << 20;

@@ -9,11 +9,11 @@
 //! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
 //! * [`report`]: the eviction order explained, for `monitor rank`.
 pub mod checkpoint;
-pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod duration;
 pub mod headroom;
+pub mod instant;
 pub mod pod_facts;
 pub mod pod_request;
 pub mod quantity;

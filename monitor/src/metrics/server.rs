@@ -26,7 +26,7 @@ use tokio::{
 };
 
 use super::{endpoints, snapshot::AgentView};
-use crate::clock::monotonic_ns;
+use crate::system_clock::monotonic_ns;
 
 /// The most connections served at once; a scraper needs one.
 pub const MAX_CONNECTIONS: usize = 64;

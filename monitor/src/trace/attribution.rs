@@ -1,7 +1,7 @@
 //! Who an event is about: a cgroup, and the pod owning it when a pod source is given.
 //!
 //! Pods come from a manifests directory through the pods module; the trace only needs the
-//! mapping from a cgroup path to a pod, which [`PodSource`] abstracts so the trace stays pure
+//! mapping from a cgroup path to a pod, which [`PodLookup`] abstracts so the trace stays pure
 //! and testable.
 use serde::Serialize;
 
@@ -19,7 +19,7 @@ pub struct PodIdentity {
 }
 
 /// Maps a cgroup to the pod that owns it.
-pub trait PodSource {
+pub trait PodLookup {
     /// The pod whose cgroup is `cgroup_path` or one of its ancestors (containers live below
     /// their pod's cgroup).
     fn pod_of(&self, cgroup_path: &str) -> Option<&PodIdentity>;
@@ -42,7 +42,7 @@ impl PodCgroups {
     }
 }
 
-impl PodSource for PodCgroups {
+impl PodLookup for PodCgroups {
     fn pod_of(&self, cgroup_path: &str) -> Option<&PodIdentity> {
         // The deepest match wins, should pod cgroups ever nest.
         self.pods

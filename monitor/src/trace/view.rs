@@ -7,7 +7,7 @@ use monitor_common::Stat;
 
 use super::{
     TraceRecord,
-    attribution::{PodSource, Subject},
+    attribution::{PodLookup, Subject},
     burst::BurstDetector,
     filter::Filter,
     incident::{Incident, RecentIncidents},
@@ -44,7 +44,7 @@ pub struct BurstSettings {
 pub struct TraceView {
     paths: CgroupPaths,
     filter: Filter,
-    pods: Option<Box<dyn PodSource>>,
+    pods: Option<Box<dyn PodLookup>>,
     /// Own value minus the kernel's running sum, per cgroup and stat, fixed at first sight.
     baselines: HashMap<(u64, Stat), i64>,
     burst_window_ns: u64,
@@ -58,7 +58,7 @@ impl TraceView {
     pub fn new(
         paths: CgroupPaths,
         filter: Filter,
-        pods: Option<Box<dyn PodSource>>,
+        pods: Option<Box<dyn PodLookup>>,
         burst: BurstSettings,
         page_size: u64,
     ) -> Self {

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Args, ValueEnum};
 
 use super::{
-    action_path::HardAction,
+    action_path::HardActionFlag,
     realtime::parse_realtime_priority,
     self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
 };
@@ -67,32 +67,8 @@ pub struct AgentArgs {
     /// node-pressure eviction ignores them.
     #[arg(long, requires = "kube")]
     pub ignore_disruption_budgets: bool,
-    /// With --kube: what an eviction decided on a hard threshold does first. Soft thresholds
-    /// always go through the Eviction API alone.
-    ///
-    /// kill (the default) kills the pod's cgroup on this node at once (SIGTERM, the
-    /// decision's grace period, 1 s on hard thresholds, then SIGKILL), exactly as without
-    /// --kube, and then posts the Eviction so the API server records it and the kubelet does
-    /// not restart the pod here. This is how the kubelet itself treats a hard threshold: it
-    /// stops the pod at once and consults no PodDisruptionBudget. A fast-growing pod reaches
-    /// the kernel's OOM killer in the time an API round trip and the kubelet's reaction take,
-    /// so only this wins that race. Once the pod is stopped, the API's answer no longer holds
-    /// the node: a budget's refusal (429), an error or no answer within 10 s is logged and
-    /// counted as a failed action, not taken back; the kubelet may then restart the pod's
-    /// containers (restartPolicy), and the pod ranks again once they run. When the kill
-    /// cannot stop the pod, the Eviction's answer decides, as with api.
-    ///
-    /// api only posts the Eviction and leaves stopping the pod to the kubelet: budgets are
-    /// respected (a refused pod is passed over) but the pod grows until the kubelet acts.
-    /// Needs CAP_KILL and the host PID namespace for kill (see `monitor doctor`).
-    #[arg(
-        long,
-        value_enum,
-        default_value_t,
-        requires = "kube",
-        value_name = "ACTION"
-    )]
-    pub kube_hard_action: HardAction,
+    #[command(flatten)]
+    pub hard_action: HardActionFlag,
     /// With --kube --dry-run: post each decision as an Event on the pod (type Warning,
     /// reason EvictionDryRun) and publish the node conditions, so a trial run shows in
     /// `kubectl get events` and `kubectl describe node`. Without it a dry run writes nothing

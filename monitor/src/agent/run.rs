@@ -318,7 +318,7 @@ impl Agent {
                     },
                     events,
                 },
-                hard_action: args.kube_hard_action,
+                hard_action: args.hard_action.kube_hard_action,
             }),
             _ => Box::new(CgroupKiller {
                 hierarchy: hierarchy.clone(),

@@ -8,7 +8,7 @@ use super::privileges::{self, Needs, Requirement};
 use serde::Serialize;
 
 use crate::{
-    agent::action_path::HardAction,
+    agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
     source::probe::{EventSource, KernelFeatures, MemcgMethod},
 };
@@ -36,21 +36,14 @@ pub struct DoctorArgs {
     /// with `--kube-hard-action api` the kubelet stops every pod and they are not.
     #[arg(long)]
     pub kube: bool,
-    /// The agent's `--kube-hard-action`.
-    #[arg(
-        long,
-        value_enum,
-        default_value_t,
-        requires = "kube",
-        value_name = "ACTION"
-    )]
-    pub kube_hard_action: HardAction,
+    #[command(flatten)]
+    pub hard_action: HardActionFlag,
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let features = KernelFeatures::probe();
     let needs = Needs {
-        kills: !args.kube || args.kube_hard_action == HardAction::Kill,
+        kills: !args.kube || args.hard_action.kube_hard_action == HardAction::Kill,
         memory: features.memory.as_ref().ok(),
         kubepods_cgroup: args.kubepods_cgroup.as_deref(),
         tracefs: features.tracefs.as_deref().map_err(String::as_str),

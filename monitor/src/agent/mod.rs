@@ -7,6 +7,7 @@ pub mod cause;
 pub mod checkpoint_writer;
 pub mod core;
 pub mod decision_log;
+mod event_source;
 pub mod local_first;
 pub mod node_status;
 pub mod persist;

@@ -25,11 +25,12 @@ use tracing::Instrument as _;
 
 use super::{
     actuator::{ActionDone, ActionOutcome, ActionRequest, Actuator, CgroupKiller, DryRun, KubeApi},
-    args::{AgentArgs, SourceMode},
+    args::AgentArgs,
     cause::CauseLog,
     checkpoint_writer::{CheckpointHealth, CheckpointWriter},
     core::{AgentCore, NodeCapacity},
     decision_log,
+    event_source::{Batch, Source},
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
     persist,
@@ -68,10 +69,7 @@ use crate::{
         KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, find_pod_cgroup,
         kube_watch, kubelet_view, resolve_pod_cgroups,
     },
-    source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
-        event::{DecodeError, KernelEvent},
-    },
+    source::event::KernelEvent,
     system_clock::{BootClock, monotonic_ns},
     units::bytes,
 };
@@ -91,8 +89,6 @@ const SWEEP_EVERY_RESYNCS: u32 = 6;
 const TURN_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
 /// How long to wait before opening the pod source again after it failed.
 const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
-
-type Batch = Vec<Result<KernelEvent, DecodeError>>;
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
@@ -143,41 +139,6 @@ async fn open_pods(
     let (watcher, first) = ManifestWatcher::start(pods_dir)
         .with_context(|| format!("watching pod manifests in {}", pods_dir.display()))?;
     Ok((PodSource::Dir(watcher), first, None))
-}
-
-/// Kernel source plus how memory numbers are obtained.
-enum Source {
-    /// Stat events between resyncs.
-    Kernel(KernelSource),
-    /// Lifecycle events from the kernel, memory numbers by polling.
-    KernelLifecycle(KernelSource),
-    Poll,
-}
-
-impl Source {
-    fn kernel(&mut self) -> Option<&mut KernelSource> {
-        match self {
-            Source::Kernel(k) | Source::KernelLifecycle(k) => Some(k),
-            Source::Poll => None,
-        }
-    }
-
-    fn describe(&self, poll: Duration) -> String {
-        let programs = |k: &KernelSource| {
-            format!(
-                "{}/{} kernel programs",
-                k.attached().len(),
-                k.attached().len() + k.skipped().len()
-            )
-        };
-        match self {
-            Source::Kernel(k) => format!("ebpf ({})", programs(k)),
-            Source::KernelLifecycle(k) => {
-                format!("ebpf+poll ({}; memory polled every {poll:?})", programs(k))
-            }
-            Source::Poll => format!("poll (cgroupfs every {poll:?})"),
-        }
-    }
 }
 
 struct Agent {
@@ -263,7 +224,7 @@ impl Agent {
             }
         };
         let state = persist::restore(&saved, &read_now()?);
-        let source = open_source(&args, &hierarchy)?;
+        let source = Source::open(&args, &hierarchy)?;
         let thresholds: Vec<String> = config
             .thresholds
             .iter()
@@ -357,9 +318,10 @@ impl Agent {
     }
 
     async fn run(mut self, watcher: PodSource) -> anyhow::Result<ExitCode> {
-        let read_every = match self.source {
-            Source::Kernel(_) => self.args.resync_interval,
-            Source::KernelLifecycle(_) | Source::Poll => self.args.poll_interval,
+        let read_every = if self.source.memory_from_kernel() {
+            self.args.resync_interval
+        } else {
+            self.args.poll_interval
         };
         let mut reads = interval(read_every);
         reads.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -368,13 +330,13 @@ impl Agent {
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
         let mut sigterm = signal(SignalKind::terminate())?;
         // Sized for a full ring at start: no allocation when records pour in under pressure.
-        let mut batch = match self.source {
-            Source::Poll => Vec::new(),
-            _ => Vec::with_capacity(monitor_common::MAX_RECORDS),
+        let mut batch = match self.source.kernel {
+            None => Vec::new(),
+            Some(_) => Vec::with_capacity(monitor_common::MAX_RECORDS),
         };
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let wakes_on_growth = matches!(self.source, Source::Kernel(_));
+        let wakes_on_growth = self.source.memory_from_kernel();
         let mut psi = self.install_psi_wake();
         // None while the pod source is being opened again after it failed.
         let mut watcher = Some(watcher);
@@ -383,7 +345,7 @@ impl Agent {
         turn.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                read = next_batch(&mut self.source, &mut batch) => match read {
+                read = self.source.next_batch(&mut batch) => match read {
                     Ok(()) => self.apply_batch(&mut batch),
                     Err(e) => {
                         tracing::warn!("reading the kernel ring buffer: {e}; reading cgroupfs instead");
@@ -477,7 +439,7 @@ impl Agent {
     /// PSI triggers that make a polling agent read at once when memory stalls; none with the
     /// stat programs, whose records already wake it.
     fn install_psi_wake(&self) -> Option<PsiWake> {
-        if matches!(self.source, Source::Kernel(_)) || self.args.psi_stall.is_zero() {
+        if self.source.memory_from_kernel() || self.args.psi_stall.is_zero() {
             return None;
         }
         let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);
@@ -501,7 +463,11 @@ impl Agent {
 
     /// Reads and applies the records the kernel sent without waking us.
     fn read_waiting(&mut self, batch: &mut Batch) {
-        let read = self.source.kernel().map_or(0, |k| k.read_pending(batch));
+        let read = self
+            .source
+            .kernel
+            .as_mut()
+            .map_or(0, |k| k.read_pending(batch));
         if read > 0 {
             self.apply_batch(batch);
         }
@@ -512,7 +478,7 @@ impl Agent {
     /// the waiting records must be read now. A failure to set it leaves records waking the
     /// agent as before, which costs CPU but no decision.
     fn rearm_wake(&mut self) -> bool {
-        let Source::Kernel(kernel) = &mut self.source else {
+        let Some(kernel) = self.source.memory_kernel() else {
             return false;
         };
         let margin = self.args.step.saturating_mul(WAKE_MARGIN_STEPS);
@@ -632,7 +598,7 @@ impl Agent {
     /// cgroup, so pods still waiting for theirs (the manifest came first, as a pod reaches
     /// the node before its cgroup exists) are looked for here, as on a kernel mkdir event.
     fn read_unprompted(&mut self) {
-        if matches!(self.source, Source::Poll) {
+        if self.source.kernel.is_none() {
             self.rediscover();
         } else {
             self.read_cgroupfs(false);
@@ -1142,7 +1108,7 @@ impl Agent {
     /// removal, or a working-set change) the hierarchy is rescanned and every number read
     /// anew, so no cgroup stays unknown and no estimate stays wrong until the next resync.
     fn take_losses(&mut self) {
-        let Some(kernel) = self.source.kernel() else {
+        let Some(kernel) = self.source.kernel.as_mut() else {
             return;
         };
         let new = kernel.new_drops();
@@ -1171,7 +1137,7 @@ impl Agent {
     /// (the kernel keeps most out itself; this catches the rest), so the map never fills
     /// with dead cgroups.
     fn sweep_kernel_map(&mut self) {
-        let Source::Kernel(kernel) = &mut self.source else {
+        let Some(kernel) = self.source.memory_kernel() else {
             return;
         };
         self.resyncs_since_sweep += 1;
@@ -1188,51 +1154,6 @@ impl Agent {
             }
             Err(e) => tracing::warn!("sweeping the kernel's per-cgroup map: {e}"),
         }
-    }
-}
-
-/// Opens the event source the flags and the kernel allow.
-fn open_source(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<Source> {
-    if args.source == SourceMode::Poll {
-        return Ok(Source::Poll);
-    }
-    let options = LoadOptions {
-        step_bytes: args.step,
-        hierarchy_id: hierarchy.hierarchy_id,
-        memcg_hook: args.memcg_hook,
-    };
-    // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace` shows them.
-    let incidents = IncidentOptions {
-        min_stall: Duration::from_millis(1),
-    };
-    match KernelSource::load_with_incidents(options, incidents) {
-        Ok(kernel) => {
-            for skipped in kernel.skipped() {
-                tracing::warn!(
-                    "not attached: {} ({}); {}",
-                    skipped.program.hook(),
-                    skipped.reason,
-                    skipped.program.fallback
-                );
-            }
-            Ok(if kernel.tracks_memory() {
-                Source::Kernel(kernel)
-            } else {
-                Source::KernelLifecycle(kernel)
-            })
-        }
-        Err(e) if args.source == SourceMode::Auto => {
-            tracing::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
-            Ok(Source::Poll)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn next_batch(source: &mut Source, batch: &mut Batch) -> io::Result<()> {
-    match source.kernel() {
-        Some(kernel) => kernel.next_batch(batch).await,
-        None => std::future::pending().await,
     }
 }
 

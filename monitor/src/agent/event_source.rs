@@ -1,0 +1,116 @@
+//! Where the agent's numbers come from, as the probe names it ([`EventSource`]), with the
+//! kernel programs when any are loaded: everything from the kernel, cgroup lifecycle from
+//! the kernel and memory by polling, or polling alone.
+use std::{io, time::Duration};
+
+use super::args::{AgentArgs, SourceMode};
+use crate::{
+    cgroupfs::MemoryHierarchy,
+    source::{
+        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        event::{DecodeError, KernelEvent},
+        probe::EventSource,
+    },
+};
+
+/// Kernel records as one read hands them over.
+pub type Batch = Vec<Result<KernelEvent, DecodeError>>;
+
+/// The agent's event source.
+pub struct Source {
+    pub kind: EventSource,
+    /// The loaded kernel programs; `None` when polling alone.
+    pub kernel: Option<KernelSource>,
+}
+
+impl Source {
+    /// Opens what `--source` asks for; with `auto`, polling when the kernel programs cannot
+    /// load.
+    pub fn open(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<Source> {
+        if args.source == SourceMode::Poll {
+            return Ok(Source::polling());
+        }
+        let options = LoadOptions {
+            step_bytes: args.step,
+            hierarchy_id: hierarchy.hierarchy_id,
+            memcg_hook: args.memcg_hook,
+        };
+        // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace`
+        // shows them.
+        let incidents = IncidentOptions {
+            min_stall: Duration::from_millis(1),
+        };
+        match KernelSource::load_with_incidents(options, incidents) {
+            Ok(kernel) => {
+                for skipped in kernel.skipped() {
+                    tracing::warn!(
+                        "not attached: {} ({}); {}",
+                        skipped.program.hook(),
+                        skipped.reason,
+                        skipped.program.fallback
+                    );
+                }
+                let kind = if kernel.tracks_memory() {
+                    EventSource::Ebpf
+                } else {
+                    EventSource::EbpfPoll
+                };
+                Ok(Source {
+                    kind,
+                    kernel: Some(kernel),
+                })
+            }
+            Err(e) if args.source == SourceMode::Auto => {
+                tracing::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
+                Ok(Source::polling())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn polling() -> Source {
+        Source {
+            kind: EventSource::Poll,
+            kernel: None,
+        }
+    }
+
+    /// Whether memory numbers come from the kernel between resyncs.
+    pub fn memory_from_kernel(&self) -> bool {
+        self.kind == EventSource::Ebpf
+    }
+
+    /// The kernel programs, when they report memory numbers.
+    pub fn memory_kernel(&mut self) -> Option<&mut KernelSource> {
+        match self.kind {
+            EventSource::Ebpf => self.kernel.as_mut(),
+            EventSource::EbpfPoll | EventSource::Poll => None,
+        }
+    }
+
+    /// The next batch of kernel records; never resolves when polling alone. Cancel-safe.
+    pub async fn next_batch(&mut self, batch: &mut Batch) -> io::Result<()> {
+        match self.kernel.as_mut() {
+            Some(kernel) => kernel.next_batch(batch).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// In words, for the start-up line and the status endpoint.
+    pub fn describe(&self, poll: Duration) -> String {
+        let programs = |k: &KernelSource| {
+            format!(
+                "{}/{} kernel programs",
+                k.attached().len(),
+                k.attached().len() + k.skipped().len()
+            )
+        };
+        match (self.kind, &self.kernel) {
+            (EventSource::Ebpf, Some(k)) => format!("ebpf ({})", programs(k)),
+            (EventSource::EbpfPoll, Some(k)) => {
+                format!("ebpf+poll ({}; memory polled every {poll:?})", programs(k))
+            }
+            _ => format!("poll (cgroupfs every {poll:?})"),
+        }
+    }
+}

@@ -293,8 +293,9 @@ async fn assert_anon_adds_up(cgroup: &TestCgroup, mut source: KernelSource) {
 }
 
 /// Each CPU holds a cgroup's stat updates back within the per-CPU budget before adding them
-/// to the cgroup's total. After a 64 MiB allocation the total plus what the CPUs hold back
-/// is the allocation, page for page (nothing is lost when a CPU moves on to another cgroup),
+/// to the cgroup's total. After a 64 MiB allocation, interleaved with another cgroup's, the
+/// total plus what the CPUs hold back is the allocation, page for page (nothing is lost when a
+/// CPU moves on to another cgroup),
 /// and what they hold back stays within the documented bound of (budget - 1) x CPUs pages.
 /// The budget of 37 pages divides no allocation, so something is usually held back.
 #[test]
@@ -331,15 +332,22 @@ fn per_cpu_sums_add_up_exactly_and_hold_back_less_than_the_budget() {
         let before = source
             .running_total(id, Stat::Anon)
             .expect("the cgroup's anon total after 1 MiB");
-        allocator.alloc(64);
+        // Another cgroup's allocations in between make the CPUs move from one cgroup to the
+        // other, so what each held back for the first must be folded into its total.
+        let mut other = Allocator::start_in(&cgroup.child("other"));
+        for _ in 0..16 {
+            other.alloc(1);
+            allocator.alloc(4);
+        }
         let after = source.running_total(id, Stat::Anon).unwrap();
         let held = source.held_back(id, Stat::Anon).unwrap();
         eprintln!(
             "anon counted {} bytes for 64 MiB; {held} bytes held back by the CPUs (bound {bound})",
             after - before
         );
-        // A few pages of slack: the helper's stack and stdout may grow meanwhile.
-        let slack = 8 * page;
+        // Two pages of slack for the helper's own stack or heap growing meanwhile (none was
+        // seen); a CPU that dropped what it held back loses pages by the handful.
+        let slack = 2 * page;
         assert!(
             (after - before - 64 * MIB).abs() <= slack,
             "the kernel counted {} bytes of anon for a 64 MiB allocation",

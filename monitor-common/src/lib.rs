@@ -87,7 +87,11 @@ pub struct Config {
     /// Hierarchy id whose cgroup mkdir/rmdir events matter (the memory controller's hierarchy
     /// on cgroup v1, 0 for the unified hierarchy), or -1 for every hierarchy.
     pub hierarchy_id: i32,
-    pub _pad: u32,
+    /// Per-CPU budget in pages: a stat update stays in its CPU's [`PendingPages`] while that
+    /// CPU's unfolded sum for the cgroup and stat is smaller than this in magnitude, and is
+    /// added to the cgroup's [`CgroupCounters`] (and checked against the step) only once it
+    /// is not. 0 or 1: every update is added at once.
+    pub budget_pages: u32,
 }
 
 impl Config {
@@ -98,9 +102,38 @@ impl Config {
         lruvec_items: [NO_ITEM; NSTATS],
         memcg_items: [NO_ITEM; NSTATS],
         hierarchy_id: -1,
-        _pad: 0,
+        budget_pages: 0,
     };
 }
+
+/// Stat updates one CPU holds back for one cgroup, below [`Config::budget_pages`] each: an
+/// entry of the per-CPU `PENDING` array map, one per memcg program ([`PendingSlot`]).
+///
+/// A cgroup's true sum of a stat is its [`CgroupCounters::pages`] plus its pending pages on
+/// every CPU; each CPU holds back less than the budget, so the kernel's total lags the true
+/// one by less than `ncpus * budget_pages` pages per stat.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingPages {
+    /// The cgroup whose updates are pending; 0 (no cgroup has that id): none.
+    pub cgroup_id: u64,
+    /// Pages not yet added to the cgroup's [`CgroupCounters::pages`], per [`Stat`] slot.
+    pub pages: [i64; NSTATS],
+}
+
+/// The entries of the `PENDING` per-CPU array map: one per memcg program, because a program
+/// may interrupt the other on its CPU but never itself.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingSlot {
+    /// The program on `mod_memcg_lruvec_state` (or its fentry / raw form).
+    Lruvec = 0,
+    /// The program on `mod_memcg_state` (or its fentry / raw form).
+    Memcg = 1,
+}
+
+/// Number of [`PendingSlot`]s.
+pub const NPENDING: u32 = 2;
 
 /// Per-cgroup aggregate kept in the `CGROUP_STATS` hash map, keyed by cgroup id.
 #[repr(C)]
@@ -479,6 +512,7 @@ pub mod field {
 // Both sides must agree on these layouts byte for byte.
 const _: () = assert!(core::mem::size_of::<Config>() == 64);
 const _: () = assert!(core::mem::size_of::<CgroupCounters>() == 16 * NSTATS);
+const _: () = assert!(core::mem::size_of::<PendingPages>() == 8 + 8 * NSTATS);
 const _: () = assert!(core::mem::size_of::<StatEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<CgroupEvent>() == 32 + PATH_MAX);
 const _: () = assert!(core::mem::size_of::<IncidentConfig>() == 40);
@@ -494,6 +528,7 @@ mod pod_impls {
     // so every bit pattern is a valid value.
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::CgroupCounters {}
+    unsafe impl aya::Pod for super::PendingPages {}
     unsafe impl aya::Pod for super::StatEvent {}
     unsafe impl aya::Pod for super::CgroupEvent {}
     unsafe impl aya::Pod for super::IncidentConfig {}

@@ -17,6 +17,7 @@ mod memcg_fentry;
 mod memcg_raw;
 mod memcg_stat;
 mod oom_victim;
+mod pending;
 mod reclaim_stall;
 mod task_memcg;
 mod wake;

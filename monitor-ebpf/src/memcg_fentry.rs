@@ -22,7 +22,7 @@ use aya_ebpf::{
     maps::PerCpuArray,
     programs::FEntryContext,
 };
-use monitor_common::MemcgOffsets;
+use monitor_common::{MemcgOffsets, PendingSlot};
 
 use crate::{
     maps::{config, lifecycle_generation, memcg_offsets},
@@ -66,7 +66,13 @@ fn try_lruvec(ctx: &FEntryContext) -> Result<(), i64> {
         // SAFETY: this CPU's slot of the map, alive for this program run.
         let entry = unsafe { *entry };
         if generation != 0 && entry.generation == generation && entry.lruvec == lruvec as u64 {
-            return record(cfg, slot, entry.cgroup_id, ctx.arg::<i32>(2));
+            return record(
+                cfg,
+                PendingSlot::Lruvec,
+                slot,
+                entry.cgroup_id,
+                ctx.arg::<i32>(2),
+            );
         }
     }
     let offsets = memcg_offsets().ok_or(0)?;
@@ -86,7 +92,7 @@ fn try_lruvec(ctx: &FEntryContext) -> Result<(), i64> {
             };
         }
     }
-    record(cfg, slot, cgroup_id, ctx.arg::<i32>(2))
+    record(cfg, PendingSlot::Lruvec, slot, cgroup_id, ctx.arg::<i32>(2))
 }
 
 fn try_memcg(ctx: &FEntryContext) -> Result<(), i64> {
@@ -94,7 +100,8 @@ fn try_memcg(ctx: &FEntryContext) -> Result<(), i64> {
     let slot = slot_of(&cfg.memcg_items, ctx.arg::<i32>(1)).ok_or(0)?;
     let offsets = memcg_offsets().ok_or(0)?;
     let memcg = pointer_arg(ctx, 0)?;
-    record(cfg, slot, memcg_id(memcg, offsets)?, ctx.arg::<i32>(2))
+    let id = memcg_id(memcg, offsets)?;
+    record(cfg, PendingSlot::Memcg, slot, id, ctx.arg::<i32>(2))
 }
 
 /// Pointer argument `n` as a plain address. `ctx.arg` would give the verifier's typed kernel

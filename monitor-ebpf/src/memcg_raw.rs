@@ -11,6 +11,7 @@
 //! Minimum kernel: 6.13 (the tracepoints), raw tracepoints since 4.17.
 
 use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use monitor_common::PendingSlot;
 
 use crate::{
     maps::{config, memcg_offsets},
@@ -32,13 +33,14 @@ pub fn raw_memcg_state(ctx: RawTracePointContext) -> u32 {
 
 fn try_raw(ctx: &RawTracePointContext, memcg_item: bool) -> Result<(), i64> {
     let cfg = config().ok_or(0)?;
-    let items = if memcg_item {
-        &cfg.memcg_items
+    let (items, program) = if memcg_item {
+        (&cfg.memcg_items, PendingSlot::Memcg)
     } else {
-        &cfg.lruvec_items
+        (&cfg.lruvec_items, PendingSlot::Lruvec)
     };
     let slot = slot_of(items, ctx.arg::<i32>(1)).ok_or(0)?;
     let offsets = memcg_offsets().ok_or(0)?;
     let memcg = ctx.arg::<u64>(0) as *const u8;
-    record(cfg, slot, memcg_id(memcg, offsets)?, ctx.arg::<i32>(2))
+    let id = memcg_id(memcg, offsets)?;
+    record(cfg, program, slot, id, ctx.arg::<i32>(2))
 }

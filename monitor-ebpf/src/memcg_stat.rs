@@ -1,9 +1,10 @@
 //! `memcg/mod_memcg_state` and `memcg/mod_memcg_lruvec_state`: per-cgroup memory stat deltas.
 //!
 //! Both tracepoints fire on every update of a memcg's statistics with the memcg's cgroup id,
-//! the stat item number and the change in pages. We keep a running sum per cgroup and stat and
-//! send a record only when the sum moved by at least `Config::step_bytes` since the last record;
-//! the record wakes userspace only when it may matter for a threshold (see `wake`).
+//! the stat item number and the change in pages. Each CPU sums a cgroup's updates within a
+//! budget (`pending`); past it they go into a running sum per cgroup and stat, and a record is
+//! sent only when the sum moved by at least `Config::step_bytes` since the last record; the
+//! record wakes userspace only when it may matter for a threshold (see `wake`).
 //! Minimum kernel: 6.13 (the memcg tracepoints were added then); on 5.11 to 6.12 the same
 //! aggregation runs from fentry programs on the functions the tracepoints were later placed
 //! in (`memcg_fentry`), and without either userspace polls.
@@ -13,14 +14,15 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use monitor_common::{
-    CgroupCounters, Config, DropReason, EventKind, FieldsSlot, NSTATS, Stat, StatEvent,
+    CgroupCounters, Config, DropReason, EventKind, FieldsSlot, NSTATS, PendingSlot, Stat,
+    StatEvent,
     field::memcg::{ID, ITEM, VAL},
 };
 
 use crate::{
     atomic,
     maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop, fields},
-    wake,
+    pending, wake,
 };
 
 #[tracepoint(category = "memcg", name = "mod_memcg_lruvec_state")]
@@ -37,10 +39,14 @@ pub fn mod_memcg_state(ctx: TracePointContext) -> u32 {
 
 fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
     let cfg = config().ok_or(0)?;
-    let (items, slot) = if memcg_item {
-        (&cfg.memcg_items, FieldsSlot::MemcgState)
+    let (items, slot, program) = if memcg_item {
+        (&cfg.memcg_items, FieldsSlot::MemcgState, PendingSlot::Memcg)
     } else {
-        (&cfg.lruvec_items, FieldsSlot::MemcgLruvecState)
+        (
+            &cfg.lruvec_items,
+            FieldsSlot::MemcgLruvecState,
+            PendingSlot::Lruvec,
+        )
     };
     // Offsets from this kernel's format, checked against the fields' sizes by userspace.
     let at = fields(slot).ok_or(0)?;
@@ -54,7 +60,7 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
             ctx.read_at::<i32>(at.at(VAL))?,
         )
     };
-    record(cfg, slot, id, val)
+    record(cfg, program, slot, id, val)
 }
 
 /// The [`Stat`] slot a kernel item number is tracked in, if any.
@@ -68,32 +74,68 @@ pub fn slot_of(items: &[i32; NSTATS], item: i32) -> Option<usize> {
     (slot < NSTATS).then_some(slot)
 }
 
-/// Adds `val` pages to the cgroup's sum in `slot` and sends a record when the sum moved by a
-/// step since the last one. Shared by the tracepoint and the fentry programs.
-pub fn record(cfg: &Config, slot: usize, id: u64, val: i32) -> Result<(), i64> {
-    if slot >= NSTATS {
+/// Counts `val` pages of `slot` for the cgroup: held back on this CPU within the budget
+/// (`pending`), else added to the cgroup's sum, which sends a record when it moved by a step
+/// since the last one. Shared by the tracepoint, raw tracepoint and fentry programs; inlined,
+/// as BPF calls take at most five arguments in registers.
+#[inline(always)]
+pub fn record(
+    cfg: &Config,
+    program: PendingSlot,
+    slot: usize,
+    id: u64,
+    val: i32,
+) -> Result<(), i64> {
+    let fold = pending::hold(cfg, program, slot, id, i64::from(val));
+    if let Some((evicted, pages)) = fold.evicted {
+        fold_all(cfg, evicted, &pages);
+    }
+    if fold.pages == 0 {
         return Ok(());
     }
-    let counters = counters_of(id)?;
-    let val = i64::from(val);
+    add(cfg, counters_of(id)?, slot, id, fold.pages);
+    Ok(())
+}
+
+/// Folds what this CPU held back for a cgroup it no longer sees into the cgroup's sums.
+fn fold_all(cfg: &Config, id: u64, pages: &[i64; NSTATS]) {
+    if pages.iter().all(|p| *p == 0) {
+        return;
+    }
+    let Ok(counters) = counters_of(id) else {
+        return;
+    };
+    for (slot, held) in pages.iter().enumerate() {
+        if *held != 0 {
+            add(cfg, counters, slot, id, *held);
+        }
+    }
+}
+
+/// Adds `pages` to the cgroup's sum in `slot` and sends a record when the sum moved by a step
+/// since the last one.
+fn add(cfg: &Config, counters: *mut CgroupCounters, slot: usize, id: u64, pages: i64) {
+    if slot >= NSTATS {
+        return;
+    }
     // SAFETY: the pointers come from the hash map entry and stay valid for this program run;
     // other CPUs update the same entry, hence atomics.
     let total_ptr = unsafe { &raw mut (*counters).pages[slot] };
     let reported_ptr = unsafe { &raw mut (*counters).reported[slot] };
-    unsafe { atomic::add(total_ptr, val) };
+    unsafe { atomic::add(total_ptr, pages) };
     if cfg.step_bytes == 0 {
-        return Ok(());
+        return;
     }
     // `total` may already include other CPUs' later additions; that is fine because records
     // carry differences between successive values of `reported`, which only moves by exchange.
     let (total, last) = unsafe { (atomic::load(total_ptr), atomic::load(reported_ptr)) };
     let moved = (total - last).unsigned_abs() * cfg.page_size;
     if moved < cfg.step_bytes {
-        return Ok(());
+        return;
     }
     // Only the CPU that advances `reported` sends the record, so deltas never overlap.
     if !unsafe { atomic::swap_if(reported_ptr, last, total) } {
-        return Ok(());
+        return;
     }
     let page = cfg.page_size as i64;
     let delta_bytes = (total - last) * page;
@@ -115,7 +157,6 @@ pub fn record(cfg: &Config, slot: usize, id: u64, val: i32) -> Result<(), i64> {
         unsafe { atomic::swap_if(reported_ptr, total, last) };
         count_drop(DropReason::RingFull);
     }
-    Ok(())
 }
 
 fn counters_of(id: u64) -> Result<*mut CgroupCounters, i64> {

@@ -119,6 +119,13 @@ pub struct AgentArgs {
     /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
     #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = positive_bytes)]
     pub step: u64,
+    /// Pages of a cgroup's stat each CPU sums on its own before the kernel programs add them
+    /// to the cgroup's total and check the step: a page fault then touches no shared kernel
+    /// memory. All CPUs together hold back less than PAGES times the CPUs, so a step is seen
+    /// that much late at most. Default: the step / (4 x CPUs), at least 1; 1 adds every
+    /// update at once.
+    #[arg(long, value_name = "PAGES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_cpu_budget: Option<u32>,
     /// Where the agent keeps its state across restarts.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
     pub checkpoint_dir: PathBuf,

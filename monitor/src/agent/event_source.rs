@@ -34,6 +34,7 @@ impl Source {
             step_bytes: args.step,
             hierarchy_id: hierarchy.hierarchy_id,
             memcg_hook: args.memcg_hook,
+            budget_pages: args.per_cpu_budget,
         };
         // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace`
         // shows them.

@@ -138,6 +138,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             step_bytes: args.step,
             hierarchy_id: hierarchy.hierarchy_id,
             memcg_hook: MemcgHook::Auto,
+            budget_pages: None,
         },
         IncidentOptions {
             min_stall: args.min_stall,

@@ -22,7 +22,7 @@ use aya::{
 };
 use monitor_common::{
     CgroupCounters, Config, DropReason, FieldOffsets, IncidentConfig, MemcgOffsets, NO_ITEM,
-    NSTATS, Stat, WakeSlot,
+    NPENDING, NSTATS, PendingPages, Stat, WakeSlot,
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
@@ -50,6 +50,16 @@ pub struct LoadOptions {
     pub hierarchy_id: i32,
     /// How the per-cgroup memory programs hook the kernel.
     pub memcg_hook: MemcgHook,
+    /// Pages a CPU may hold back per cgroup and stat before adding them to the cgroup's
+    /// total (`Config::budget_pages`); `None`: [`default_budget_pages`].
+    pub budget_pages: Option<u32>,
+}
+
+/// The per-CPU budget for a step: all CPUs together hold back less than a quarter of the step
+/// of any cgroup's stat (at least 1 page: every update added at once).
+pub fn default_budget_pages(step_bytes: u64, page_size: u64, ncpus: usize) -> u32 {
+    let per_cpu = step_bytes / page_size.max(1) / (4 * ncpus.max(1) as u64);
+    u32::try_from(per_cpu).unwrap_or(u32::MAX).max(1)
 }
 
 /// Which hook the per-cgroup memory programs use (see [`super::programs`]).
@@ -177,6 +187,8 @@ pub struct KernelSource {
     /// The memcg programs attached with fentry instead of tracepoints, and their functions.
     fentry: Vec<(&'static FentrySpec, &'static str)>,
     page_size: u64,
+    /// Pages each CPU may hold back per cgroup and stat (`Config::budget_pages`).
+    budget_pages: u32,
     /// Highest working-set growth sum carried by a stat record read so far.
     growth_seen: i64,
     /// Wake-up level last written to the kernel.
@@ -330,6 +342,7 @@ impl KernelSource {
             attached,
             skipped,
             page_size: config.page_size,
+            budget_pages: config.budget_pages,
             fentry,
             growth_seen: 0,
             wake_at: None,
@@ -341,6 +354,12 @@ impl KernelSource {
     /// Page size of the running kernel, the unit of `nr_reclaimed` in stall events.
     pub fn page_size(&self) -> u64 {
         self.page_size
+    }
+
+    /// Pages each CPU may hold back per cgroup and stat before the kernel adds them to the
+    /// cgroup's total: that total lags the true sum by less than this times the CPUs.
+    pub fn budget_pages(&self) -> u32 {
+        self.budget_pages
     }
 
     /// Programs that are attached.
@@ -463,12 +482,30 @@ impl KernelSource {
         Ok(lowered && wake.get(&(WakeSlot::Growth as u32), 0)? >= wake_at)
     }
 
-    /// Bytes of `stat` the kernel has summed for a cgroup since attaching, read from the map now.
+    /// Bytes of `stat` the kernel has counted for a cgroup since attaching, read from the maps
+    /// now: its total plus what the CPUs hold back for it ([`Self::held_back`]).
     pub fn running_total(&self, cgroup_id: u64, stat: Stat) -> Option<i64> {
         let map = self.ebpf.map("CGROUP_STATS")?;
         let stats = HashMap::<_, u64, CgroupCounters>::try_from(map).ok()?;
         let counters = stats.get(&cgroup_id, 0).ok()?;
-        Some(counters.pages[stat as usize] * self.page_size as i64)
+        let held = self.held_back(cgroup_id, stat).unwrap_or(0);
+        Some(counters.pages[stat as usize] * self.page_size as i64 + held)
+    }
+
+    /// Bytes of `stat` the CPUs hold back for a cgroup, not yet in its total (see
+    /// `Config::budget_pages`), read from `PENDING` now.
+    pub fn held_back(&self, cgroup_id: u64, stat: Stat) -> Result<i64, aya::maps::MapError> {
+        let map = self.ebpf.map("PENDING").ok_or_else(missing_map)?;
+        let pending = PerCpuArray::<_, PendingPages>::try_from(map)?;
+        let mut pages = 0;
+        for slot in 0..NPENDING {
+            for cpu in pending.get(&slot, 0)?.iter() {
+                if cpu.cgroup_id == cgroup_id {
+                    pages += cpu.pages[stat as usize];
+                }
+            }
+        }
+        Ok(pages * self.page_size as i64)
     }
 
     /// Ids of the cgroups the kernel keeps aggregates for, read from `CGROUP_STATS` now.
@@ -720,6 +757,9 @@ fn config_for(btf: &Types<'_>, options: LoadOptions) -> Result<Config, LoadError
     config.step_bytes = options.step_bytes.max(1);
     config.page_size = page_size();
     config.hierarchy_id = options.hierarchy_id;
+    config.budget_pages = options.budget_pages.unwrap_or_else(|| {
+        default_budget_pages(config.step_bytes, config.page_size, possible_cpus())
+    });
     for stat in Stat::ALL {
         let slot = stat as usize;
         let (lruvec, memcg_item) = match stat {
@@ -761,6 +801,12 @@ fn incident_config_for(
 
 fn item(value: i64) -> i32 {
     i32::try_from(value).unwrap_or(NO_ITEM)
+}
+
+/// CPUs the per-CPU maps have a slot for; 1 if the kernel does not say (a budget too small
+/// costs speed, never accuracy).
+fn possible_cpus() -> usize {
+    aya::util::nr_cpus().unwrap_or(1)
 }
 
 fn page_size() -> u64 {
@@ -834,6 +880,34 @@ fn write_fields(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProgramSpec) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_budget_holds_back_less_than_a_quarter_step_on_all_cpus() {
+        const KIB: u64 = 1024;
+        let cases = [
+            ("default step, 2 CPUs", 256 * KIB, 4096, 2, 8),
+            ("default step, 1 CPU", 256 * KIB, 4096, 1, 16),
+            (
+                "default step, 64 CPUs: every update at once",
+                256 * KIB,
+                4096,
+                64,
+                1,
+            ),
+            ("large step, 64 CPUs", 64 * 1024 * KIB, 4096, 64, 64),
+            ("64 KiB pages", 256 * KIB, 64 * KIB, 2, 1),
+            ("no CPU count", 256 * KIB, 4096, 0, 16),
+        ];
+        for (name, step, page, ncpus, want) in cases {
+            let budget = default_budget_pages(step, page, ncpus);
+            assert_eq!(budget, want, "{name}");
+            let held = u64::from(budget - 1) * ncpus.max(1) as u64 * page;
+            assert!(
+                budget == 1 || held < step / 4,
+                "{name}: {held} bytes held back"
+            );
+        }
+    }
 
     #[test]
     fn new_drops_are_the_increase_of_each_counter() {

@@ -4,8 +4,9 @@
 //! same run, against page faults with no program attached.
 //!
 //! `hook_cost ROUNDS REPEATS` runs, REPEATS times in turn: `bench_load faults 4 ROUNDS` in a
-//! cgroup of its own with no programs loaded, with the programs on the memcg tracepoints, and
-//! with them on fentry. With programs loaded it runs the loop twice: once timed with the
+//! cgroup of its own with no programs loaded, with the programs on the memcg tracepoints,
+//! with them on fentry, and on fentry adding every update to the cgroup's total at once
+//! (no per-CPU sums). With programs loaded it runs the loop twice: once timed with the
 //! kernel's run-time statistics off (their clock reads would be counted), once with them on
 //! for each program's run time per hit. The ring buffer is drained while the loop runs, as
 //! the agent would. Each measurement is one line on stdout:
@@ -31,6 +32,9 @@ enum Hook {
     None,
     Tracepoints,
     Fentry,
+    /// fentry with every update added to the cgroup's total at once (`--per-cpu-budget 1`),
+    /// the lever the default per-CPU sums are measured against.
+    FentryAtOnce,
 }
 
 impl Hook {
@@ -39,6 +43,7 @@ impl Hook {
             Self::None => "none",
             Self::Tracepoints => "tracepoints",
             Self::Fentry => "fentry",
+            Self::FentryAtOnce => "fentry-at-once",
         }
     }
 }
@@ -57,7 +62,12 @@ fn main() {
         .expect("tokio runtime");
     let _in_runtime = runtime.enter();
     for _ in 0..repeats {
-        for hook in [Hook::None, Hook::Tracepoints, Hook::Fentry] {
+        for hook in [
+            Hook::None,
+            Hook::Tracepoints,
+            Hook::Fentry,
+            Hook::FentryAtOnce,
+        ] {
             let line = measure(hook, &cgroup, &dir, rounds);
             println!("hook-cost {line}");
         }
@@ -70,15 +80,17 @@ fn usage() -> ! {
 }
 
 fn measure(hook: Hook, cgroup: &TestCgroup, dir: &std::path::Path, rounds: usize) -> Value {
-    let memcg_hook = match hook {
+    let (memcg_hook, budget_pages) = match hook {
         Hook::None => return fault_figures(hook, faults(dir, rounds, None), Vec::new()),
-        Hook::Tracepoints => MemcgHook::Auto,
-        Hook::Fentry => MemcgHook::Fentry,
+        Hook::Tracepoints => (MemcgHook::Auto, None),
+        Hook::Fentry => (MemcgHook::Fentry, None),
+        Hook::FentryAtOnce => (MemcgHook::Fentry, Some(1)),
     };
     let loaded = KernelSource::load(LoadOptions {
         step_bytes: STEP_BYTES,
         hierarchy_id: cgroup.hierarchy.hierarchy_id,
         memcg_hook,
+        budget_pages,
     });
     let mut source = match loaded {
         Ok(source) => source,

@@ -164,7 +164,7 @@ fn figures_of(where_: &str, all: &[Measurement], machine: &Machine, load: f64) -
         none,
         format!("median of {}", pages["none"].len()),
     );
-    for hook in ["tracepoints", "fentry"] {
+    for hook in ["tracepoints", "fentry", "fentry-at-once"] {
         if let Some(why) = unavailable.get(hook) {
             eprintln!("bench: hooks: {where_}: {hook} unavailable: {why}");
             continue;

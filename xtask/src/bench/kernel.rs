@@ -6,9 +6,10 @@
 //! change of run_cnt across a window with page faults and cgroup creations, for the programs
 //! the agent holds open. The slowdown is
 //! `bench_load faults` (map, touch and unmap 4 MiB, many times, in a pod cgroup) without
-//! the agent, with the agent (eBPF source) for each way its memcg programs can hook the
-//! kernel (classic tracepoints, then raw tracepoints: a lever measured beside the default),
-//! and without it again; statistics stay at their previous setting during those runs, so
+//! the agent, with the agent (eBPF source) for each way its memcg programs can hook and count
+//! (classic tracepoints with per-CPU sums, the default; then, as levers measured beside it,
+//! every update added to the cgroup's total at once, and raw tracepoints), and without it
+//! again; statistics stay at their previous setting during those runs, so
 //! their own clock reads are not counted.
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
@@ -134,18 +135,23 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
     }
     figures.push(baseline);
     let (_, on, per_prog) = &hooks[0];
-    let raw_tp = hooks.get(1).map(|(_, on, per_prog)| {
-        json!({
-            "faults_ns_per_page_attached": on,
-            "programs": programs_json(per_prog),
+    let levers: serde_json::Map<String, Value> = hooks[1..]
+        .iter()
+        .map(|(hook, on, per_prog)| {
+            let figures = json!({
+                "flags": hook.flags,
+                "faults_ns_per_page_attached": on,
+                "programs": programs_json(per_prog),
+            });
+            (hook.tag.to_string(), figures)
         })
-    });
+        .collect();
     let raw = json!({
         "faults_ns_per_page_not_attached": off,
         "faults_ns_per_page_attached": on,
         "pages_per_run": pages,
         "programs": programs_json(per_prog),
-        "raw_tracepoint": raw_tp,
+        "levers": levers,
         "load": load,
     });
     Ok(Section { figures, raw })
@@ -170,11 +176,17 @@ impl Hook {
 }
 
 /// The default hook first (the figures' main case), then each lever measured beside it.
-const HOOKS: [Hook; 2] = [
+const HOOKS: [Hook; 3] = [
     Hook {
         label: "tracepoints",
         tag: "tp",
         flags: &[],
+    },
+    // Every update added to the cgroup's total at once: the programs before per-CPU sums.
+    Hook {
+        label: "no per-CPU budget",
+        tag: "budget1",
+        flags: &["--per-cpu-budget", "1"],
     },
     Hook {
         label: "raw_tp",

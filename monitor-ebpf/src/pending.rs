@@ -1,0 +1,71 @@
+//! Per-CPU accumulation of stat updates within a budget, the kernel's `percpu_counter` idea.
+//!
+//! A faulting task updates its cgroup's stats on one CPU many times in a row. Each CPU keeps
+//! the updates of the last cgroup it saw in its own `PENDING` entry (a per-CPU array: no hash
+//! lookup, no shared cache line, no atomic) for as long as the sum of a stat stays below
+//! `Config::budget_pages` in magnitude; only then, or when an update of another cgroup comes,
+//! is the sum folded into the cgroup's shared total in `CGROUP_STATS`, where the step and
+//! the wake-up distance are checked.
+//!
+//! Bound: each CPU holds back less than the budget per stat, for one cgroup per program, so
+//! the shared total of any cgroup lags its true sum by less than `ncpus * budget_pages` pages.
+//! Userspace sets the budget so that this stays below a quarter of the step, and reads
+//! `PENDING` beside `CGROUP_STATS` where it needs the exact sum.
+
+use aya_ebpf::{macros::map, maps::PerCpuArray};
+use monitor_common::{Config, NPENDING, NSTATS, PendingPages, PendingSlot};
+
+/// One entry per memcg program and CPU. A program never nests on its own CPU (classic
+/// tracepoints run none inside another; raw tracepoints and fentry skip a recursive run of
+/// the same program), so an entry is never seen half written.
+#[map]
+static PENDING: PerCpuArray<PendingPages> = PerCpuArray::with_max_entries(NPENDING, 0);
+
+/// What an update leaves to fold into the shared totals now.
+pub struct Fold {
+    /// Pages of the updated cgroup's stat to add to its total (0: all held back).
+    pub pages: i64,
+    /// Another cgroup whose held-back pages this CPU gave up for the updated one, per slot.
+    pub evicted: Option<(u64, [i64; NSTATS])>,
+}
+
+/// Adds `val` pages of `slot` for cgroup `id` to this CPU's pending sum, or returns them to
+/// be folded at once when the budget is reached (or off: a budget of 0 or 1). Inlined: with
+/// its result it would take more than the five arguments a BPF call passes in registers.
+#[inline(always)]
+pub fn hold(cfg: &Config, program: PendingSlot, slot: usize, id: u64, val: i64) -> Fold {
+    let budget = i64::from(cfg.budget_pages);
+    let at_once = Fold {
+        pages: val,
+        evicted: None,
+    };
+    if budget <= 1 || slot >= NSTATS {
+        return at_once;
+    }
+    let Some(entry) = PENDING.get_ptr_mut(program as u32) else {
+        return at_once;
+    };
+    // SAFETY: this CPU's entry of the map, alive for this program run and used by no other
+    // run meanwhile (see `PENDING`).
+    let entry = unsafe { &mut *entry };
+    let mut evicted = None;
+    if entry.cgroup_id != id {
+        if entry.cgroup_id != 0 {
+            evicted = Some((entry.cgroup_id, entry.pages));
+        }
+        *entry = PendingPages {
+            cgroup_id: id,
+            pages: [0; NSTATS],
+        };
+    }
+    let sum = entry.pages[slot] + val;
+    if sum.abs() < budget {
+        entry.pages[slot] = sum;
+        return Fold { pages: 0, evicted };
+    }
+    entry.pages[slot] = 0;
+    Fold {
+        pages: sum,
+        evicted,
+    }
+}

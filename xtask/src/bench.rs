@@ -14,7 +14,8 @@
 //!   comparator re-sort, a sort of precomputed keys and a minimum scan).
 //! - `oom-race`: how often the agent stops a pod allocating ~2 GiB/s before the kernel's OOM
 //!   killer, per margin and source, with `--kube` through the API alone against kill-first;
-//!   then the real peers (earlyoom) against the agent on whole-node memory in a VM.
+//!   then the real peers (earlyoom, systemd-oomd) against the agent on whole-node memory in
+//!   a VM (`oom-peers` runs that part alone).
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
@@ -46,8 +47,8 @@ pub enum Name {
     Hooks,
     Ranking,
     OomRace,
-    /// The oom-race's peers alone (earlyoom against the agent on whole-node memory, in a
-    /// VM); `oom-race` includes them.
+    /// The oom-race's peers alone (earlyoom and systemd-oomd against the agent on
+    /// whole-node memory, in a VM); `oom-race` includes them.
     OomPeers,
 }
 

@@ -2,7 +2,7 @@
 //! only: every trial runs the machine out of memory, which on a real host would take its
 //! services down).
 //!
-//!     oom_peers earlyoom|systemd-oomd|agent|kernel TRIALS
+//!     oom_peers earlyoom|systemd-oomd|agent[:PERCENT]|kernel TRIALS
 //!
 //! No cgroup has a memory limit: two steady pods hold a little memory each and per trial a
 //! hog pod (the `alloc` helper) is told to allocate more than the node has available, as
@@ -10,8 +10,11 @@
 //! (its default thresholds, 10 % MemAvailable, SIGTERM, then SIGKILL at half),
 //! systemd-oomd (systemd as PID 1, the pods in transient scopes of `pods.slice`, which the VM
 //! gives Debian's settings for user services: `ManagedOOMMemoryPressure=kill` at 50 %), the
-//! agent with a hard `memory.available: 10%` threshold, or, for `kernel`, nobody (the
-//! kernel's OOM killer alone, which also shows how long the hog takes to run the node out).
+//! agent with a hard `memory.available` threshold of PERCENT (10 % unless given), or, for
+//! `kernel`, nobody (the kernel's OOM killer alone, which also shows how long the hog takes
+//! to run the node out). Each trial also records, before the hog starts, the node's
+//! available memory by the kernel's estimate (`MemAvailable`, what earlyoom reads) and by
+//! the kubelet's `memory.available` (capacity - the root cgroup's working set).
 //!
 //! Every line the peer writes about an action is copied into the kernel log as it arrives,
 //! so the kernel log holds the peer's actions and the kernel's OOM kills in the order they
@@ -39,9 +42,8 @@ const STEADY_MIB: usize = 64;
 const HOG_EXTRA_MIB: u64 = 256;
 /// Prefix of the kernel log records this runner writes.
 const MARK: &str = "oom-peers peer: ";
-/// The agent's configuration: the same share of memory as earlyoom's default.
-const AGENT_CONFIG: &str = "evictionHard:\n  memory.available: 10%\n\
-                            monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 5s\n";
+/// The agent's threshold unless given: the same share of memory as earlyoom's default.
+const AGENT_PERCENT: &str = "10%";
 
 /// Who watches the node.
 enum Peer {
@@ -57,7 +59,7 @@ enum Peer {
 
 impl Peer {
     fn start(name: &str, scene: &AgentScene) -> Result<Self, String> {
-        match name {
+        match name.split(':').next().unwrap_or_default() {
             "earlyoom" => {
                 // Debian's /etc/default/earlyoom: EARLYOOM_ARGS="-r 3600".
                 let mut child = Command::new(binary("earlyoom", "MONITOR_EARLYOOM_BIN"))
@@ -257,6 +259,25 @@ fn unprotect(pid: u32) {
     fs::write(&path, "0").unwrap_or_else(|e| panic!("writing {path}: {e}"));
 }
 
+/// The kubelet's `memory.available` on cgroup v2: MemTotal - (anon + file - inactive_file)
+/// of the root cgroup's memory.stat.
+fn kubelet_available_mib() -> i64 {
+    let stat = fs::read_to_string("/sys/fs/cgroup/memory.stat").expect("the root's memory.stat");
+    let field = |name: &str| -> i64 {
+        stat.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {name} in the root's memory.stat"))
+    };
+    let working_set = field("anon") + field("file") - field("inactive_file");
+    meminfo_mib("MemTotal") as i64 - (working_set >> 20)
+}
+
 fn meminfo_mib(field: &str) -> u64 {
     fs::read_to_string("/proc/meminfo")
         .expect("/proc/meminfo")
@@ -290,7 +311,20 @@ fn main() {
     // Whoever the OOM killer or a peer picks, it is not this runner. Its children inherit
     // that: each is given back the default (the agent sets its own).
     fs::write("/proc/self/oom_score_adj", "-1000").expect("protecting the runner");
-    let scene = AgentScene::with_config("oom-peers", AGENT_CONFIG);
+    let percent = match peer_name.split_once(':') {
+        Some(("agent", percent)) if percent.ends_with('%') => percent,
+        Some(_) => exit(&format!(
+            "{peer_name}: only agent takes a threshold (agent:20%)"
+        )),
+        None => AGENT_PERCENT,
+    };
+    let scene = AgentScene::with_config(
+        "oom-peers",
+        &format!(
+            "evictionHard:\n  memory.available: {percent}\n\
+             monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 5s\n"
+        ),
+    );
     let peer = Peer::start(&peer_name, &scene).unwrap_or_else(|e| exit(&format!("{e}; {usage}")));
     // Let earlyoom print its settings (and the agent settle) before the first trial.
     thread::sleep(Duration::from_secs(1));
@@ -316,8 +350,10 @@ fn main() {
         // Let the agent learn of the new pods before the race starts.
         thread::sleep(Duration::from_millis(500));
         peer.drain();
-        let hog_mib = (meminfo_mib("MemAvailable") + HOG_EXTRA_MIB)
-            .min(meminfo_mib("MemTotal").saturating_sub(64));
+        let (available_mib, kubelet_available_mib) =
+            (meminfo_mib("MemAvailable"), kubelet_available_mib());
+        let hog_mib =
+            (available_mib + HOG_EXTRA_MIB).min(meminfo_mib("MemTotal").saturating_sub(64));
         let mut log = KernelLog::open_at_end();
         let kills_before = oom_kills();
         let started = Instant::now();
@@ -351,6 +387,8 @@ fn main() {
                 "peer": peer_name,
                 "trial": trial,
                 "hog_mib": hog_mib,
+                "mem_available_mib": available_mib,
+                "kubelet_available_mib": kubelet_available_mib,
                 "hog_ended_ms": hog_ended_ms,
                 "hog_finished": answer.starts_with("allocated"),
                 "peer_actions": actions,

@@ -214,7 +214,7 @@ fn victims(killed: &BTreeMap<Victim, usize>) -> String {
 pub fn table(summaries: &[(String, Summary)], oomd_failure: Option<&str>) -> String {
     let mut out = format!(
         "oom-race peers, whole node ({MEMORY_MIB} MiB VM, no swap, Linux 6.1)\n\
-         {:<10} {:>6} {:>5} {:>13} {:>9}  {:<20} kernel killed",
+         {:<12} {:>6} {:>5} {:>13} {:>9}  {:<20} kernel killed",
         "peer", "trials", "wins", "first (p/k)", "hog ends", "peer killed"
     );
     for (peer, s) in summaries {
@@ -222,7 +222,7 @@ pub fn table(summaries: &[(String, Summary)], oomd_failure: Option<&str>) -> Str
             .hog_ended_ms
             .map_or_else(|| "-".into(), |ms| format!("{ms:.0} ms"));
         out.push_str(&format!(
-            "\n{peer:<10} {:>6} {:>5} {:>13} {ended:>9}  {:<20} {}",
+            "\n{peer:<12} {:>6} {:>5} {:>13} {ended:>9}  {:<20} {}",
             s.trials,
             s.wins,
             format!("{}/{}", s.peer_first, s.kernel_first),
@@ -242,6 +242,11 @@ pub fn table(summaries: &[(String, Summary)], oomd_failure: Option<&str>) -> Str
 /// acts (`DefaultMemoryPressureDurationSec`), `ManagedOOMSwap=kill` on the root slice.
 const PODS_SLICE: &str =
     "[Slice]\nManagedOOMMemoryPressure=kill\nManagedOOMMemoryPressureLimit=50%\n";
+
+/// The agent once more with a threshold met about where earlyoom's is: the kubelet's
+/// `memory.available` counts no kernel memory (slab, page tables, the RAM disk) as used, so
+/// in this small VM it read 100-125 MiB above `MemAvailable` (each trial records both).
+const AGENT_EARLIER: &str = "agent:20%";
 
 /// Runs the peers' trials in the VM and reports them.
 pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
@@ -267,10 +272,11 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
         eprintln!("{line}");
         console.push(line.to_string());
     };
-    let runs: [(&Path, &[&str]); 3] = [
+    let runs: [(&Path, &[&str]); 4] = [
         (&runner, &["kernel", &baseline]),
         (&runner, &["earlyoom", &trials]),
         (&runner, &["agent", &trials]),
+        (&runner, &[AGENT_EARLIER, &trials]),
     ];
     vm::run_on_debian_kernel(MEMORY_MIB, &runs, &env, &mut echo)?;
     let oomd_runs: [(&Path, &[&str]); 1] = [(&runner, &["systemd-oomd", &trials])];

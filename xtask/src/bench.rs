@@ -13,7 +13,9 @@
 //! - `ranking`: the ranking micro-benchmark (incremental index against the fastest of a
 //!   comparator re-sort, a sort of precomputed keys and a minimum scan).
 //! - `oom-race`: how often the agent stops a pod allocating ~2 GiB/s before the kernel's OOM
-//!   killer, per margin and source, with `--kube` through the API alone against kill-first.
+//!   killer, per margin and source, with `--kube` through the API alone against kill-first;
+//!   then the real peers (earlyoom, systemd-oomd) against the agent on whole-node memory in
+//!   a VM (`oom-peers` runs that part alone).
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
@@ -22,6 +24,7 @@ mod env;
 mod hooks;
 mod kernel;
 mod latency;
+mod oom_peers;
 mod oom_race;
 mod ranking;
 mod report;
@@ -44,6 +47,9 @@ pub enum Name {
     Hooks,
     Ranking,
     OomRace,
+    /// The oom-race's peers alone (earlyoom and systemd-oomd against the agent on
+    /// whole-node memory, in a VM); `oom-race` includes them.
+    OomPeers,
 }
 
 pub fn run(
@@ -56,7 +62,7 @@ pub fn run(
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density, kernel, hooks and oom-race benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel, hooks, oom-race and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -78,6 +84,8 @@ pub fn run(
             "hook_cost",
             "--bin",
             "oom_race",
+            "--bin",
+            "oom_peers",
             "--bin",
             "alloc",
         ]))?;
@@ -103,6 +111,11 @@ pub fn run(
     run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
     run_one(Name::Ranking, &mut || ranking::run(&machine, quick))?;
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
+    if name == Some(Name::OomPeers) {
+        run_one(Name::OomPeers, &mut || {
+            oom_peers::run(&bins, &machine, quick)
+        })?;
+    }
     let elapsed = started.elapsed();
     println!("{}", report::table(&figures));
     println!(

@@ -11,7 +11,9 @@ mod cpio;
 mod init;
 mod initramfs;
 mod kernel;
+mod packages;
 mod qemu;
+mod systemd;
 
 use std::{
     path::{Path, PathBuf},
@@ -22,6 +24,8 @@ use anyhow::Context as _;
 
 use crate::setup::ensure_debian_packages;
 
+/// The VM's RAM unless a run asks for another size.
+const MEMORY_MIB: u32 = 2048;
 /// TCG emulates every instruction; the whole run normally takes a fraction of this.
 const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The target directory's place in the VM.
@@ -77,32 +81,139 @@ pub fn run_on_both_hooks_kernel(
     env: &[(&str, &Path)],
     echo: impl FnMut(&str),
 ) -> anyhow::Result<()> {
+    run_programs(
+        kernel::BOTH_HOOKS,
+        MEMORY_MIB,
+        &[(program, args)],
+        env,
+        echo,
+    )
+}
+
+/// Boots Debian 12's own kernel (6.1) with `memory_mib` of RAM and no swap to run each
+/// (program, args) of `runs` in turn, as [`run_on_both_hooks_kernel`] runs one. Fails unless
+/// every run succeeded.
+pub fn run_on_debian_kernel(
+    memory_mib: u32,
+    runs: &[(&Path, &[&str])],
+    env: &[(&str, &Path)],
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    run_programs(kernel::SERIES[0], memory_mib, runs, env, echo)
+}
+
+/// As [`run_on_debian_kernel`], with systemd as PID 1 and systemd-oomd running (see
+/// [`systemd`]); `units` are extra configuration files, (path in the VM, text).
+pub fn run_under_systemd(
+    memory_mib: u32,
+    runs: &[(&Path, &[&str])],
+    env: &[(&str, &Path)],
+    units: &[(&str, &str)],
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
     let target = target_dir()?;
     let work = prepare(&target)?;
-    let series = kernel::BOTH_HOOKS;
+    let series = kernel::SERIES[0];
     let kernel = kernel::ensure(&work, series)?;
-    let guest_env = env
-        .iter()
-        .map(|(name, host)| Ok((*name, in_guest(&target, host)?)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (runs, executables) = plan_runs(&target, runs, env)?;
+    let guest_env = guest_env(&target, env)?;
     let guest_env: Vec<(&str, &Path)> = guest_env
         .iter()
         .map(|(name, path)| (*name, path.as_path()))
         .collect();
-    let name = program
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let runs = [init::Run::new(&name, &in_guest(&target, program)?, args)];
-    let executables: Vec<&Path> = std::iter::once(program)
+    let nonce = nonce();
+    let plan = init::script(&init::Plan {
+        nonce: &nonce,
+        kernel: series.version,
+        env: &guest_env,
+        runs: &runs,
+    });
+    let image = systemd::files(&work, &plan, units)?;
+    let mut all: Vec<(&Path, PathBuf)> = executables
+        .iter()
+        .map(|host| Ok((*host, in_guest(&target, host)?)))
+        .collect::<anyhow::Result<_>>()?;
+    all.extend(
+        image
+            .executables
+            .iter()
+            .map(|(h, g)| (h.as_path(), g.clone())),
+    );
+    let mut files: Vec<(&Path, PathBuf)> = image
+        .files
+        .iter()
+        .map(|(h, g)| (h.as_path(), g.clone()))
+        .collect();
+    files.push((
+        kernel.ramdisk_module.as_path(),
+        PathBuf::from(init::RAMDISK_MODULE),
+    ));
+    let initrd = work.join("initrd-systemd.gz");
+    initramfs::write(&initrd, &systemd::init(), &all, &files)?;
+    eprintln!("vm: booting {} with systemd (TCG)", kernel.image.display());
+    qemu::boot(&kernel.image, &initrd, memory_mib, &nonce, TIMEOUT, echo)
+}
+
+/// The plan's runs, with the executables they and `env` name (host paths).
+fn plan_runs<'a>(
+    target: &Path,
+    programs: &[(&'a Path, &[&str])],
+    env: &[(&str, &'a Path)],
+) -> anyhow::Result<(Vec<init::Run>, Vec<&'a Path>)> {
+    let runs = programs
+        .iter()
+        .map(|(program, args)| {
+            let name = program
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            Ok(init::Run::new(&name, &in_guest(target, program)?, args))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut executables: Vec<&Path> = programs
+        .iter()
+        .map(|(program, _)| *program)
         .chain(env.iter().map(|(_, host)| *host))
         .collect();
-    boot_plan(
-        &Guest::new(&target, &work, series, &kernel),
-        &executables,
-        &guest_env,
-        &runs,
-        echo,
-    )
+    executables.sort();
+    executables.dedup();
+    Ok((runs, executables))
+}
+
+/// `env` with guest paths.
+fn guest_env<'a>(
+    target: &Path,
+    env: &[(&'a str, &Path)],
+) -> anyhow::Result<Vec<(&'a str, PathBuf)>> {
+    env.iter()
+        .map(|(name, host)| Ok((*name, in_guest(target, host)?)))
+        .collect()
+}
+
+fn run_programs(
+    series: kernel::Series,
+    memory_mib: u32,
+    programs: &[(&Path, &[&str])],
+    env: &[(&str, &Path)],
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let target = target_dir()?;
+    let work = prepare(&target)?;
+    let kernel = kernel::ensure(&work, series)?;
+    let guest_env = guest_env(&target, env)?;
+    let guest_env: Vec<(&str, &Path)> = guest_env
+        .iter()
+        .map(|(name, path)| (*name, path.as_path()))
+        .collect();
+    let (runs, executables) = plan_runs(&target, programs, env)?;
+    let mut guest = Guest::new(&target, &work, series, &kernel);
+    guest.memory_mib = memory_mib;
+    boot_plan(&guest, &executables, &guest_env, &runs, echo)
+}
+
+/// The unpacked root of Debian's `package`, for a run to carry into the VM (see
+/// [`packages::unpacked`]).
+pub fn debian_package(package: &str) -> anyhow::Result<PathBuf> {
+    packages::unpacked(&prepare(&target_dir()?)?, package)
 }
 
 /// The packages the VM needs, installed; the VM work directory under `target`.
@@ -125,6 +236,7 @@ struct Guest<'a> {
     work: &'a Path,
     series: kernel::Series,
     kernel: &'a kernel::Kernel,
+    memory_mib: u32,
 }
 
 impl<'a> Guest<'a> {
@@ -139,6 +251,7 @@ impl<'a> Guest<'a> {
             work,
             series,
             kernel,
+            memory_mib: MEMORY_MIB,
         }
     }
 }
@@ -172,7 +285,14 @@ fn boot_plan(
     )];
     initramfs::write(&initrd, &init, &executables, &modules)?;
     eprintln!("vm: booting {} (TCG)", guest.kernel.image.display());
-    qemu::boot(&guest.kernel.image, &initrd, &nonce, TIMEOUT, echo)
+    qemu::boot(
+        &guest.kernel.image,
+        &initrd,
+        guest.memory_mib,
+        &nonce,
+        TIMEOUT,
+        echo,
+    )
 }
 
 /// cargo's target directory: xtask runs from `<target>/<profile>/xtask`.

@@ -11,6 +11,7 @@
 //! period), and `--kube` with the eBPF source, the Eviction API alone (the stand-in kubelet
 //! stops the pod after a reaction delay) against local-first (the agent kills, then posts).
 //! One more case: a bystander of lower priority that the kubelet's order evicts first.
+//! Then the peers on whole-node memory, in a VM (see [`super::oom_peers`]).
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
@@ -18,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::{
     env::{Binaries, Machine, loadavg},
+    oom_peers,
     report::{Figure, Section},
 };
 
@@ -140,9 +142,11 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
         }
     }
     println!("{}", win_table(&rates));
+    let peers = oom_peers::run(bins, machine, quick)?;
+    figures.extend(peers.figures);
     Ok(Section {
         figures,
-        raw: Value::Array(raw),
+        raw: json!({ "cgroup": raw, "peers": peers.raw }),
     })
 }
 
@@ -217,6 +221,22 @@ mod tests {
                 "{labels:?}"
             );
             assert!(labels.contains(&"ebpf") && labels.contains(&"ebpf, other victim"));
+        }
+    }
+
+    #[test]
+    fn the_full_plan_spans_16_to_200_mib_with_every_source() {
+        let (margins, trials, cases) = plan(false);
+        assert_eq!(margins.first(), Some(&16));
+        assert_eq!(margins.last(), Some(&200));
+        assert!(trials >= 10);
+        let labels: Vec<&str> = cases.iter().map(|c| c.label.as_str()).collect();
+        for source in ["ebpf", "poll 100ms", "poll 1s", "poll 10s"] {
+            let case = cases.iter().find(|c| c.label == source);
+            assert!(
+                case.is_some_and(|c| c.margins.is_none()),
+                "{source} at every margin: {labels:?}"
+            );
         }
     }
 }

@@ -25,34 +25,27 @@ enum Outcome {
     Exited,
 }
 
-/// Boots `kernel` with `initrd`, hands each console line to `echo` and fails unless the VM
-/// reports that everything passed.
+/// Boots `kernel` with `initrd` and `memory_mib` of RAM, hands each console line to `echo`
+/// and fails unless the VM reports that everything passed.
 pub fn boot(
     kernel: &Path,
     initrd: &Path,
+    memory_mib: u32,
     nonce: &str,
     timeout: Duration,
     echo: impl FnMut(&str),
 ) -> anyhow::Result<()> {
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-accel",
-        "tcg",
-        "-cpu",
-        "max",
-        "-m",
-        "2048",
-        "-nographic",
-        "-no-reboot",
-    ])
-    .arg("-kernel")
-    .arg(kernel)
-    .arg("-initrd")
-    .arg(initrd)
-    // panic=-1 reboots at once on a panic, which -no-reboot turns into qemu exiting.
-    .args(["-append", "console=ttyS0 panic=-1 loglevel=4"])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped());
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-nographic", "-no-reboot"])
+        .args(["-m", &memory_mib.to_string()])
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        // panic=-1 reboots at once on a panic, which -no-reboot turns into qemu exiting.
+        .args(["-append", "console=ttyS0 panic=-1 loglevel=4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
     let mut qemu = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
     let console = qemu.stdout.take().context("qemu stdout")?;
     let (lines, rx) = mpsc::channel();

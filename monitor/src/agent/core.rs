@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
+    pod_table::{PodId, PodRow, PodTable},
     refusals::Refusals,
-    usage::{Membership, StatChange, UsageTracker},
+    usage::{Estimate, Membership, StatChange, UsageTracker},
 };
 use crate::{
     cgroupfs::paths::is_within,
@@ -25,6 +26,14 @@ use crate::{
     pods::PodCgroup,
 };
 
+/// The signals the agent computes (see [`AgentCore::observations`]); a threshold on any
+/// other can never be met here, so no ranking is kept for it.
+pub const OBSERVED_SIGNALS: [Signal; 3] = [
+    Signal::MemoryAvailable,
+    Signal::AllocatableMemoryAvailable,
+    Signal::PidAvailable,
+];
+
 /// Node totals the signals are computed against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeCapacity {
@@ -32,17 +41,6 @@ pub struct NodeCapacity {
     pub memory_bytes: u64,
     /// The kubepods cgroup's limit, or `--allocatable-memory`.
     pub allocatable_memory_bytes: u64,
-}
-
-/// A pod the agent knows, and its cgroup if found.
-#[derive(Clone, Debug)]
-pub struct PodEntry {
-    pub facts: PodFacts,
-    pub cgroup: Option<PodCgroup>,
-    process_count: u64,
-    /// The last read of its cgroup failed (EIO, EACCES, ...): its last good working set, if
-    /// any, stands in.
-    read_failed: bool,
 }
 
 /// One cgroupfs read of a pod's cgroup.
@@ -54,6 +52,17 @@ pub enum PodReading {
     Gone,
     /// The read failed; not the same as missing stats.
     Failed,
+}
+
+/// Which pods a resync reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadScope {
+    /// Every pod with a cgroup.
+    All,
+    /// Only pods whose estimate may be off: kernel records moved it since its last read, it
+    /// was never read, or its last read failed. The others' estimates are their last read,
+    /// which the kernel says still holds (to within one unsent step per stat).
+    Changed,
 }
 
 /// Why a ranked pod cannot be chosen now.
@@ -85,16 +94,7 @@ pub struct AgentCore {
     kubepods_rel: String,
     rankings: RankIndexSet,
     usage: UsageTracker,
-    pods: HashMap<String, PodEntry>,
-    uid_by_cgroup: HashMap<String, String>,
-    /// Pods this agent has stopped itself: terminal, like a pod the kubelet evicted (failed,
-    /// no longer active), so not ranked while they stay in the pod set and do not run.
-    evicted: HashSet<String>,
-    /// Evicted pods whose cgroup was found empty after the kill: if processes show up there
-    /// again (the kubelet restarted the containers), the pod is a candidate again.
-    stopped: HashSet<String>,
-    /// Pods never chosen (the agent's own).
-    excluded: HashSet<String>,
+    pods: PodTable,
     pids: Option<SignalObservation>,
     /// Failed cgroupfs reads of pods, since start.
     read_failures: u64,
@@ -110,19 +110,21 @@ impl AgentCore {
         kubepods_rel: &str,
         state: EvictionState,
     ) -> Self {
-        let rankings =
-            RankIndexSet::new(FsLayout::Shared, config.thresholds.iter().map(|t| t.signal));
+        let rankings = RankIndexSet::new(
+            FsLayout::Shared,
+            config
+                .thresholds
+                .iter()
+                .map(|t| t.signal)
+                .filter(|signal| OBSERVED_SIGNALS.contains(signal)),
+        );
         Self {
             config,
             capacity,
-            kubepods_rel: kubepods_rel.to_string(),
+            kubepods_rel: normalize(kubepods_rel),
             rankings,
             usage: UsageTracker::default(),
-            pods: HashMap::new(),
-            uid_by_cgroup: HashMap::new(),
-            evicted: HashSet::new(),
-            stopped: HashSet::new(),
-            excluded: HashSet::new(),
+            pods: PodTable::default(),
             pids: None,
             read_failures: 0,
             refusals: Refusals::default(),
@@ -132,6 +134,21 @@ impl AgentCore {
 
     pub fn config(&self) -> &EvictionConfig {
         &self.config
+    }
+
+    /// The signals with a threshold that the agent does not observe (the kubelet's default
+    /// nodefs and imagefs thresholds, say): never met here, so never acted on.
+    pub fn unobserved_signals(&self) -> Vec<Signal> {
+        let mut signals: Vec<Signal> = self
+            .config
+            .thresholds
+            .iter()
+            .map(|t| t.signal)
+            .filter(|signal| !OBSERVED_SIGNALS.contains(signal))
+            .collect();
+        signals.sort();
+        signals.dedup();
+        signals
     }
 
     /// Whether pods are ranked by their process counts: only for `pid.available`, so only
@@ -146,11 +163,12 @@ impl AgentCore {
         let mut changes = PodChanges::default();
         let incoming: HashMap<String, (PodFacts, Option<PodCgroup>)> = pods
             .into_iter()
-            .map(|(f, c)| (f.pod.uid.clone(), (f, c)))
+            .map(|(f, c)| (f.pod.uid.clone(), (f, normalized(c))))
             .collect();
         let gone: Vec<String> = self
             .pods
-            .keys()
+            .rows()
+            .map(|row| &row.facts.pod.uid)
             .filter(|uid| !incoming.contains_key(*uid))
             .cloned()
             .collect();
@@ -159,37 +177,37 @@ impl AgentCore {
             changes.removed.push(uid);
         }
         for (uid, (facts, cgroup)) in incoming {
-            let previous = self.pods.get(&uid);
-            if previous.is_some_and(|p| p.facts == facts && p.cgroup == cgroup) {
-                continue;
-            }
-            if previous.is_none() {
-                changes.added.push(uid.clone());
-            }
-            if let Some(old) = previous.and_then(|p| p.cgroup.clone()) {
-                self.uid_by_cgroup.remove(&old.rel);
-            }
-            if let Some(cgroup) = &cgroup {
-                self.uid_by_cgroup
-                    .insert(normalize(&cgroup.rel), uid.clone());
-            } else {
-                self.usage.drop_pod(&uid);
-            }
-            if !self.evicted.contains(&uid) {
-                self.rankings.upsert_pod(facts.clone());
-            }
-            let process_count = previous.map_or(0, |p| p.process_count);
-            let read_failed = previous.is_some_and(|p| p.read_failed && p.cgroup == cgroup);
-            self.pods.insert(
-                uid.clone(),
-                PodEntry {
-                    facts,
-                    cgroup,
-                    process_count,
-                    read_failed,
-                },
-            );
-            self.rerank(&uid);
+            let id = match self.pods.id(&uid) {
+                Some(id) => {
+                    let row = self.pods.get(id).expect("listed id");
+                    if *row.facts == facts && row.cgroup == cgroup {
+                        continue;
+                    }
+                    if row.cgroup != cgroup {
+                        let row = self.pods.get_mut(id).expect("listed id");
+                        if cgroup.is_none() {
+                            row.estimate = None;
+                        }
+                        row.read_failed = false;
+                        self.pods.set_cgroup(id, cgroup);
+                    }
+                    let row = self.pods.get_mut(id).expect("listed id");
+                    if *row.facts != facts {
+                        row.facts = facts.into();
+                        if row.ranked() {
+                            self.rankings.upsert_pod_shared(&row.facts);
+                        }
+                    }
+                    id
+                }
+                None => {
+                    changes.added.push(uid);
+                    let row = PodRow::new(facts, cgroup);
+                    self.rankings.upsert_pod_shared(&row.facts);
+                    self.pods.insert(row)
+                }
+            };
+            self.rerank(id);
         }
         changes.added.sort();
         changes.removed.sort();
@@ -197,17 +215,11 @@ impl AgentCore {
     }
 
     fn remove_pod(&mut self, uid: &str) {
-        if let Some(entry) = self.pods.remove(uid)
-            && let Some(cgroup) = entry.cgroup
-        {
-            self.uid_by_cgroup.remove(&normalize(&cgroup.rel));
+        if let Some(id) = self.pods.id(uid) {
+            self.pods.remove(id);
         }
         self.rankings.remove(uid);
-        self.usage.drop_pod(uid);
         self.state.pod_cleaned_up(uid);
-        self.evicted.remove(uid);
-        self.stopped.remove(uid);
-        self.excluded.remove(uid);
         self.refusals.forget(uid);
     }
 
@@ -215,8 +227,8 @@ impl AgentCore {
     /// the pod set, as an evicted pod leaves the kubelet's active pods. Its cgroup still
     /// counts towards the node and kubepods working sets.
     pub fn mark_evicted(&mut self, uid: &str) {
-        if self.pods.contains_key(uid) {
-            self.evicted.insert(uid.to_string());
+        if let Some(row) = self.pods.by_uid_mut(uid) {
+            row.evicted = true;
             self.rankings.remove(uid);
         }
     }
@@ -224,8 +236,10 @@ impl AgentCore {
     /// Records that an evicted pod's cgroup is empty: from now on, processes in it mean the
     /// pod runs again.
     pub fn mark_stopped(&mut self, uid: &str) {
-        if self.evicted.contains(uid) {
-            self.stopped.insert(uid.to_string());
+        if let Some(row) = self.pods.by_uid_mut(uid)
+            && row.evicted
+        {
+            row.stopped = true;
         }
     }
 
@@ -233,16 +247,18 @@ impl AgentCore {
     pub fn belongs_to_stopped_pod(&self, cgroup_id: u64) -> bool {
         self.usage
             .pod_of(cgroup_id)
-            .is_some_and(|uid| self.stopped.contains(uid))
+            .and_then(|id| self.pods.get(id))
+            .is_some_and(|row| row.stopped)
     }
 
     /// The stopped pods and their cgroups, to look for processes that came back.
     pub fn stopped_pods(&self) -> Vec<(String, String)> {
-        self.stopped
-            .iter()
-            .filter_map(|uid| {
-                let rel = self.pods.get(uid)?.cgroup.as_ref()?.rel.clone();
-                Some((uid.clone(), rel))
+        self.pods
+            .rows()
+            .filter(|row| row.stopped)
+            .filter_map(|row| {
+                let rel = row.cgroup.as_ref()?.rel.clone();
+                Some((row.facts.pod.uid.clone(), rel))
             })
             .collect()
     }
@@ -250,19 +266,24 @@ impl AgentCore {
     /// A stopped pod runs again (its containers were restarted): it ranks by the kubelet's
     /// order again instead of growing unseen.
     pub fn runs_again(&mut self, uid: &str) {
-        if !self.stopped.remove(uid) || !self.evicted.remove(uid) {
+        let Some(id) = self.pods.id(uid) else {
+            return;
+        };
+        let row = self.pods.get_mut(id).expect("listed id");
+        if !row.stopped || !row.evicted {
             return;
         }
-        if let Some(entry) = self.pods.get(uid) {
-            self.rankings.upsert_pod(entry.facts.clone());
-            self.rerank(uid);
-        }
+        row.stopped = false;
+        row.evicted = false;
+        self.rankings.upsert_pod_shared(&row.facts);
+        self.rerank(id);
     }
 
     /// Records which pod (if any) and whether kubepods hold a cgroup, from its path.
     pub fn classify(&mut self, cgroup_id: u64, path: &str) {
+        let path = normalize(path);
         let membership = Membership {
-            in_kubepods: is_within(&normalize(path), &normalize(&self.kubepods_rel)),
+            in_kubepods: is_within(&path, &self.kubepods_rel),
             pod: self.pod_owning(path),
         };
         self.usage.classify(cgroup_id, membership);
@@ -278,12 +299,11 @@ impl AgentCore {
         self.usage.clear_memberships();
     }
 
-    /// The pod whose cgroup is `path` or one of its ancestors.
-    fn pod_owning(&self, path: &str) -> Option<String> {
-        let mut candidate = normalize(path);
+    /// The pod whose cgroup is the normalised `path` or one of its ancestors.
+    fn pod_owning(&self, mut candidate: String) -> Option<PodId> {
         loop {
-            if let Some(uid) = self.uid_by_cgroup.get(&candidate) {
-                return Some(uid.clone());
+            if let Some(id) = self.pods.owning_exactly(&candidate) {
+                return Some(id);
             }
             let cut = candidate.rfind('/')?;
             if cut == 0 {
@@ -299,20 +319,26 @@ impl AgentCore {
     /// over hundreds at once.
     pub fn apply_stats(&mut self, changes: &[StatChange]) -> Option<u64> {
         let mut newest = None;
-        let mut touched: HashSet<String> = HashSet::new();
+        let mut touched: HashSet<PodId> = HashSet::new();
         for &change in changes {
             if super::usage::working_set_delta(change.stat, change.bytes) == 0 {
                 continue;
             }
             newest = newest.max(Some(change.sent_ns));
-            if let Some(uid) = self.usage.apply(change)
-                && !touched.contains(uid)
+            let Some((id, delta)) = self.usage.apply(change) else {
+                continue;
+            };
+            // A pod without a base read has no stats yet; its first read sets them.
+            if let Some(row) = self.pods.get_mut(id)
+                && let Some(estimate) = &mut row.estimate
+                && estimate.add(delta, change.sent_ns)
             {
-                touched.insert(uid.to_string());
+                row.changed = true;
+                touched.insert(id);
             }
         }
-        for uid in &touched {
-            self.rerank(uid);
+        for id in touched {
+            self.rerank(id);
         }
         newest
     }
@@ -329,33 +355,51 @@ impl AgentCore {
         self.usage.set_kubepods(kubepods_working_set, read_ns);
     }
 
+    /// The pods a resync reads, with their cgroups.
+    pub fn pods_to_read(
+        &self,
+        scope: ReadScope,
+    ) -> Vec<(crate::engine::pod_facts::PodRef, String)> {
+        self.pods
+            .rows()
+            .filter(|row| match scope {
+                ReadScope::All => true,
+                ReadScope::Changed => row.changed || row.estimate.is_none() || row.read_failed,
+            })
+            .filter_map(|row| Some((row.facts.pod.clone(), row.cgroup.as_ref()?.rel.clone())))
+            .collect()
+    }
+
     /// Fresh cgroupfs reading of one pod, started at `read_ns`. A failed read keeps the last
     /// good working set; it never turns into missing stats, which would rank the pod first.
     pub fn set_pod_reading(&mut self, uid: &str, reading: PodReading, read_ns: u64) {
-        let Some(entry) = self.pods.get_mut(uid) else {
+        let Some(id) = self.pods.id(uid) else {
             return;
         };
+        let row = self.pods.get_mut(id).expect("listed id");
         match reading {
             PodReading::Read {
                 working_set,
                 processes,
             } => {
-                entry.process_count = processes;
-                entry.read_failed = false;
-                self.usage.set_pod(uid, working_set, read_ns);
+                row.process_count = processes;
+                row.read_failed = false;
+                row.changed = false;
+                row.estimate = Some(Estimate::read(working_set, read_ns));
             }
             PodReading::Gone => {
-                entry.process_count = 0;
-                entry.read_failed = false;
-                entry.cgroup = None;
-                self.usage.drop_pod(uid);
+                row.process_count = 0;
+                row.read_failed = false;
+                row.changed = false;
+                row.estimate = None;
+                self.pods.set_cgroup(id, None);
             }
             PodReading::Failed => {
-                entry.read_failed = true;
+                row.read_failed = true;
                 self.read_failures += 1;
             }
         }
-        self.rerank(uid);
+        self.rerank(id);
     }
 
     /// Failed cgroupfs reads of pods since start.
@@ -365,17 +409,17 @@ impl AgentCore {
 
     /// Whether the decision step may choose this pod, and if not why.
     pub fn actionable(&self, uid: &str) -> Result<(), NotActionable> {
-        let entry = self.pods.get(uid).ok_or(NotActionable::NoCgroup)?;
-        if self.excluded.contains(uid) {
+        let row = self.pods.by_uid(uid).ok_or(NotActionable::NoCgroup)?;
+        if row.excluded {
             return Err(NotActionable::Excluded);
         }
         if self.refusals.holds(uid) {
             return Err(NotActionable::Refused);
         }
-        if entry.cgroup.is_none() {
+        if row.cgroup.is_none() {
             return Err(NotActionable::NoCgroup);
         }
-        if entry.read_failed && self.usage.pod(uid).is_none() {
+        if row.read_failed && row.estimate.is_none() {
             return Err(NotActionable::Unreadable);
         }
         Ok(())
@@ -383,7 +427,9 @@ impl AgentCore {
 
     /// Keeps a pod out of every decision for as long as it is listed (the agent's own pod).
     pub fn exclude(&mut self, uid: &str) {
-        self.excluded.insert(uid.to_string());
+        if let Some(row) = self.pods.by_uid_mut(uid) {
+            row.excluded = true;
+        }
     }
 
     /// Fresh `pid.available` reading.
@@ -391,16 +437,19 @@ impl AgentCore {
         self.pids = pids;
     }
 
-    fn rerank(&mut self, uid: &str) {
-        let Some(entry) = self.pods.get(uid) else {
+    fn rerank(&mut self, id: PodId) {
+        let Some(row) = self.pods.get(id) else {
             return;
         };
-        let usage = self.usage.pod(uid).map(|ws| PodUsage {
-            memory_working_set_bytes: ws,
-            process_count: entry.process_count,
+        if !row.ranked() {
+            return;
+        }
+        let usage = row.estimate.map(|estimate| PodUsage {
+            memory_working_set_bytes: estimate.value(),
+            process_count: row.process_count,
             ..PodUsage::default()
         });
-        self.rankings.update_usage(uid, usage);
+        self.rankings.update_usage(&row.facts.pod.uid, usage);
     }
 
     /// The signals the agent observes, as the kubelet computes them.
@@ -460,12 +509,12 @@ impl AgentCore {
         memory_headroom(&self.config.thresholds, &self.observations())
     }
 
-    pub fn pod(&self, uid: &str) -> Option<&PodEntry> {
-        self.pods.get(uid)
+    pub fn pod(&self, uid: &str) -> Option<&PodRow> {
+        self.pods.by_uid(uid)
     }
 
-    pub fn pods(&self) -> impl Iterator<Item = &PodEntry> {
-        self.pods.values()
+    pub fn pods(&self) -> impl Iterator<Item = &PodRow> {
+        self.pods.rows()
     }
 
     /// A pod's current usage and the ranking policy for a signal, for reports.
@@ -498,11 +547,14 @@ impl AgentCore {
 
     /// The cgroup ids of a pod's subtree.
     pub fn cgroups_of(&self, uid: &str) -> Vec<u64> {
-        self.usage.cgroups_of(uid)
+        self.pods
+            .id(uid)
+            .map(|id| self.usage.cgroups_of(id))
+            .unwrap_or_default()
     }
 
     pub fn pod_count(&self) -> usize {
-        self.pods.len()
+        self.pods.count()
     }
 
     pub fn node_working_set(&self) -> u64 {
@@ -510,14 +562,21 @@ impl AgentCore {
     }
 
     pub fn pod_working_set(&self, uid: &str) -> Option<u64> {
-        self.usage.pod(uid)
+        self.pods.by_uid(uid)?.estimate.map(Estimate::value)
     }
 }
 
+/// A cgroup path in the one form the table keys by: `/a/b`, the root `/`.
 fn normalize(path: &str) -> String {
     format!("/{}", path.trim_matches('/'))
 }
 
+fn normalized(cgroup: Option<PodCgroup>) -> Option<PodCgroup> {
+    cgroup.map(|c| PodCgroup {
+        id: c.id,
+        rel: normalize(&c.rel),
+    })
+}
 #[cfg(test)]
 mod tests {
     use monitor_common::Stat;
@@ -951,6 +1010,102 @@ mod tests {
             c.decide(&clock()).action,
             Action::Idle(Idle::NoEvictablePod(_))
         ));
+    }
+
+    #[test]
+    fn a_partial_resync_reads_the_pods_whose_estimate_may_be_off() {
+        let mut c = core();
+        c.set_pods(vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (
+                facts("over-high", 1000, 100, false),
+                cgroup(20, "over-high"),
+            ),
+            (
+                facts("critical", 2_000_000_000, 10, true),
+                cgroup(30, "critical"),
+            ),
+            (facts("new", 0, 100, false), cgroup(40, "new")),
+            (facts("waiting", 0, 100, false), None),
+        ]);
+        c.classify(41, "/kubepods/burstable/pod-new/ctr");
+        c.apply_stats(&stats(&[(11, Stat::Anon, MI), (21, Stat::ActiveFile, MI)]));
+        c.set_pod_reading("uid-critical", PodReading::Failed, READ_NS + 5);
+        let names = |c: &AgentCore, scope| {
+            let mut names: Vec<String> = c
+                .pods_to_read(scope)
+                .into_iter()
+                .map(|(pod, _)| pod.name)
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names(&c, ReadScope::Changed),
+            ["big-low", "critical", "new"],
+            "moved by a record, failed, never read; not over-high (active file only) nor \
+             waiting (no cgroup)"
+        );
+        assert_eq!(names(&c, ReadScope::All).len(), 4);
+        c.set_pod_reading("uid-big-low", read(MI as u64, 1), READ_NS + 10);
+        assert!(!names(&c, ReadScope::Changed).contains(&"big-low".to_string()));
+    }
+
+    #[test]
+    fn rankings_are_kept_only_for_observed_signals() {
+        let config = EvictionConfig::from_yaml(
+            "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 10%\n  \
+             imagefs.available: 15%\n  nodefs.inodesFree: 5%\n",
+        )
+        .unwrap();
+        let c = AgentCore::new(
+            config,
+            NodeCapacity::default(),
+            "/kubepods",
+            EvictionState::default(),
+        );
+        assert!(c.rank_index(Signal::MemoryAvailable).is_some());
+        for signal in [
+            Signal::NodeFsAvailable,
+            Signal::ImageFsAvailable,
+            Signal::NodeFsInodesFree,
+        ] {
+            assert!(c.rank_index(signal).is_none(), "{signal:?}");
+        }
+        assert_eq!(
+            c.unobserved_signals(),
+            [
+                Signal::NodeFsAvailable,
+                Signal::NodeFsInodesFree,
+                Signal::ImageFsAvailable
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_moved_to_another_cgroup_no_longer_owns_the_old_one() {
+        // Paths as a pod source may spell them: without the leading `/`, with a trailing one.
+        let cases = [
+            ("normalised", "/kubepods/burstable/pod-a"),
+            ("no leading slash", "kubepods/burstable/pod-a"),
+            ("trailing slash", "/kubepods/burstable/pod-a/"),
+        ];
+        for (name, old_rel) in cases {
+            let mut c = core();
+            let old = PodCgroup {
+                id: 50,
+                rel: old_rel.into(),
+            };
+            c.set_pods(vec![(facts("a", 0, 100, false), Some(old))]);
+            let new = PodCgroup {
+                id: 60,
+                rel: "/kubepods/besteffort/pod-a".into(),
+            };
+            c.set_pods(vec![(facts("a", 0, 100, false), Some(new))]);
+            c.classify(51, "/kubepods/burstable/pod-a/ctr");
+            c.classify(61, "/kubepods/besteffort/pod-a/ctr");
+            assert_eq!(c.cgroups_of("uid-a"), [61], "{name}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! pod's last good value, while a vanished cgroup leaves the pod with nothing to reclaim.
 use std::io;
 
-use super::core::{AgentCore, PodReading};
+use super::core::{AgentCore, PodReading, ReadScope};
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
     engine::{pod_facts::PodRef, threshold::SignalObservation},
@@ -61,13 +61,14 @@ pub struct ReadFailures {
     logged: std::collections::HashSet<String>,
 }
 
-/// Reads the node, the kubepods cgroup and every pod with a cgroup into `core`. With
+/// Reads the node, the kubepods cgroup and the pods of `scope` into `core`. With
 /// `classify`, the hierarchy is rewalked first and every cgroup attributed anew.
 pub fn read_all(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
     kubepods_rel: &str,
     classify: bool,
+    scope: ReadScope,
     failures: &mut ReadFailures,
 ) {
     if classify {
@@ -91,10 +92,7 @@ pub fn read_all(
             kubepods.err().map(|e| e.to_string())
         ),
     }
-    let pods: Vec<(PodRef, String)> = core
-        .pods()
-        .filter_map(|p| Some((p.facts.pod.clone(), p.cgroup.as_ref()?.rel.clone())))
-        .collect();
+    let pods: Vec<(PodRef, String)> = core.pods_to_read(scope);
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
@@ -234,7 +232,14 @@ mod tests {
         };
         let mut failures = ReadFailures::default();
         for _ in 0..3 {
-            read_all(&fs, &mut core, "/kubepods", false, &mut failures);
+            read_all(
+                &fs,
+                &mut core,
+                "/kubepods",
+                false,
+                ReadScope::All,
+                &mut failures,
+            );
         }
         assert_eq!(core.read_failures(), 3, "every failed read is counted");
         assert_eq!(failures.logged.len(), 1, "and logged once");

@@ -39,6 +39,7 @@ use super::{
     reader::{Cgroupfs, MachineReader as _, ReadFailures, read_all},
     realtime,
     report::{DecisionContext, DecisionReport},
+    resync::ResyncSchedule,
     self_protect::{self, OwnPod},
     usage::StatChange,
 };
@@ -167,6 +168,8 @@ struct Agent {
     lost_unsaved: u64,
     /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
     resyncs_since_sweep: u32,
+    /// Which pods each timed resync reads.
+    resync: ResyncSchedule,
     /// Actions that failed or were refused.
     action_failures: u64,
     /// Events counted since they were last added to the checkpoint's counters.
@@ -254,6 +257,15 @@ impl Agent {
             tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
         let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        let unobserved = core.unobserved_signals();
+        if !unobserved.is_empty() {
+            let names: Vec<String> = unobserved.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "thresholds on {} are not acted on: the agent observes only memory.available, \
+                 allocatableMemory.available and pid.available (the kubelet enforces the rest)",
+                names.join(", ")
+            );
+        }
         let node = args.node_name.as_deref().unwrap_or_default();
         let events = evictor
             .as_ref()
@@ -308,6 +320,7 @@ impl Agent {
             undecodable_logged: false,
             lost_unsaved: 0,
             resyncs_since_sweep: 0,
+            resync: ResyncSchedule::default(),
             action_failures: 0,
             unsaved_events: 0,
             causes: CauseLog::default(),
@@ -363,6 +376,7 @@ impl Agent {
                     self.evaluate(None);
                 }
                 _ = reads.tick() => {
+                    self.resync.tick(matches!(self.source, Source::Kernel(_)));
                     self.read_unprompted();
                     self.sweep_kernel_map();
                     self.take_losses();
@@ -644,6 +658,7 @@ impl Agent {
             &mut self.core,
             &self.kubepods.rel,
             classify,
+            self.resync.take_scope(classify),
             &mut self.read_failures,
         );
     }
@@ -1116,6 +1131,7 @@ impl Agent {
         self.metrics.events_undecodable += new.undecodable;
         self.metrics.cgroup_map_full += new.map_full;
         if new.map_full > 0 {
+            self.resync.changes_uncounted();
             tracing::warn!(
                 "{} kernel stat updates not counted: the per-cgroup map is full; those cgroups \
                  are read at each resync only",

@@ -15,13 +15,15 @@ use std::collections::HashMap;
 
 use monitor_common::Stat;
 
+use super::pod_table::PodId;
+
 /// What a cgroup counts towards.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Membership {
     /// Below the kubepods cgroup (counts for allocatableMemory.available).
     pub in_kubepods: bool,
     /// The pod whose cgroup subtree holds it.
-    pub pod: Option<String>,
+    pub pod: Option<PodId>,
 }
 
 /// Change of the working set caused by a change of one stat.
@@ -41,14 +43,14 @@ pub struct StatChange {
 
 /// Exact base read at `read_ns` (CLOCK_MONOTONIC) plus the deltas of records sent after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Estimate {
+pub struct Estimate {
     base: u64,
     read_ns: u64,
     delta: i64,
 }
 
 impl Estimate {
-    fn read(base: u64, read_ns: u64) -> Self {
+    pub fn read(base: u64, read_ns: u64) -> Self {
         Self {
             base,
             read_ns,
@@ -57,7 +59,7 @@ impl Estimate {
     }
 
     /// Adds a record's delta unless the read already contains it; true when added.
-    fn add(&mut self, delta: i64, sent_ns: u64) -> bool {
+    pub fn add(&mut self, delta: i64, sent_ns: u64) -> bool {
         if sent_ns < self.read_ns {
             return false;
         }
@@ -65,18 +67,18 @@ impl Estimate {
         true
     }
 
-    fn value(self) -> u64 {
+    pub fn value(self) -> u64 {
         (self.base as i64).saturating_add(self.delta).max(0) as u64
     }
 }
 
-/// Working sets of the node, the kubepods cgroup and each pod.
+/// Working sets of the node and the kubepods cgroup, and what each cgroup counts towards;
+/// each pod's estimate is in its row of the pod table.
 #[derive(Clone, Debug, Default)]
 pub struct UsageTracker {
     members: HashMap<u64, Membership>,
     node: Estimate,
     kubepods: Estimate,
-    pods: HashMap<String, Estimate>,
 }
 
 impl UsageTracker {
@@ -91,15 +93,15 @@ impl UsageTracker {
     }
 
     /// The pod a cgroup belongs to, if any.
-    pub fn pod_of(&self, cgroup_id: u64) -> Option<&str> {
-        self.members.get(&cgroup_id)?.pod.as_deref()
+    pub fn pod_of(&self, cgroup_id: u64) -> Option<PodId> {
+        self.members.get(&cgroup_id)?.pod
     }
 
     /// The cgroups that belong to a pod (its own and its containers').
-    pub fn cgroups_of(&self, uid: &str) -> Vec<u64> {
+    pub fn cgroups_of(&self, pod: PodId) -> Vec<u64> {
         self.members
             .iter()
-            .filter(|(_, m)| m.pod.as_deref() == Some(uid))
+            .filter(|(_, m)| m.pod == Some(pod))
             .map(|(id, _)| *id)
             .collect()
     }
@@ -109,8 +111,10 @@ impl UsageTracker {
         self.members.clear();
     }
 
-    /// Applies one stat record; returns the pod whose working set it changed, if any.
-    pub fn apply(&mut self, change: StatChange) -> Option<&str> {
+    /// Applies one stat record to the node and kubepods estimates; returns the record's
+    /// working-set delta and the pod whose cgroup it came from, whose estimate the caller
+    /// moves with [`Estimate::add`].
+    pub fn apply(&mut self, change: StatChange) -> Option<(PodId, i64)> {
         let delta = working_set_delta(change.stat, change.bytes);
         if delta == 0 {
             return None;
@@ -120,10 +124,7 @@ impl UsageTracker {
         if member.in_kubepods {
             self.kubepods.add(delta, change.sent_ns);
         }
-        let pod = member.pod.as_deref()?;
-        // A pod without a base read has no stats yet; its first read sets them.
-        let added = self.pods.get_mut(pod)?.add(delta, change.sent_ns);
-        added.then_some(pod)
+        Some((member.pod?, delta))
     }
 
     /// Replaces the node's estimate with a read started at `read_ns`.
@@ -136,17 +137,6 @@ impl UsageTracker {
         self.kubepods = Estimate::read(working_set, read_ns);
     }
 
-    /// Replaces a pod's estimate with a read started at `read_ns`.
-    pub fn set_pod(&mut self, uid: &str, working_set: u64, read_ns: u64) {
-        self.pods
-            .insert(uid.to_string(), Estimate::read(working_set, read_ns));
-    }
-
-    /// Drops a pod's estimate: its stats are missing until the next read.
-    pub fn drop_pod(&mut self, uid: &str) {
-        self.pods.remove(uid);
-    }
-
     pub fn node(&self) -> u64 {
         self.node.value()
     }
@@ -154,16 +144,16 @@ impl UsageTracker {
     pub fn kubepods(&self) -> u64 {
         self.kubepods.value()
     }
-
-    /// A pod's working set, or `None` when it has no stats (ranked first, as the kubelet does).
-    pub fn pod(&self, uid: &str) -> Option<u64> {
-        self.pods.get(uid).map(|e| e.value())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::pod_table::{PodRow, PodTable};
+    use crate::engine::{
+        pod_facts::{PodFacts, PodRef},
+        quantity::Quantity,
+    };
 
     /// When the fixture's reads were taken.
     const READ_NS: u64 = 1_000;
@@ -182,90 +172,116 @@ mod tests {
         }
     }
 
-    fn tracker() -> UsageTracker {
+    fn pod_a() -> PodId {
+        let facts = PodFacts {
+            pod: PodRef {
+                namespace: "default".into(),
+                name: "a".into(),
+                uid: "uid-a".into(),
+            },
+            priority: 0,
+            critical: false,
+            memory_request: Quantity::ZERO,
+            ephemeral_storage_request: Quantity::ZERO,
+            termination_grace_period_seconds: None,
+            local_volumes: vec![],
+        };
+        PodTable::default().insert(PodRow::new(facts, None))
+    }
+
+    /// Cgroups 10 and 11 belong to pod a, 20 to kubepods only; pod a read at 100 bytes.
+    fn tracker(a: PodId) -> (UsageTracker, Estimate) {
         let mut t = UsageTracker::default();
-        for (id, pod) in [(10, Some("uid-a")), (11, Some("uid-a")), (20, None)] {
+        for (id, pod) in [(10, Some(a)), (11, Some(a)), (20, None)] {
             t.classify(
                 id,
                 Membership {
                     in_kubepods: true,
-                    pod: pod.map(str::to_string),
+                    pod,
                 },
             );
         }
         t.set_node(1000, READ_NS);
         t.set_kubepods(500, READ_NS);
-        t.set_pod("uid-a", 100, READ_NS);
-        t
+        (t, Estimate::read(100, READ_NS))
+    }
+
+    /// Applies a record as the agent does: the scopes here, the pod's estimate by its id.
+    fn apply(t: &mut UsageTracker, pod: &mut Estimate, change: StatChange) -> Option<PodId> {
+        let (id, delta) = t.apply(change)?;
+        pod.add(delta, change.sent_ns).then_some(id)
     }
 
     #[test]
     fn stat_deltas_move_every_scope_the_cgroup_belongs_to() {
-        let mut t = tracker();
+        let a = pod_a();
+        let (mut t, mut pod) = tracker(a);
         assert_eq!(
-            t.apply(change(11, Stat::Anon, 50)),
-            Some("uid-a"),
+            apply(&mut t, &mut pod, change(11, Stat::Anon, 50)),
+            Some(a),
             "container cgroup of pod a"
         );
         assert_eq!(
-            t.apply(change(20, Stat::File, 10)),
+            apply(&mut t, &mut pod, change(20, Stat::File, 10)),
             None,
             "kubepods but no pod"
         );
-        assert_eq!(t.apply(change(99, Stat::Kernel, 5)), None, "system cgroup");
         assert_eq!(
-            (t.node(), t.kubepods(), t.pod("uid-a")),
-            (1065, 560, Some(150))
+            apply(&mut t, &mut pod, change(99, Stat::Kernel, 5)),
+            None,
+            "system cgroup"
         );
-        let mut pod_cgroups = t.cgroups_of("uid-a");
+        assert_eq!((t.node(), t.kubepods(), pod.value()), (1065, 560, 150));
+        let mut pod_cgroups = t.cgroups_of(a);
         pod_cgroups.sort();
         assert_eq!(pod_cgroups, [10, 11]);
     }
 
     #[test]
     fn inactive_file_lowers_the_working_set_and_active_file_does_not_count() {
-        let mut t = tracker();
-        t.apply(change(10, Stat::InactiveFile, 30));
-        t.apply(change(10, Stat::ActiveFile, 999));
-        assert_eq!(t.pod("uid-a"), Some(70));
+        let (mut t, mut pod) = tracker(pod_a());
+        apply(&mut t, &mut pod, change(10, Stat::InactiveFile, 30));
+        apply(&mut t, &mut pod, change(10, Stat::ActiveFile, 999));
+        assert_eq!(pod.value(), 70);
         assert_eq!(working_set_delta(Stat::ActiveFile, 5), 0);
     }
 
     #[test]
-    fn reads_replace_estimates_and_floor_at_zero() {
-        let mut t = tracker();
-        t.apply(change(10, Stat::Anon, -500));
-        assert_eq!(t.pod("uid-a"), Some(0), "never negative");
-        t.set_pod("uid-a", 42, READ_NS);
-        assert_eq!(t.pod("uid-a"), Some(42));
-        t.drop_pod("uid-a");
-        assert_eq!(t.pod("uid-a"), None, "missing stats");
+    fn estimates_floor_at_zero_and_forgotten_cgroups_count_for_the_node_only() {
+        let (mut t, mut pod) = tracker(pod_a());
+        apply(&mut t, &mut pod, change(10, Stat::Anon, -500));
+        assert_eq!(pod.value(), 0, "never negative");
         t.forget(10);
-        assert_eq!(t.apply(change(10, Stat::Anon, 1)), None);
+        assert_eq!(apply(&mut t, &mut pod, change(10, Stat::Anon, 1)), None);
+        assert_eq!(t.node(), 1000 - 500 + 1);
     }
 
     #[test]
     fn a_record_sent_before_a_read_is_already_in_it() {
-        let mut t = tracker();
+        let a = pod_a();
+        let (mut t, mut pod) = tracker(a);
         // 30 bytes allocated before the reads; their record waited in the ring until now.
-        assert_eq!(t.apply(sent_at(11, Stat::Anon, 30, READ_NS - 1)), None);
         assert_eq!(
-            (t.node(), t.kubepods(), t.pod("uid-a")),
-            (1000, 500, Some(100)),
+            apply(&mut t, &mut pod, sent_at(11, Stat::Anon, 30, READ_NS - 1)),
+            None
+        );
+        assert_eq!(
+            (t.node(), t.kubepods(), pod.value()),
+            (1000, 500, 100),
             "not counted twice"
         );
         // A pod read later than the node: a record between the two counts for the node only.
-        t.set_pod("uid-a", 100, READ_NS + 10);
-        assert_eq!(t.apply(sent_at(11, Stat::Anon, 7, READ_NS + 5)), None);
+        pod = Estimate::read(100, READ_NS + 10);
         assert_eq!(
-            (t.node(), t.kubepods(), t.pod("uid-a")),
-            (1007, 507, Some(100))
+            apply(&mut t, &mut pod, sent_at(11, Stat::Anon, 7, READ_NS + 5)),
+            None
         );
+        assert_eq!((t.node(), t.kubepods(), pod.value()), (1007, 507, 100));
         assert_eq!(
-            t.apply(sent_at(11, Stat::Anon, 5, READ_NS + 10)),
-            Some("uid-a"),
+            apply(&mut t, &mut pod, sent_at(11, Stat::Anon, 5, READ_NS + 10)),
+            Some(a),
             "sent as the read began: the read may have missed it"
         );
-        assert_eq!(t.pod("uid-a"), Some(105));
+        assert_eq!(pod.value(), 105);
     }
 }

@@ -166,9 +166,13 @@ impl RankIndexSet {
 
     /// Adds or replaces a pod in every index.
     pub fn upsert_pod(&mut self, facts: PodFacts) {
-        let facts = Arc::new(facts);
+        self.upsert_pod_shared(&Arc::new(facts));
+    }
+
+    /// [`Self::upsert_pod`] with facts shared with the caller's own table.
+    pub fn upsert_pod_shared(&mut self, facts: &Arc<PodFacts>) {
         for index in &mut self.indexes {
-            index.upsert_pod(Arc::clone(&facts));
+            index.upsert_pod(Arc::clone(facts));
         }
     }
 

@@ -199,8 +199,15 @@ impl BenchTree {
             items.push(pod_manifest(i, &uid));
             tree.uids.push(uid);
         }
-        let list = json!({ "apiVersion": "v1", "kind": "PodList", "items": items });
-        fs::write(scratch.join("pods/pods.json"), list.to_string())?;
+        // The agent reads manifest files of at most 1 MiB: a few hundred bytes a pod, so
+        // one PodList file per POD_LIST_FILE_PODS pods.
+        for (n, chunk) in items.chunks(POD_LIST_FILE_PODS).enumerate() {
+            let list = json!({ "apiVersion": "v1", "kind": "PodList", "items": chunk });
+            fs::write(
+                scratch.join(format!("pods/pods-{n:03}.json")),
+                list.to_string(),
+            )?;
+        }
         Ok(tree)
     }
 
@@ -240,6 +247,9 @@ impl Drop for BenchTree {
 }
 
 /// `00000000-0000-4000-8000-<i>`: valid, distinct and recognisable pod uids.
+/// Pods per PodList file of a bench tree.
+const POD_LIST_FILE_PODS: usize = 1000;
+
 pub fn pod_uid(i: usize) -> String {
     format!("00000000-0000-4000-8000-{i:012x}")
 }

@@ -17,7 +17,8 @@ use std::{
 
 use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
-pub mod cgroup_tree;
+/// Cgroup trees owned by a test, shared with xtask.
+pub use test_cgroups as cgroup_tree;
 pub mod kube_api;
 pub mod mounts;
 pub mod stand_in_kubelet;

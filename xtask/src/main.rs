@@ -1,9 +1,6 @@
 //! Developer tasks: `cargo xtask <task>`. Each task that builds calls `setup` first, so a fresh
 //! machine needs only one command.
 mod bench;
-// Shared with the tests crate, which xtask cannot depend on (it needs the kernel toolchain).
-#[path = "../../tests/src/cgroup_tree.rs"]
-mod cgroup_tree;
 mod demo;
 mod image;
 mod process;

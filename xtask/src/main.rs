@@ -5,6 +5,7 @@ mod demo;
 mod image;
 mod process;
 mod setup;
+mod skips;
 mod tasks;
 mod vm;
 
@@ -39,6 +40,9 @@ enum Task {
         args: Vec<String>,
     },
     /// Run every test: unit tests, root integration tests against the real kernel, VM tests.
+    /// A test that cannot run fails, unless MONITOR_TESTS_ALLOW_SKIP names its reason; this
+    /// allows the reasons the machine gives (printed first; never `root`, which a developer
+    /// may add) and lists every skip at the end.
     Test {
         /// Skip the cgroup v2 / older-kernel tests in the VM.
         #[arg(long)]

@@ -1,8 +1,8 @@
 //! Checkpoint writes on a full and on a read-only file system: the write fails with a clear
 //! error, the previous checkpoint stays intact and no temporary is left behind.
 //!
-//! Mounting needs root. Without it the tests print `SKIP: needs root` and pass, unless `CI` is
-//! set, where skipping would hide a broken setup.
+//! Mounting needs root: without it the tests fail, unless skipping for `root` is allowed
+//! (`MONITOR_TESTS_ALLOW_SKIP=root`).
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,13 +16,8 @@ fn have_root() -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    assert!(env_ci_unset(), "these tests need root and CI is set");
-    eprintln!("SKIP: needs root");
+    test_skip::cannot_run(test_skip::Reason::Root, "mounting a tmpfs needs root");
     false
-}
-
-fn env_ci_unset() -> bool {
-    std::env::var_os("CI").is_none()
 }
 
 /// A tmpfs mounted for one test and unmounted when dropped, even when the test fails.

@@ -162,7 +162,7 @@ fn a_polling_agent_reads_memory_at_once_when_tasks_stall_on_it() {
         })
         .expect("the agent says whether it has PSI wake-ups");
     if psi.contains("no PSI") {
-        eprintln!("skipped: {psi}");
+        tests::cannot_run(tests::Reason::Psi, &psi);
         return;
     }
     // The pod reaches the node before its cgroup exists, as from the kubelet; no kernel

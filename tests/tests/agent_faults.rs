@@ -345,7 +345,10 @@ fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
     }
     if std::env::var_os("MONITOR_VM").is_some() {
         // An emulated CPU allocates more slowly than the agent drains the ring.
-        eprintln!("SKIP: the emulated VM cannot fill the ring buffer faster than it is read");
+        tests::cannot_run(
+            tests::Reason::HostOnly,
+            "the emulated VM cannot fill the ring buffer faster than it is read",
+        );
         return;
     }
     let scene = AgentScene::new("faults-lost", "10s", "10s");
@@ -355,7 +358,10 @@ fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
     // what the lost records said.
     let mut agent = scene.start_agent(&["--step", "4Ki", "--resync-interval", "60s"]);
     if !agent.stderr().contains("source ebpf (") {
-        eprintln!("SKIP: no per-cgroup memory programs here; nothing to lose");
+        tests::cannot_run(
+            tests::Reason::MemcgPrograms,
+            "no per-cgroup memory programs: nothing to lose",
+        );
         return;
     }
     let mut filler_proc = scene.start_pod(&filler);

@@ -6,7 +6,10 @@
 //! the host (field notes: 8 of 8 at 48 MiB) and polling every 100 ms does not.
 use std::time::Duration;
 
-use tests::{AgentScene, TestPod, oom_kills, process_alive, running_as_root, set_memory_limit};
+use tests::{
+    AgentScene, Reason, TestPod, cannot_run, oom_kills, process_alive, running_as_root,
+    set_memory_limit,
+};
 
 /// Kubepods working set at which the scene's threshold is met.
 const PRESSURE_AT_MIB: u64 = AgentScene::PRESSURE_ABOVE_MIB;
@@ -29,7 +32,10 @@ fn the_agent_stops_a_fast_allocating_pod_before_the_oom_killer() {
         .find_map(|l| l.split(" source ").nth(1).map(|s| s.to_string()))
         .unwrap_or_default();
     if !source.starts_with("ebpf (") {
-        eprintln!("SKIP: no per-cgroup memory programs on this kernel ({source})");
+        cannot_run(
+            Reason::MemcgPrograms,
+            &format!("the agent's source is {source}"),
+        );
         agent.stop();
         return;
     }

@@ -3,7 +3,10 @@
 //! would rank it first.
 use std::{fs, time::Duration};
 
-use tests::{AgentScene, MonitorProcess, TestPod, process_alive, running_as_root};
+use tests::{
+    AgentScene, MonitorProcess, Reason, TestPod, cannot_run, has_cap_sys_resource, process_alive,
+    running_as_root,
+};
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
 /// included).
@@ -20,24 +23,17 @@ fn status_kb(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {status}"))
 }
 
-/// CAP_SYS_RESOURCE, which lowering an oom_score_adj below 0 needs, is in this process's
-/// effective set (some containers drop it even for root).
-fn may_lower_oom_score_adj() -> bool {
-    const CAP_SYS_RESOURCE: u32 = 24;
-    let status = fs::read_to_string("/proc/self/status").expect("own status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
-}
-
 /// The agent runs with `want` as its oom_score_adj; below 0 without the capability to set it,
 /// it must have said so instead.
 fn assert_oom_score_adj(agent: &MonitorProcess, want: i32) {
     let adj = fs::read_to_string(format!("/proc/{}/oom_score_adj", agent.pid())).unwrap();
-    if want < 0 && !may_lower_oom_score_adj() {
-        eprintln!("SKIP: oom_score_adj {want}: no CAP_SYS_RESOURCE here; checking the warning");
+    // Lowering an oom_score_adj below 0 needs CAP_SYS_RESOURCE, which some containers drop
+    // even for root.
+    if want < 0 && !has_cap_sys_resource() {
+        cannot_run(
+            Reason::CapSysResource,
+            &format!("oom_score_adj {want} cannot be set; checking the warning"),
+        );
         assert_eq!(adj.trim(), "0");
         assert!(
             agent

@@ -15,7 +15,7 @@ use monitor::{
     cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
     source::probe::kernel_version,
 };
-use tests::{Allocator, TestCgroup, monitor_bin, running_as_root};
+use tests::{Allocator, Reason, TestCgroup, cannot_run, monitor_bin, running_as_root};
 
 const MIB: u64 = 1 << 20;
 
@@ -29,7 +29,10 @@ fn memory_on_cgroup_v2() -> bool {
         std::env::var_os("MONITOR_VM").is_none(),
         "the VM must mount the memory controller on cgroup2"
     );
-    eprintln!("SKIP: memory controller is cgroup v1 here; runs in cargo xtask vm-test");
+    cannot_run(
+        Reason::CgroupV2,
+        "cgroup v1 here; runs in cargo xtask vm-test",
+    );
     false
 }
 

@@ -12,7 +12,10 @@ use monitor::source::{
     event::KernelEvent,
 };
 use monitor_common::Stat;
-use tests::{Allocator, TempDir, TestCgroup, Trace, cgroup_id, cgroup_tree, running_as_root};
+use tests::{
+    Allocator, Reason, TempDir, TestCgroup, Trace, cannot_run, cgroup_id, cgroup_tree,
+    running_as_root,
+};
 
 const MIB: i64 = 1 << 20;
 
@@ -66,7 +69,10 @@ fn load_tracking_memory(cgroup: &TestCgroup) -> Option<KernelSource> {
             std::env::var_os("MONITOR_VM").is_none(),
             "the VM's kernel must count memory with tracepoints or fentry: {reasons}"
         );
-        eprintln!("SKIP: the memcg programs cannot attach here; memory is polled: {reasons}");
+        cannot_run(
+            Reason::MemcgPrograms,
+            &format!("memory is polled: {reasons}"),
+        );
         return None;
     }
     Some(source)
@@ -83,7 +89,10 @@ fn load_fentry(cgroup: &TestCgroup) -> Option<KernelSource> {
             refused && std::env::var_os("MONITOR_VM").is_none(),
             "fentry programs not attached: {reasons}"
         );
-        eprintln!("SKIP: this host refuses fentry programs: {reasons}");
+        cannot_run(
+            Reason::Fentry,
+            &format!("this host refuses them: {reasons}"),
+        );
         return None;
     }
     Some(source)
@@ -245,7 +254,10 @@ fn raw_tracepoint_anon_events_add_up_to_an_allocation_and_its_release() {
     runtime().block_on(async {
         let source = load_hooked(&cgroup, MemcgHook::RawTracepoint);
         if !std::path::Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
-            eprintln!("SKIP: no memcg tracepoints in this kernel for raw tracepoints");
+            cannot_run(
+                Reason::MemcgTracepoints,
+                "no memcg tracepoints for raw tracepoints",
+            );
             return;
         }
         assert!(

@@ -37,8 +37,9 @@ fn in_the_vm(test: &str) -> bool {
         return false;
     }
     if std::env::var_os("MONITOR_VM").is_none() {
-        eprintln!(
-            "SKIP {test}: creates /kubepods.slice at the cgroup root; runs in cargo xtask vm-test"
+        tests::cannot_run(
+            tests::Reason::VmOnly,
+            "creates /kubepods.slice at the cgroup root",
         );
         return false;
     }

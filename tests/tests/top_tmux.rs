@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tests::{AgentScene, TestPod, in_own_network_namespace, monitor_bin, running_as_root};
+use tests::{
+    AgentScene, Reason, TestPod, cannot_run, in_own_network_namespace, monitor_bin, running_as_root,
+};
 
 /// How long a decision may take once the threshold is crossed (a slow VM included).
 const DECIDE: Duration = Duration::from_secs(20);
@@ -86,7 +88,7 @@ fn top_shows_the_live_ranking_and_outlives_an_agent_restart() {
         return;
     }
     if !tmux_installed() {
-        eprintln!("SKIP: top_shows_the_live_ranking needs tmux (cargo xtask setup installs it)");
+        cannot_run(Reason::Tmux, "needs tmux (cargo xtask setup installs it)");
         return;
     }
     let scene = AgentScene::new("top-tmux", "10s", "5s");

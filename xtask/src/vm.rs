@@ -50,6 +50,12 @@ pub fn run() -> anyhow::Result<()> {
         .map(PathBuf::as_path)
         .collect();
     let monitor = in_guest(&target, &built.monitor)?;
+    let skip_probe = built
+        .helpers
+        .iter()
+        .find(|path| path.file_name().is_some_and(|name| name == "skip_probe"))
+        .context("the tests crate built no skip_probe")?;
+    let skip_probe = in_guest(&target, skip_probe)?;
     let runs = init::test_runs(&monitor, &tests);
     // Every kernel runs even when an earlier one failed: each result is worth having.
     let mut failed = Vec::new();
@@ -58,6 +64,7 @@ pub fn run() -> anyhow::Result<()> {
             &Guest::new(&target, &work, series, &kernel),
             &executables,
             &[("MONITOR_BIN", &monitor)],
+            Some(&skip_probe),
             &runs,
             |line| println!("{line}"),
         );
@@ -126,6 +133,7 @@ pub fn run_under_systemd(
         nonce: &nonce,
         kernel: series.version,
         env: &guest_env,
+        skip_probe: None,
         runs: &runs,
     });
     let image = systemd::files(&work, &plan, units)?;
@@ -207,7 +215,7 @@ fn run_programs(
     let (runs, executables) = plan_runs(&target, programs, env)?;
     let mut guest = Guest::new(&target, &work, series, &kernel);
     guest.memory_mib = memory_mib;
-    boot_plan(&guest, &executables, &guest_env, &runs, echo)
+    boot_plan(&guest, &executables, &guest_env, None, &runs, echo)
 }
 
 /// The unpacked root of Debian's `package`, for a run to carry into the VM (see
@@ -257,11 +265,13 @@ impl<'a> Guest<'a> {
 }
 
 /// Writes the initramfs for `runs` (with `executables`, host paths of this target directory)
-/// and boots `guest` on it.
+/// and boots `guest` on it; with `skip_probe` (a guest path) the runs are tests, which may skip
+/// for the reasons it finds in the VM.
 fn boot_plan(
     guest: &Guest,
     executables: &[&Path],
     env: &[(&str, &Path)],
+    skip_probe: Option<&Path>,
     runs: &[init::Run],
     echo: impl FnMut(&str),
 ) -> anyhow::Result<()> {
@@ -270,6 +280,7 @@ fn boot_plan(
         nonce: &nonce,
         kernel: guest.series.version,
         env,
+        skip_probe,
         runs,
     });
     let executables = executables

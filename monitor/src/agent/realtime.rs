@@ -106,7 +106,7 @@ mod tests {
     fn the_calling_thread_alone_becomes_fifo() {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIP: the_calling_thread_alone_becomes_fifo needs root (CAP_SYS_NICE)");
+            test_skip::cannot_run(test_skip::Reason::Root, "SCHED_FIFO needs CAP_SYS_NICE");
             return;
         }
         let (own, child) = std::thread::spawn(|| {

@@ -376,7 +376,7 @@ impl Agent {
                     self.evaluate(None);
                 }
                 _ = reads.tick() => {
-                    self.resync.tick(matches!(self.source, Source::Kernel(_)));
+                    self.resync.tick(self.source.memory_from_kernel());
                     self.read_unprompted();
                     self.sweep_kernel_map();
                     self.take_losses();

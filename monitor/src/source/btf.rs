@@ -438,7 +438,7 @@ mod tests {
     #[test]
     fn running_kernel_has_the_stat_items() {
         let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-            eprintln!("SKIP: this kernel exposes no BTF");
+            test_skip::cannot_run(test_skip::Reason::Btf, "no /sys/kernel/btf/vmlinux");
             return;
         };
         let node = enum_values(&btf, "node_stat_item").unwrap();

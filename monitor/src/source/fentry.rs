@@ -81,7 +81,7 @@ mod tests {
     #[test]
     fn the_running_kernel_has_a_target_for_each_program() {
         let Ok(btf) = std::fs::read(VMLINUX_BTF) else {
-            eprintln!("SKIP: this kernel exposes no BTF");
+            test_skip::cannot_run(test_skip::Reason::Btf, "no /sys/kernel/btf/vmlinux");
             return;
         };
         let types = Types::parse(&btf).unwrap();

@@ -12,8 +12,6 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde_json::json;
 
-use crate::cgroup_tree;
-
 /// Cores, kernel release and memory of the machine the figures come from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
@@ -124,7 +122,7 @@ pub struct Hierarchy {
 
 impl Hierarchy {
     pub fn discover() -> anyhow::Result<Self> {
-        let (mount, v2) = cgroup_tree::memory_mount()?;
+        let (mount, v2) = test_cgroups::memory_mount()?;
         Ok(Self { mount, v2 })
     }
 
@@ -184,7 +182,7 @@ impl BenchTree {
             uids: Vec::new(),
         };
         // From here on, drop removes whatever was created, also on failure.
-        cgroup_tree::create_dirs(
+        test_cgroups::create_dirs(
             &tree.hierarchy.mount,
             &format!("{}/kubepods/burstable", rel.trim_start_matches('/')),
             tree.hierarchy.v2,
@@ -241,7 +239,7 @@ impl BenchTree {
 
 impl Drop for BenchTree {
     fn drop(&mut self) {
-        cgroup_tree::remove_tree(&self.dir);
+        test_cgroups::remove_tree(&self.dir);
         let _ = fs::remove_dir_all(&self.scratch);
     }
 }
@@ -273,7 +271,7 @@ fn pod_manifest(i: usize, uid: &str) -> serde_json::Value {
 
 /// Starts `cmd` inside `cgroup_dir`: it joins the cgroup before exec.
 pub fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
-    cgroup_tree::spawn_in(cmd, cgroup_dir).with_context(|| format!("starting {cmd:?}"))
+    test_cgroups::spawn_in(cmd, cgroup_dir).with_context(|| format!("starting {cmd:?}"))
 }
 
 /// A stdout line of the agent and the bench's CLOCK_MONOTONIC when it was read.

@@ -3,12 +3,16 @@
 //! prints one result line that the host recognises by a per-run nonce and powers off.
 use std::path::{Path, PathBuf};
 
+use test_skip::{ALLOW_VAR, LOG_VAR};
+
 /// Start of the result line; the nonce follows so no test output can fake it.
 const MARKER: &str = "VM-TEST-RESULT";
 /// Where the initramfs holds the RAM disk driver.
 pub const RAMDISK_MODULE: &str = "/lib/modules/brd.ko";
 /// The RAM disk's size in KiB: room for the page-cache files of two overrunning cgroups.
 const RAMDISK_KIB: u32 = 512 * 1024;
+/// Where the tests record their skips in the VM.
+const SKIP_LOG: &str = "/tmp/test-skips.log";
 
 /// What the VM runs.
 pub struct Plan<'a> {
@@ -17,6 +21,9 @@ pub struct Plan<'a> {
     pub kernel: &'a str,
     /// Paths exported to the runs besides the VM's own variables (`MONITOR_BIN`, ...).
     pub env: &'a [(&'a str, &'a Path)],
+    /// The tests crate's `skip_probe`, when the runs are tests: its reasons are the ones
+    /// allowed to skip a test in the VM, and the skips are listed before the result line.
+    pub skip_probe: Option<&'a Path>,
     pub runs: &'a [Run],
 }
 
@@ -67,6 +74,17 @@ pub fn script(plan: &Plan) -> String {
         .iter()
         .map(|(name, path)| format!("{name}={} ", quote(path)))
         .collect();
+    let (allow_skips, list_skips) = match plan.skip_probe {
+        Some(probe) => (
+            format!(
+                "export {LOG_VAR}={SKIP_LOG} {ALLOW_VAR}=\"$({} --allow-list)\"\n\
+                 echo \"=== tests may skip for: ${ALLOW_VAR}\"\n",
+                quote(probe)
+            ),
+            format!("echo \"=== skipped\"\ntr '\\t' ' ' < {SKIP_LOG}\n"),
+        ),
+        None => (String::new(), String::new()),
+    };
     let nonce = plan.nonce;
     let kernel = plan.kernel;
     format!(
@@ -99,7 +117,7 @@ scratch() {{
 run scratch-disk scratch
 export {exports}MONITOR_VM=1 MONITOR_VM_KERNEL={kernel} HOME=/tmp TMPDIR=/scratch RUST_BACKTRACE=1
 cd /tmp
-{runs}if [ -z "$failed" ]; then
+{allow_skips}{runs}{list_skips}if [ -z "$failed" ]; then
     echo "{MARKER} {nonce} pass"
 else
     echo "{MARKER} {nonce} fail:$failed"
@@ -149,6 +167,7 @@ mod tests {
             nonce: "n0nce",
             kernel: "6.12",
             env: &[("MONITOR_BIN", monitor)],
+            skip_probe: Some(Path::new("/t/debug/skip_probe")),
             runs: &test_runs(monitor, tests),
         })
     }
@@ -176,7 +195,14 @@ mod tests {
             at("run 'doctor'")
                 < at("run 'cgroup_v2-1f2e' '/t/debug/deps/cgroup_v2-1f2e' '--test-threads=1'")
         );
-        assert!(at("--test-threads=1") < at("VM-TEST-RESULT n0nce pass"));
+        assert!(
+            at("MONITOR_VM=1")
+                < at("export MONITOR_TESTS_SKIP_LOG=/tmp/test-skips.log \
+                     MONITOR_TESTS_ALLOW_SKIP=\"$('/t/debug/skip_probe' --allow-list)\"")
+        );
+        assert!(at("MONITOR_TESTS_ALLOW_SKIP=") < at("run 'doctor'"));
+        assert!(at("--test-threads=1") < at("tr '\\t' ' ' < /tmp/test-skips.log"));
+        assert!(at("/tmp/test-skips.log\n") < at("VM-TEST-RESULT n0nce pass"));
         assert!(script.trim_end().ends_with("poweroff -f"));
     }
 

@@ -34,7 +34,7 @@ mod tests {
     #[test]
     fn running_kernel_has_the_task_to_memcg_chain() {
         let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-            eprintln!("SKIP: this kernel exposes no BTF");
+            test_skip::cannot_run(test_skip::Reason::Btf, "no /sys/kernel/btf/vmlinux");
             return;
         };
         let config = v1_offsets(&Types::parse(&btf).unwrap(), IncidentConfig::EMPTY).unwrap();

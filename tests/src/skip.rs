@@ -1,0 +1,40 @@
+//! Tests that cannot run here: each names its [`Reason`] with [`cannot_run`], which fails the
+//! test unless the run allows that reason (`MONITOR_TESTS_ALLOW_SKIP`, see the `test-skip`
+//! crate), so a green run means every test ran or skipped for a reason the runner named.
+
+pub use test_skip::{Reason, cannot_run};
+
+/// True when running as root. Otherwise the test (`test`: its name, or its group's) fails,
+/// unless the run allows skipping for `root`: then the skip is reported and this returns false.
+pub fn running_as_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    // The message names the running test; `test` adds to it when it names a group.
+    let running = std::thread::current()
+        .name()
+        .unwrap_or_default()
+        .to_string();
+    let what = if running.ends_with(test) { "it" } else { test };
+    cannot_run(
+        Reason::Root,
+        &format!("{what} needs root for real cgroups and kernel programs"),
+    );
+    false
+}
+
+/// CAP_SYS_RESOURCE is in this process's effective set (some containers drop it even for
+/// root); lowering an `oom_score_adj` below 0 needs it.
+pub fn has_cap_sys_resource() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}

@@ -328,9 +328,12 @@ fn per_cpu_sums_add_up_exactly_and_hold_back_less_than_the_budget() {
                 "the VM's kernel must count memory: {}",
                 skip_reasons(&source)
             );
-            eprintln!(
-                "SKIP: the memcg programs cannot attach here: {}",
-                skip_reasons(&source)
+            cannot_run(
+                Reason::MemcgPrograms,
+                &format!(
+                    "the memcg programs cannot attach here: {}",
+                    skip_reasons(&source)
+                ),
             );
             return;
         }

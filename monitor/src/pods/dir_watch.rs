@@ -59,6 +59,9 @@ const CHANGE_MASK: u32 = libc::IN_CLOSE_WRITE
 const GONE_MASK: u32 =
     libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED | libc::IN_UNMOUNT;
 
+/// A reload's pod set and its serialised form.
+type Reloaded = (LoadedPods, Vec<u8>);
+
 /// Watches one manifests directory.
 pub struct ManifestWatcher {
     dir: PathBuf,
@@ -69,7 +72,7 @@ pub struct ManifestWatcher {
     /// The reasons files and pods were skipped at the last reload, likewise.
     last_errors: Vec<String>,
     /// A reload running on the blocking pool; kept across cancelled waits so no change is lost.
-    reloading: Option<JoinHandle<io::Result<(LoadedPods, Vec<u8>)>>>,
+    reloading: Option<JoinHandle<io::Result<Reloaded>>>,
 }
 
 impl ManifestWatcher {

@@ -122,6 +122,7 @@ fn fentry_refusal(features: &KernelFeatures) -> Option<String> {
         step_bytes: 1 << 20,
         hierarchy_id: memory.hierarchy_id,
         memcg_hook: MemcgHook::Fentry,
+        budget_pages: None,
     })
     .inspect_err(|e| eprintln!("skip_probe: loading the kernel programs: {e}"))
     .ok()?;

@@ -1,0 +1,101 @@
+//! Finished actions taken back: the actuator's action path says which step runs next and
+//! what the decision state hears, which lifts the wait for the pod's cleanup or passes it
+//! over.
+
+use tokio::time::Instant;
+
+use super::{
+    actuator::{ActionDone, ActionOutcome},
+    decision_log, persist,
+    run::Agent,
+};
+use crate::{engine::instant::Clock as _, system_clock::BootClock, units::bytes};
+
+impl Agent {
+    /// Hands a finished step to the actuator's action path, which says what the decision
+    /// state learns of it and which step runs next.
+    pub(super) fn step_done(&mut self, done: ActionDone) {
+        let after = self.actuator.finished(done);
+        if let Some(task) = after.next {
+            self.actions.spawn(task);
+        }
+        if let Some(done) = after.decided {
+            self.finish_action(done);
+        }
+        if let Some(recorded) = after.recorded {
+            self.action_failures += u64::from(recorded.failed);
+            self.decisions.amend(&recorded.pod.uid, &recorded.text);
+        }
+    }
+
+    /// Takes an action's report back into the decision state: a pod known stopped lifts the
+    /// wait for its cleanup at once; a failed action lifts it too, so the next decision is
+    /// not held back by a pod that is not going.
+    pub(super) fn finish_action(&mut self, done: ActionDone) {
+        let _in_decision = decision_log::reported(&done);
+        let pod = &done.request.pod;
+        let uid = pod.uid.clone();
+        let stopped = done.outcome.pod_stopped();
+        match &done.outcome {
+            ActionOutcome::Killed(report) => {
+                self.read_cgroupfs(false);
+                let after = self.core.pod_working_set(&uid).unwrap_or(0);
+                let freed = done
+                    .request
+                    .working_set_before
+                    .unwrap_or(0)
+                    .saturating_sub(after);
+                if stopped {
+                    tracing::info!(
+                        "pod {pod} stopped after {:?} ({} processes signalled{}), {} freed",
+                        report.elapsed,
+                        report.terminated,
+                        if report.forced { ", forced" } else { "" },
+                        bytes(freed as i64)
+                    );
+                } else {
+                    tracing::warn!(
+                        "pod {pod}: processes survived force: {:?} after {:?}",
+                        report.outcome,
+                        report.elapsed
+                    );
+                }
+                persist::record_freed(&mut self.saved, &uid, freed);
+                self.core.state.pod_cleaned_up(&uid);
+                if stopped {
+                    self.core.mark_stopped(&uid);
+                }
+            }
+            ActionOutcome::Accepted => tracing::info!(
+                "eviction of {pod} accepted (grace period {}s); waiting for the kubelet",
+                done.request.grace_period_seconds
+            ),
+            ActionOutcome::Gone => {
+                tracing::info!("pod {pod} was already gone");
+                persist::record_freed(&mut self.saved, &uid, 0);
+                self.core.state.pod_cleaned_up(&uid);
+            }
+            ActionOutcome::Refused(reason) => {
+                self.action_failures += 1;
+                tracing::warn!(
+                    "{reason}; passed over for {:?}, the next candidate goes at once",
+                    self.core
+                        .config()
+                        .monitor
+                        .eviction_interval
+                        .max(super::refusals::MIN_HOLD)
+                );
+                self.core.eviction_refused(&uid, BootClock.now());
+            }
+            ActionOutcome::Failed(reason) | ActionOutcome::TimedOut(reason) => {
+                self.action_failures += 1;
+                tracing::warn!(
+                    "evicting {pod} failed: {reason}; the next decision is not held back"
+                );
+                self.core.state.pod_cleaned_up(&uid);
+            }
+        }
+        self.decisions.settle(&uid, done.outcome.describe());
+        self.writer.save(&self.saved, Instant::now());
+    }
+}

@@ -1,0 +1,307 @@
+//! The decision step: decide on the state as it is, report the decision, start its action
+//! and checkpoint what must survive a restart; and, after a restart, what the checkpoint says
+//! about pods evicted before it.
+use std::{
+    collections::HashSet,
+    io::{self, Write as _},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use super::{
+    actuator::ActionRequest,
+    decision_log, persist,
+    reader::MachineReader as _,
+    report::{DecisionContext, DecisionReport},
+    run::Agent,
+};
+use crate::{
+    cgroupfs::procs::subtree_pids,
+    checkpoint::read_now,
+    engine::{
+        decide::Eviction,
+        instant::{Clock as _, ManualClock},
+        pod_facts::PodRef,
+        threshold::ThresholdKind,
+    },
+    flags::OutputFormat,
+    metrics::snapshot::DecisionView,
+    system_clock::{BootClock, monotonic_ns},
+};
+
+/// A decision's grace period as a duration (negative: none).
+pub(super) fn grace_secs(seconds: i64) -> u64 {
+    u64::try_from(seconds).unwrap_or(0)
+}
+
+impl Agent {
+    /// Runs the decision step and acts on it; `trigger_ns` is the kernel event that led here.
+    /// Nothing here can stop the agent: a report that cannot be printed or a checkpoint that
+    /// cannot be written is logged, and the action goes ahead.
+    pub(super) fn evaluate(&mut self, trigger_ns: Option<u64>) {
+        // Both clocks are read back to back before deciding, so the report's monotonic stamp
+        // is the instant the interval and grace rules saw, however long the rest takes.
+        let decided_ns = monotonic_ns();
+        let decision = self.core.decide(&ManualClock::new(BootClock.now()));
+        if self.args.dry_run
+            && decision.eviction().is_some()
+            && let Some(pending) = &mut self.core.state.awaiting_cleanup
+        {
+            // Nothing is signalled in a dry run: there is no grace period to wait out, only
+            // the cleanup timeout, as for a pod that does not go.
+            pending.grace_period_seconds = 0;
+        }
+        if let Some(eviction) = decision.eviction() {
+            let span = decision_log::open(eviction, trigger_ns);
+            let _in_decision = span.enter();
+            if let Err(e) = self.report(eviction, decided_ns, trigger_ns) {
+                tracing::error!("printing the decision for {}: {e}", eviction.pod);
+            }
+            let grace = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
+            self.act(
+                eviction.pod.clone(),
+                grace,
+                eviction.grace_period_seconds,
+                eviction.reason.clone(),
+                eviction.threshold.kind == ThresholdKind::Hard,
+                span.clone(),
+            );
+        }
+        if let Some(node_status) = &self.node_status {
+            node_status.set(&decision.node_conditions);
+        }
+        self.update_metrics(decision.eviction(), trigger_ns);
+        // Most evaluations change nothing worth keeping; skip building the checkpoint then.
+        let snapshot = (self.core.state.clone(), decision.node_conditions.clone());
+        if decision.eviction().is_none() && self.persisted.as_ref() == Some(&snapshot) {
+            return;
+        }
+        self.persisted = Some(snapshot);
+        let now = match read_now() {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!("reading the clocks for the checkpoint: {e}");
+                return;
+            }
+        };
+        persist::save(
+            &self.core.state,
+            &decision.node_conditions,
+            &mut self.saved,
+            &now,
+        );
+        if let Some(eviction) = decision.eviction() {
+            self.saved.record_eviction(
+                persist::saved_pod(&eviction.pod),
+                eviction.signal.as_str(),
+                0,
+                &now,
+            );
+            self.saved
+                .record_grace_period(eviction.grace_period_seconds);
+        }
+        self.writer.save(&self.saved, Instant::now());
+    }
+
+    pub(super) fn report(
+        &mut self,
+        eviction: &Eviction,
+        decided_ns: u64,
+        trigger_ns: Option<u64>,
+    ) -> anyhow::Result<()> {
+        let Some(entry) = self.core.pod(&eviction.pod.uid) else {
+            return Ok(());
+        };
+        let Some((policy, usage)) = self.core.rank_inputs(&eviction.pod.uid, eviction.signal)
+        else {
+            return Ok(());
+        };
+        let threshold = self
+            .core
+            .config()
+            .thresholds
+            .iter()
+            .find(|t| t.id() == eviction.threshold)
+            .map(|t| t.value.resolve(eviction.observed.capacity))
+            .unwrap_or_default();
+        let report = DecisionReport::new(
+            eviction,
+            DecisionContext {
+                dry_run: self.args.dry_run,
+                monotonic_ns: decided_ns,
+                wall_unix_ms: crate::system_clock::unix_ms_now(),
+                event_monotonic_ns: trigger_ns,
+                threshold,
+                facts: &entry.facts,
+                usage,
+                policy,
+                cause: self
+                    .causes
+                    .explain(&self.core.cgroups_of(&eviction.pod.uid), monotonic_ns()),
+                route: self
+                    .actuator
+                    .route(eviction.threshold.kind == ThresholdKind::Hard),
+            },
+        );
+        decision_log::decided(&report);
+        let text = report.text();
+        let line = match self.args.output {
+            OutputFormat::Text => text.clone(),
+            OutputFormat::Json => serde_json::to_string(&report)?,
+        };
+        self.decisions.push(DecisionView {
+            report,
+            text,
+            outcome: self.args.dry_run.then(|| "dry-run: nothing done".into()),
+        });
+        let mut out = io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Starts the eviction's action in the background: a kill of the pod's cgroup, or with
+    /// --kube an Eviction through the API; nothing in dry-run. `grace` is the time left
+    /// before force; `message` the decision's, for the pod's Event; `hard` whether a hard
+    /// threshold decided it (with --kube the pod is then stopped on the node first).
+    pub(super) fn act(
+        &mut self,
+        pod: PodRef,
+        grace: Duration,
+        grace_period_seconds: i64,
+        message: String,
+        hard: bool,
+        span: tracing::Span,
+    ) {
+        let request = ActionRequest {
+            cgroup: self
+                .core
+                .pod(&pod.uid)
+                .and_then(|p| p.cgroup.as_ref())
+                .map(|c| c.rel.clone()),
+            working_set_before: self.core.pod_working_set(&pod.uid),
+            grace,
+            grace_period_seconds,
+            pod,
+            message,
+            hard,
+            span: span.clone(),
+        };
+        let local = self.actuator.route(hard).is_some_and(|r| r.kills());
+        let uid = request.pod.uid.clone();
+        let pod = request.pod.to_string();
+        if let Some(task) = self.actuator.start(request) {
+            // Stopped for good, like a pod the kubelet evicted: never chosen again while it
+            // is listed (a manifest outlives its processes). With --kube the pod leaves the
+            // watch instead.
+            if local {
+                self.core.mark_evicted(&uid);
+            }
+            tracing::info!(grace_s = grace.as_secs(), "eviction of {pod} started");
+            self.actions.spawn(task.instrument(span));
+        } else {
+            decision_log::dry_run(&span);
+        }
+    }
+
+    /// After a restart: an eviction whose pod still runs is finished on its original
+    /// deadline (SIGTERM again, force once its grace period from the decision is over),
+    /// instead of being waited out for the cleanup timeout and started over.
+    pub(super) fn resume_pending_eviction(&mut self) {
+        let Some(pending) = self.core.state.awaiting_cleanup.clone() else {
+            return;
+        };
+        let pod = pending.pod.clone();
+        let running = self
+            .core
+            .pod(&pod.uid)
+            .and_then(|p| p.cgroup.as_ref())
+            .is_some_and(|c| {
+                subtree_pids(&self.hierarchy.dir(&c.rel)).is_ok_and(|pids| !pids.is_empty())
+            });
+        if !running || !self.evictor_is_local() {
+            return;
+        }
+        let Some(grace_period_seconds) = self.saved.pending_grace_period_seconds() else {
+            tracing::warn!(
+                "pod {pod} was being evicted before the restart, but the checkpoint does not \
+                 say its grace period (an older version wrote it): it is decided on again once \
+                 the cleanup timeout has passed"
+            );
+            return;
+        };
+        let deadline = pending
+            .evicted_at
+            .saturating_add(Duration::from_secs(grace_secs(grace_period_seconds)));
+        let left = deadline.saturating_since(BootClock.now());
+        tracing::info!(
+            "resuming the eviction of {pod} begun before the restart: force in {left:?}, at the \
+             end of its {grace_period_seconds}s grace period"
+        );
+        // Only a --pods eviction is resumed; the flag is not read on that route.
+        let span = decision_log::resumed(&pod);
+        let _in_decision = span.enter();
+        self.act(
+            pod,
+            left,
+            grace_period_seconds,
+            "resumed after a restart".into(),
+            true,
+            span.clone(),
+        );
+    }
+
+    /// Whether evictions are carried out on this node (a cgroup kill), not through the API.
+    pub(super) fn evictor_is_local(&self) -> bool {
+        !self.args.dry_run && !self.args.kube
+    }
+
+    /// After a restart: pods the checkpoint lists among the recent evictions that are still
+    /// in the pod set but have no process left (or no cgroup) are taken as stopped by this
+    /// agent, as they were before the restart, so they are not chosen again. A listed pod
+    /// that runs (a dry-run decision, or started again) ranks as usual.
+    pub(super) fn restore_stopped_pods(&mut self) {
+        let evicted: HashSet<&str> = self
+            .saved
+            .v1
+            .recent_evictions
+            .iter()
+            .map(|r| r.pod.uid.as_str())
+            .collect();
+        let stopped: Vec<_> = self
+            .core
+            .pods()
+            .filter(|p| evicted.contains(p.facts.pod.uid.as_str()))
+            .filter(|p| match &p.cgroup {
+                Some(c) => subtree_pids(&self.hierarchy.dir(&c.rel)).is_ok_and(|p| p.is_empty()),
+                None => true,
+            })
+            .map(|p| p.facts.pod.clone())
+            .collect();
+        for pod in stopped {
+            tracing::info!(
+                pod.uid = %pod.uid,
+                "pod {pod} was evicted before the restart and has not run since: not a candidate"
+            );
+            self.core.mark_evicted(&pod.uid);
+            self.core.mark_stopped(&pod.uid);
+        }
+    }
+
+    /// Stopped pods whose cgroup holds processes again (the kubelet restarted their
+    /// containers, per their restartPolicy) rank again by the kubelet's order.
+    pub(super) fn revive_restarted_pods(&mut self) {
+        for (uid, rel) in self.core.stopped_pods() {
+            if self.reader.process_count(&rel).is_ok_and(|n| n > 0) {
+                tracing::info!(
+                    pod.uid = %uid,
+                    "pod {uid} runs again after its eviction (containers restarted): a \
+                     candidate again"
+                );
+                self.core.runs_again(&uid);
+            }
+        }
+    }
+}

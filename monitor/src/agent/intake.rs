@@ -1,0 +1,297 @@
+//! What the agent takes in: kernel records, the pod set and cgroupfs reads, applied to the
+//! core's working sets and rankings; and the kernel's wake-up level, set after each input.
+use std::collections::HashSet;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{
+    event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent, usage::StatChange,
+};
+use crate::{
+    engine::pod_facts::PodFacts,
+    pods::{find_pod_cgroup, kubelet_view, resolve_pod_cgroups},
+    source::event::KernelEvent,
+};
+
+/// The last records (of `--step` bytes each) before a threshold could be met wake the agent
+/// too, so it is already running when the crossing record comes: a wake-up from idle costs
+/// about a millisecond on a virtual machine's halted vCPU.
+const WAKE_MARGIN_STEPS: u64 = 4;
+
+/// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
+/// walk, so not at every resync).
+const SWEEP_EVERY_RESYNCS: u32 = 6;
+
+impl Agent {
+    pub(super) fn apply_batch(&mut self, batch: &mut Batch) {
+        let newest = self.apply_events(batch);
+        self.evaluate(newest);
+    }
+
+    /// PSI triggers that make a polling agent read at once when memory stalls; none with the
+    /// stat programs, whose records already wake it.
+    pub(super) fn install_psi_wake(&self) -> Option<PsiWake> {
+        if self.source.memory_from_kernel() || self.args.psi_stall.is_zero() {
+            return None;
+        }
+        let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);
+        if psi.watched.is_empty() {
+            tracing::info!("no PSI on this kernel: memory is read every poll interval only");
+            return None;
+        }
+        let files: Vec<String> = psi
+            .watched
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        tracing::info!(
+            "between polls, memory is read at once when tasks stall on it for {:?} within {:?} ({})",
+            self.args.psi_stall,
+            crate::source::pressure::WINDOW,
+            files.join(", ")
+        );
+        Some(psi)
+    }
+
+    /// Reads and applies the records the kernel sent without waking us.
+    pub(super) fn read_waiting(&mut self, batch: &mut Batch) {
+        let read = self
+            .source
+            .kernel
+            .as_mut()
+            .map_or(0, |k| k.read_pending(batch));
+        if read > 0 {
+            self.apply_batch(batch);
+        }
+    }
+
+    /// Tells the kernel how far working sets may grow before a memory threshold could be met,
+    /// so records below that send no wake-up. True when that growth was already counted and
+    /// the waiting records must be read now. A failure to set it leaves records waking the
+    /// agent as before, which costs CPU but no decision.
+    pub(super) fn rearm_wake(&mut self) -> bool {
+        let Some(kernel) = self.source.memory_kernel() else {
+            return false;
+        };
+        let margin = self.args.step.saturating_mul(WAKE_MARGIN_STEPS);
+        let headroom = self
+            .core
+            .memory_headroom()
+            .map(|h| h.saturating_sub(margin));
+        kernel.wake_after_growth(headroom).unwrap_or_else(|e| {
+            tracing::warn!("setting the kernel's wake-up level: {e}");
+            false
+        })
+    }
+
+    /// Applies decoded kernel records; returns the newest stat event's timestamp. A record
+    /// that does not decode is counted and skipped.
+    pub(super) fn apply_events(&mut self, batch: &mut Batch) -> Option<u64> {
+        let mut cgroup_created = false;
+        let received = batch.len() as u64;
+        let mut stats = Vec::with_capacity(batch.len());
+        for decoded in batch.drain(..) {
+            let event = match decoded {
+                Ok(event) => event,
+                Err(e) => {
+                    if !self.undecodable_logged {
+                        tracing::warn!(
+                            "skipping a kernel record that does not decode: {e} (counted in \
+                             monitor_events_undecodable_total; logged once)"
+                        );
+                        self.undecodable_logged = true;
+                    }
+                    continue;
+                }
+            };
+            match event {
+                KernelEvent::Stat {
+                    cgroup_id,
+                    stat,
+                    ts_ns,
+                    delta_bytes,
+                    ..
+                } => {
+                    self.causes.stat(cgroup_id, stat, ts_ns, delta_bytes);
+                    stats.push(StatChange {
+                        cgroup_id,
+                        stat,
+                        bytes: delta_bytes,
+                        sent_ns: ts_ns,
+                    });
+                }
+                KernelEvent::Mkdir {
+                    cgroup_id, path, ..
+                } => {
+                    self.core.classify(cgroup_id, &path);
+                    cgroup_created = true;
+                }
+                KernelEvent::Rmdir { cgroup_id, .. } => {
+                    self.core.forget_cgroup(cgroup_id);
+                    self.causes.forget(cgroup_id);
+                }
+                KernelEvent::Stall {
+                    cgroup_id,
+                    reclaim,
+                    start_ns,
+                    duration_ns,
+                    ..
+                } => {
+                    self.causes.stall(cgroup_id, reclaim, start_ns, duration_ns);
+                }
+                _ => {}
+            }
+        }
+        // After the lifecycle records, so a cgroup created in this batch counts for its pod.
+        let newest = self.core.apply_stats(&stats);
+        let stopped_pod_moved = stats
+            .iter()
+            .any(|c| self.core.belongs_to_stopped_pod(c.cgroup_id));
+        self.unsaved_events += received;
+        self.metrics.events_received += received;
+        // A pod whose cgroup did not exist yet may have just got it; a restarted container
+        // of a stopped pod gets a new cgroup, or at least moves memory in the old one.
+        if cgroup_created && self.waiting_pod_has_its_cgroup() {
+            self.apply_pods(self.pods.clone());
+        }
+        if cgroup_created || stopped_pod_moved {
+            self.revive_restarted_pods();
+        }
+        newest
+    }
+
+    /// Replaces the pod set, finds each pod's cgroup, and reads fresh numbers.
+    pub(super) fn apply_pods(&mut self, mut pods: Vec<Pod>) {
+        pods.retain(|pod| kubelet_view::runs_here(pod, self.args.node_name.as_deref()));
+        let cgroups = resolve_pod_cgroups(&pods, &self.hierarchy, &self.kubepods);
+        let mut entries = Vec::with_capacity(pods.len());
+        for (pod, cgroup) in pods.iter().zip(cgroups) {
+            match PodFacts::from_pod(pod) {
+                Ok(facts) => entries.push((facts, cgroup)),
+                Err(e) => tracing::warn!("skipped pod: {e}"),
+            }
+        }
+        let changes = self.core.set_pods(entries);
+        self.own_pod.exclude_from(&mut self.core);
+        if !changes.added.is_empty() || !changes.removed.is_empty() {
+            tracing::info!(
+                "pods: {} added, {} removed, {} known",
+                changes.added.len(),
+                changes.removed.len(),
+                self.core.pod_count()
+            );
+        }
+        self.pods = pods;
+        self.read_cgroupfs(true);
+    }
+
+    /// A read on the timer or on PSI. With kernel lifecycle events the cgroup classification
+    /// is already current. Polling must rewalk the hierarchy, and nothing announces a new
+    /// cgroup, so pods still waiting for theirs (the manifest came first, as a pod reaches
+    /// the node before its cgroup exists) are looked for here, as on a kernel mkdir event.
+    pub(super) fn read_unprompted(&mut self) {
+        if self.source.kernel.is_none() {
+            self.rediscover();
+        } else {
+            self.read_cgroupfs(false);
+        }
+        self.revive_restarted_pods();
+    }
+
+    /// Rewalks the hierarchy and reads every number, first finding the cgroups of pods that
+    /// were waiting for theirs.
+    pub(super) fn rediscover(&mut self) {
+        if self.waiting_pod_has_its_cgroup() {
+            self.apply_pods(self.pods.clone());
+        } else {
+            self.read_cgroupfs(true);
+        }
+    }
+
+    /// Whether a pod known without a cgroup has one now (looked up quietly: its absence was
+    /// logged when it came).
+    pub(super) fn waiting_pod_has_its_cgroup(&self) -> bool {
+        let waiting: HashSet<&str> = self
+            .core
+            .pods()
+            .filter(|p| p.cgroup.is_none())
+            .map(|p| p.facts.pod.uid.as_str())
+            .collect();
+        !waiting.is_empty()
+            && self
+                .pods
+                .iter()
+                .filter(|pod| {
+                    crate::engine::pod_facts::kubelet_uid(pod)
+                        .is_some_and(|uid| waiting.contains(uid))
+                })
+                .any(|pod| find_pod_cgroup(pod, &self.hierarchy, &self.kubepods).is_ok())
+    }
+
+    /// Reads every number from cgroupfs; `classify` also rewalks the hierarchy so every
+    /// cgroup is attributed to its pod.
+    pub(super) fn read_cgroupfs(&mut self, classify: bool) {
+        read_all(
+            &self.reader,
+            &mut self.core,
+            &self.kubepods.rel,
+            classify,
+            self.resync.take_scope(classify),
+            &mut self.read_failures,
+        );
+    }
+
+    /// Takes in what the kernel lost since the last call: counted in the metrics, and after
+    /// records were lost to a full ring (any of them may have been a cgroup's creation or
+    /// removal, or a working-set change) the hierarchy is rescanned and every number read
+    /// anew, so no cgroup stays unknown and no estimate stays wrong until the next resync.
+    pub(super) fn take_losses(&mut self) {
+        let Some(kernel) = self.source.kernel.as_mut() else {
+            return;
+        };
+        let new = kernel.new_drops();
+        self.metrics.events_lost += new.ring_full;
+        self.metrics.events_undecodable += new.undecodable;
+        self.metrics.cgroup_map_full += new.map_full;
+        if new.map_full > 0 {
+            self.resync.changes_uncounted();
+            tracing::warn!(
+                "{} kernel stat updates not counted: the per-cgroup map is full; those cgroups \
+                 are read at each resync only",
+                new.map_full
+            );
+        }
+        if new.ring_full > 0 {
+            self.lost_unsaved += new.ring_full;
+            tracing::warn!(
+                "{} kernel records lost (ring buffer full): rescanning cgroups and reading \
+                 memory anew",
+                new.ring_full
+            );
+            self.rediscover();
+        }
+    }
+
+    /// Every few resyncs, deletes the kernel's aggregates of cgroups that no longer exist
+    /// (the kernel keeps most out itself; this catches the rest), so the map never fills
+    /// with dead cgroups.
+    pub(super) fn sweep_kernel_map(&mut self) {
+        let Some(kernel) = self.source.memory_kernel() else {
+            return;
+        };
+        self.resyncs_since_sweep += 1;
+        if self.resyncs_since_sweep < SWEEP_EVERY_RESYNCS {
+            return;
+        }
+        self.resyncs_since_sweep = 0;
+        match kernel.sweep_stale(&self.hierarchy.mount) {
+            Ok((_, 0)) => {}
+            Ok((_, deleted)) => {
+                tracing::debug!(
+                    "removed {deleted} aggregates of removed cgroups from the kernel map"
+                )
+            }
+            Err(e) => tracing::warn!("sweeping the kernel's per-cgroup map: {e}"),
+        }
+    }
+}

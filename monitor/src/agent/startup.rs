@@ -1,0 +1,188 @@
+//! Starting the agent: the configuration, the node's capacity, the checkpoint, the event
+//! source, the endpoints and the actuator the flags ask for, put together into an [`Agent`].
+
+use anyhow::{Context as _, bail};
+use tokio::{task::JoinSet, time::Instant};
+
+use super::{
+    actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
+    args::AgentArgs,
+    cause::CauseLog,
+    checkpoint_writer::CheckpointWriter,
+    core::{AgentCore, NodeCapacity},
+    event_source::Source,
+    local_first::LocalFirst,
+    node_status::NodeStatusPublisher,
+    persist,
+    publish::RecentDecisions,
+    reader::{Cgroupfs, ReadFailures},
+    resync::ResyncSchedule,
+    run::Agent,
+    self_protect::OwnPod,
+};
+use crate::{
+    action::{KubeEvictor, kube_event::EventPoster},
+    cgroupfs::MemoryHierarchy,
+    checkpoint::{IfUnusable, StateManager, read_now},
+    engine::config::EvictionConfig,
+    metrics::{
+        Metrics, server,
+        snapshot::{self},
+    },
+    node::{
+        memory::allocatable_bytes,
+        read::{read_mem_total, read_memory_limit},
+    },
+    pods::KubepodsCgroup,
+    units::bytes,
+};
+
+impl Agent {
+    pub(super) async fn start(
+        args: AgentArgs,
+        evictor: Option<KubeEvictor>,
+    ) -> anyhow::Result<Self> {
+        let config = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                EvictionConfig::from_yaml(&text).with_context(|| format!("{}", path.display()))?
+            }
+            None => EvictionConfig::default(),
+        };
+        let hierarchy = MemoryHierarchy::discover()?;
+        let kubepods = match &args.kubepods_cgroup {
+            Some(rel) => KubepodsCgroup::from_path(rel),
+            None => KubepodsCgroup::detect(&hierarchy.mount)?,
+        };
+        let kubepods_dir = hierarchy.dir(&kubepods.rel);
+        if !kubepods_dir.is_dir() {
+            bail!("kubepods cgroup {} does not exist", kubepods_dir.display());
+        }
+        let memory = read_mem_total()?;
+        let capacity = NodeCapacity {
+            memory_bytes: memory,
+            allocatable_memory_bytes: allocatable_bytes(
+                args.allocatable_memory,
+                read_memory_limit(&kubepods_dir, hierarchy.version)?,
+                memory,
+            ),
+        };
+        let if_unusable = if args.reset_state {
+            IfUnusable::Reset
+        } else {
+            IfUnusable::Refuse
+        };
+        let opened = StateManager::open(&args.checkpoint_dir, if_unusable)?;
+        let (saved, startup) = (opened.state, opened.startup);
+        tracing::info!("checkpoint {}: {startup}", opened.manager.path().display());
+        let writer = match &opened.write_problem {
+            None => CheckpointWriter::new(opened.manager),
+            Some(problem) => {
+                CheckpointWriter::failing_since_start(opened.manager, problem, Instant::now())
+            }
+        };
+        let state = persist::restore(&saved, &read_now()?);
+        let source = Source::open(&args, &hierarchy)?;
+        let thresholds: Vec<String> = config
+            .thresholds
+            .iter()
+            .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
+            .collect();
+        tracing::info!(
+            "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
+            kubepods.rel,
+            kubepods.driver,
+            hierarchy.version,
+            bytes(memory as i64),
+            bytes(capacity.allocatable_memory_bytes as i64),
+            source.describe(args.poll_interval),
+            thresholds.join(", "),
+            if args.dry_run {
+                "; dry-run: no process will be signalled"
+            } else {
+                ""
+            }
+        );
+        let (publisher, view) = snapshot::channel();
+        if !args.no_metrics {
+            let (addr, _task) = server::serve(args.metrics_addr, view)
+                .await
+                .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
+            tracing::info!("metrics at http://{addr}/metrics");
+            tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
+        }
+        let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        let unobserved = core.unobserved_signals();
+        if !unobserved.is_empty() {
+            let names: Vec<String> = unobserved.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "thresholds on {} are not acted on: the agent observes only memory.available, \
+                 allocatableMemory.available and pid.available (the kubelet enforces the rest)",
+                names.join(", ")
+            );
+        }
+        let node = args.node_name.as_deref().unwrap_or_default();
+        let events = evictor
+            .as_ref()
+            .map(|evictor| EventPoster::new(evictor.client(), node));
+        // A dry run writes nothing to the cluster unless asked to.
+        let node_status = evictor
+            .as_ref()
+            .filter(|_| !args.dry_run || args.dry_run_events)
+            .map(|evictor| NodeStatusPublisher::spawn(evictor.client(), node));
+        let actuator: Box<dyn Actuator> = match (evictor, events) {
+            (_, events) if args.dry_run => Box::new(DryRun {
+                events: events.filter(|_| args.dry_run_events),
+            }),
+            (Some(evictor), Some(events)) => Box::new(LocalFirst {
+                killer: CgroupKiller {
+                    hierarchy: hierarchy.clone(),
+                },
+                api: KubeApi {
+                    evictor: if args.ignore_disruption_budgets {
+                        evictor.deleting()
+                    } else {
+                        evictor
+                    },
+                    events,
+                },
+                hard_action: args.hard_action.kube_hard_action,
+            }),
+            _ => Box::new(CgroupKiller {
+                hierarchy: hierarchy.clone(),
+            }),
+        };
+        let own_pod = OwnPod::detect(hierarchy.version);
+        Ok(Self {
+            args,
+            reader: Cgroupfs {
+                hierarchy: hierarchy.clone(),
+            },
+            hierarchy,
+            kubepods,
+            core,
+            source,
+            read_failures: ReadFailures::default(),
+            writer,
+            saved,
+            metrics: Metrics::default(),
+            publisher,
+            decisions: RecentDecisions::default(),
+            pod_source_down: None,
+            pods: Vec::new(),
+            actuator,
+            actions: JoinSet::new(),
+            undecodable_logged: false,
+            lost_unsaved: 0,
+            resyncs_since_sweep: 0,
+            resync: ResyncSchedule::default(),
+            action_failures: 0,
+            unsaved_events: 0,
+            causes: CauseLog::default(),
+            persisted: None,
+            own_pod,
+            node_status,
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! What readers of the agent see: metrics and the snapshot behind the HTTP endpoints, the
+//! status lines on stderr, and the event counters in the checkpoint.
+
+use tokio::time::Instant;
+
+use super::{
+    checkpoint_writer::CheckpointHealth,
+    publish::{self},
+    run::Agent,
+};
+use crate::{
+    engine::{decide::Eviction, signal::Signal},
+    metrics::snapshot::{DebugRanking, Readiness, Snapshot, SourceView},
+    system_clock::monotonic_ns,
+    units::bytes,
+};
+
+impl Agent {
+    /// Brings the metrics up to date and publishes a snapshot for readers.
+    pub(super) fn update_metrics(&mut self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
+        let m = &mut self.metrics;
+        for (signal, observed) in self.core.observations() {
+            m.signal_observations
+                .insert(signal.as_str(), observed.available as f64);
+        }
+        m.threshold_met.clear();
+        for threshold in &self.core.config().thresholds {
+            let met = self
+                .core
+                .state
+                .thresholds_first_observed
+                .iter()
+                .any(|o| o.threshold == threshold.id());
+            *m.threshold_met
+                .entry(threshold.signal.as_str())
+                .or_default() |= met;
+        }
+        m.pods_ranked = self.core.pod_count() as u64;
+        m.pod_read_failures = self.core.read_failures();
+        m.action_failures = self.action_failures;
+        m.checkpoint_write_failures = self.writer.failures_total();
+        m.checkpoint_writable = self.writer.health(Instant::now()) == CheckpointHealth::Writable;
+        if let Some(eviction) = eviction {
+            *m.evictions_by_signal
+                .entry(eviction.signal.as_str())
+                .or_default() += 1;
+            if let Some(ts) = trigger_ns {
+                m.decision_latency_seconds
+                    .observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);
+            }
+        }
+        self.publish();
+    }
+
+    /// Publishes what readers see; never waits for them.
+    pub(super) fn publish(&self) {
+        let description = self.source.describe(self.args.poll_interval);
+        let snapshot = Snapshot {
+            metrics: self.metrics.clone(),
+            readiness: Readiness {
+                source: Some(description.clone()),
+                pods: match &self.pod_source_down {
+                    None => Ok(self.core.pod_count()),
+                    Some(why) => Err(why.clone()),
+                },
+                checkpoint: Some(self.writer.health(Instant::now())),
+            },
+            ranking: DebugRanking {
+                signals: publish::signals(&self.core),
+                rankings: publish::rankings(&self.core),
+                decisions: self.decisions.to_vec(),
+                source: SourceView {
+                    description,
+                    events_received: self.metrics.events_received,
+                    events_lost: self.metrics.events_lost,
+                    events_undecodable: self.metrics.events_undecodable,
+                },
+            },
+        };
+        self.publisher.publish(snapshot);
+    }
+
+    pub(super) fn print_status(&self) {
+        let observed = self.core.observations();
+        let signals: Vec<String> = observed
+            .iter()
+            .map(|(s, o)| match s {
+                Signal::PidAvailable => format!("{} {}", s.as_str(), o.available),
+                _ => format!("{} {}", s.as_str(), bytes(o.available)),
+            })
+            .collect();
+        eprintln!("status: {}", signals.join(", "));
+        let ranking = self.core.ranking(Signal::AllocatableMemoryAvailable);
+        for (i, (facts, usage)) in ranking.iter().take(5).enumerate() {
+            let ws = usage.map_or("no stats".to_string(), |u| {
+                bytes(u.memory_working_set_bytes as i64)
+            });
+            eprintln!(
+                "  {:>2}. {:<40} ws {:>9}  request {:>9}  priority {}{}",
+                i + 1,
+                facts.pod.to_string(),
+                ws,
+                bytes(facts.memory_request.ceil_units()),
+                facts.priority,
+                if facts.critical { "  (critical)" } else { "" }
+            );
+        }
+    }
+
+    /// Adds the events seen and lost since the last call to the checkpoint's counters.
+    pub(super) fn save_counters(&mut self) {
+        self.saved
+            .count_events(self.unsaved_events, self.lost_unsaved);
+        self.unsaved_events = 0;
+        self.lost_unsaved = 0;
+        self.writer.save(&self.saved, Instant::now());
+    }
+}

@@ -10,6 +10,7 @@
 #![allow(internal_features)]
 
 mod atomic;
+mod cgroup_ids;
 mod cgroup_lifecycle;
 mod kswapd;
 mod maps;

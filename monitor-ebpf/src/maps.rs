@@ -36,11 +36,11 @@ pub static FIELDS: Array<FieldOffsets> = Array::with_max_entries(NFIELDS_SLOTS, 
 #[map]
 pub static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
 
-/// Bumped by every cgroup creation and removal, in any hierarchy; 0 (the fentry programs'
-/// id cache off) until userspace has both lifecycle programs attached and sets it to 1. A
-/// memcg's memory is freed, and may come back as another memcg, only after its cgroup's
-/// removal, and a new memcg is charged only once its cgroup exists: a cache entry stamped with
-/// the current generation therefore still names the cgroup that owns its pointer.
+/// Bumped by every cgroup creation and removal, in any hierarchy; 0 (the id caches of the
+/// fentry and raw programs off) until userspace has both lifecycle programs attached and sets
+/// it to 1. A cache entry stamped with the current generation therefore saw no cgroup come or
+/// go since it was filled (see `cgroup_ids`, and `memcg_fentry` for what its lruvec entries
+/// rely on).
 #[map]
 pub static LIFECYCLE_GENERATION: Array<i64> = Array::with_max_entries(1, 0);
 
@@ -103,7 +103,7 @@ pub fn incident_config() -> Option<&'static IncidentConfig> {
     INCIDENT_CONFIG.get(0)
 }
 
-/// The current [`LIFECYCLE_GENERATION`]; 0 while the fentry id cache is off.
+/// The current [`LIFECYCLE_GENERATION`]; 0 while the id caches are off.
 pub fn lifecycle_generation() -> i64 {
     LIFECYCLE_GENERATION
         .get_ptr(0)

@@ -114,7 +114,7 @@ fn pointer_arg(ctx: &FEntryContext, n: usize) -> Result<*const u8, i32> {
 }
 
 /// `memcg->css.cgroup->kn->id`.
-pub fn memcg_id(memcg: *const u8, offsets: &MemcgOffsets) -> Result<u64, i32> {
+fn memcg_id(memcg: *const u8, offsets: &MemcgOffsets) -> Result<u64, i32> {
     // SAFETY: every pointer is only handed to bpf_probe_read_kernel, which checks the access;
     // a wrong offset yields an error or a wrong id, never a fault.
     unsafe {

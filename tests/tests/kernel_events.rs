@@ -202,7 +202,7 @@ fn fentry_anon_events_add_up_to_an_allocation_and_its_release() {
 
 /// The fentry programs cache the last lruvec's cgroup id per CPU: a cgroup that is removed
 /// and freed may hand its memory to the next one created, and the cache must not keep naming
-/// the dead cgroup. Each of a row of short-lived cgroups has its allocation counted as its own.
+/// the dead cgroup.
 #[test]
 fn fentry_counts_each_new_cgroup_as_itself_after_others_were_removed() {
     if !running_as_root("fentry_counts_each_new_cgroup_as_itself_after_others_were_removed") {
@@ -211,48 +211,24 @@ fn fentry_counts_each_new_cgroup_as_itself_after_others_were_removed() {
     let _serial = serial();
     let cgroup = TestCgroup::create("fentry-reuse");
     runtime().block_on(async {
-        let Some(mut source) = load_fentry(&cgroup) else {
+        let Some(source) = load_fentry(&cgroup) else {
             return;
         };
-        const MIB_EACH: i64 = 16;
-        for i in 0..40 {
-            let dir = cgroup.child(&format!("r{i}"));
-            let id = cgroup_id(&dir);
-            let mut allocator = Allocator::start_in(&dir);
-            allocator.alloc(MIB_EACH as usize);
-            let expected = MIB_EACH * MIB;
-            let counted = anon_sum(
-                &collect(&mut source, Duration::from_secs(5), |ev| {
-                    anon_sum(ev, id) >= expected * 9 / 10
-                })
-                .await,
-                id,
-            );
-            assert!(
-                counted >= expected * 9 / 10,
-                "cgroup {i} of 40: its anon records add up to {counted} bytes of {expected}"
-            );
-            drop(allocator);
-            std::fs::remove_dir(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
-            // Time for the memcg to be freed (after an RCU grace period), so the next one
-            // can take its memory.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            discard_pending(&mut source);
-        }
+        assert_each_new_cgroup_counted_as_itself(&cgroup, source).await;
     });
 }
 
-/// The raw tracepoint programs (`--memcg-hook raw-tracepoint`), where the kernel has the memcg
-/// tracepoints (6.13+); elsewhere the loader falls back to fentry and this test skips.
+/// The raw tracepoint programs (the default on 6.13+) cache the last `struct cgroup`'s id per
+/// CPU, with the same hazard as fentry's lruvec cache.
 #[test]
-fn raw_tracepoint_anon_events_add_up_to_an_allocation_and_its_release() {
-    if !running_as_root("raw_tracepoint_anon_events_add_up_to_an_allocation_and_its_release") {
+fn raw_tracepoints_count_each_new_cgroup_as_itself_after_others_were_removed() {
+    if !running_as_root("raw_tracepoints_count_each_new_cgroup_as_itself_after_others_were_removed")
+    {
         return;
     }
     let _serial = serial();
-    let cgroup = TestCgroup::create("anon-raw");
+    let cgroup = TestCgroup::create("raw-reuse");
     runtime().block_on(async {
-        let source = load_hooked(&cgroup, MemcgHook::RawTracepoint);
         if !std::path::Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
             cannot_run(
                 Reason::MemcgTracepoints,
@@ -260,9 +236,67 @@ fn raw_tracepoint_anon_events_add_up_to_an_allocation_and_its_release() {
             );
             return;
         }
+        let source = load(&cgroup);
         assert!(
             source.tracks_memory() && source.fentry_functions().is_empty(),
             "raw tracepoint programs not attached: {}",
+            skip_reasons(&source)
+        );
+        assert_each_new_cgroup_counted_as_itself(&cgroup, source).await;
+    });
+}
+
+/// Each of a row of short-lived cgroups has its allocation counted as its own.
+async fn assert_each_new_cgroup_counted_as_itself(cgroup: &TestCgroup, mut source: KernelSource) {
+    const MIB_EACH: i64 = 16;
+    for i in 0..40 {
+        let dir = cgroup.child(&format!("r{i}"));
+        let id = cgroup_id(&dir);
+        let mut allocator = Allocator::start_in(&dir);
+        allocator.alloc(MIB_EACH as usize);
+        let expected = MIB_EACH * MIB;
+        let counted = anon_sum(
+            &collect(&mut source, Duration::from_secs(5), |ev| {
+                anon_sum(ev, id) >= expected * 9 / 10
+            })
+            .await,
+            id,
+        );
+        assert!(
+            counted >= expected * 9 / 10,
+            "cgroup {i} of 40: its anon records add up to {counted} bytes of {expected}"
+        );
+        drop(allocator);
+        std::fs::remove_dir(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
+        // Time for the cgroup to be freed (after an RCU grace period), so the next one can
+        // take its memory.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        discard_pending(&mut source);
+    }
+}
+
+/// The classic tracepoint programs (`--memcg-hook tracepoint`), where the kernel has the
+/// memcg tracepoints (6.13+); elsewhere the loader falls back to fentry and this test skips.
+/// The default (raw tracepoints there) is `anon_events_add_up_to_an_allocation_and_its_release`.
+#[test]
+fn classic_tracepoint_anon_events_add_up_to_an_allocation_and_its_release() {
+    if !running_as_root("classic_tracepoint_anon_events_add_up_to_an_allocation_and_its_release") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("anon-classic");
+    runtime().block_on(async {
+        let source = load_hooked(&cgroup, MemcgHook::Tracepoint);
+        if !std::path::Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
+            cannot_run(
+                Reason::MemcgTracepoints,
+                "no memcg tracepoints for the classic tracepoint programs",
+            );
+            return;
+        }
+        assert!(
+            source.tracks_memory() && source.fentry_functions().is_empty(),
+            "classic tracepoint programs not attached: {}",
             skip_reasons(&source)
         );
         assert_anon_adds_up(&cgroup, source).await;

@@ -83,6 +83,8 @@ pub fn run(
             "--bin",
             "hook_cost",
             "--bin",
+            "hook_floor",
+            "--bin",
             "oom_race",
             "--bin",
             "oom_peers",

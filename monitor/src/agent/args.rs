@@ -111,9 +111,9 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_go_duration)]
     pub psi_stall: Duration,
     /// How the kernel programs count per-cgroup memory with the eBPF source: `auto` takes the
-    /// memcg tracepoints (6.13+), else fentry on the functions they were placed in (5.11+);
-    /// `fentry` forces the latter; `raw-tracepoint` hooks the memcg tracepoints' raw form,
-    /// which skips filling their record (cheaper per page fault where it works).
+    /// memcg tracepoints (6.13+) in their raw form (cheapest per page fault), else as classic
+    /// tracepoints, else fentry on the functions they were placed in (5.11+); `tracepoint`
+    /// forces the classic form, `fentry` the latter.
     #[arg(long, value_enum, value_name = "HOOK", default_value_t = MemcgHook::Auto)]
     pub memcg_hook: MemcgHook,
     /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).

@@ -65,17 +65,17 @@ pub fn default_budget_pages(step_bytes: u64, page_size: u64, ncpus: usize) -> u3
 /// Which hook the per-cgroup memory programs use (see [`super::programs`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemcgHook {
-    /// The `memcg` tracepoints where the kernel has them, else fentry on the functions they
-    /// were placed in.
+    /// Raw tracepoints on the `memcg` tracepoints (6.13+): their arguments without the record
+    /// the classic tracepoints fill, so the cheapest per page fault; else the classic
+    /// tracepoints; else fentry on the functions they were placed in.
     #[default]
     Auto,
+    /// The classic `memcg` tracepoints (the kernel fills their record, cgroup id included,
+    /// before the program runs); fentry where the kernel lacks them.
+    Tracepoint,
     /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
     /// newer one.
     Fentry,
-    /// Raw tracepoints on the `memcg` tracepoints (6.13+): their arguments without the
-    /// record the classic tracepoints fill, the cgroup id read like fentry's; fentry where
-    /// they cannot attach. Being measured against the classic tracepoints.
-    RawTracepoint,
 }
 
 /// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).
@@ -232,8 +232,8 @@ impl KernelSource {
             .transpose()?;
         let fentry_plan = FentryPlan::resolve(&types);
         let raw_check = match options.memcg_hook {
-            MemcgHook::RawTracepoint => check_raw_prototypes(&types),
-            _ => Ok(()),
+            MemcgHook::Auto => check_raw_prototypes(&types),
+            _ => Err("not asked for".to_string()),
         };
         drop(types);
         drop(btf);
@@ -260,24 +260,30 @@ impl KernelSource {
         } else {
             &[]
         };
+        // Raw tracepoints first: the classic memcg programs are attached only without them.
+        let raw = raw_check
+            .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
+            .and_then(|plan| attach_raw(&mut ebpf, plan.offsets));
+        if let Err(reason) = &raw
+            && options.memcg_hook == MemcgHook::Auto
+        {
+            tracing::info!(
+                "raw memcg tracepoints not attached ({reason}): trying the classic ones"
+            );
+        }
+        let classic = match options.memcg_hook {
+            MemcgHook::Auto => raw.is_err(),
+            MemcgHook::Tracepoint => true,
+            MemcgHook::Fentry => false,
+        };
         let tracepoints = PROGRAMS
             .iter()
-            .filter(|p| options.memcg_hook == MemcgHook::Auto || p.category != MEMCG_CATEGORY);
+            .filter(|p| classic || p.category != MEMCG_CATEGORY);
         let (mut attached, mut skipped) =
             attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
-        if options.memcg_hook == MemcgHook::RawTracepoint {
-            let raw = raw_check
-                .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
-                .and_then(|plan| attach_raw(&mut ebpf, plan.offsets));
-            match raw {
-                Ok(()) => {
-                    tracing::info!(
-                        "memory stats come from raw tracepoints on the memcg tracepoints"
-                    );
-                    attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
-                }
-                Err(reason) => tracing::warn!("raw memcg tracepoints not attached: {reason}"),
-            }
+        if raw.is_ok() {
+            tracing::info!("memory stats come from raw tracepoints on the memcg tracepoints");
+            attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
         }
         let mut fentry = Vec::new();
         if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {

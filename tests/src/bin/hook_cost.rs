@@ -4,8 +4,8 @@
 //! same run, against page faults with no program attached.
 //!
 //! `hook_cost ROUNDS REPEATS` runs, REPEATS times in turn: `bench_load faults 4 ROUNDS` in a
-//! cgroup of its own with no programs loaded, with the programs on the memcg tracepoints,
-//! with them on fentry, and on fentry adding every update to the cgroup's total at once
+//! cgroup of its own with no programs loaded, with the programs on the memcg tracepoints in
+//! their raw form (the default) and as classic tracepoints, with them on fentry, and on fentry adding every update to the cgroup's total at once
 //! (no per-CPU sums). With programs loaded it runs the loop twice: once timed with the
 //! kernel's run-time statistics off (their clock reads would be counted), once with them on
 //! for each program's run time per hit. The ring buffer is drained while the loop runs, as
@@ -30,6 +30,8 @@ const MIB_PER_ROUND: usize = 4;
 #[derive(Clone, Copy)]
 enum Hook {
     None,
+    /// The agent's default where the memcg tracepoints exist.
+    RawTracepoints,
     Tracepoints,
     Fentry,
     /// fentry with every update added to the cgroup's total at once (`--per-cpu-budget 1`),
@@ -41,6 +43,7 @@ impl Hook {
     fn label(self) -> &'static str {
         match self {
             Self::None => "none",
+            Self::RawTracepoints => "raw-tracepoints",
             Self::Tracepoints => "tracepoints",
             Self::Fentry => "fentry",
             Self::FentryAtOnce => "fentry-at-once",
@@ -64,6 +67,7 @@ fn main() {
     for _ in 0..repeats {
         for hook in [
             Hook::None,
+            Hook::RawTracepoints,
             Hook::Tracepoints,
             Hook::Fentry,
             Hook::FentryAtOnce,
@@ -82,7 +86,8 @@ fn usage() -> ! {
 fn measure(hook: Hook, cgroup: &TestCgroup, dir: &std::path::Path, rounds: usize) -> Value {
     let (memcg_hook, budget_pages) = match hook {
         Hook::None => return fault_figures(hook, faults(dir, rounds, None), Vec::new()),
-        Hook::Tracepoints => (MemcgHook::Auto, None),
+        Hook::RawTracepoints => (MemcgHook::Auto, None),
+        Hook::Tracepoints => (MemcgHook::Tracepoint, None),
         Hook::Fentry => (MemcgHook::Fentry, None),
         Hook::FentryAtOnce => (MemcgHook::Fentry, Some(1)),
     };
@@ -97,7 +102,9 @@ fn measure(hook: Hook, cgroup: &TestCgroup, dir: &std::path::Path, rounds: usize
         Err(e) => return unavailable(hook, &format!("{e}")),
     };
     let on_tracepoints = source.fentry_functions().is_empty();
-    if !source.tracks_memory() || on_tracepoints != matches!(hook, Hook::Tracepoints) {
+    if !source.tracks_memory()
+        || on_tracepoints != matches!(hook, Hook::RawTracepoints | Hook::Tracepoints)
+    {
         let reasons: Vec<String> = source
             .skipped()
             .iter()

@@ -91,6 +91,8 @@ pub struct Binaries {
     pub load: PathBuf,
     /// The memcg hook comparison's helper (see `hooks`).
     pub hook_cost: PathBuf,
+    /// The empty program on the memcg raw tracepoints (see `kernel`).
+    pub hook_floor: PathBuf,
     /// Flags added to every agent started (`cargo xtask bench --agent-flag`).
     pub agent_flags: Vec<String>,
 }
@@ -108,6 +110,7 @@ impl Binaries {
             monitor: release.join("monitor"),
             load: release.join("bench_load"),
             hook_cost: release.join("hook_cost"),
+            hook_floor: release.join("hook_floor"),
             agent_flags,
         })
     }

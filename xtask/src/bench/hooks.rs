@@ -160,11 +160,11 @@ fn figures_of(where_: &str, all: &[Measurement], machine: &Machine, load: f64) -
     };
     let baseline = figure(
         format!("{where_}: page faults, no programs"),
-        "ns/page",
+        "CPU ns/page",
         none,
         format!("median of {}", pages["none"].len()),
     );
-    for hook in ["tracepoints", "fentry", "fentry-at-once"] {
+    for hook in ["raw-tracepoints", "tracepoints", "fentry", "fentry-at-once"] {
         if let Some(why) = unavailable.get(hook) {
             eprintln!("bench: hooks: {where_}: {hook} unavailable: {why}");
             continue;
@@ -173,7 +173,7 @@ fn figures_of(where_: &str, all: &[Measurement], machine: &Machine, load: f64) -
         out.push(
             figure(
                 format!("{where_}: page faults, {hook}"),
-                "ns/page",
+                "CPU ns/page",
                 value,
                 format!("median of {}", pages[hook].len()),
             )

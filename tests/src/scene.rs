@@ -193,27 +193,37 @@ impl AgentScene {
                 .into_iter()
                 .chain([kubeconfig.display().to_string()]),
         );
-        let agent = MonitorProcess::start(args);
-        let ready = agent.wait_stderr(Duration::from_secs(20), |l| {
-            l.contains("pods: ") && l.contains(" known") || l.contains("monitor: ")
-        });
-        assert!(
-            ready.as_deref().is_some_and(|l| l.contains(" known")),
-            "the agent did not start: {}",
-            agent.stderr()
-        );
-        agent
+        wait_for_start(
+            MonitorProcess::start(args),
+            Duration::from_secs(20),
+            |l| l.contains("pods: ") && l.contains(" known"),
+            |l| l.contains("monitor: "),
+        )
     }
 
     fn until_ready(agent: MonitorProcess) -> MonitorProcess {
-        let ready = agent.wait_stderr(Duration::from_secs(30), |l| {
-            l.contains(" source ") && l.contains(" thresholds ") || l.contains("Error")
-        });
-        assert!(
-            ready.as_deref().is_some_and(|l| l.contains(" thresholds ")),
-            "the agent did not start: {}",
-            agent.stderr()
-        );
-        agent
+        wait_for_start(
+            agent,
+            Duration::from_secs(30),
+            |l| l.contains(" source ") && l.contains(" thresholds "),
+            |l| l.contains("Error"),
+        )
     }
+}
+
+/// Waits until the agent logs a line that shows it `started`, or one that shows it `failed`,
+/// and panics with its log unless it started within `timeout`.
+fn wait_for_start(
+    agent: MonitorProcess,
+    timeout: Duration,
+    started: impl Fn(&str) -> bool,
+    failed: impl Fn(&str) -> bool,
+) -> MonitorProcess {
+    let line = agent.wait_stderr(timeout, |l| started(l) || failed(l));
+    assert!(
+        line.as_deref().is_some_and(&started),
+        "the agent did not start: {}",
+        agent.stderr()
+    );
+    agent
 }

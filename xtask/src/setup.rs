@@ -98,6 +98,17 @@ fn ensure_rust_src() -> anyhow::Result<()> {
         .context("`rustup component add rust-src --toolchain nightly` is needed")
 }
 
+/// rustfmt on the default toolchain, for the format check `cargo xtask test` starts with.
+pub fn ensure_rustfmt() -> anyhow::Result<()> {
+    let installed = stdout_of(Command::new("rustup").args(["component", "list", "--installed"]))?;
+    if installed.lines().any(|l| l.starts_with("rustfmt")) {
+        return Ok(());
+    }
+    eprintln!("setup: adding rustfmt");
+    status(Command::new("rustup").args(["component", "add", "rustfmt"]))
+        .context("`rustup component add rustfmt` is needed")
+}
+
 /// LLVM major version of nightly rustc, from `rustc +nightly -vV`.
 fn nightly_llvm_major() -> anyhow::Result<u32> {
     let verbose = stdout_of(Command::new("rustup").args(["run", "nightly", "rustc", "-vV"]))?;

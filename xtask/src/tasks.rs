@@ -1,4 +1,6 @@
 //! Build, run and test tasks: thin wrappers around cargo with the right flags.
+use anyhow::Context as _;
+
 use crate::process::{cargo, status, target_dir};
 
 pub fn build(release: bool) -> anyhow::Result<()> {
@@ -21,6 +23,9 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
 }
 
 pub fn test(with_vm: bool) -> anyhow::Result<()> {
+    crate::setup::ensure_rustfmt()?;
+    status(cargo().args(["fmt", "--all", "--check"]))
+        .context("the code is not formatted as rustfmt would: run `cargo fmt --all`")?;
     // The container test runs the image with Debian's podman (runc: crun refuses cgroup v1's
     // hybrid layout); the deploy/ test validates the manifests.
     let image = crate::image::build()?;

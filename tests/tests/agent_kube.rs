@@ -14,7 +14,7 @@ use monitor::{
         kube_event::{EventPoster, EventReason},
     },
     engine::pod_facts::PodRef,
-    pods::{KubeWatchError, KubeWatcher, LoadedPods, kube_watch},
+    pods::{KubeWatchError, KubeWatcher, Loaded, NodePod, kube_watch},
 };
 use serde_json::Value;
 use tests::{
@@ -35,15 +35,15 @@ fn kubeconfig(api: &MockKubeApi, name: &str) -> (TempDir, PathBuf) {
     (files, path)
 }
 
-fn names(loaded: &LoadedPods) -> Vec<String> {
+fn names(loaded: &Loaded<NodePod>) -> Vec<String> {
     loaded
         .pods
         .iter()
-        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .map(|p| p.facts.as_ref().expect("facts").pod.name.clone())
         .collect()
 }
 
-async fn change(watcher: &mut KubeWatcher) -> LoadedPods {
+async fn change(watcher: &mut KubeWatcher) -> Loaded<NodePod> {
     tokio::time::timeout(WITHIN, watcher.next_change())
         .await
         .expect("a change within the timeout")
@@ -81,8 +81,8 @@ async fn the_watch_lists_the_nodes_pods_then_follows_added_and_deleted_pods() {
         .expect("the first list");
     assert_eq!(names(&first), ["a"]);
     assert_eq!(
-        first.pods[0].metadata.uid.as_deref(),
-        Some(uid_for("a").as_str())
+        first.pods[0].facts.as_ref().map(|f| f.pod.uid.as_str()),
+        Ok(uid_for("a").as_str())
     );
     let list = api
         .requests()
@@ -108,13 +108,7 @@ async fn the_watch_lists_the_nodes_pods_then_follows_added_and_deleted_pods() {
     api.delete_pod(&a);
     let after = change(&mut watcher).await;
     assert_eq!(names(&after), ["b"], "DELETED");
-    assert_eq!(
-        after.pods[0]
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref()),
-        Some(NODE)
-    );
+    assert_eq!(after.pods[0].node_name.as_deref(), Some(NODE));
 }
 
 #[tokio::test]

@@ -182,7 +182,7 @@ async fn the_api_watch_leaves_out_a_pod_with_a_crafted_uid() {
     let names: Vec<_> = first
         .pods
         .iter()
-        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .map(|p| p.facts.as_ref().expect("facts").pod.name.clone())
         .collect();
     assert_eq!(names, ["real"]);
 }

@@ -2,14 +2,12 @@
 //! core's working sets and rankings; and the kernel's wake-up level, set after each input.
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::Pod;
-
 use super::{
     event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent, usage::StatChange,
 };
 use crate::{
     engine::pod_facts::PodFacts,
-    pods::{find_pod_cgroup, kubelet_view, resolve_pod_cgroups},
+    pods::{NodePod, PodCgroup, find_cgroup},
     source::event::KernelEvent,
 };
 
@@ -152,7 +150,8 @@ impl Agent {
         // A pod whose cgroup did not exist yet may have just got it; a restarted container
         // of a stopped pod gets a new cgroup, or at least moves memory in the old one.
         if cgroup_created && self.waiting_pod_has_its_cgroup() {
-            self.apply_pods(self.pods.clone());
+            let pods = std::mem::take(&mut self.pods);
+            self.apply_pods(pods);
         }
         if cgroup_created || stopped_pod_moved {
             self.revive_restarted_pods();
@@ -161,13 +160,23 @@ impl Agent {
     }
 
     /// Replaces the pod set, finds each pod's cgroup, and reads fresh numbers.
-    pub(super) fn apply_pods(&mut self, mut pods: Vec<Pod>) {
-        pods.retain(|pod| kubelet_view::runs_here(pod, self.args.node_name.as_deref()));
-        let cgroups = resolve_pod_cgroups(&pods, &self.hierarchy, &self.kubepods);
+    pub(super) fn apply_pods(&mut self, mut pods: Vec<NodePod>) {
+        pods.retain(|pod| pod.runs_here(self.args.node_name.as_deref()));
         let mut entries = Vec::with_capacity(pods.len());
-        for (pod, cgroup) in pods.iter().zip(cgroups) {
-            match PodFacts::from_pod(pod) {
-                Ok(facts) => entries.push((facts, cgroup)),
+        for pod in &pods {
+            match &pod.facts {
+                Ok(facts) => {
+                    let cgroup = self
+                        .find_cgroup(pod, facts)
+                        .map_err(|reason| {
+                            tracing::warn!(
+                                "{reason}; not a candidate until its cgroup appears (nothing of \
+                                 it on this node to reclaim)"
+                            )
+                        })
+                        .ok();
+                    entries.push((facts.clone(), cgroup));
+                }
                 Err(e) => tracing::warn!("skipped pod: {e}"),
             }
         }
@@ -202,7 +211,8 @@ impl Agent {
     /// were waiting for theirs.
     pub(super) fn rediscover(&mut self) {
         if self.waiting_pod_has_its_cgroup() {
-            self.apply_pods(self.pods.clone());
+            let pods = std::mem::take(&mut self.pods);
+            self.apply_pods(pods);
         } else {
             self.read_cgroupfs(true);
         }
@@ -218,14 +228,22 @@ impl Agent {
             .map(|p| p.facts.pod.uid.as_str())
             .collect();
         !waiting.is_empty()
-            && self
-                .pods
-                .iter()
-                .filter(|pod| {
-                    crate::engine::pod_facts::kubelet_uid(pod)
-                        .is_some_and(|uid| waiting.contains(uid))
+            && self.pods.iter().any(|pod| {
+                pod.facts.as_ref().is_ok_and(|facts| {
+                    waiting.contains(facts.pod.uid.as_str()) && self.find_cgroup(pod, facts).is_ok()
                 })
-                .any(|pod| find_pod_cgroup(pod, &self.hierarchy, &self.kubepods).is_ok())
+            })
+    }
+
+    /// The cgroup of `pod`, whose facts are `facts`, or why it is not there.
+    fn find_cgroup(&self, pod: &NodePod, facts: &PodFacts) -> Result<PodCgroup, String> {
+        find_cgroup(
+            &facts.pod.name,
+            &facts.pod.uid,
+            pod.qos.as_ref().copied(),
+            &self.hierarchy,
+            &self.kubepods,
+        )
     }
 
     /// Reads every number from cgroupfs; `classify` also rewalks the hierarchy so every

@@ -10,7 +10,6 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::Pod;
 use tokio::{
     signal::unix::{SignalKind, signal},
     task::JoinSet,
@@ -38,7 +37,7 @@ use crate::{
     checkpoint::StateManager,
     engine::{checkpoint::AgentState, decide::EvictionState, signal::NodeCondition},
     metrics::{Metrics, snapshot::Publisher},
-    pods::{KubeWatcher, KubepodsCgroup, LoadedPods, ManifestWatcher, PodSource, kube_watch},
+    pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
 };
 
@@ -82,7 +81,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
 /// The pod source the flags name and its first pod set; with --kube also the evictor.
 async fn open_pods(
     args: &AgentArgs,
-) -> anyhow::Result<(PodSource, LoadedPods, Option<KubeEvictor>)> {
+) -> anyhow::Result<(PodSource, Loaded<NodePod>, Option<KubeEvictor>)> {
     if args.kube {
         let node = args
             .node_name
@@ -121,7 +120,9 @@ pub(super) struct Agent {
     pub(super) decisions: RecentDecisions,
     /// Why the pod source is not open, while it is being opened again.
     pub(super) pod_source_down: Option<String>,
-    pub(super) pods: Vec<Pod>,
+    /// The pods on this node as the source last handed them out: their cgroups may appear
+    /// later.
+    pub(super) pods: Vec<NodePod>,
     /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod).
     pub(super) actuator: Box<dyn Actuator>,
     pub(super) actions: JoinSet<ActionDone>,
@@ -278,7 +279,7 @@ async fn next_pressure(psi: &mut Option<PsiWake>) -> crate::source::pressure::Pr
 
 async fn next_change(
     watcher: &mut Option<PodSource>,
-) -> Result<LoadedPods, crate::pods::PodSourceError> {
+) -> Result<Loaded<NodePod>, crate::pods::PodSourceError> {
     match watcher {
         Some(watcher) => watcher.next_change().await,
         None => std::future::pending().await,

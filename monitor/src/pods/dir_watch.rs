@@ -3,8 +3,9 @@
 //!
 //! Only completed changes are watched for (a file closed after writing, moved in or out,
 //! deleted), so a file being written is read once it is whole. A change that leaves the pod
-//! set and the skipped files as they were (a text file, a reformatted manifest) yields
-//! nothing; a newly broken manifest is a change, so it is reported when it appears.
+//! set and the skipped files as they were (a text file, a reformatted manifest, a field the
+//! agent does not act on) yields nothing; a newly broken manifest is a change, so it is
+//! reported when it appears. Pods are handed out as [`NodePod`]s, read file by file.
 //!
 //! A reload reads and parses on tokio's blocking pool, off the agent's event loop: however
 //! long the manifests take to parse, the agent keeps reading memory and deciding meanwhile.
@@ -23,7 +24,10 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::manifests::{LoadedPods, load_dir};
+use super::{
+    manifests::{Loaded, load_dir_as},
+    node_pod::NodePod,
+};
 
 /// Why watching stopped or could not start.
 #[derive(Debug, thiserror::Error)]
@@ -59,26 +63,22 @@ const CHANGE_MASK: u32 = libc::IN_CLOSE_WRITE
 const GONE_MASK: u32 =
     libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED | libc::IN_UNMOUNT;
 
-/// A reload's pod set and its serialised form.
-type Reloaded = (LoadedPods, Vec<u8>);
-
 /// Watches one manifests directory.
 pub struct ManifestWatcher {
     dir: PathBuf,
     inotify: AsyncFd<OwnedFd>,
-    /// The pod set last handed out, serialised, to recognise changes that change nothing:
-    /// equal exactly when the pods are, at a tenth of the memory of a copy of the pods.
-    last: Vec<u8>,
+    /// The pod set last handed out, to recognise changes that change nothing.
+    last: Vec<NodePod>,
     /// The reasons files and pods were skipped at the last reload, likewise.
     last_errors: Vec<String>,
     /// A reload running on the blocking pool; kept across cancelled waits so no change is lost.
-    reloading: Option<JoinHandle<io::Result<Reloaded>>>,
+    reloading: Option<JoinHandle<io::Result<Loaded<NodePod>>>>,
 }
 
 impl ManifestWatcher {
     /// Starts watching `dir`, then reads it; the watch comes first so no change between the
     /// two is lost. Must be called inside a tokio runtime.
-    pub fn start(dir: &Path) -> Result<(Self, LoadedPods), WatchError> {
+    pub fn start(dir: &Path) -> Result<(Self, Loaded<NodePod>), WatchError> {
         let watch_error = |source| WatchError::Watch {
             dir: dir.to_path_buf(),
             source,
@@ -114,11 +114,11 @@ impl ManifestWatcher {
             reloading: None,
         };
         // At start nothing is decided yet: read at once.
-        let loaded = load_dir(dir).map_err(|source| WatchError::List {
+        let loaded = load_nodes(dir).map_err(|source| WatchError::List {
             dir: dir.to_path_buf(),
             source,
         })?;
-        let loaded = watcher.changed(with_key(loaded)).unwrap_or_default();
+        let loaded = watcher.changed(loaded).unwrap_or_default();
         Ok((watcher, loaded))
     }
 
@@ -129,16 +129,15 @@ impl ManifestWatcher {
 
     /// Waits for a change of the directory that changes the pod set or what was skipped and
     /// returns the new full set, with the files and pods that were skipped. Cancel-safe.
-    pub async fn next_change(&mut self) -> Result<LoadedPods, WatchError> {
+    pub async fn next_change(&mut self) -> Result<Loaded<NodePod>, WatchError> {
         loop {
             let reload = match &mut self.reloading {
                 Some(reload) => reload,
                 None => {
                     self.wait_for_events().await?;
                     let dir = self.dir.clone();
-                    self.reloading.insert(tokio::task::spawn_blocking(move || {
-                        load_dir(&dir).map(with_key)
-                    }))
+                    self.reloading
+                        .insert(tokio::task::spawn_blocking(move || load_nodes(&dir)))
                 }
             };
             // Awaiting the handle by reference is cancel-safe: a cancelled wait resumes here.
@@ -161,12 +160,12 @@ impl ManifestWatcher {
 
     /// Records a fresh read of the directory; `None` when neither the pods nor the skipped
     /// files changed.
-    fn changed(&mut self, (loaded, pods): (LoadedPods, Vec<u8>)) -> Option<LoadedPods> {
+    fn changed(&mut self, loaded: Loaded<NodePod>) -> Option<Loaded<NodePod>> {
         let errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-        if pods == self.last && errors == self.last_errors {
+        if loaded.pods == self.last && errors == self.last_errors {
             return None;
         }
-        self.last = pods;
+        self.last.clone_from(&loaded.pods);
         self.last_errors = errors;
         Some(loaded)
     }
@@ -212,11 +211,9 @@ impl ManifestWatcher {
     }
 }
 
-/// A load with the pods serialised, the form [`ManifestWatcher`] compares reloads in; made on
-/// the blocking pool with the load, as it costs about as much as parsing.
-fn with_key(loaded: LoadedPods) -> (LoadedPods, Vec<u8>) {
-    let key = serde_json::to_vec(&loaded.pods).expect("a Pod serialises to JSON");
-    (loaded, key)
+/// The directory's pods as the agent keeps them.
+fn load_nodes(dir: &Path) -> io::Result<Loaded<NodePod>> {
+    load_dir_as(dir, |pod| NodePod::from_pod(&pod))
 }
 
 /// The masks of the `struct inotify_event` records in `bytes`: wd (4 bytes), mask (4),
@@ -245,21 +242,24 @@ mod tests {
     const WITHIN: Duration = Duration::from_secs(1);
 
     /// The names of the pods loaded.
-    fn uids(loaded: &LoadedPods) -> Vec<&str> {
+    fn uids(loaded: &Loaded<NodePod>) -> Vec<&str> {
         loaded
             .pods
             .iter()
-            .map(|p| p.metadata.name.as_deref().unwrap_or(""))
+            .map(|p| p.facts.as_ref().map_or("", |f| f.pod.name.as_str()))
             .collect()
     }
 
     /// A valid pod manifest named `name`, its uid made from the name.
     fn pod(name: &str) -> String {
         let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("kind: Pod\nmetadata: {{name: {name}, uid: 00000000-0000-4000-8000-{hex:0>12}}}\n")
+        format!(
+            "kind: Pod\nmetadata: {{name: {name}, uid: 00000000-0000-4000-8000-{hex:0>12}}}\n\
+             spec: {{containers: []}}\n"
+        )
     }
 
-    async fn change(watcher: &mut ManifestWatcher) -> LoadedPods {
+    async fn change(watcher: &mut ManifestWatcher) -> Loaded<NodePod> {
         tokio::time::timeout(WITHIN, watcher.next_change())
             .await
             .expect("change seen within a second")
@@ -287,7 +287,12 @@ mod tests {
         );
 
         fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
-        fs::write(dir.join("b.json"), format!("{}# reformatted\n", pod("b"))).unwrap();
+        // Reformatted, and a field the agent does not act on added.
+        fs::write(
+            dir.join("b.json"),
+            format!("{}# reformatted\nstatus: {{podIP: 10.0.0.1}}\n", pod("b")),
+        )
+        .unwrap();
         let quiet = tokio::time::timeout(Duration::from_millis(300), watcher.next_change()).await;
         assert!(
             quiet.is_err(),

@@ -8,7 +8,8 @@
 //! a pod that finishes leaves the watch as if deleted.
 //!
 //! [`KubeWatcher`] mirrors [`ManifestWatcher`](super::ManifestWatcher): `start` hands out the
-//! first full pod set, `next_change` the next one that differs.
+//! first full pod set, `next_change` the next one that differs in what the agent acts on.
+//! Each pod is kept as a [`NodePod`], taken from the Pod as it arrives.
 use std::{collections::BTreeMap, path::Path, pin::Pin};
 
 use futures::{Stream, StreamExt as _};
@@ -19,11 +20,7 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 
-use super::{
-    kubelet_view::{Standing, standing},
-    manifests::LoadedPods,
-    validate::validate_pod,
-};
+use super::{kubelet_view::Standing, manifests::Loaded, node_pod::NodePod, validate::validate_pod};
 use crate::printable::printable;
 
 /// Why the API could not be reached, or the watch stopped.
@@ -84,17 +81,20 @@ type PodEvents = Pin<Box<dyn Stream<Item = Result<watcher::Event<Pod>, watcher::
 pub struct KubeWatcher {
     node: String,
     events: PodEvents,
-    /// The pods as last handed out, by uid.
-    pods: BTreeMap<String, Pod>,
+    /// The pods as last handed out, by `metadata.uid`.
+    pods: BTreeMap<String, NodePod>,
     /// A re-list in progress: the pods listed so far, swapped in whole when it completes so
     /// a half-done list never looks like deletions.
-    relisting: Option<BTreeMap<String, Pod>>,
+    relisting: Option<BTreeMap<String, NodePod>>,
 }
 
 impl KubeWatcher {
     /// Lists the pods on `node` and starts watching them. Fails when the first list fails
     /// (API server unreachable, RBAC), so a misconfigured agent stops with the reason.
-    pub async fn start(config: Config, node: &str) -> Result<(Self, LoadedPods), KubeWatchError> {
+    pub async fn start(
+        config: Config,
+        node: &str,
+    ) -> Result<(Self, Loaded<NodePod>), KubeWatchError> {
         let client = Client::try_from(config).map_err(KubeWatchError::Client)?;
         let config = watcher::Config::default().fields(&node_field_selector(node));
         let events = watcher(Api::<Pod>::all(client), config)
@@ -131,7 +131,7 @@ impl KubeWatcher {
     /// the watch are logged and retried with backoff, since the pods already known stay
     /// the best knowledge the agent has. Cancel-safe: an event is applied in the same poll
     /// that receives it.
-    pub async fn next_change(&mut self) -> Result<LoadedPods, KubeWatchError> {
+    pub async fn next_change(&mut self) -> Result<Loaded<NodePod>, KubeWatchError> {
         loop {
             match self.events.next().await {
                 Some(Ok(event)) => {
@@ -173,7 +173,7 @@ impl KubeWatcher {
             }
             watcher::Event::InitApply(pod) => {
                 if let (Some(listed), Some(uid)) = (&mut self.relisting, pod.metadata.uid.clone()) {
-                    listed.insert(uid, pod);
+                    listed.insert(uid, NodePod::from_pod(&pod));
                 }
                 false
             }
@@ -189,6 +189,7 @@ impl KubeWatcher {
                 let Some(uid) = pod.metadata.uid.clone() else {
                     return false;
                 };
+                let pod = NodePod::from_pod(&pod);
                 if self.pods.get(&uid) == Some(&pod) {
                     return false;
                 }
@@ -205,9 +206,9 @@ impl KubeWatcher {
 
     /// The pods the kubelet counts as active. The field selector already asks for them;
     /// checking again keeps a server that ignores part of a selector from adding pods.
-    fn loaded(&self) -> LoadedPods {
-        let active = |pod: &&Pod| standing(pod, Some(&self.node)) == Standing::Active;
-        LoadedPods {
+    fn loaded(&self) -> Loaded<NodePod> {
+        let active = |pod: &&NodePod| pod.standing(Some(&self.node)) == Standing::Active;
+        Loaded {
             pods: self.pods.values().filter(active).cloned().collect(),
             errors: Vec::new(),
         }
@@ -256,7 +257,7 @@ mod tests {
             .loaded()
             .pods
             .iter()
-            .filter_map(|p| p.metadata.name.clone())
+            .filter_map(|p| p.facts.as_ref().ok().map(|f| f.pod.name.clone()))
             .collect();
         names.sort();
         assert_eq!(names, ["pending-here", "running"]);

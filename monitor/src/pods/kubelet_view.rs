@@ -28,10 +28,19 @@ pub enum Standing {
 /// counts as this one).
 pub fn standing(pod: &Pod, node: Option<&str>) -> Standing {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
+    standing_of(
+        matches!(phase, Some("Succeeded" | "Failed")),
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        node,
+    )
+}
+
+/// [`standing`] from its two inputs: whether the pod finished, and its `spec.nodeName`.
+pub fn standing_of(finished: bool, node_name: Option<&str>, node: Option<&str>) -> Standing {
+    if finished {
         return Standing::Finished;
     }
-    match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+    match node_name {
         None | Some("") => Standing::Unscheduled,
         Some(bound) if node.is_some_and(|node| node != bound) => Standing::OtherNode,
         Some(_) => Standing::Active,

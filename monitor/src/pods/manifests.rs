@@ -77,23 +77,41 @@ pub enum ManifestError {
     },
 }
 
-/// What one read of the directory produced.
-#[derive(Debug, Default)]
-pub struct LoadedPods {
+/// What one read of the directory produced, each pod as `T`.
+#[derive(Debug)]
+pub struct Loaded<T> {
     /// Pods in file-name order, then in order within each file.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<T>,
     /// Files and pods that were skipped, with the reason.
     pub errors: Vec<ManifestError>,
 }
 
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Self {
+            pods: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// A read that keeps the whole Pod objects, for one-shot commands.
+pub type LoadedPods = Loaded<Pod>;
+
 /// Reads every manifest in `dir`. Fails only when the directory itself cannot be listed.
 pub fn load_dir(dir: &Path) -> io::Result<LoadedPods> {
+    load_dir_as(dir, |pod| pod)
+}
+
+/// Reads every manifest in `dir` as [`load_dir`], keeping of each accepted pod only what
+/// `keep` takes: the Pods of one file at a time are held, never the whole directory's.
+pub fn load_dir_as<T>(dir: &Path, keep: impl Fn(Pod) -> T) -> io::Result<Loaded<T>> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| is_manifest(path) && path.is_file())
         .collect();
     files.sort();
-    let mut loaded = LoadedPods::default();
+    let mut loaded = Loaded::default();
     // Each uid loaded so far, with the file and the pod it came from.
     let mut uids: HashMap<String, (PathBuf, String)> = HashMap::new();
     for file in files {
@@ -135,7 +153,7 @@ pub fn load_dir(dir: &Path) -> io::Result<LoadedPods> {
                 continue;
             }
             uids.insert(uid, (file.clone(), label));
-            loaded.pods.push(pod);
+            loaded.pods.push(keep(pod));
         }
     }
     Ok(loaded)

@@ -12,8 +12,11 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
-use crate::engine::pod_facts::kubelet_uid;
+use super::{
+    cgroup_path::KubepodsCgroup,
+    qos::{QosClass, pod_qos},
+};
+use crate::engine::{pod_facts::kubelet_uid, pod_request::PodQuantityError};
 use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
 /// A pod's cgroup.
@@ -52,11 +55,31 @@ pub fn find_pod_cgroup(
     hierarchy: &MemoryHierarchy,
     kubepods: &KubepodsCgroup,
 ) -> Result<PodCgroup, String> {
-    let name = printable(pod.metadata.name.as_deref().unwrap_or("<unnamed>"));
-    let raw_uid = kubelet_uid(pod).ok_or_else(|| format!("pod {name}: no metadata.uid"))?;
+    let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+    let uid =
+        kubelet_uid(pod).ok_or_else(|| format!("pod {}: no metadata.uid", printable(name)))?;
+    find_cgroup(
+        name,
+        uid,
+        pod_qos(pod).as_ref().copied(),
+        hierarchy,
+        kubepods,
+    )
+}
+
+/// The cgroup of the pod `name` whose kubelet uid is `raw_uid` and whose QoS class is `qos`
+/// (or why it has none), as [`find_pod_cgroup`].
+pub fn find_cgroup(
+    name: &str,
+    raw_uid: &str,
+    qos: Result<QosClass, &PodQuantityError>,
+    hierarchy: &MemoryHierarchy,
+    kubepods: &KubepodsCgroup,
+) -> Result<PodCgroup, String> {
+    let name = printable(name);
     let uid = printable(raw_uid);
-    let qos = pod_qos(pod)
-        .map_err(|error| format!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))?;
+    let qos =
+        qos.map_err(|error| format!("pod {name} ({uid}): no QoS class, so no cgroup: {error}"))?;
     let rel = kubepods
         .own_pod_path(qos, raw_uid)
         .map_err(|error| format!("pod {name} ({uid}): {error}"))?;

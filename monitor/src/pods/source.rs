@@ -3,7 +3,8 @@
 use super::{
     dir_watch::{ManifestWatcher, WatchError},
     kube_watch::{KubeWatchError, KubeWatcher},
-    manifests::LoadedPods,
+    manifests::Loaded,
+    node_pod::NodePod,
 };
 
 /// The agent's source of pods.
@@ -27,7 +28,7 @@ pub enum PodSourceError {
 
 impl PodSource {
     /// Waits for a change of the pod set and returns the new full set. Cancel-safe.
-    pub async fn next_change(&mut self) -> Result<LoadedPods, PodSourceError> {
+    pub async fn next_change(&mut self) -> Result<Loaded<NodePod>, PodSourceError> {
         Ok(match self {
             PodSource::Dir(watcher) => watcher.next_change().await?,
             PodSource::Kube(watcher) => watcher.next_change().await?,

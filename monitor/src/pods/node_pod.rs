@@ -1,0 +1,148 @@
+//! The part of a Pod object the agent keeps: what ranking and eviction need, the QoS class
+//! that places its cgroup, and where the pod stands for this node's kubelet.
+//!
+//! A whole `Pod` holds every container's image, command, environment, probes and status, a
+//! few KiB each; at 10,000 pods those copies were most of the agent's memory. The pod sources
+//! ([`ManifestWatcher`](super::ManifestWatcher), [`KubeWatcher`](super::KubeWatcher)) turn
+//! each validated Pod into a [`NodePod`] as it is read and drop the Pod, so no list of whole
+//! Pods is ever held. Two `NodePod`s are equal exactly when every fact the agent acts on is,
+//! so a change of anything else (an image, a condition) is no change of the pod set.
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{
+    kubelet_view::{Standing, standing_of},
+    qos::{QosClass, pod_qos},
+};
+use crate::engine::{
+    pod_facts::{PodFacts, PodFactsError},
+    pod_request::PodQuantityError,
+};
+
+/// One pod as the agent keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePod {
+    /// What ranking and eviction need, or why the pod cannot be ranked (then it is skipped).
+    pub facts: Result<PodFacts, PodFactsError>,
+    /// Its QoS class, which names its cgroup's parent, or why none can be computed (then
+    /// its cgroup cannot be found and it is ranked as a pod without stats).
+    pub qos: Result<QosClass, PodQuantityError>,
+    /// `spec.nodeName`.
+    pub node_name: Option<String>,
+    /// Phase Succeeded or Failed: its containers are done.
+    pub finished: bool,
+}
+
+impl NodePod {
+    /// Takes what the agent keeps of `pod`.
+    pub fn from_pod(pod: &Pod) -> Self {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        Self {
+            facts: PodFacts::from_pod(pod),
+            qos: pod_qos(pod),
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            finished: matches!(phase, Some("Succeeded" | "Failed")),
+        }
+    }
+
+    /// How the pod stands for the kubelet of `node`, as [`standing`](super::kubelet_view::standing).
+    pub fn standing(&self, node: Option<&str>) -> Standing {
+        standing_of(self.finished, self.node_name.as_deref(), node)
+    }
+
+    /// Whether a manifest of this pod runs on `node`, as
+    /// [`runs_here`](super::kubelet_view::runs_here).
+    pub fn runs_here(&self, node: Option<&str>) -> bool {
+        matches!(
+            self.standing(node),
+            Standing::Active | Standing::Unscheduled
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pods::kubelet_view::{runs_here, standing};
+    use serde_json::json;
+
+    /// The compact form answers every question the agent asks exactly as the Pod it came
+    /// from: facts, QoS class, standing and whether it runs on a node.
+    #[test]
+    fn keeps_the_answers_of_the_whole_pod() {
+        struct Case {
+            name: &'static str,
+            pod: serde_json::Value,
+        }
+        let uid = "0f1e2d3c-aaaa-4bbb-8ccc-123456789abc";
+        let cases = [
+            Case {
+                name: "burstable pod running on n1",
+                pod: json!({
+                    "metadata": {"name": "web", "namespace": "shop", "uid": uid},
+                    "spec": {"nodeName": "n1", "priority": 7, "containers": [
+                        {"name": "a", "image": "web:1", "resources": {"requests": {"memory": "64Mi"}}}
+                    ]},
+                    "status": {"phase": "Running"},
+                }),
+            },
+            Case {
+                name: "guaranteed by status, finished",
+                pod: json!({
+                    "metadata": {"name": "job", "uid": uid},
+                    "spec": {"nodeName": "n1", "containers": []},
+                    "status": {"phase": "Succeeded", "qosClass": "Guaranteed"},
+                }),
+            },
+            Case {
+                name: "mirror pod of a static pod, unscheduled",
+                pod: json!({
+                    "metadata": {"name": "etcd", "uid": uid, "annotations": {
+                        "kubernetes.io/config.mirror": "8ac8c3a9ee4d182b8d934f20e971ada7"}},
+                    "spec": {"containers": [], "volumes": [{"name": "data", "hostPath": {"path": "/var"}}]},
+                }),
+            },
+            Case {
+                name: "bad cpu limit: facts but no QoS class",
+                pod: json!({
+                    "metadata": {"name": "odd", "uid": uid},
+                    "spec": {"nodeName": "n2", "containers": [
+                        {"name": "a", "resources": {"limits": {"cpu": "lots"}}}
+                    ]},
+                }),
+            },
+            Case {
+                name: "bad memory request: neither",
+                pod: json!({
+                    "metadata": {"name": "bad", "uid": uid},
+                    "spec": {"containers": [
+                        {"name": "a", "resources": {"requests": {"memory": "x"}}}
+                    ]},
+                }),
+            },
+            Case {
+                name: "no spec",
+                pod: json!({"metadata": {"name": "bare", "uid": uid}, "status": {"phase": "Failed"}}),
+            },
+        ];
+        for case in cases {
+            let pod: Pod = serde_json::from_value(case.pod).expect(case.name);
+            let kept = NodePod::from_pod(&pod);
+            assert_eq!(kept.facts, PodFacts::from_pod(&pod), "{}", case.name);
+            assert_eq!(kept.qos, pod_qos(&pod), "{}", case.name);
+            for node in [None, Some("n1"), Some("n2")] {
+                assert_eq!(
+                    kept.standing(node),
+                    standing(&pod, node),
+                    "{}: {node:?}",
+                    case.name
+                );
+                assert_eq!(
+                    kept.runs_here(node),
+                    runs_here(&pod, node),
+                    "{}: {node:?}",
+                    case.name
+                );
+            }
+        }
+    }
+}

@@ -4,14 +4,14 @@
 //! Run time per hit comes from the kernel's own accounting (`kernel.bpf_stats_enabled=1`,
 //! put back afterwards) as `bpftool prog show` reports it: the change of run_time_ns over the
 //! change of run_cnt across a window with page faults and cgroup creations, for the programs
-//! the agent holds open. The slowdown is
-//! `bench_load faults` (map, touch and unmap 4 MiB, many times, in a pod cgroup) without
-//! the agent, with the agent (eBPF source) for each way its memcg programs can hook and count
-//! (raw tracepoints with per-CPU sums, the default; then, as levers measured beside it,
-//! every update added to the cgroup's total at once, and classic tracepoints), with only an
-//! empty program on the memcg raw tracepoints (the floor: the kernel's dispatch), and without
-//! it again; statistics stay at their previous setting during those runs, so
-//! their own clock reads are not counted. The loop's own CPU time is what is compared (the
+//! the agent holds open. The slowdown is `bench_load faults` (map, touch and unmap 4 MiB,
+//! many times, in a pod cgroup) in rounds: without the agent, with the agent (eBPF source)
+//! for each way its memcg programs can hook and count (raw tracepoints with per-CPU sums, the
+//! default; then, as levers measured beside it, every update added to the cgroup's total at
+//! once, and classic tracepoints), and with only an empty program on the memcg raw
+//! tracepoints (the floor: the kernel's dispatch); once more without the agent at the end.
+//! Statistics stay at their previous setting during those runs, so their own clock reads
+//! are not counted. The loop's own CPU time is what is compared (the
 //! faults are handled in its context), so time it waits for a CPU held by other work is not.
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
@@ -38,67 +38,33 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
     let tree = BenchTree::create("kernel", 2)?;
     let config = tree.write_config(100 * 1024)?;
     let fault_dir = tree.pod_dir(&tree.uids[1]);
-    let faults = |n: usize| -> anyhow::Result<Vec<f64>> {
-        (0..n)
-            .map(|_| fault_run(bins, &fault_dir, rounds))
-            .collect()
-    };
     let load = loadavg();
-    eprintln!("bench: kernel: page faults without the agent (load {load:.2})");
-    let mut off = faults(repeats)?;
-    let mut hooks = Vec::new();
-    for hook in &HOOKS {
-        let agent = Agent::start_with(
-            bins,
-            &tree,
-            SourceArg::Ebpf,
-            hook.flags,
-            &config,
-            "16Gi",
-            &format!("kernel-{}", hook.tag),
-        )?;
-        std::thread::sleep(Duration::from_millis(300));
-        eprintln!(
-            "bench: kernel: page faults with the programs attached ({})",
-            hook.label
-        );
-        let on = faults(repeats)?;
-        // Per-hit cost, with the kernel's statistics on for this window only.
-        let per_prog = {
-            let _stats = SysctlGuard::set("kernel.bpf_stats_enabled", "1")?;
-            let before = agent_programs(agent.pid())?;
-            if before.is_empty() {
-                bail!(
-                    "bpftool lists no programs of the agent (pid {})",
-                    agent.pid()
-                );
+    eprintln!("bench: kernel: {repeats} rounds of every variant (load {load:.2})");
+    // Rounds interleave the variants, so a machine that speeds up or slows down during the
+    // run moves every variant alike instead of the ones measured last.
+    let variants: Vec<&Hook> = HOOKS.iter().chain([&FLOOR]).collect();
+    let mut off = Vec::new();
+    let mut on = vec![Vec::new(); variants.len()];
+    let mut per_prog = vec![BTreeMap::new(); variants.len()];
+    for round in 0..repeats {
+        off.push(fault_run(bins, &fault_dir, rounds)?);
+        for (i, hook) in variants.iter().enumerate() {
+            let attached = Attached::start(bins, &tree, &config, hook)?;
+            on[i].push(fault_run(bins, &fault_dir, rounds)?);
+            if round == 0 {
+                per_prog[i] = run_time_per_hit(bins, &tree, &fault_dir, rounds, attached.pid())?;
             }
-            fault_run(bins, &fault_dir, rounds)?;
-            for i in 0..20 {
-                let d = tree.dir.join(format!("kubepods/burstable/lifecycle-{i}"));
-                std::fs::create_dir(&d)?;
-                std::fs::remove_dir(&d)?;
-            }
-            let after = agent_programs(agent.pid())?;
-            delta(&before, &after)
-        };
-        agent.stop()?;
-        hooks.push((hook, on, per_prog));
+            attached.stop()?;
+        }
     }
-    eprintln!("bench: kernel: page faults with an empty program on the memcg raw tracepoints");
-    let floor = Floor::attach(bins)?;
-    let on = faults(repeats)?;
-    let per_prog = {
-        let _stats = SysctlGuard::set("kernel.bpf_stats_enabled", "1")?;
-        let before = agent_programs(floor.pid())?;
-        fault_run(bins, &fault_dir, rounds)?;
-        delta(&before, &agent_programs(floor.pid())?)
-    };
-    floor.detach()?;
-    hooks.push((&FLOOR, on, per_prog));
+    off.push(fault_run(bins, &fault_dir, rounds)?);
+    let hooks: Vec<_> = variants
+        .into_iter()
+        .zip(on)
+        .zip(per_prog)
+        .map(|((h, o), p)| (h, o, p))
+        .collect();
     let pages = fault_pages(rounds);
-    eprintln!("bench: kernel: page faults without the agent, again");
-    off.extend(faults(repeats)?);
 
     let mut figures = Vec::new();
     let off_median = percentile(&off, 50.0).unwrap_or(f64::NAN);
@@ -195,6 +161,74 @@ const FLOOR: Hook = Hook {
     tag: "floor",
     flags: &[],
 };
+
+/// What one variant attached: the agent with a hook's flags, or the floor's program.
+enum Attached {
+    Agent(Agent),
+    Floor(Floor),
+}
+
+impl Attached {
+    fn start(
+        bins: &Binaries,
+        tree: &BenchTree,
+        config: &std::path::Path,
+        hook: &Hook,
+    ) -> anyhow::Result<Self> {
+        if hook.tag == FLOOR.tag {
+            return Ok(Self::Floor(Floor::attach(bins)?));
+        }
+        let agent = Agent::start_with(
+            bins,
+            tree,
+            SourceArg::Ebpf,
+            hook.flags,
+            config,
+            "16Gi",
+            &format!("kernel-{}", hook.tag),
+        )?;
+        // Until its programs are attached and it idles.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Self::Agent(agent))
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Self::Agent(agent) => agent.pid(),
+            Self::Floor(floor) => floor.pid(),
+        }
+    }
+
+    fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Self::Agent(agent) => agent.stop().map(drop),
+            Self::Floor(floor) => floor.detach(),
+        }
+    }
+}
+
+/// Each program's run time per hit over one fault run and 20 cgroup creations and
+/// removals, with the kernel's statistics on for this window only.
+fn run_time_per_hit(
+    bins: &Binaries,
+    tree: &BenchTree,
+    fault_dir: &std::path::Path,
+    rounds: usize,
+    pid: u32,
+) -> anyhow::Result<BTreeMap<String, ProgStats>> {
+    let _stats = SysctlGuard::set("kernel.bpf_stats_enabled", "1")?;
+    let before = agent_programs(pid)?;
+    if before.is_empty() {
+        bail!("bpftool lists no programs of pid {pid}");
+    }
+    fault_run(bins, fault_dir, rounds)?;
+    for i in 0..20 {
+        let d = tree.dir.join(format!("kubepods/burstable/lifecycle-{i}"));
+        std::fs::create_dir(&d)?;
+        std::fs::remove_dir(&d)?;
+    }
+    Ok(delta(&before, &agent_programs(pid)?))
+}
 
 /// `hook_floor` holding its program on both memcg raw tracepoints until dropped.
 struct Floor {

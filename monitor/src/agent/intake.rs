@@ -4,11 +4,9 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{
-    event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent, usage::StatChange,
-};
+use super::{event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent};
 use crate::{
-    engine::pod_facts::PodFacts,
+    engine::{pod_facts::PodFacts, working_set::StatChange},
     pods::{find_pod_cgroup, kubelet_view, resolve_pod_cgroups},
     source::event::KernelEvent,
 };

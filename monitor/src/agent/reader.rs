@@ -6,10 +6,13 @@
 //! pod's last good value, while a vanished cgroup leaves the pod with nothing to reclaim.
 use std::io;
 
-use super::core::{AgentCore, PodReading, ReadScope};
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
-    engine::{pod_facts::PodRef, threshold::SignalObservation},
+    engine::{
+        eviction_machine::{AgentCore, PodReading, ReadScope},
+        pod_facts::PodRef,
+        threshold::SignalObservation,
+    },
     node::read::{NodeError, node_working_set, read_pid_available},
     system_clock::monotonic_ns,
 };
@@ -138,10 +141,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        agent::core::NodeCapacity,
         engine::{
             config::EvictionConfig,
             decide::EvictionState,
+            eviction_machine::NodeCapacity,
             instant::{ManualClock, MonoInstant},
             pod_facts::PodFacts,
             quantity::Quantity,

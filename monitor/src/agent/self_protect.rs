@@ -9,8 +9,8 @@
 use std::{fs, io};
 
 use crate::{
-    agent::core::AgentCore,
     cgroupfs::{CgroupVersion, paths::is_within},
+    engine::eviction_machine::AgentCore,
 };
 
 /// `oom_score_adj` the agent gives itself unless told otherwise.

@@ -9,7 +9,6 @@ use super::{
     args::AgentArgs,
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
-    core::{AgentCore, NodeCapacity},
     event_source::Source,
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
@@ -24,7 +23,10 @@ use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::MemoryHierarchy,
     checkpoint::{IfUnusable, StateManager, read_now},
-    engine::config::EvictionConfig,
+    engine::{
+        config::EvictionConfig,
+        eviction_machine::{AgentCore, NodeCapacity},
+    },
     metrics::{
         Metrics, server,
         snapshot::{self},

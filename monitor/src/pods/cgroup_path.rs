@@ -10,7 +10,7 @@
 //!   `/kubepods.slice/kubepods-pod<uid_>.slice`.
 use std::{io, path::Path};
 
-use super::qos::QosClass;
+use crate::engine::qos::QosClass;
 
 /// How the kubelet's cgroup driver spells cgroup names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

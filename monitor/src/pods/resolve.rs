@@ -12,8 +12,8 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{cgroup_path::KubepodsCgroup, qos::pod_qos};
-use crate::engine::pod_facts::kubelet_uid;
+use super::cgroup_path::KubepodsCgroup;
+use crate::engine::{pod_facts::kubelet_uid, qos::pod_qos};
 use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
 /// A pod's cgroup.

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::{
     pod_table::{PodId, PodRow, PodTable},
     refusals::Refusals,
-    usage::{Estimate, Membership, StatChange, UsageTracker},
+    working_set::{Estimate, Membership, StatChange, UsageTracker},
 };
 use crate::{
     cgroupfs::paths::is_within,
@@ -321,7 +321,7 @@ impl AgentCore {
         let mut newest = None;
         let mut touched: HashSet<PodId> = HashSet::new();
         for &change in changes {
-            if super::usage::working_set_delta(change.stat, change.bytes) == 0 {
+            if super::working_set::working_set_delta(change.stat, change.bytes) == 0 {
                 continue;
             }
             newest = newest.max(Some(change.sent_ns));

@@ -8,7 +8,7 @@
 //! another pod.
 use std::{collections::HashMap, sync::Arc};
 
-use super::usage::Estimate;
+use super::working_set::Estimate;
 use crate::{engine::pod_facts::PodFacts, pods::PodCgroup};
 
 /// A pod's row in the [`PodTable`].

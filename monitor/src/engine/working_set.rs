@@ -149,7 +149,7 @@ impl UsageTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::pod_table::{PodRow, PodTable};
+    use crate::engine::pod_table::{PodRow, PodTable};
     use crate::engine::{
         pod_facts::{PodFacts, PodRef},
         quantity::Quantity,

@@ -128,9 +128,9 @@ impl FsStats {
     }
 }
 
-/// Identity of a pod in the Summary API.
+/// Identity of a pod in the Summary API (its `podRef`).
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct PodReference {
+pub struct SummaryPodRef {
     /// Name.
     #[serde(default)]
     pub name: String,
@@ -147,7 +147,7 @@ pub struct PodReference {
 #[serde(rename_all = "camelCase")]
 pub struct PodStats {
     /// Which pod.
-    pub pod_ref: PodReference,
+    pub pod_ref: SummaryPodRef,
     /// Pod memory.
     pub memory: Option<MemoryStats>,
     /// Per-container stats.

@@ -232,7 +232,7 @@ impl Agent {
         read_all(
             &self.reader,
             &mut self.core,
-            &self.kubepods.rel,
+            self.kubepods.rel.as_str(),
             classify,
             self.resync.take_scope(classify),
             &mut self.read_failures,

@@ -10,6 +10,7 @@ use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
     engine::{
         eviction_machine::{AgentCore, PodReading, ReadScope},
+        ids::CgroupRel,
         pod_facts::PodRef,
         threshold::SignalObservation,
     },
@@ -95,17 +96,17 @@ pub fn read_all(
             kubepods.err().map(|e| e.to_string())
         ),
     }
-    let pods: Vec<(PodRef, String)> = core.pods_to_read(scope);
+    let pods: Vec<(PodRef, CgroupRel)> = core.pods_to_read(scope);
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
     for (pod, rel) in pods {
         let uid = &pod.uid;
         let read_ns = monotonic_ns();
-        let reading = match reader.working_set(&rel) {
+        let reading = match reader.working_set(rel.as_str()) {
             Ok(working_set) => {
                 let processes = if count_processes {
-                    reader.process_count(&rel).unwrap_or(0)
+                    reader.process_count(rel.as_str()).unwrap_or(0)
                 } else {
                     0
                 };
@@ -203,7 +204,7 @@ mod tests {
         };
         let cgroup = PodCgroup {
             id: 0,
-            rel: format!("/kubepods/{name}"),
+            rel: CgroupRel::new(&format!("/kubepods/{name}")).unwrap(),
         };
         (facts, Some(cgroup))
     }
@@ -217,7 +218,12 @@ mod tests {
             memory_bytes: 8192 * MI,
             allocatable_memory_bytes: 1024 * MI,
         };
-        let mut core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        let mut core = AgentCore::new(
+            config,
+            capacity,
+            CgroupRel::new("/kubepods").unwrap(),
+            EvictionState::default(),
+        );
         // "eio" and "gone" are within their requests, but as missing stats they would rank
         // first; "hog" is 900Mi over a 100Mi request.
         core.set_pods(vec![pod("eio", 600), pod("gone", 600), pod("hog", 100)]);

@@ -54,7 +54,7 @@ impl Agent {
         };
         let hierarchy = MemoryHierarchy::discover()?;
         let kubepods = match &args.kubepods_cgroup {
-            Some(rel) => KubepodsCgroup::from_path(rel),
+            Some(rel) => KubepodsCgroup::from_path(rel).context("--kubepods-cgroup")?,
             None => KubepodsCgroup::detect(&hierarchy.mount)?,
         };
         let kubepods_dir = hierarchy.dir(&kubepods.rel);
@@ -114,7 +114,7 @@ impl Agent {
             tracing::info!("metrics at http://{addr}/metrics");
             tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
-        let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        let core = AgentCore::new(config, capacity, kubepods.rel.clone(), state);
         let unobserved = core.unobserved_signals();
         if !unobserved.is_empty() {
             let names: Vec<String> = unobserved.iter().map(ToString::to_string).collect();

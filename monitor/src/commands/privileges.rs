@@ -206,7 +206,11 @@ fn host_pid_namespace() -> Result<(), String> {
 fn kubepods(memory: Option<&MemoryHierarchy>, given: Option<&str>) -> Result<(), String> {
     let memory = memory.ok_or("no memory cgroup hierarchy")?;
     let rel = match given {
-        Some(rel) => KubepodsCgroup::from_path(rel).rel,
+        Some(rel) => {
+            KubepodsCgroup::from_path(rel)
+                .map_err(|e| e.to_string())?
+                .rel
+        }
         None => {
             KubepodsCgroup::detect(&memory.mount)
                 .map_err(|e| format!("{e} (mount the host's /sys/fs/cgroup)"))?

@@ -281,7 +281,8 @@ fn load_pods(
         tracing::warn!("{error}");
     }
     let kubepods = match kubepods {
-        Some(path) => KubepodsCgroup::from_path(path),
+        Some(path) => KubepodsCgroup::from_path(path)
+            .map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?,
         None => KubepodsCgroup::detect(&hierarchy.mount)?,
     };
     let mut pods = PodCgroups::default();
@@ -303,7 +304,7 @@ fn load_pods(
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid,
         };
-        pods.insert(cgroup.rel, identity);
+        pods.insert(cgroup.rel.to_string(), identity);
     }
     Ok(pods)
 }

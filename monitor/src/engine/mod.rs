@@ -1,6 +1,7 @@
 //! The pure core: plain data and a clock in, decisions out. No tokio, no aya, no filesystem,
 //! so every rule is tested without root.
 //!
+//! * [`ids`]: pod uids and cgroup paths, checked and normalised once;
 //! * [`config`]: thresholds and settings from a KubeletConfiguration YAML string;
 //! * [`pod_facts`], [`pod_request`] and [`qos`]: what ranking needs from a Pod object;
 //! * [`summary`]: pod usage, and the kubelet's Summary API as one source of it;
@@ -17,6 +18,7 @@ pub mod decide;
 pub mod duration;
 pub mod eviction_machine;
 pub mod headroom;
+pub mod ids;
 pub mod instant;
 pub mod pod_facts;
 pub mod pod_request;

@@ -148,7 +148,6 @@ mod tests {
             eviction_machine::NodeCapacity,
             instant::{ManualClock, MonoInstant},
             pod_facts::PodFacts,
-            quantity::Quantity,
         },
         pods::PodCgroup,
     };
@@ -189,19 +188,7 @@ mod tests {
     }
 
     fn pod(name: &str, request_mi: i64) -> (PodFacts, Option<PodCgroup>) {
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: name.into(),
-                uid: name.into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::from_units(request_mi << 20),
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        };
+        let facts = PodFacts::named(name).with_memory_request(request_mi << 20);
         let cgroup = PodCgroup {
             id: 0,
             rel: CgroupRel::new(&format!("/kubepods/{name}")).unwrap(),

@@ -575,26 +575,16 @@ mod tests {
     use crate::engine::{
         decide::{Action, Idle},
         instant::{ManualClock, MonoInstant},
-        pod_facts::PodRef,
-        quantity::Quantity,
     };
 
     const MI: i64 = 1 << 20;
 
     fn facts(name: &str, priority: i32, request_mi: i64, critical: bool) -> PodFacts {
-        PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: name.into(),
-                uid: format!("uid-{name}"),
-            },
-            priority,
-            critical,
-            memory_request: Quantity::from_units(request_mi * MI),
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        }
+        PodFacts::named(name)
+            .with_uid(&format!("uid-{name}"))
+            .with_priority(priority)
+            .with_critical(critical)
+            .with_memory_request(request_mi * MI)
     }
 
     fn kubepods() -> CgroupRel {

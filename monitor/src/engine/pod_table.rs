@@ -197,26 +197,13 @@ impl PodTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{pod_facts::PodRef, quantity::Quantity};
 
     fn cgroup_rel(path: &str) -> CgroupRel {
         path.parse().unwrap()
     }
 
     fn row(uid: &str, rel: Option<&str>) -> PodRow {
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: uid.into(),
-                uid: uid.into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::ZERO,
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        };
+        let facts = PodFacts::named(uid);
         let cgroup = rel.map(|path| PodCgroup {
             id: 1,
             rel: cgroup_rel(path),

@@ -201,8 +201,6 @@ impl RankIndexSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::PodRef;
-    use crate::engine::quantity::Quantity;
     use crate::engine::rank::{Candidate, DiskMeasure, DiskStats, kubelet_chain, ordered_by};
     use crate::engine::summary::FsUsage;
     use proptest::prelude::*;
@@ -271,19 +269,12 @@ mod tests {
 
     fn facts(pod: u8, priority: i32, request: i64) -> PodFacts {
         // Names collide across namespaces on purpose, to exercise the whole tie-break.
-        PodFacts {
-            pod: PodRef {
-                namespace: format!("ns{}", pod % 2),
-                name: format!("p{}", pod % 5),
-                uid: format!("u{pod}"),
-            },
-            priority,
-            critical: false,
-            memory_request: Quantity::from_units(request),
-            ephemeral_storage_request: Quantity::from_units(request),
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        }
+        PodFacts::named(&format!("p{}", pod % 5))
+            .with_namespace(&format!("ns{}", pod % 2))
+            .with_uid(&format!("u{pod}"))
+            .with_priority(priority)
+            .with_memory_request(request)
+            .with_ephemeral_storage_request(request)
     }
 
     proptest! {

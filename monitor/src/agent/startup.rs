@@ -54,7 +54,7 @@ impl Agent {
         };
         let hierarchy = MemoryHierarchy::discover()?;
         let kubepods = match &args.kubepods_cgroup {
-            Some(rel) => KubepodsCgroup::from_path(rel).context("--kubepods-cgroup")?,
+            Some(rel) => KubepodsCgroup::new(rel.clone()),
             None => KubepodsCgroup::detect(&hierarchy.mount)?,
         };
         let kubepods_dir = hierarchy.dir(&kubepods.rel);

@@ -119,7 +119,7 @@ mod tests {
         let found = find_pod_cgroup(
             &mirror,
             &hierarchy,
-            &KubepodsCgroup::from_path(KUBEPODS).unwrap(),
+            &KubepodsCgroup::new(KUBEPODS.parse().unwrap()),
         )
         .expect("the mirror pod's cgroup");
         assert_eq!(found.rel, rel);

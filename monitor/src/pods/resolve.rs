@@ -99,7 +99,7 @@ mod tests {
         .iter()
         .map(|yaml| serde_yaml::from_str(yaml).unwrap())
         .collect();
-        let kubepods = KubepodsCgroup::from_path("kubepods.slice").unwrap();
+        let kubepods = KubepodsCgroup::new("kubepods.slice".parse().unwrap());
 
         let found = resolve_pod_cgroups(&pods, &hierarchy, &kubepods);
         let ino = |rel: &str| fs::metadata(hierarchy.dir(rel)).unwrap().ino();

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use monitor::checkpoint::{IfUnusable, StateManager};
-use monitor::engine::checkpoint::{AgentState, MAX_RECENT_EVICTIONS, Now, PodRef, decode};
+use monitor::engine::checkpoint::{AgentState, MAX_RECENT_EVICTIONS, Now, SavedPod, decode};
 
 const TEST_NAME: &str = "killed_writer_leaves_the_old_or_the_new_checkpoint";
 const CHILD_DIR_ENV: &str = "MONITOR_CRASH_CHILD_DIR";
@@ -36,7 +36,7 @@ fn state_for(generation: u64) -> AgentState {
     };
     let mut state = AgentState::default();
     for i in 0..MAX_RECENT_EVICTIONS {
-        let pod = PodRef {
+        let pod = SavedPod {
             namespace: "crash".into(),
             name: format!("pod-{generation}-{i}"),
             uid: format!("uid-{generation}-{i}"),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use monitor::checkpoint::{IfUnusable, StateError, StateManager};
-use monitor::engine::checkpoint::{AgentState, MAX_RECENT_EVICTIONS, Now, PodRef, decode};
+use monitor::engine::checkpoint::{AgentState, MAX_RECENT_EVICTIONS, Now, SavedPod, decode};
 
 fn have_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -70,7 +70,7 @@ fn state(generation: u64) -> AgentState {
     let mut state = AgentState::default();
     state.count_events(generation, 0);
     for i in 0..MAX_RECENT_EVICTIONS {
-        let pod = PodRef {
+        let pod = SavedPod {
             namespace: "fs".into(),
             name: format!("pod-{generation}-{i}"),
             uid: format!("uid-{i}"),

@@ -2,7 +2,7 @@
 //! reading the version-2 file, and no damage to them may go unnoticed.
 use monitor::engine::checkpoint::{
     AgentState, AgentStateV1, BootMarks, Checkpoint as _, CheckpointV1, CheckpointV2,
-    ConditionTransition, Counters, EvictionRecord, PendingEviction, PodRef, decode, encode,
+    ConditionTransition, Counters, EvictionRecord, PendingEviction, SavedPod, decode, encode,
     migrate_v1_to_v2,
 };
 
@@ -14,7 +14,7 @@ const T0: u64 = 1_767_268_800_000; // 2026-01-01T12:00:00Z
 
 fn eviction(name: &str, uid: &str, at: u64, signal: &str, bytes_freed: u64) -> EvictionRecord {
     EvictionRecord {
-        pod: PodRef {
+        pod: SavedPod {
             namespace: "shop".into(),
             name: name.into(),
             uid: uid.into(),

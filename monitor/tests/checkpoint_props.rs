@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use monitor::engine::checkpoint::{
     AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
-    PendingEviction, PodRef, decode, encode,
+    PendingEviction, SavedPod, decode, encode,
 };
 use proptest::prelude::*;
 
@@ -22,7 +22,7 @@ fn map_of<T: std::fmt::Debug>(
 fn eviction() -> impl Strategy<Value = EvictionRecord> {
     (name(), name(), name(), any::<u64>(), name(), any::<u64>()).prop_map(
         |(namespace, name, uid, evicted_at_unix_ms, signal, bytes_freed)| EvictionRecord {
-            pod: PodRef {
+            pod: SavedPod {
                 namespace,
                 name,
                 uid,

@@ -6,11 +6,10 @@
 use std::{fs, path::PathBuf};
 
 use monitor::{
-    engine::pod_facts::PodFacts,
+    engine::{pod_facts::PodFacts, qos::pod_qos},
     pods::{
         NodePod, kubelet_view,
         manifests::{load_dir, load_dir_as},
-        pod_qos,
     },
 };
 

@@ -5,12 +5,12 @@
 //!
 //! Every scene has 300Mi allocatable and a hard `allocatableMemory.available<100Mi`
 //! threshold, so the agent sees pressure once the pods' working sets pass 200Mi.
-use std::{fs, time::Duration};
+use std::{fs, process::Command, time::Duration};
 
 use monitor::pods::{KubeWatcher, kube_watch};
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, process_alive,
-    running_as_root, set_memory_limit,
+    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, monitor_bin,
+    process_alive, running_as_root, set_memory_limit,
 };
 
 /// How long a decision may take once the threshold is crossed (a slow VM included).
@@ -185,4 +185,53 @@ async fn the_api_watch_leaves_out_a_pod_with_a_crafted_uid() {
         .map(|p| p.facts.as_ref().expect("facts").pod.name.clone())
         .collect();
     assert_eq!(names, ["real"]);
+}
+
+/// A `--kubepods-cgroup` that could name another directory than the one spelled is refused
+/// when the command line is parsed, by every command taking it, before anything is read.
+#[test]
+fn a_kubepods_cgroup_that_is_not_a_plain_relative_path_is_refused_with_the_reason() {
+    let dir = TempDir::new("untrusted-kubepods-flag");
+    let pods = dir.path.to_str().expect("a UTF-8 temporary path");
+    let cases = [
+        (
+            "climbing out",
+            "/kubepods/../system.slice",
+            "\"..\" component",
+        ),
+        (
+            "a current-directory step",
+            "/kubepods/./burstable",
+            "\".\" component",
+        ),
+        (
+            "the mount point",
+            "/sys/fs/cgroup/memory/kubepods",
+            "filesystem path",
+        ),
+        (
+            "a 4 KiB path",
+            &"/k".repeat(2048),
+            "longer than the kernel's limit",
+        ),
+    ];
+    for (name, flag, reason) in cases {
+        for command in [
+            &["--dry-run", "--pods", pods][..],
+            &["trace", "--pods", pods][..],
+            &["doctor"][..],
+        ] {
+            let out = Command::new(monitor_bin())
+                .args(command)
+                .args(["--kubepods-cgroup", flag])
+                .output()
+                .expect("running monitor");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name}, {command:?}: {stderr}");
+            assert!(
+                stderr.contains("--kubepods-cgroup") && stderr.contains(reason),
+                "{name}, {command:?}: {stderr}"
+            );
+        }
+    }
 }

@@ -27,10 +27,12 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::cgroupfs::{
-    CgroupVersion, MemoryHierarchy,
-    paths::is_within,
-    procs::{is_gone, subtree_pids},
+use crate::{
+    cgroupfs::{
+        CgroupVersion, MemoryHierarchy,
+        procs::{is_gone, subtree_pids},
+    },
+    engine::ids::is_within,
 };
 
 /// How often the subtree is checked for being empty.

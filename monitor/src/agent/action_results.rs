@@ -83,7 +83,7 @@ impl Agent {
                         .config()
                         .monitor
                         .eviction_interval
-                        .max(super::refusals::MIN_HOLD)
+                        .max(crate::engine::refusals::MIN_HOLD)
                 );
                 self.core.eviction_refused(&uid, BootClock.now());
             }

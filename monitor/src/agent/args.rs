@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
-    engine::duration::parse_go_duration,
+    engine::{duration::parse_go_duration, ids::CgroupRel},
     flags::{OutputFormat, positive_bytes, positive_duration},
     source::ebpf::MemcgHook,
 };
@@ -85,8 +85,9 @@ pub struct AgentArgs {
     pub kubeconfig: Option<PathBuf>,
     /// The kubepods cgroup below the memory hierarchy's root (`/kubepods`,
     /// `/kubepods.slice`); detected when absent. Its name picks the cgroupfs or systemd naming.
-    #[arg(long, value_name = "PATH")]
-    pub kubepods_cgroup: Option<String>,
+    /// Relative to the hierarchy's root, not its mount point; `.` and `..` are refused.
+    #[arg(long, value_name = "PATH", value_parser = CgroupRel::new)]
+    pub kubepods_cgroup: Option<CgroupRel>,
     /// Allocatable memory (kubelet quantity, e.g. 6Gi); default: the kubepods cgroup's memory
     /// limit, or the node's memory when it has none.
     #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
@@ -170,4 +171,46 @@ pub struct AgentArgs {
     /// RLIMIT_RTPRIO of at least N; the agent refuses to start when the kernel says no.
     #[arg(long, value_name = "N", value_parser = parse_realtime_priority)]
     pub realtime_priority: Option<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::Cli;
+
+    #[test]
+    fn kubepods_cgroup_is_checked_when_parsed() {
+        let cases = [
+            (
+                "normalised",
+                "kubepods//burstable/",
+                Ok("/kubepods/burstable"),
+            ),
+            (
+                "climbing out",
+                "/kubepods/../system.slice",
+                Err("\"..\" component"),
+            ),
+            (
+                "the mount point",
+                "/sys/fs/cgroup/memory/kubepods",
+                Err("filesystem path"),
+            ),
+        ];
+        for (name, flag, want) in cases {
+            let got = Cli::try_parse_from(["monitor", "--kubepods-cgroup", flag]);
+            match (got, want) {
+                (Ok(cli), Ok(rel)) => {
+                    assert_eq!(cli.agent.kubepods_cgroup.unwrap().as_str(), rel, "{name}")
+                }
+                (Err(error), Err(why)) => {
+                    let error = error.to_string();
+                    assert!(error.contains("--kubepods-cgroup"), "{name}: {error}");
+                    assert!(error.contains(why), "{name}: {error}");
+                }
+                (got, want) => panic!("{name}: got {:?}, want {want:?}", got.map(|_| ())),
+            }
+        }
+    }
 }

@@ -180,7 +180,7 @@ impl Agent {
                 .core
                 .pod(&pod.uid)
                 .and_then(|p| p.cgroup.as_ref())
-                .map(|c| c.rel.clone()),
+                .map(|c| c.rel.to_string()),
             working_set_before: self.core.pod_working_set(&pod.uid),
             grace,
             grace_period_seconds,
@@ -294,7 +294,7 @@ impl Agent {
     /// containers, per their restartPolicy) rank again by the kubelet's order.
     pub(super) fn revive_restarted_pods(&mut self) {
         for (uid, rel) in self.core.stopped_pods() {
-            if self.reader.process_count(&rel).is_ok_and(|n| n > 0) {
+            if self.reader.process_count(rel.as_str()).is_ok_and(|n| n > 0) {
                 tracing::info!(
                     pod.uid = %uid,
                     "pod {uid} runs again after its eviction (containers restarted): a \

@@ -2,11 +2,9 @@
 //! core's working sets and rankings; and the kernel's wake-up level, set after each input.
 use std::collections::HashSet;
 
-use super::{
-    event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent, usage::StatChange,
-};
+use super::{event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent};
 use crate::{
-    engine::pod_facts::PodFacts,
+    engine::{pod_facts::PodFacts, working_set::StatChange},
     pods::{NodePod, PodCgroup, find_cgroup},
     source::event::KernelEvent,
 };
@@ -252,7 +250,7 @@ impl Agent {
         read_all(
             &self.reader,
             &mut self.core,
-            &self.kubepods.rel,
+            self.kubepods.rel.as_str(),
             classify,
             self.resync.take_scope(classify),
             &mut self.read_failures,

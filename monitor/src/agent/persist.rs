@@ -4,7 +4,7 @@
 //! After a restart inside a soft grace period the timer keeps its first-observed instant, and
 //! the last eviction keeps blocking the next one for the rest of the eviction interval.
 use crate::engine::{
-    checkpoint::{AgentState, Now, PodRef as SavedPod},
+    checkpoint::{AgentState, Now, SavedPod},
     decide::{EvictionState, PendingCleanup, ThresholdObservedAt},
     instant::MonoInstant,
     pod_facts::PodRef,

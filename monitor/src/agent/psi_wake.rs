@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     cgroupfs::hierarchy::MemoryHierarchy,
+    engine::ids::CgroupRel,
     source::{
         pressure::{self, PressureSignal},
         probe::{NODE_PSI, Psi},
@@ -28,7 +29,7 @@ pub struct PsiWake {
 impl PsiWake {
     /// Installs triggers for `stall` within [`pressure::WINDOW`] on the node and the kubepods
     /// cgroup; files the kernel lacks or refuses are logged and skipped. Needs a tokio runtime.
-    pub fn install(hierarchy: &MemoryHierarchy, kubepods_rel: &str, stall: Duration) -> Self {
+    pub fn install(hierarchy: &MemoryHierarchy, kubepods_rel: &CgroupRel, stall: Duration) -> Self {
         let (tx, signals) = mpsc::unbounded_channel();
         let psi = Psi::probe(Some(hierarchy));
         let trigger = pressure::trigger(stall, pressure::WINDOW);
@@ -37,9 +38,7 @@ impl PsiWake {
             candidates.push((PathBuf::from(NODE_PSI), None));
         }
         if let Some(root) = psi.cgroup {
-            let file = root
-                .join(kubepods_rel.trim_start_matches('/'))
-                .join("memory.pressure");
+            let file = root.join(kubepods_rel.relative()).join("memory.pressure");
             if file.exists() {
                 candidates.push((file, Some(kubepods_rel.to_string())));
             }

@@ -3,7 +3,7 @@
 //! decisions with what came of them. Reads the core; changes nothing in it.
 use std::collections::VecDeque;
 
-use super::core::AgentCore;
+use crate::engine::eviction_machine::AgentCore;
 use crate::{
     engine::{
         quantity::Quantity,

@@ -6,10 +6,14 @@
 //! pod's last good value, while a vanished cgroup leaves the pod with nothing to reclaim.
 use std::io;
 
-use super::core::{AgentCore, PodReading, ReadScope};
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, StatsError, procs::subtree_pids, stats},
-    engine::{pod_facts::PodRef, threshold::SignalObservation},
+    engine::{
+        eviction_machine::{AgentCore, PodReading, ReadScope},
+        ids::CgroupRel,
+        pod_facts::PodRef,
+        threshold::SignalObservation,
+    },
     node::read::{NodeError, node_working_set, read_pid_available},
     system_clock::monotonic_ns,
 };
@@ -92,17 +96,17 @@ pub fn read_all(
             kubepods.err().map(|e| e.to_string())
         ),
     }
-    let pods: Vec<(PodRef, String)> = core.pods_to_read(scope);
+    let pods: Vec<(PodRef, CgroupRel)> = core.pods_to_read(scope);
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
     for (pod, rel) in pods {
         let uid = &pod.uid;
         let read_ns = monotonic_ns();
-        let reading = match reader.working_set(&rel) {
+        let reading = match reader.working_set(rel.as_str()) {
             Ok(working_set) => {
                 let processes = if count_processes {
-                    reader.process_count(&rel).unwrap_or(0)
+                    reader.process_count(rel.as_str()).unwrap_or(0)
                 } else {
                     0
                 };
@@ -138,13 +142,12 @@ mod tests {
 
     use super::*;
     use crate::{
-        agent::core::NodeCapacity,
         engine::{
             config::EvictionConfig,
             decide::EvictionState,
+            eviction_machine::NodeCapacity,
             instant::{ManualClock, MonoInstant},
             pod_facts::PodFacts,
-            quantity::Quantity,
         },
         pods::PodCgroup,
     };
@@ -185,22 +188,10 @@ mod tests {
     }
 
     fn pod(name: &str, request_mi: i64) -> (PodFacts, Option<PodCgroup>) {
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: name.into(),
-                uid: name.into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::from_units(request_mi << 20),
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        };
+        let facts = PodFacts::named(name).with_memory_request(request_mi << 20);
         let cgroup = PodCgroup {
             id: 0,
-            rel: format!("/kubepods/{name}"),
+            rel: CgroupRel::new(&format!("/kubepods/{name}")).unwrap(),
         };
         (facts, Some(cgroup))
     }
@@ -214,7 +205,12 @@ mod tests {
             memory_bytes: 8192 * MI,
             allocatable_memory_bytes: 1024 * MI,
         };
-        let mut core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        let mut core = AgentCore::new(
+            config,
+            capacity,
+            CgroupRel::new("/kubepods").unwrap(),
+            EvictionState::default(),
+        );
         // "eio" and "gone" are within their requests, but as missing stats they would rank
         // first; "hog" is 900Mi over a 100Mi request.
         core.set_pods(vec![pod("eio", 600), pod("gone", 600), pod("hog", 100)]);

@@ -148,7 +148,6 @@ impl DecisionReport {
 mod tests {
     use super::*;
     use crate::engine::{
-        pod_facts::PodRef,
         signal::Signal,
         threshold::{SignalObservation, ThresholdId},
     };
@@ -156,19 +155,9 @@ mod tests {
     const MI: i64 = 1 << 20;
 
     fn facts() -> PodFacts {
-        PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: "web-1".into(),
-                uid: "u".into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::from_units(256 * MI),
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        }
+        PodFacts::named("web-1")
+            .with_uid("u")
+            .with_memory_request(256 * MI)
     }
 
     fn eviction(signal: Signal, available: i64) -> Eviction {

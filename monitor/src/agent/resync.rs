@@ -5,7 +5,7 @@
 //! failed); every [`FULL_SWEEP_EVERY`]th resync reads every pod, the safety net for anything
 //! the records cannot tell (a change still summed in the kernel below one step). Reads after
 //! lost records, rescans and sources without stat records always read every pod.
-use super::core::ReadScope;
+use crate::engine::eviction_machine::ReadScope;
 
 /// One timed resync in this many reads every pod.
 pub const FULL_SWEEP_EVERY: u32 = 6;

@@ -9,8 +9,8 @@
 use std::{fs, io};
 
 use crate::{
-    agent::core::AgentCore,
-    cgroupfs::{CgroupVersion, paths::is_within},
+    cgroupfs::CgroupVersion,
+    engine::{eviction_machine::AgentCore, ids::is_within},
 };
 
 /// `oom_score_adj` the agent gives itself unless told otherwise.

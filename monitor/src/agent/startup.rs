@@ -9,7 +9,6 @@ use super::{
     args::AgentArgs,
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
-    core::{AgentCore, NodeCapacity},
     event_source::Source,
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
@@ -24,7 +23,10 @@ use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::MemoryHierarchy,
     checkpoint::{IfUnusable, StateManager, read_now},
-    engine::config::EvictionConfig,
+    engine::{
+        config::EvictionConfig,
+        eviction_machine::{AgentCore, NodeCapacity},
+    },
     metrics::{
         Metrics, server,
         snapshot::{self},
@@ -52,7 +54,7 @@ impl Agent {
         };
         let hierarchy = MemoryHierarchy::discover()?;
         let kubepods = match &args.kubepods_cgroup {
-            Some(rel) => KubepodsCgroup::from_path(rel),
+            Some(rel) => KubepodsCgroup::new(rel.clone()),
             None => KubepodsCgroup::detect(&hierarchy.mount)?,
         };
         let kubepods_dir = hierarchy.dir(&kubepods.rel);
@@ -112,7 +114,7 @@ impl Agent {
             tracing::info!("metrics at http://{addr}/metrics");
             tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
-        let core = AgentCore::new(config, capacity, &kubepods.rel, state);
+        let core = AgentCore::new(config, capacity, kubepods.rel.clone(), state);
         let unobserved = core.unobserved_signals();
         if !unobserved.is_empty() {
             let names: Vec<String> = unobserved.iter().map(ToString::to_string).collect();

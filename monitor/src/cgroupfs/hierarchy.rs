@@ -100,8 +100,8 @@ impl MemoryHierarchy {
     }
 
     /// Absolute directory of a cgroup given its path relative to the root (`/a/b` or `a/b`).
-    pub fn dir(&self, cgroup: &str) -> PathBuf {
-        self.mount.join(cgroup.trim_start_matches('/'))
+    pub fn dir(&self, cgroup: impl AsRef<str>) -> PathBuf {
+        self.mount.join(cgroup.as_ref().trim_start_matches('/'))
     }
 }
 

@@ -10,6 +10,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::engine::ids::CgroupRel;
+
 /// Paths are relative to the hierarchy root and start with `/` (the root itself is `/`), the
 /// form the kernel's cgroup tracepoints use.
 #[derive(Clone, Debug, Default)]
@@ -58,24 +60,29 @@ impl CgroupPaths {
         self.by_id.get(&id).map(String::as_str)
     }
 
-    /// The id of a path (`/a/b`; a trailing `/` is ignored). Linear: meant for setup, not
-    /// for events.
+    /// The id of a path (`/a/b`; spelled in any form [`CgroupRel`] accepts). Linear: meant
+    /// for setup, not for events.
     pub fn id_of(&self, path: &str) -> Option<u64> {
-        let wanted = normalize(path);
-        self.by_id
-            .iter()
-            .find(|(_, p)| normalize(p) == wanted)
-            .map(|(id, _)| *id)
+        let wanted = CgroupRel::new(path).ok()?;
+        self.rels().find(|(_, p)| *p == wanted).map(|(id, _)| id)
     }
 
     /// Ids of `path` and every cgroup below it.
     pub fn subtree(&self, path: &str) -> Vec<u64> {
-        let root = normalize(path);
+        let Ok(root) = CgroupRel::new(path) else {
+            return Vec::new();
+        };
+        self.rels()
+            .filter(|(_, p)| p.is_within(&root))
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Every known cgroup whose path names one.
+    fn rels(&self) -> impl Iterator<Item = (u64, CgroupRel)> {
         self.by_id
             .iter()
-            .filter(|(_, p)| is_within(&normalize(p), &root))
-            .map(|(id, _)| *id)
-            .collect()
+            .filter_map(|(id, p)| Some((*id, CgroupRel::new(p).ok()?)))
     }
 
     /// Every known cgroup: (id, path).
@@ -90,20 +97,6 @@ impl CgroupPaths {
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }
-}
-
-fn normalize(path: &str) -> String {
-    let trimmed = path.trim_matches('/');
-    format!("/{trimmed}")
-}
-
-/// True when `path` is `root` or below it (`/a/bc` is not below `/a/b`).
-pub fn is_within(path: &str, root: &str) -> bool {
-    root == "/"
-        || path == root
-        || path
-            .strip_prefix(root)
-            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 #[cfg(test)]

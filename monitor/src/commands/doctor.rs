@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::{
     agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
+    engine::ids::CgroupRel,
     source::probe::{EventSource, KernelFeatures, MemcgMethod},
 };
 
@@ -29,8 +30,8 @@ pub struct DoctorArgs {
     pub pods: Option<PathBuf>,
     /// The kubepods cgroup the agent is given (default: detect `kubepods` or
     /// `kubepods.slice`), checked for being visible and writable.
-    #[arg(long, value_name = "PATH")]
-    pub kubepods_cgroup: Option<String>,
+    #[arg(long, value_name = "PATH", value_parser = CgroupRel::new)]
+    pub kubepods_cgroup: Option<CgroupRel>,
     /// Check for an agent run with `--kube`. By default it still kills a pod evicted on a
     /// hard threshold on the node first, so CAP_KILL and the host PID namespace are needed;
     /// with `--kube-hard-action api` the kubelet stops every pod and they are not.
@@ -45,7 +46,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let needs = Needs {
         kills: !args.kube || args.hard_action.kube_hard_action == HardAction::Kill,
         memory: features.memory.as_ref().ok(),
-        kubepods_cgroup: args.kubepods_cgroup.as_deref(),
+        kubepods_cgroup: args.kubepods_cgroup.as_ref(),
         tracefs: features.tracefs.as_deref().map_err(String::as_str),
         checkpoint_dir: &args.checkpoint_dir,
         config: args.config.as_deref(),

@@ -12,7 +12,7 @@ use std::{fs, path::Path};
 
 use serde::Serialize;
 
-use crate::{cgroupfs::MemoryHierarchy, pods::cgroup_path::KubepodsCgroup};
+use crate::{cgroupfs::MemoryHierarchy, engine::ids::CgroupRel, pods::cgroup_path::KubepodsCgroup};
 
 /// What the host is asked to provide, from the agent's flags.
 pub struct Needs<'a> {
@@ -20,7 +20,7 @@ pub struct Needs<'a> {
     /// the kubelet stops them).
     pub kills: bool,
     pub memory: Option<&'a MemoryHierarchy>,
-    pub kubepods_cgroup: Option<&'a str>,
+    pub kubepods_cgroup: Option<&'a CgroupRel>,
     pub tracefs: Result<&'a Path, &'a str>,
     pub checkpoint_dir: &'a Path,
     pub config: Option<&'a Path>,
@@ -203,10 +203,10 @@ fn host_pid_namespace() -> Result<(), String> {
 
 /// The kubepods cgroup is visible (the host's cgroupfs, not a container's own subtree) and
 /// on a writable mount.
-fn kubepods(memory: Option<&MemoryHierarchy>, given: Option<&str>) -> Result<(), String> {
+fn kubepods(memory: Option<&MemoryHierarchy>, given: Option<&CgroupRel>) -> Result<(), String> {
     let memory = memory.ok_or("no memory cgroup hierarchy")?;
     let rel = match given {
-        Some(rel) => KubepodsCgroup::from_path(rel).rel,
+        Some(rel) => rel.clone(),
         None => {
             KubepodsCgroup::detect(&memory.mount)
                 .map_err(|e| format!("{e} (mount the host's /sys/fs/cgroup)"))?

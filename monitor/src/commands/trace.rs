@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
+    engine::ids::CgroupRel,
     pods::{KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, resolve_pod_cgroups},
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
@@ -72,8 +73,8 @@ pub struct TraceArgs {
     pub kubeconfig: Option<PathBuf>,
     /// The kubelet's pod cgroup root below the memory hierarchy (default: detect `kubepods`
     /// or `kubepods.slice`).
-    #[arg(long, value_name = "PATH", requires = "pod_source")]
-    pub kubepods_cgroup: Option<String>,
+    #[arg(long, value_name = "PATH", value_parser = CgroupRel::new, requires = "pod_source")]
+    pub kubepods_cgroup: Option<CgroupRel>,
     /// Only show events of this pod (needs --pods or --kube).
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod, requires = "pod_source")]
     pub pod: Option<(String, String)>,
@@ -131,7 +132,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         (None, false) => None,
     };
     let pods = listed
-        .map(|loaded| load_pods(loaded, args.kubepods_cgroup.as_deref(), &hierarchy))
+        .map(|loaded| load_pods(loaded, args.kubepods_cgroup.clone(), &hierarchy))
         .transpose()?;
     let mut source = KernelSource::load_with_incidents(
         LoadOptions {
@@ -274,14 +275,14 @@ impl Lookups for SystemLookups<'_> {
 /// Pods (of the manifests directory or the API) with the cgroups the kubelet gives them.
 fn load_pods(
     loaded: crate::pods::LoadedPods,
-    kubepods: Option<&str>,
+    kubepods: Option<CgroupRel>,
     hierarchy: &MemoryHierarchy,
 ) -> anyhow::Result<PodCgroups> {
     for error in &loaded.errors {
         tracing::warn!("{error}");
     }
     let kubepods = match kubepods {
-        Some(path) => KubepodsCgroup::from_path(path),
+        Some(rel) => KubepodsCgroup::new(rel),
         None => KubepodsCgroup::detect(&hierarchy.mount)?,
     };
     let mut pods = PodCgroups::default();
@@ -303,7 +304,7 @@ fn load_pods(
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid,
         };
-        pods.insert(cgroup.rel, identity);
+        pods.insert(cgroup.rel.to_string(), identity);
     }
     Ok(pods)
 }

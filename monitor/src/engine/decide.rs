@@ -378,19 +378,12 @@ mod tests {
         working_set_mi: u64,
         grace: Option<i64>,
     ) -> (PodFacts, PodUsage) {
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "ns".into(),
-                name: name.into(),
-                uid: name.into(),
-            },
-            priority,
-            critical,
-            memory_request: Quantity::from_units(100 * MI),
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: grace,
-            local_volumes: vec![],
-        };
+        let facts = PodFacts::named(name)
+            .with_namespace("ns")
+            .with_priority(priority)
+            .with_critical(critical)
+            .with_memory_request(100 * MI)
+            .with_grace_period(grace);
         (
             facts,
             PodUsage {

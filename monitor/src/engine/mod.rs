@@ -1,25 +1,35 @@
 //! The pure core: plain data and a clock in, decisions out. No tokio, no aya, no filesystem,
 //! so every rule is tested without root.
 //!
+//! * [`ids`]: pod uids and cgroup paths, checked and normalised once;
 //! * [`config`]: thresholds and settings from a KubeletConfiguration YAML string;
-//! * [`pod_facts`] and [`pod_request`]: what ranking needs from a Pod object;
+//! * [`pod_facts`], [`pod_request`] and [`qos`]: what ranking needs from a Pod object;
 //! * [`summary`]: pod usage, and the kubelet's Summary API as one source of it;
 //! * [`rank`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
 //! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
-//! * [`report`]: the eviction order explained, for `monitor rank`.
+//! * [`report`]: the eviction order explained, for `monitor rank`;
+//! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
+//!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
+//!   and the decision step.
 pub mod checkpoint;
 pub mod config;
 pub mod decide;
 pub mod duration;
+pub mod eviction_machine;
 pub mod headroom;
+pub mod ids;
 pub mod instant;
 pub mod pod_facts;
 pub mod pod_request;
+pub mod pod_table;
+pub mod qos;
 pub mod quantity;
 pub mod rank;
 pub mod rank_index;
+pub mod refusals;
 pub mod report;
 pub mod signal;
 pub mod summary;
 pub mod threshold;
+pub mod working_set;

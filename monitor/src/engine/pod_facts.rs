@@ -168,6 +168,70 @@ fn is_local(volume: &Volume) -> bool {
             .is_some_and(|e| e.medium.as_deref().unwrap_or("").is_empty())
 }
 
+/// Facts for unit tests, built from a pod's name: namespace `default`, uid the name,
+/// priority 0, not critical, no requests, no grace period, no local volumes; the `with_`
+/// methods change one field each.
+#[cfg(test)]
+impl PodFacts {
+    pub fn named(name: &str) -> Self {
+        Self {
+            pod: PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: name.into(),
+            },
+            priority: 0,
+            critical: false,
+            memory_request: Quantity::ZERO,
+            ephemeral_storage_request: Quantity::ZERO,
+            termination_grace_period_seconds: None,
+            local_volumes: vec![],
+        }
+    }
+
+    pub fn with_namespace(mut self, namespace: &str) -> Self {
+        self.pod.namespace = namespace.into();
+        self
+    }
+
+    pub fn with_uid(mut self, uid: &str) -> Self {
+        self.pod.uid = uid.into();
+        self
+    }
+
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn with_critical(mut self, critical: bool) -> Self {
+        self.critical = critical;
+        self
+    }
+
+    /// The memory request, in bytes.
+    pub fn with_memory_request(mut self, bytes: i64) -> Self {
+        self.memory_request = Quantity::from_units(bytes);
+        self
+    }
+
+    /// The ephemeral-storage request, in bytes.
+    pub fn with_ephemeral_storage_request(mut self, bytes: i64) -> Self {
+        self.ephemeral_storage_request = Quantity::from_units(bytes);
+        self
+    }
+
+    pub fn with_grace_period(mut self, seconds: Option<i64>) -> Self {
+        self.termination_grace_period_seconds = seconds;
+        self
+    }
+
+    pub fn with_local_volumes(mut self, names: &[&str]) -> Self {
+        self.local_volumes = names.iter().map(|name| name.to_string()).collect();
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

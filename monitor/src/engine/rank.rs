@@ -364,22 +364,14 @@ pub fn decided_by(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::PodRef;
 
     fn facts(name: &str, priority: i32, memory_request_mi: i64) -> PodFacts {
-        PodFacts {
-            pod: PodRef {
-                namespace: "ns".into(),
-                name: name.into(),
-                uid: format!("uid-{name}"),
-            },
-            priority,
-            critical: false,
-            memory_request: Quantity::from_units(memory_request_mi << 20),
-            ephemeral_storage_request: Quantity::from_units(memory_request_mi << 20),
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        }
+        PodFacts::named(name)
+            .with_namespace("ns")
+            .with_uid(&format!("uid-{name}"))
+            .with_priority(priority)
+            .with_memory_request(memory_request_mi << 20)
+            .with_ephemeral_storage_request(memory_request_mi << 20)
     }
 
     fn memory(working_set_mi: u64) -> Option<PodUsage> {

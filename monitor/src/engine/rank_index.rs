@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use super::ids::PodUid;
 use super::pod_facts::PodFacts;
 use super::rank::{FsLayout, RankKey, RankPolicy};
 use super::signal::Signal;
@@ -17,7 +18,7 @@ use super::summary::PodUsage;
 pub struct RankIndex {
     policy: RankPolicy,
     order: BTreeSet<RankKey>,
-    by_uid: HashMap<String, Entry, BuildHasherDefault<UidHasher>>,
+    by_uid: HashMap<PodUid, Entry, BuildHasherDefault<UidHasher>>,
 }
 
 /// A word-at-a-time multiplicative hash for pod uids. Uids are assigned by the API server,
@@ -77,7 +78,7 @@ impl RankIndex {
     /// has no stats until [`RankIndex::update_usage`], so it ranks as the kubelet ranks a pod
     /// with missing stats. O(log n).
     pub fn upsert_pod(&mut self, facts: Arc<PodFacts>) {
-        let usage = match self.by_uid.remove(&facts.pod.uid) {
+        let usage = match self.by_uid.remove(facts.pod.uid.as_str()) {
             Some(old) => {
                 self.order.remove(&old.key);
                 old.usage
@@ -139,7 +140,7 @@ impl RankIndex {
         let key = RankKey::new(self.policy, Arc::clone(&facts), usage.as_ref());
         self.order.insert(key.clone());
         self.by_uid
-            .insert(facts.pod.uid.clone(), Entry { key, usage });
+            .insert(facts.pod.uid.as_str().into(), Entry { key, usage });
     }
 }
 
@@ -200,8 +201,6 @@ impl RankIndexSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::PodRef;
-    use crate::engine::quantity::Quantity;
     use crate::engine::rank::{Candidate, DiskMeasure, DiskStats, kubelet_chain, ordered_by};
     use crate::engine::summary::FsUsage;
     use proptest::prelude::*;
@@ -270,19 +269,12 @@ mod tests {
 
     fn facts(pod: u8, priority: i32, request: i64) -> PodFacts {
         // Names collide across namespaces on purpose, to exercise the whole tie-break.
-        PodFacts {
-            pod: PodRef {
-                namespace: format!("ns{}", pod % 2),
-                name: format!("p{}", pod % 5),
-                uid: format!("u{pod}"),
-            },
-            priority,
-            critical: false,
-            memory_request: Quantity::from_units(request),
-            ephemeral_storage_request: Quantity::from_units(request),
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        }
+        PodFacts::named(&format!("p{}", pod % 5))
+            .with_namespace(&format!("ns{}", pod % 2))
+            .with_uid(&format!("u{pod}"))
+            .with_priority(priority)
+            .with_memory_request(request)
+            .with_ephemeral_storage_request(request)
     }
 
     proptest! {

@@ -128,9 +128,9 @@ impl FsStats {
     }
 }
 
-/// Identity of a pod in the Summary API.
+/// Identity of a pod in the Summary API (its `podRef`).
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct PodReference {
+pub struct SummaryPodRef {
     /// Name.
     #[serde(default)]
     pub name: String,
@@ -147,7 +147,7 @@ pub struct PodReference {
 #[serde(rename_all = "camelCase")]
 pub struct PodStats {
     /// Which pod.
-    pub pod_ref: PodReference,
+    pub pod_ref: SummaryPodRef,
     /// Pod memory.
     pub memory: Option<MemoryStats>,
     /// Per-container stats.
@@ -384,8 +384,6 @@ impl PodUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::PodRef;
-    use crate::engine::quantity::Quantity;
 
     const SUMMARY: &str = r#"{
       "node": {
@@ -415,19 +413,10 @@ mod tests {
     #[test]
     fn reduces_pod_stats_and_node_observations() {
         let summary = Summary::from_json(SUMMARY).expect("summary");
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "shop".into(),
-                name: "web".into(),
-                uid: "u1".into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::ZERO,
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec!["scratch".into()],
-        };
+        let facts = PodFacts::named("web")
+            .with_namespace("shop")
+            .with_uid("u1")
+            .with_local_volumes(&["scratch"]);
         let by_uid = summary.pods_by_uid();
         let usage = PodUsage::from_summary(by_uid.get("u1").expect("pod stats"), &facts);
         assert_eq!(

@@ -10,7 +10,7 @@
 //!   `/kubepods.slice/kubepods-pod<uid_>.slice`.
 use std::{io, path::Path};
 
-use super::qos::QosClass;
+use crate::engine::{ids::CgroupRel, qos::QosClass};
 
 /// How the kubelet's cgroup driver spells cgroup names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub enum CgroupDriver {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubepodsCgroup {
     /// `/kubepods`, `/kubepods.slice`, or whatever `--kubepods-cgroup` said.
-    pub rel: String,
+    pub rel: CgroupRel,
     pub driver: CgroupDriver,
 }
 
@@ -48,9 +48,8 @@ pub enum DetectError {
 
 impl KubepodsCgroup {
     /// A cgroup given by path (`--kubepods-cgroup`); a `.slice` name means the systemd driver.
-    pub fn from_path(rel: &str) -> Self {
-        let rel = format!("/{}", rel.trim_matches('/'));
-        let driver = if rel.ends_with(".slice") {
+    pub fn new(rel: CgroupRel) -> Self {
+        let driver = if rel.as_str().ends_with(".slice") {
             CgroupDriver::Systemd
         } else {
             CgroupDriver::Cgroupfs
@@ -71,9 +70,10 @@ impl KubepodsCgroup {
                     source,
                 })
         };
+        let at_root = |name| Self::new(CgroupRel::new(name).expect("a plain name"));
         match (exists("kubepods")?, exists("kubepods.slice")?) {
-            (true, false) => Ok(Self::from_path("kubepods")),
-            (false, true) => Ok(Self::from_path("kubepods.slice")),
+            (true, false) => Ok(at_root("kubepods")),
+            (false, true) => Ok(at_root("kubepods.slice")),
             (true, true) => Err(DetectError::Ambiguous { root }),
             (false, false) => Err(DetectError::NotFound { root }),
         }
@@ -89,21 +89,25 @@ impl KubepodsCgroup {
     /// below its QoS level inside kubepods, with nothing that normalisation would change (no
     /// `.`, `..` or empty component). A uid of another shape could point at another pod's
     /// container or outside kubepods altogether.
-    pub fn own_pod_path(&self, qos: QosClass, uid: &str) -> Result<String, ForeignPath> {
+    pub fn own_pod_path(&self, qos: QosClass, uid: &str) -> Result<CgroupRel, ForeignPath> {
         let (parent, leaf) = self.parent_and_leaf(qos, uid);
         let rel = format!("{parent}/{leaf}");
-        let inside = normalize_lexically(&rel) == rel
-            && normalize_lexically(&parent) == parent
-            && rel.starts_with(&format!("{}/", self.rel.trim_end_matches('/')))
+        let unchanged = |path: &str| CgroupRel::new(path).is_ok_and(|normal| normal == path);
+        let inside = unchanged(&parent)
+            && rel.starts_with(&format!("{}/", self.base()))
             && !leaf.is_empty()
             && !leaf.contains(['/', '\0'])
             && leaf != "."
             && leaf != "..";
-        if inside {
-            Ok(rel)
-        } else {
-            Err(ForeignPath { rel })
+        match CgroupRel::new(&rel) {
+            Ok(own) if inside && own == rel.as_str() => Ok(own),
+            _ => Err(ForeignPath { rel }),
         }
+    }
+
+    /// Its path to put names after: the root is `/`, every other path has no trailing `/`.
+    fn base(&self) -> &str {
+        self.rel.as_str().trim_end_matches('/')
     }
 
     /// The QoS level's cgroup and the pod's directory name in it.
@@ -114,7 +118,7 @@ impl KubepodsCgroup {
             QosClass::BestEffort => Some("besteffort"),
         };
         let pod = format!("pod{uid}");
-        let base = self.rel.trim_end_matches('/');
+        let base = self.base();
         match self.driver {
             CgroupDriver::Cgroupfs => {
                 let parent = qos_level.map_or(base.to_string(), |q| format!("{base}/{q}"));
@@ -144,22 +148,6 @@ impl KubepodsCgroup {
 #[error("{rel:?} is not a pod directory inside kubepods")]
 pub struct ForeignPath {
     pub rel: String,
-}
-
-/// `path` with `.` and empty components dropped and `..` applied, as the kernel would
-/// resolve it (cgroupfs has no symbolic links); `..` at the root stays at the root.
-fn normalize_lexically(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            part => parts.push(part),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 #[cfg(test)]
@@ -231,7 +219,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let kubepods = KubepodsCgroup::from_path(case.kubepods);
+            let kubepods = KubepodsCgroup::new(case.kubepods.parse().unwrap());
             assert_eq!(kubepods.pod_path(case.qos, UID), case.path, "{}", case.name);
         }
     }
@@ -281,30 +269,46 @@ mod tests {
                 uid: "/.".into(),
                 own: false,
             },
+            Case {
+                name: "a NUL byte",
+                kubepods: "/kubepods",
+                uid: format!("{UID}\0"),
+                own: false,
+            },
+            Case {
+                name: "a 4 KiB uid",
+                kubepods: "/kubepods",
+                uid: "u".repeat(4096),
+                own: false,
+            },
         ];
         for case in cases {
-            let kubepods = KubepodsCgroup::from_path(case.kubepods);
+            let kubepods = KubepodsCgroup::new(case.kubepods.parse().unwrap());
             let got = kubepods.own_pod_path(QosClass::Burstable, &case.uid);
             assert_eq!(got.is_ok(), case.own, "{}: {got:?}", case.name);
             if let Ok(rel) = got {
-                assert_eq!(rel, kubepods.pod_path(QosClass::Burstable, &case.uid));
+                assert_eq!(
+                    rel.as_str(),
+                    kubepods.pod_path(QosClass::Burstable, &case.uid)
+                );
             }
         }
-        assert_eq!(normalize_lexically("/a/./b//c/../d"), "/a/b/d");
-        assert_eq!(normalize_lexically("/../a"), "/a");
     }
 
     #[test]
     fn driver_follows_the_slice_suffix() {
         assert_eq!(
-            KubepodsCgroup::from_path("kubepods.slice").driver,
+            KubepodsCgroup::new("kubepods.slice".parse().unwrap()).driver,
             CgroupDriver::Systemd
         );
         assert_eq!(
-            KubepodsCgroup::from_path("/kubepods").driver,
+            KubepodsCgroup::new("/kubepods".parse().unwrap()).driver,
             CgroupDriver::Cgroupfs
         );
-        assert_eq!(KubepodsCgroup::from_path("kubepods/").rel, "/kubepods");
+        assert_eq!(
+            KubepodsCgroup::new("kubepods/".parse().unwrap()).rel,
+            "/kubepods"
+        );
     }
 
     #[test]

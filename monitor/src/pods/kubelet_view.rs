@@ -125,8 +125,12 @@ mod tests {
                 "annotations": {"kubernetes.io/config.mirror": "8ac8c3a9ee4d182b8d934f20e971ada7"}},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Mi"}}}]},
         }));
-        let found = find_pod_cgroup(&mirror, &hierarchy, &KubepodsCgroup::from_path(KUBEPODS))
-            .expect("the mirror pod's cgroup");
+        let found = find_pod_cgroup(
+            &mirror,
+            &hierarchy,
+            &KubepodsCgroup::new(KUBEPODS.parse().unwrap()),
+        )
+        .expect("the mirror pod's cgroup");
         assert_eq!(found.rel, rel);
     }
 

@@ -9,13 +9,11 @@
 //! so a change of anything else (an image, a condition) is no change of the pod set.
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{
-    kubelet_view::{Standing, standing_of},
-    qos::{QosClass, pod_qos},
-};
+use super::kubelet_view::{Standing, standing_of};
 use crate::engine::{
     pod_facts::{PodFacts, PodFactsError},
     pod_request::PodQuantityError,
+    qos::{QosClass, pod_qos},
 };
 
 /// One pod as the agent keeps it.

@@ -12,11 +12,13 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{
-    cgroup_path::KubepodsCgroup,
+use super::cgroup_path::KubepodsCgroup;
+use crate::engine::{
+    ids::CgroupRel,
+    pod_facts::kubelet_uid,
+    pod_request::PodQuantityError,
     qos::{QosClass, pod_qos},
 };
-use crate::engine::{pod_facts::kubelet_uid, pod_request::PodQuantityError};
 use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
 /// A pod's cgroup.
@@ -24,8 +26,8 @@ use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 pub struct PodCgroup {
     /// Inode number of the cgroup directory, the id in kernel events.
     pub id: u64,
-    /// Path relative to the hierarchy root, starting with `/`.
-    pub rel: String,
+    /// Path relative to the hierarchy root.
+    pub rel: CgroupRel,
 }
 
 /// The cgroup of each pod, in the order of `pods`; `None` (logged) where it cannot be found.
@@ -83,7 +85,7 @@ pub fn find_cgroup(
     let rel = kubepods
         .own_pod_path(qos, raw_uid)
         .map_err(|error| format!("pod {name} ({uid}): {error}"))?;
-    match fs::metadata(hierarchy.dir(&rel)) {
+    match fs::metadata(hierarchy.dir(rel.as_str())) {
         Ok(meta) if meta.is_dir() => Ok(PodCgroup {
             id: meta.ino(),
             rel,
@@ -122,7 +124,7 @@ mod tests {
         .iter()
         .map(|yaml| serde_yaml::from_str(yaml).unwrap())
         .collect();
-        let kubepods = KubepodsCgroup::from_path("kubepods.slice");
+        let kubepods = KubepodsCgroup::new("kubepods.slice".parse().unwrap());
 
         let found = resolve_pod_cgroups(&pods, &hierarchy, &kubepods);
         let ino = |rel: &str| fs::metadata(hierarchy.dir(rel)).unwrap().ino();
@@ -131,11 +133,11 @@ mod tests {
             vec![
                 Some(PodCgroup {
                     id: ino(burstable),
-                    rel: burstable.into()
+                    rel: CgroupRel::new(burstable).unwrap()
                 }),
                 Some(PodCgroup {
                     id: ino(guaranteed),
-                    rel: guaranteed.into()
+                    rel: CgroupRel::new(guaranteed).unwrap()
                 }),
                 None,
                 None,

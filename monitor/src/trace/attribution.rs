@@ -5,10 +5,7 @@
 //! and testable.
 use serde::Serialize;
 
-use crate::{
-    cgroupfs::{CgroupVersion, paths::is_within},
-    printable::printable,
-};
+use crate::{cgroupfs::CgroupVersion, engine::ids::is_within, printable::printable};
 
 /// A pod, as an SRE names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]

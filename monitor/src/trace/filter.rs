@@ -2,7 +2,7 @@
 //! Node-level events (kswapd, node pressure) carry no cgroup and are always shown: they are the
 //! context a pod's stalls happen in.
 use super::attribution::PodIdentity;
-use crate::cgroupfs::paths::is_within;
+use crate::engine::ids::is_within;
 
 /// All given conditions must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

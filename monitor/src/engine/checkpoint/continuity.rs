@@ -68,7 +68,7 @@ fn elapsed_since(then_unix_ms: u64, then_boot_ms: Option<u64>, now: &Now) -> Dur
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::checkpoint::{PodRef, migrate_v1_to_v2};
+    use crate::engine::checkpoint::{SavedPod, migrate_v1_to_v2};
 
     const SIGNAL: &str = "memory.available";
     const T0: u64 = 1_700_000_000_000;
@@ -92,7 +92,7 @@ mod tests {
         let then = at(T0, "boot-a", 500 * SECOND);
         let mut state = AgentState::default();
         state.observe_soft_threshold(SIGNAL, &then);
-        let pod = PodRef {
+        let pod = SavedPod {
             namespace: "default".into(),
             name: "web".into(),
             uid: "u1".into(),

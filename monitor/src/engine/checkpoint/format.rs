@@ -361,7 +361,7 @@ fn to_pretty_json<T: Serialize>(value: &T) -> Result<Vec<u8>, CheckpointError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::checkpoint::{Now, PodRef};
+    use crate::engine::checkpoint::{Now, SavedPod};
 
     fn sample_state() -> AgentState {
         let now = Now {
@@ -372,7 +372,7 @@ mod tests {
         let mut state = AgentState::default();
         state.observe_soft_threshold("memory.available", &now);
         state.set_condition("MemoryPressure", "True", &now);
-        let pod = PodRef {
+        let pod = SavedPod {
             namespace: "shop".into(),
             name: "cart-0".into(),
             uid: "0b6c".into(),

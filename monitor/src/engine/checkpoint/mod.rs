@@ -18,5 +18,5 @@ pub use format::{
 };
 pub use state::{
     AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
-    MAX_RECENT_EVICTIONS, Now, PendingEviction, PodRef,
+    MAX_RECENT_EVICTIONS, Now, PendingEviction, SavedPod,
 };

@@ -73,7 +73,7 @@ pub struct ConditionTransition {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvictionRecord {
-    pub pod: PodRef,
+    pub pod: SavedPod,
     pub evicted_at_unix_ms: u64,
     /// The signal whose threshold triggered the eviction.
     pub signal: String,
@@ -81,10 +81,10 @@ pub struct EvictionRecord {
     pub bytes_freed: u64,
 }
 
-/// Identifies a pod; the uid tells a recreated pod from the evicted one.
+/// A pod as the checkpoint saves it; the uid tells a recreated pod from the evicted one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PodRef {
+pub struct SavedPod {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -172,7 +172,7 @@ impl AgentState {
     /// Records an eviction: it becomes the last one and the one awaiting cleanup, joins the
     /// bounded history and is counted under its signal. Its grace period is unknown until
     /// [`Self::record_grace_period`].
-    pub fn record_eviction(&mut self, pod: PodRef, signal: &str, bytes_freed: u64, now: &Now) {
+    pub fn record_eviction(&mut self, pod: SavedPod, signal: &str, bytes_freed: u64, now: &Now) {
         self.pending = None;
         let record = EvictionRecord {
             pod,
@@ -257,8 +257,8 @@ mod tests {
         }
     }
 
-    fn pod(name: &str) -> PodRef {
-        PodRef {
+    fn pod(name: &str) -> SavedPod {
+        SavedPod {
             namespace: "default".into(),
             name: name.into(),
             uid: format!("uid-{name}"),

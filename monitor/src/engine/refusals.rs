@@ -12,7 +12,7 @@
 //! pods are then tried again, one API request per pod and interval.
 use std::{collections::HashMap, time::Duration};
 
-use crate::engine::{decide::EvictionState, instant::MonoInstant};
+use crate::engine::{decide::EvictionState, ids::PodUid, instant::MonoInstant};
 
 /// The shortest time a refused pod is held out, so that an eviction interval of 0 does not
 /// turn refusals into a loop of API requests.
@@ -22,16 +22,16 @@ pub const MIN_HOLD: Duration = Duration::from_secs(1);
 #[derive(Debug, Default)]
 pub struct Refusals {
     /// Refused pods, by uid, and when they may be chosen again.
-    held_until: HashMap<String, MonoInstant>,
+    held_until: HashMap<PodUid, MonoInstant>,
     /// The last eviction decided: its pod, and when the eviction before it was.
-    last_decided: Option<(String, Option<MonoInstant>)>,
+    last_decided: Option<(PodUid, Option<MonoInstant>)>,
 }
 
 impl Refusals {
     /// Remembers a decided eviction of `uid`, and when the one before it was, so a refusal
     /// can take it back.
     pub fn decided(&mut self, uid: &str, previous_eviction: Option<MonoInstant>) {
-        self.last_decided = Some((uid.to_string(), previous_eviction));
+        self.last_decided = Some((uid.into(), previous_eviction));
     }
 
     /// The eviction of `uid` was refused at `now`: the pod is held out for `interval` (at
@@ -44,10 +44,10 @@ impl Refusals {
         state: &mut EvictionState,
     ) {
         self.held_until
-            .insert(uid.to_string(), now.saturating_add(interval.max(MIN_HOLD)));
+            .insert(uid.into(), now.saturating_add(interval.max(MIN_HOLD)));
         state.pod_cleaned_up(uid);
         if let Some((decided, previous)) = self.last_decided.take() {
-            if decided == uid {
+            if decided.as_str() == uid {
                 state.last_eviction = previous;
             } else {
                 self.last_decided = Some((decided, previous));

@@ -6,14 +6,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::{
     pod_table::{PodId, PodRow, PodTable},
     refusals::Refusals,
-    usage::{Estimate, Membership, StatChange, UsageTracker},
+    working_set::{Estimate, Membership, StatChange, UsageTracker},
 };
 use crate::{
-    cgroupfs::paths::is_within,
     engine::{
         config::EvictionConfig,
         decide::{Decision, EvictionState, decide_among},
         headroom::memory_headroom,
+        ids::{CgroupRel, PodUid},
         instant::{Clock, MonoInstant},
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},
@@ -91,7 +91,7 @@ pub struct PodChanges {
 pub struct AgentCore {
     config: EvictionConfig,
     capacity: NodeCapacity,
-    kubepods_rel: String,
+    kubepods_rel: CgroupRel,
     rankings: RankIndexSet,
     usage: UsageTracker,
     pods: PodTable,
@@ -107,7 +107,7 @@ impl AgentCore {
     pub fn new(
         config: EvictionConfig,
         capacity: NodeCapacity,
-        kubepods_rel: &str,
+        kubepods_rel: CgroupRel,
         state: EvictionState,
     ) -> Self {
         let rankings = RankIndexSet::new(
@@ -121,7 +121,7 @@ impl AgentCore {
         Self {
             config,
             capacity,
-            kubepods_rel: normalize(kubepods_rel),
+            kubepods_rel,
             rankings,
             usage: UsageTracker::default(),
             pods: PodTable::default(),
@@ -161,15 +161,15 @@ impl AgentCore {
     /// removed from the rankings, changed specs re-ranked.
     pub fn set_pods(&mut self, pods: Vec<(PodFacts, Option<PodCgroup>)>) -> PodChanges {
         let mut changes = PodChanges::default();
-        let incoming: HashMap<String, (PodFacts, Option<PodCgroup>)> = pods
+        let incoming: HashMap<PodUid, (PodFacts, Option<PodCgroup>)> = pods
             .into_iter()
-            .map(|(f, c)| (f.pod.uid.clone(), (f, normalized(c))))
+            .map(|(f, c)| (f.pod.uid.as_str().into(), (f, c)))
             .collect();
         let gone: Vec<String> = self
             .pods
             .rows()
             .map(|row| &row.facts.pod.uid)
-            .filter(|uid| !incoming.contains_key(*uid))
+            .filter(|uid| !incoming.contains_key(uid.as_str()))
             .cloned()
             .collect();
         for uid in gone {
@@ -177,7 +177,7 @@ impl AgentCore {
             changes.removed.push(uid);
         }
         for (uid, (facts, cgroup)) in incoming {
-            let id = match self.pods.id(&uid) {
+            let id = match self.pods.id(uid.as_str()) {
                 Some(id) => {
                     let row = self.pods.get(id).expect("listed id");
                     if *row.facts == facts && row.cgroup == cgroup {
@@ -201,7 +201,7 @@ impl AgentCore {
                     id
                 }
                 None => {
-                    changes.added.push(uid);
+                    changes.added.push(uid.to_string());
                     let row = PodRow::new(facts, cgroup);
                     self.rankings.upsert_pod_shared(&row.facts);
                     self.pods.insert(row)
@@ -252,7 +252,7 @@ impl AgentCore {
     }
 
     /// The stopped pods and their cgroups, to look for processes that came back.
-    pub fn stopped_pods(&self) -> Vec<(String, String)> {
+    pub fn stopped_pods(&self) -> Vec<(String, CgroupRel)> {
         self.pods
             .rows()
             .filter(|row| row.stopped)
@@ -279,12 +279,15 @@ impl AgentCore {
         self.rerank(id);
     }
 
-    /// Records which pod (if any) and whether kubepods hold a cgroup, from its path.
+    /// Records which pod (if any) and whether kubepods hold a cgroup, from its path. A path
+    /// that cannot name a cgroup (the kernel sends none) counts for the node only.
     pub fn classify(&mut self, cgroup_id: u64, path: &str) {
-        let path = normalize(path);
-        let membership = Membership {
-            in_kubepods: is_within(&path, &self.kubepods_rel),
-            pod: self.pod_owning(path),
+        let membership = match CgroupRel::new(path) {
+            Ok(path) => Membership {
+                in_kubepods: path.is_within(&self.kubepods_rel),
+                pod: self.pod_owning(path),
+            },
+            Err(_) => Membership::default(),
         };
         self.usage.classify(cgroup_id, membership);
     }
@@ -299,18 +302,16 @@ impl AgentCore {
         self.usage.clear_memberships();
     }
 
-    /// The pod whose cgroup is the normalised `path` or one of its ancestors.
-    fn pod_owning(&self, mut candidate: String) -> Option<PodId> {
-        loop {
-            if let Some(id) = self.pods.owning_exactly(&candidate) {
+    /// The pod whose cgroup is `path` or one of its ancestors below the root.
+    fn pod_owning(&self, path: CgroupRel) -> Option<PodId> {
+        let mut candidate = Some(path);
+        while let Some(path) = candidate.filter(|path| *path != CgroupRel::root()) {
+            if let Some(id) = self.pods.owning_exactly(&path) {
                 return Some(id);
             }
-            let cut = candidate.rfind('/')?;
-            if cut == 0 {
-                return None;
-            }
-            candidate.truncate(cut);
+            candidate = path.parent();
         }
+        None
     }
 
     /// Applies a batch of kernel stat records; returns when the newest record that moves a
@@ -321,7 +322,7 @@ impl AgentCore {
         let mut newest = None;
         let mut touched: HashSet<PodId> = HashSet::new();
         for &change in changes {
-            if super::usage::working_set_delta(change.stat, change.bytes) == 0 {
+            if super::working_set::working_set_delta(change.stat, change.bytes) == 0 {
                 continue;
             }
             newest = newest.max(Some(change.sent_ns));
@@ -359,7 +360,7 @@ impl AgentCore {
     pub fn pods_to_read(
         &self,
         scope: ReadScope,
-    ) -> Vec<(crate::engine::pod_facts::PodRef, String)> {
+    ) -> Vec<(crate::engine::pod_facts::PodRef, CgroupRel)> {
         self.pods
             .rows()
             .filter(|row| match scope {
@@ -566,17 +567,6 @@ impl AgentCore {
     }
 }
 
-/// A cgroup path in the one form the table keys by: `/a/b`, the root `/`.
-fn normalize(path: &str) -> String {
-    format!("/{}", path.trim_matches('/'))
-}
-
-fn normalized(cgroup: Option<PodCgroup>) -> Option<PodCgroup> {
-    cgroup.map(|c| PodCgroup {
-        id: c.id,
-        rel: normalize(&c.rel),
-    })
-}
 #[cfg(test)]
 mod tests {
     use monitor_common::Stat;
@@ -585,32 +575,26 @@ mod tests {
     use crate::engine::{
         decide::{Action, Idle},
         instant::{ManualClock, MonoInstant},
-        pod_facts::PodRef,
-        quantity::Quantity,
     };
 
     const MI: i64 = 1 << 20;
 
     fn facts(name: &str, priority: i32, request_mi: i64, critical: bool) -> PodFacts {
-        PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: name.into(),
-                uid: format!("uid-{name}"),
-            },
-            priority,
-            critical,
-            memory_request: Quantity::from_units(request_mi * MI),
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        }
+        PodFacts::named(name)
+            .with_uid(&format!("uid-{name}"))
+            .with_priority(priority)
+            .with_critical(critical)
+            .with_memory_request(request_mi * MI)
+    }
+
+    fn kubepods() -> CgroupRel {
+        CgroupRel::new("/kubepods").unwrap()
     }
 
     fn cgroup(id: u64, name: &str) -> Option<PodCgroup> {
         Some(PodCgroup {
             id,
-            rel: format!("/kubepods/burstable/pod-{name}"),
+            rel: CgroupRel::new(&format!("/kubepods/burstable/pod-{name}")).unwrap(),
         })
     }
 
@@ -646,7 +630,7 @@ mod tests {
             memory_bytes: 8 << 30,
             allocatable_memory_bytes: 1 << 30,
         };
-        let mut core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        let mut core = AgentCore::new(config, capacity, kubepods(), EvictionState::default());
         core.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
             (
@@ -699,7 +683,7 @@ mod tests {
             memory_bytes: 8 << 30,
             allocatable_memory_bytes: 1 << 30,
         };
-        let core = AgentCore::new(config, capacity, "/kubepods", EvictionState::default());
+        let core = AgentCore::new(config, capacity, kubepods(), EvictionState::default());
         assert!(core.counts_processes());
     }
 
@@ -985,7 +969,7 @@ mod tests {
             c.stopped_pods(),
             [(
                 "uid-over-high".to_string(),
-                "/kubepods/burstable/pod-over-high".to_string()
+                CgroupRel::new("/kubepods/burstable/pod-over-high").unwrap()
             )]
         );
         c.runs_again("uid-over-high");
@@ -1061,7 +1045,7 @@ mod tests {
         let c = AgentCore::new(
             config,
             NodeCapacity::default(),
-            "/kubepods",
+            kubepods(),
             EvictionState::default(),
         );
         assert!(c.rank_index(Signal::MemoryAvailable).is_some());
@@ -1094,12 +1078,12 @@ mod tests {
             let mut c = core();
             let old = PodCgroup {
                 id: 50,
-                rel: old_rel.into(),
+                rel: CgroupRel::new(old_rel).unwrap(),
             };
             c.set_pods(vec![(facts("a", 0, 100, false), Some(old))]);
             let new = PodCgroup {
                 id: 60,
-                rel: "/kubepods/besteffort/pod-a".into(),
+                rel: CgroupRel::new("/kubepods/besteffort/pod-a").unwrap(),
             };
             c.set_pods(vec![(facts("a", 0, 100, false), Some(new))]);
             c.classify(51, "/kubepods/burstable/pod-a/ctr");

@@ -149,11 +149,8 @@ impl UsageTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::pod_table::{PodRow, PodTable};
-    use crate::engine::{
-        pod_facts::{PodFacts, PodRef},
-        quantity::Quantity,
-    };
+    use crate::engine::pod_facts::PodFacts;
+    use crate::engine::pod_table::{PodRow, PodTable};
 
     /// When the fixture's reads were taken.
     const READ_NS: u64 = 1_000;
@@ -173,19 +170,7 @@ mod tests {
     }
 
     fn pod_a() -> PodId {
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: "a".into(),
-                uid: "uid-a".into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::ZERO,
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        };
+        let facts = PodFacts::named("a").with_uid("uid-a");
         PodTable::default().insert(PodRow::new(facts, None))
     }
 

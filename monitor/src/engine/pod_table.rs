@@ -8,7 +8,10 @@
 //! another pod.
 use std::{collections::HashMap, sync::Arc};
 
-use super::usage::Estimate;
+use super::{
+    ids::{CgroupRel, PodUid},
+    working_set::Estimate,
+};
 use crate::{engine::pod_facts::PodFacts, pods::PodCgroup};
 
 /// A pod's row in the [`PodTable`].
@@ -76,14 +79,14 @@ struct Slot {
 pub struct PodTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    by_uid: HashMap<String, PodId>,
-    by_cgroup: HashMap<String, PodId>,
+    by_uid: HashMap<PodUid, PodId>,
+    by_cgroup: HashMap<CgroupRel, PodId>,
 }
 
 impl PodTable {
     /// Adds a pod whose uid is not in the table yet.
     pub fn insert(&mut self, row: PodRow) -> PodId {
-        debug_assert!(!self.by_uid.contains_key(&row.facts.pod.uid));
+        debug_assert!(!self.by_uid.contains_key(row.facts.pod.uid.as_str()));
         let index = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot::default());
             u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 pods")
@@ -93,7 +96,7 @@ impl PodTable {
             index,
             generation: slot.generation,
         };
-        self.by_uid.insert(row.facts.pod.uid.clone(), id);
+        self.by_uid.insert(row.facts.pod.uid.as_str().into(), id);
         if let Some(cgroup) = &row.cgroup {
             self.by_cgroup.insert(cgroup.rel.clone(), id);
         }
@@ -110,7 +113,7 @@ impl PodTable {
         let row = slot.row.take()?;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.index);
-        self.by_uid.remove(&row.facts.pod.uid);
+        self.by_uid.remove(row.facts.pod.uid.as_str());
         if let Some(cgroup) = &row.cgroup {
             self.unlink_cgroup(&cgroup.rel, id);
         }
@@ -131,7 +134,7 @@ impl PodTable {
         }
     }
 
-    fn unlink_cgroup(&mut self, rel: &str, id: PodId) {
+    fn unlink_cgroup(&mut self, rel: &CgroupRel, id: PodId) {
         if self.by_cgroup.get(rel) == Some(&id) {
             self.by_cgroup.remove(rel);
         }
@@ -165,7 +168,7 @@ impl PodTable {
     }
 
     /// The pod whose own cgroup is exactly `rel`.
-    pub fn owning_exactly(&self, rel: &str) -> Option<PodId> {
+    pub fn owning_exactly(&self, rel: &CgroupRel) -> Option<PodId> {
         self.by_cgroup.get(rel).copied()
     }
 
@@ -194,25 +197,16 @@ impl PodTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{pod_facts::PodRef, quantity::Quantity};
+
+    fn cgroup_rel(path: &str) -> CgroupRel {
+        path.parse().unwrap()
+    }
 
     fn row(uid: &str, rel: Option<&str>) -> PodRow {
-        let facts = PodFacts {
-            pod: PodRef {
-                namespace: "default".into(),
-                name: uid.into(),
-                uid: uid.into(),
-            },
-            priority: 0,
-            critical: false,
-            memory_request: Quantity::ZERO,
-            ephemeral_storage_request: Quantity::ZERO,
-            termination_grace_period_seconds: None,
-            local_volumes: vec![],
-        };
-        let cgroup = rel.map(|rel| PodCgroup {
+        let facts = PodFacts::named(uid);
+        let cgroup = rel.map(|path| PodCgroup {
             id: 1,
-            rel: rel.into(),
+            rel: cgroup_rel(path),
         });
         PodRow::new(facts, cgroup)
     }
@@ -227,8 +221,8 @@ mod tests {
         assert!(table.remove(a).is_none(), "removed once only");
         assert_eq!(table.get(b).map(|r| r.facts.pod.uid.as_str()), Some("b"));
         assert_eq!(table.id("a"), None);
-        assert_eq!(table.owning_exactly("/kubepods/poda"), None);
-        assert_eq!(table.owning_exactly("/kubepods/podb"), Some(b));
+        assert_eq!(table.owning_exactly(&cgroup_rel("/kubepods/poda")), None);
+        assert_eq!(table.owning_exactly(&cgroup_rel("/kubepods/podb")), Some(b));
         assert_eq!(table.count(), 1);
     }
 
@@ -240,13 +234,13 @@ mod tests {
             a,
             Some(PodCgroup {
                 id: 2,
-                rel: "/kubepods/new".into(),
+                rel: cgroup_rel("/kubepods/new"),
             }),
         );
-        assert_eq!(table.owning_exactly("/kubepods/old"), None);
-        assert_eq!(table.owning_exactly("/kubepods/new"), Some(a));
+        assert_eq!(table.owning_exactly(&cgroup_rel("/kubepods/old")), None);
+        assert_eq!(table.owning_exactly(&cgroup_rel("/kubepods/new")), Some(a));
         table.set_cgroup(a, None);
-        assert_eq!(table.owning_exactly("/kubepods/new"), None);
+        assert_eq!(table.owning_exactly(&cgroup_rel("/kubepods/new")), None);
         assert!(table.get(a).is_some_and(|r| r.cgroup.is_none()));
     }
 }

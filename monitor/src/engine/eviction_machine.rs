@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
-    pod_table::{PodId, PodRow, PodTable},
+    pod_table::{PodRow, PodTable},
     refusals::Refusals,
     working_set::{Estimate, Membership, StatChange, UsageTracker},
 };
@@ -13,7 +13,7 @@ use crate::{
         config::EvictionConfig,
         decide::{Decision, EvictionState, decide_among},
         headroom::memory_headroom,
-        ids::{CgroupRel, PodUid},
+        ids::{CgroupRel, PodId, PodUid},
         instant::{Clock, MonoInstant},
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},

@@ -1,10 +1,18 @@
 //! Identifiers that are checked once, where they enter: a pod's uid and a cgroup's path
-//! relative to the hierarchy root.
+//! relative to the hierarchy root; and the pod table's own dense id.
 //!
 //! Tables keyed by these types compare like with like: a path spelled `kubepods/pod-a/` by
 //! a flag and `/kubepods/pod-a` by the kernel is one key, because both were normalised when
 //! built, not at each lookup.
 use std::{borrow::Borrow, fmt, str::FromStr};
+
+/// A pod's row in the pod table (`pod_table::PodTable`), which alone makes them: the
+/// generation tells a reused row from the pod that held it before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PodId {
+    pub(super) index: u32,
+    pub(super) generation: u32,
+}
 
 /// The kernel's limit on a path (`PATH_MAX`, counting the terminating NUL).
 const PATH_MAX: usize = 4096;

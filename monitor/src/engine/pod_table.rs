@@ -9,17 +9,10 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{
-    ids::{CgroupRel, PodUid},
+    ids::{CgroupRel, PodId, PodUid},
     working_set::Estimate,
 };
 use crate::{engine::pod_facts::PodFacts, pods::PodCgroup};
-
-/// A pod's row in the [`PodTable`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PodId {
-    index: u32,
-    generation: u32,
-}
 
 /// What the agent knows about one pod.
 #[derive(Clone, Debug)]

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use monitor_common::Stat;
 
-use super::pod_table::PodId;
+use super::ids::PodId;
 
 /// What a cgroup counts towards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

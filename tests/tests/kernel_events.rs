@@ -469,6 +469,51 @@ fn records_below_the_headroom_wait_in_the_ring_and_reaching_it_wakes_the_reader(
 }
 
 #[test]
+fn records_held_up_to_a_limit_leave_the_rest_in_the_ring_and_none_is_lost() {
+    if !running_as_root("records_held_up_to_a_limit_leave_the_rest_in_the_ring_and_none_is_lost") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("hold");
+    let dir = cgroup.child("alloc");
+    let id = cgroup_id(&dir);
+    runtime().block_on(async {
+        let Some(mut source) = load_tracking_memory(&cgroup) else {
+            return;
+        };
+        // Far from any threshold, so the records wait in the ring.
+        source.wake_after_growth(Some(8 << 30)).unwrap();
+        discard_pending(&mut source);
+        let mut allocator = Allocator::start_in(&dir);
+        allocator.alloc(64);
+        // The agent holds records like this between chunks of a long cgroupfs read.
+        let mut held = Vec::new();
+        let limit = 10;
+        assert_eq!(
+            source.hold_pending(&mut held, limit),
+            limit,
+            "held beyond the limit"
+        );
+        assert_eq!(
+            source.hold_pending(&mut held, limit),
+            0,
+            "a full hold takes no more"
+        );
+        let mut rest = Vec::new();
+        assert!(
+            source.read_pending(&mut rest) > 0,
+            "nothing left in the ring"
+        );
+        let events: Vec<KernelEvent> = held.into_iter().chain(rest).map(|r| r.unwrap()).collect();
+        let sum = anon_sum(&events, id);
+        assert!(
+            sum >= 64 * MIB * 9 / 10,
+            "held and read records lost part of the allocation: {sum} bytes"
+        );
+    });
+}
+
+#[test]
 fn cgroup_creation_and_removal_are_reported_with_their_path() {
     if !running_as_root("cgroup_creation_and_removal_are_reported_with_their_path") {
         return;
@@ -491,6 +536,9 @@ fn cgroup_creation_and_removal_are_reported_with_their_path() {
             matches!(mkdir, Some(KernelEvent::Mkdir { path, .. }) if *path == rel),
             "mkdir of {rel} (id {id}) not reported: {created:?}"
         );
+        // The agent's walk takes ids from the directory entries, without a stat of each.
+        let walked = monitor::cgroupfs::CgroupPaths::scan(&cgroup.hierarchy.mount).unwrap();
+        assert_eq!(walked.get(id), Some(rel.as_str()), "the walk names {rel} by another id");
         std::fs::remove_dir(&dir).unwrap();
         let removed = collect(&mut source, Duration::from_secs(5), |ev| {
             ev.iter().any(|e| matches!(e, KernelEvent::Rmdir { cgroup_id, .. } if *cgroup_id == id))

@@ -14,6 +14,11 @@ use crate::{
 /// about a millisecond on a virtual machine's halted vCPU.
 const WAKE_MARGIN_STEPS: u64 = 4;
 
+/// Most records held in the agent while it reads cgroupfs, four ring-fulls: a full read at
+/// 10,000 pods takes a few hundred milliseconds, and the kernel sends about 60,000 records a
+/// second when a tenth of them churn. Beyond it the rest wait in the ring.
+const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
+
 /// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
@@ -49,14 +54,14 @@ impl Agent {
         Some(psi)
     }
 
-    /// Reads and applies the records the kernel sent without waking us.
+    /// Reads and applies the records the kernel sent without waking us, after those held
+    /// during a cgroupfs read.
     pub(super) fn read_waiting(&mut self, batch: &mut Batch) {
-        let read = self
-            .source
-            .kernel
-            .as_mut()
-            .map_or(0, |k| k.read_pending(batch));
-        if read > 0 {
+        batch.append(&mut self.held);
+        if let Some(kernel) = self.source.kernel.as_mut() {
+            kernel.read_pending(batch);
+        }
+        if !batch.is_empty() {
             self.apply_batch(batch);
         }
     }
@@ -245,15 +250,25 @@ impl Agent {
     }
 
     /// Reads every number from cgroupfs; `classify` also rewalks the hierarchy so every
-    /// cgroup is attributed to its pod.
+    /// cgroup is attributed to its pod. The kernel's records are taken out of the ring as
+    /// the read goes and held for the loop to apply after it (those sent before a pod's read
+    /// are contained in it), so a long read does not overflow the ring and force another.
     pub(super) fn read_cgroupfs(&mut self, classify: bool) {
+        let scope = self.resync.take_scope(classify);
+        let (mut kernel, held) = (self.source.kernel.as_mut(), &mut self.held);
+        let mut hold = || {
+            if let Some(kernel) = kernel.as_deref_mut() {
+                kernel.hold_pending(held, HELD_RECORDS_MAX);
+            }
+        };
         read_all(
             &self.reader,
             &mut self.core,
             self.kubepods.rel.as_str(),
             classify,
-            self.resync.take_scope(classify),
+            scope,
             &mut self.read_failures,
+            &mut hold,
         );
     }
 

@@ -65,8 +65,14 @@ pub struct ReadFailures {
     logged: std::collections::HashSet<String>,
 }
 
+/// Pods read between two calls of `read_all`'s `between_reads`: at 10,000 pods a full read
+/// takes most of a second, in which the kernel's ring could fill many times over.
+pub const PODS_PER_CHUNK: usize = 250;
+
 /// Reads the node, the kubepods cgroup and the pods of `scope` into `core`. With
 /// `classify`, the hierarchy is rewalked first and every cgroup attributed anew.
+/// `between_reads` runs after the walk and after every [`PODS_PER_CHUNK`] pods (the agent
+/// takes the kernel's waiting records there).
 pub fn read_all(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
@@ -74,6 +80,7 @@ pub fn read_all(
     classify: bool,
     scope: ReadScope,
     failures: &mut ReadFailures,
+    between_reads: &mut dyn FnMut(),
 ) {
     if classify {
         match reader.scan() {
@@ -85,6 +92,7 @@ pub fn read_all(
             }
             Err(e) => tracing::warn!("scanning the memory hierarchy: {e}"),
         }
+        between_reads();
     }
     // Taken before each read: kernel records sent earlier are contained in it.
     let read_ns = monotonic_ns();
@@ -100,7 +108,10 @@ pub fn read_all(
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
-    for (pod, rel) in pods {
+    for (read, (pod, rel)) in pods.into_iter().enumerate() {
+        if read > 0 && read % PODS_PER_CHUNK == 0 {
+            between_reads();
+        }
         let uid = &pod.uid;
         let read_ns = monotonic_ns();
         let reading = match reader.working_set(rel.as_str()) {
@@ -197,6 +208,52 @@ mod tests {
     }
 
     #[test]
+    fn a_long_read_lets_the_caller_take_kernel_records_after_the_walk_and_every_chunk() {
+        let names: Vec<String> = (0..2 * PODS_PER_CHUNK + 1)
+            .map(|i| format!("p{i}"))
+            .collect();
+        let config = EvictionConfig::from_yaml("").unwrap();
+        let capacity = NodeCapacity {
+            memory_bytes: 8192 * MI,
+            allocatable_memory_bytes: 1024 * MI,
+        };
+        let mut core = AgentCore::new(
+            config,
+            capacity,
+            CgroupRel::new("/kubepods").unwrap(),
+            EvictionState::default(),
+        );
+        core.set_pods(names.iter().map(|n| pod(n, 100)).collect());
+        let fs = FakeCgroupfs {
+            pods: names
+                .iter()
+                .map(|n| {
+                    let path: &'static str = format!("/kubepods/{n}").leak();
+                    (path, Ok(10 * MI))
+                })
+                .collect(),
+        };
+        for (classify, expected) in [(false, 2), (true, 3)] {
+            let mut calls = 0;
+            read_all(
+                &fs,
+                &mut core,
+                "/kubepods",
+                classify,
+                ReadScope::All,
+                &mut ReadFailures::default(),
+                &mut || calls += 1,
+            );
+            assert_eq!(
+                calls,
+                expected,
+                "classify {classify}: {} pods in chunks of {PODS_PER_CHUNK}",
+                names.len()
+            );
+        }
+    }
+
+    #[test]
     fn an_unreadable_pod_is_not_the_victim_and_a_vanished_one_has_nothing_to_reclaim() {
         let config =
             EvictionConfig::from_yaml("evictionHard:\n  allocatableMemory.available: 100Mi\n")
@@ -235,6 +292,7 @@ mod tests {
                 false,
                 ReadScope::All,
                 &mut failures,
+                &mut || {},
             );
         }
         assert_eq!(core.read_failures(), 3, "every failed read is counted");

@@ -21,7 +21,7 @@ use super::{
     args::AgentArgs,
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
-    event_source::Source,
+    event_source::{Batch, Source},
     node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
     publish::RecentDecisions,
@@ -130,6 +130,8 @@ pub(super) struct Agent {
     pub(super) actions: JoinSet<ActionDone>,
     /// Whether an undecodable kernel record was logged (the kernel source counts them).
     pub(super) undecodable_logged: bool,
+    /// Kernel records taken from the ring during a cgroupfs read, applied after it.
+    pub(super) held: Batch,
     /// Kernel records lost (ring full) since they were last added to the checkpoint.
     pub(super) lost_unsaved: u64,
     /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
@@ -177,6 +179,8 @@ impl Agent {
         let mut reopen_at = None;
         let mut turn = interval(TURN_AT_LEAST_EVERY);
         turn.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Records held while start-up read cgroupfs.
+        self.read_waiting(&mut batch);
         loop {
             tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {
@@ -255,6 +259,9 @@ impl Agent {
                 _ = tokio::signal::ctrl_c() => break,
                 _ = sigterm.recv() => break,
                 _ = sleep_until(stop_at) => break,
+            }
+            if !self.held.is_empty() {
+                self.read_waiting(&mut batch);
             }
             // Every input can move the signals, and with them the growth that must wake us.
             // Bounded: under a flood of records the loop must still get to signals and

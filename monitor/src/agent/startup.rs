@@ -176,6 +176,7 @@ impl Agent {
             actuator,
             actions: JoinSet::new(),
             undecodable_logged: false,
+            held: Vec::new(),
             lost_unsaved: 0,
             resyncs_since_sweep: 0,
             resync: ResyncSchedule::default(),

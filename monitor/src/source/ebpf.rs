@@ -419,6 +419,7 @@ impl KernelSource {
                 &mut self.growth_seen,
                 &mut self.undecodable,
                 out,
+                usize::MAX,
             );
             guard.clear_ready();
             if read > 0 {
@@ -435,17 +436,49 @@ impl KernelSource {
             &mut self.growth_seen,
             &mut self.undecodable,
             out,
+            usize::MAX,
         )
     }
 
+    /// Moves the records waiting in the ring to `out` while `out` holds fewer than `limit`
+    /// and has room or can get it, so a long cgroupfs read does not leave the ring to fill;
+    /// returns how many. Without memory to grow `out`, the rest stay in the ring.
+    pub fn hold_pending(
+        &mut self,
+        out: &mut Vec<Result<KernelEvent, DecodeError>>,
+        limit: usize,
+    ) -> usize {
+        let before = out.len();
+        while out.len() < limit {
+            if out.len() == out.capacity() && out.try_reserve(out.len().max(1024)).is_err() {
+                break;
+            }
+            let read = Self::drain(
+                self.ring.get_mut(),
+                &mut self.growth_seen,
+                &mut self.undecodable,
+                out,
+                out.capacity().min(limit),
+            );
+            if read == 0 {
+                break;
+            }
+        }
+        out.len() - before
+    }
+
+    /// Decodes records into `out` until the ring is empty or `out` holds `limit`.
     fn drain(
         ring: &mut RingBuf<MapData>,
         growth_seen: &mut i64,
         undecodable: &mut u64,
         out: &mut Vec<Result<KernelEvent, DecodeError>>,
+        limit: usize,
     ) -> usize {
         let before = out.len();
-        while let Some(record) = ring.next() {
+        while out.len() < limit
+            && let Some(record) = ring.next()
+        {
             let event = decode(&record);
             match event {
                 Ok(KernelEvent::Stat { growth_bytes, .. }) => {

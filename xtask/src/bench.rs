@@ -102,7 +102,13 @@ pub fn run(
         }
         let label = format!("{n:?}").to_lowercase();
         eprintln!("bench: {label} (load {:.2})", env::loadavg());
+        let section_started = std::time::Instant::now();
         let section = f()?;
+        // Where the run's time goes, for keeping the quick run within CI's budget.
+        eprintln!(
+            "bench: {label} took {:.0} s",
+            section_started.elapsed().as_secs_f64()
+        );
         figures.extend(section.figures);
         sections.insert(label, section.raw);
         Ok(())

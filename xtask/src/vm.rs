@@ -57,18 +57,43 @@ pub fn run() -> anyhow::Result<()> {
         .context("the tests crate built no skip_probe")?;
     let skip_probe = in_guest(&target, skip_probe)?;
     let runs = init::test_runs(&monitor, &tests);
-    // Every kernel runs even when an earlier one failed: each result is worth having.
+    // The kernels boot at once, one single-vCPU guest each, so they share the host's cores
+    // instead of waiting for each other (TCG makes each run take minutes). Every kernel runs
+    // to its end even when another failed: each result is worth having. Console lines are
+    // prefixed with the kernel they come from.
+    let booted: Vec<(kernel::Series, anyhow::Result<()>)> = std::thread::scope(|scope| {
+        let runs_on: Vec<_> = kernels
+            .iter()
+            .map(|(series, kernel)| {
+                let guest = Guest::new(&target, &work, *series, kernel);
+                let (executables, monitor, skip_probe, runs) =
+                    (&executables, &monitor, &skip_probe, &runs);
+                let run = scope.spawn(move || {
+                    boot_plan(
+                        &guest,
+                        executables,
+                        &[("MONITOR_BIN", monitor)],
+                        Some(skip_probe),
+                        runs,
+                        |line| println!("[Linux {}] {line}", guest.series.version),
+                    )
+                });
+                (*series, run)
+            })
+            .collect();
+        runs_on
+            .into_iter()
+            .map(|(series, run)| {
+                let result = run
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the VM's runner panicked")));
+                (series, result)
+            })
+            .collect()
+    });
     let mut failed = Vec::new();
-    for (series, kernel) in kernels {
-        let booted = boot_plan(
-            &Guest::new(&target, &work, series, &kernel),
-            &executables,
-            &[("MONITOR_BIN", &monitor)],
-            Some(&skip_probe),
-            &runs,
-            |line| println!("{line}"),
-        );
-        if let Err(e) = booted {
+    for (series, result) in booted {
+        if let Err(e) = result {
             eprintln!("vm-test: Linux {}: {e:#}", series.version);
             failed.push(format!("Linux {}: {e:#}", series.version));
         }

@@ -15,7 +15,7 @@ use crate::{
 const WAKE_MARGIN_STEPS: u64 = 4;
 
 /// Most records held in the agent while it reads cgroupfs, four ring-fulls: a full read at
-/// 10,000 pods takes a few hundred milliseconds, and the kernel sends about 60,000 records a
+/// 10,000 pods takes a few hundred milliseconds, and the kernel sends about 50,000 records a
 /// second when a tenth of them churn. Beyond it the rest wait in the ring.
 const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 

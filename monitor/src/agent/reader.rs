@@ -207,22 +207,26 @@ mod tests {
         (facts, Some(cgroup))
     }
 
+    /// A core for an 8 GiB node with 1 GiB allocatable, kubepods at `/kubepods`.
+    fn core_with(config_yaml: &str) -> AgentCore {
+        let capacity = NodeCapacity {
+            memory_bytes: 8192 * MI,
+            allocatable_memory_bytes: 1024 * MI,
+        };
+        AgentCore::new(
+            EvictionConfig::from_yaml(config_yaml).unwrap(),
+            capacity,
+            CgroupRel::new("/kubepods").unwrap(),
+            EvictionState::default(),
+        )
+    }
+
     #[test]
     fn a_long_read_lets_the_caller_take_kernel_records_after_the_walk_and_every_chunk() {
         let names: Vec<String> = (0..2 * PODS_PER_CHUNK + 1)
             .map(|i| format!("p{i}"))
             .collect();
-        let config = EvictionConfig::from_yaml("").unwrap();
-        let capacity = NodeCapacity {
-            memory_bytes: 8192 * MI,
-            allocatable_memory_bytes: 1024 * MI,
-        };
-        let mut core = AgentCore::new(
-            config,
-            capacity,
-            CgroupRel::new("/kubepods").unwrap(),
-            EvictionState::default(),
-        );
+        let mut core = core_with("");
         core.set_pods(names.iter().map(|n| pod(n, 100)).collect());
         let fs = FakeCgroupfs {
             pods: names
@@ -255,19 +259,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_pod_is_not_the_victim_and_a_vanished_one_has_nothing_to_reclaim() {
-        let config =
-            EvictionConfig::from_yaml("evictionHard:\n  allocatableMemory.available: 100Mi\n")
-                .unwrap();
-        let capacity = NodeCapacity {
-            memory_bytes: 8192 * MI,
-            allocatable_memory_bytes: 1024 * MI,
-        };
-        let mut core = AgentCore::new(
-            config,
-            capacity,
-            CgroupRel::new("/kubepods").unwrap(),
-            EvictionState::default(),
-        );
+        let mut core = core_with("evictionHard:\n  allocatableMemory.available: 100Mi\n");
         // "eio" and "gone" are within their requests, but as missing stats they would rank
         // first; "hog" is 900Mi over a 100Mi request.
         core.set_pods(vec![pod("eio", 600), pod("gone", 600), pod("hog", 100)]);

@@ -1,11 +1,12 @@
 //! The agent's HTTP endpoints end to end (root only): the real `monitor` binary on a kubepods
 //! tree of real cgroups, serving on loopback in a network namespace of the test's own, asked
 //! `/healthz`, `/readyz` and `/debug/ranking` while a real process pushes a pod over the
-//! scene's hard `allocatableMemory.available<100Mi` threshold, and while its checkpoint
-//! directory is a full tmpfs.
+//! scene's hard `allocatableMemory.available<100Mi` threshold, while its checkpoint
+//! directory is a full tmpfs, and while a pod floods it with kernel records.
 use std::{
     fs,
     net::SocketAddr,
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
@@ -18,6 +19,15 @@ use tests::{
 /// How long a decision may take once the threshold is crossed (a slow VM included).
 const DECIDE: Duration = Duration::from_secs(20);
 const MIB: i64 = 1 << 20;
+
+/// Clears the flag it holds when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
 
 /// The status line and the body of `GET path`.
 fn get(addr: SocketAddr, path: &str) -> (String, String) {
@@ -186,5 +196,95 @@ fn an_idle_agent_that_polls_rarely_stays_healthy() {
         assert!(body.contains("source poll"), "{body}");
         assert!(body.contains("0 pods known"), "{body}");
         agent.stop();
+    });
+}
+
+#[test]
+fn a_flood_of_kernel_records_neither_stalls_the_loop_nor_delays_its_exit() {
+    if !running_as_root("a_flood_of_kernel_records_neither_stalls_the_loop_nor_delays_its_exit") {
+        return;
+    }
+    if std::env::var_os("MONITOR_VM").is_some() {
+        // An emulated CPU faults pages in too slowly to send a flood.
+        tests::cannot_run(
+            tests::Reason::HostOnly,
+            "the emulated VM cannot send records fast enough to flood the agent",
+        );
+        return;
+    }
+    let scene = AgentScene::new("agent-endpoints-flood", "10s", "5s");
+    let churn = TestPod::new("churn").request_mib(100);
+    in_own_network_namespace(|| {
+        // A record for every 4 KiB page, added at once: a pod mapping and unmapping 64 MiB in
+        // a loop sends hundreds of thousands of records a second, more than the ring holds,
+        // and after 100 MiB of growth every record may wake the agent.
+        let mut agent = scene.start_agent(&[
+            "--dry-run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--step",
+            "4Ki",
+            "--per-cpu-budget",
+            "1",
+        ]);
+        let addr = metrics_addr(&agent);
+        let mut pod = scene.start_pod(&churn);
+        let flooding = AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while flooding.load(Ordering::Relaxed) {
+                    pod.alloc(64);
+                    pod.free();
+                }
+            });
+            // Ends the flood however this closure ends, so a failed assertion does not
+            // leave the scope waiting for the allocating thread.
+            let _stop = StopOnDrop(&flooding);
+            let mut slowest_turn_ms = 0;
+            let until = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < until {
+                let (status, body) = get(addr, "/healthz");
+                assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+                let turned_ms: u64 = body
+                    .strip_prefix("ok: event loop turned ")
+                    .and_then(|rest| rest.split("ms").next())
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or_else(|| panic!("no turn in {body:?}"));
+                slowest_turn_ms = slowest_turn_ms.max(turned_ms);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let (_, metrics) = get(addr, "/metrics");
+            let sample = |name: &str| -> f64 {
+                metrics
+                    .lines()
+                    .find(|l| l.starts_with(&format!("{name} ")))
+                    .and_then(|l| l.rsplit(' ').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no sample {name} in\n{metrics}"))
+            };
+            let (received, lost) = (
+                sample("monitor_events_received_total"),
+                sample("monitor_events_lost_total"),
+            );
+            assert!(
+                received + lost > 100_000.0,
+                "no flood to test with: {received} records received, {lost} lost"
+            );
+            assert!(
+                slowest_turn_ms < 3_000,
+                "the loop went {slowest_turn_ms} ms without turning under the flood \
+                 ({received} records received, {lost} lost)"
+            );
+            // SIGTERM while the records still pour in.
+            agent.terminate();
+            let exited = agent.wait(Duration::from_secs(5));
+            assert!(
+                exited.is_some_and(|status| status.success()),
+                "the agent did not exit within 5 s of SIGTERM under the flood: {exited:?}"
+            );
+            eprintln!(
+                "flood: {received} records received, {lost} lost, slowest turn {slowest_turn_ms} ms"
+            );
+        });
     });
 }

@@ -98,15 +98,16 @@ fn ensure_rust_src() -> anyhow::Result<()> {
         .context("`rustup component add rust-src --toolchain nightly` is needed")
 }
 
-/// rustfmt on the default toolchain, for the format check `cargo xtask test` starts with.
-pub fn ensure_rustfmt() -> anyhow::Result<()> {
+/// A rustup component (rustfmt, clippy) on the default toolchain, for the checks
+/// `cargo xtask test` starts with.
+pub fn ensure_component(name: &str) -> anyhow::Result<()> {
     let installed = stdout_of(Command::new("rustup").args(["component", "list", "--installed"]))?;
-    if installed.lines().any(|l| l.starts_with("rustfmt")) {
+    if installed.lines().any(|l| l.starts_with(name)) {
         return Ok(());
     }
-    eprintln!("setup: adding rustfmt");
-    status(Command::new("rustup").args(["component", "add", "rustfmt"]))
-        .context("`rustup component add rustfmt` is needed")
+    eprintln!("setup: adding {name}");
+    status(Command::new("rustup").args(["component", "add", name]))
+        .with_context(|| format!("`rustup component add {name}` is needed"))
 }
 
 /// LLVM major version of nightly rustc, from `rustc +nightly -vV`.

@@ -232,7 +232,7 @@ pub const EVENTS_BYTES: u64 = 1024 * 1024;
 /// Most records one read of the ring can return: the ring full of the smallest record
 /// ([`StatEvent`], plus the ring's 8-byte record header). Userspace sizes its batch buffer
 /// with it at start, so reading never allocates under memory pressure.
-pub const MAX_RECORDS: usize = EVENTS_BYTES as usize / (core::mem::size_of::<StatEvent>() + 8);
+pub const MAX_RECORDS: usize = EVENTS_BYTES as usize / (size_of::<StatEvent>() + 8);
 
 /// Number of [`WakeSlot`]s.
 pub const NWAKE: u32 = 2;
@@ -512,17 +512,17 @@ pub mod field {
 }
 
 // Both sides must agree on these layouts byte for byte.
-const _: () = assert!(core::mem::size_of::<Config>() == 64);
-const _: () = assert!(core::mem::size_of::<CgroupCounters>() == 16 * NSTATS);
-const _: () = assert!(core::mem::size_of::<PendingPages>() == 8 + 8 * NSTATS);
-const _: () = assert!(core::mem::size_of::<StatEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<CgroupEvent>() == 32 + PATH_MAX);
-const _: () = assert!(core::mem::size_of::<IncidentConfig>() == 40);
-const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 24);
-const _: () = assert!(core::mem::size_of::<StallEvent>() == 48 + COMM_LEN);
-const _: () = assert!(core::mem::size_of::<KswapdEvent>() == 24);
-const _: () = assert!(core::mem::size_of::<OomEvent>() == 56 + COMM_LEN);
-const _: () = assert!(core::mem::size_of::<FieldOffsets>() == 4 * MAX_FIELDS + 8);
+const _: () = assert!(size_of::<Config>() == 64);
+const _: () = assert!(size_of::<CgroupCounters>() == 16 * NSTATS);
+const _: () = assert!(size_of::<PendingPages>() == 8 + 8 * NSTATS);
+const _: () = assert!(size_of::<StatEvent>() == 48);
+const _: () = assert!(size_of::<CgroupEvent>() == 32 + PATH_MAX);
+const _: () = assert!(size_of::<IncidentConfig>() == 40);
+const _: () = assert!(size_of::<MemcgOffsets>() == 24);
+const _: () = assert!(size_of::<StallEvent>() == 48 + COMM_LEN);
+const _: () = assert!(size_of::<KswapdEvent>() == 24);
+const _: () = assert!(size_of::<OomEvent>() == 56 + COMM_LEN);
+const _: () = assert!(size_of::<FieldOffsets>() == 4 * MAX_FIELDS + 8);
 
 #[cfg(feature = "user")]
 mod pod_impls {

@@ -13,7 +13,7 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 ///
 /// # Safety
 /// `dst` must point at a live, aligned i64 (a map value from a lookup in this program run).
-pub unsafe fn add(dst: *mut i64, val: i64) {
+pub(crate) unsafe fn add(dst: *mut i64, val: i64) {
     unsafe { atomic_xadd::<i64, i64, { AtomicOrdering::Relaxed }>(dst, val) };
 }
 
@@ -22,7 +22,7 @@ pub unsafe fn add(dst: *mut i64, val: i64) {
 ///
 /// # Safety
 /// As for [`add`].
-pub unsafe fn load(src: *const i64) -> i64 {
+pub(crate) unsafe fn load(src: *const i64) -> i64 {
     unsafe { core::ptr::read_volatile(src) }
 }
 
@@ -30,7 +30,7 @@ pub unsafe fn load(src: *const i64) -> i64 {
 ///
 /// # Safety
 /// As for [`add`].
-pub unsafe fn swap_if(dst: *mut i64, old: i64, new: i64) -> bool {
+pub(crate) unsafe fn swap_if(dst: *mut i64, old: i64, new: i64) -> bool {
     unsafe {
         atomic_cxchg::<i64, { AtomicOrdering::Relaxed }, { AtomicOrdering::Relaxed }>(dst, old, new)
             .1

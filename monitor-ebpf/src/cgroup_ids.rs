@@ -16,7 +16,7 @@ use crate::maps::lifecycle_generation;
 /// The last cgroup one program resolved on one CPU.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ResolvedCgroup {
+pub(crate) struct ResolvedCgroup {
     cgroup: u64,
     id: u64,
     /// `LIFECYCLE_GENERATION` read before the id was resolved; 0: empty.
@@ -30,7 +30,7 @@ pub struct ResolvedCgroup {
 static CGROUP_IDS: PerCpuArray<ResolvedCgroup> = PerCpuArray::with_max_entries(NPENDING, 0);
 
 /// `cgroup->kn->id`, from this CPU's entry when it is still valid.
-pub fn cgroup_id(
+pub(crate) fn cgroup_id(
     program: PendingSlot,
     cgroup: *const u8,
     offsets: &MemcgOffsets,

@@ -25,13 +25,13 @@ use crate::{
 };
 
 #[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
-pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
+pub(crate) fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
     let _ = try_lifecycle(&ctx, EventKind::Mkdir);
     0
 }
 
 #[tracepoint(category = "cgroup", name = "cgroup_rmdir")]
-pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
+pub(crate) fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     let _ = try_lifecycle(&ctx, EventKind::Rmdir);
     0
 }

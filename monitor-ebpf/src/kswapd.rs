@@ -14,13 +14,13 @@ use monitor_common::{
 use crate::maps::{EVENTS, count_drop, fields, incident_config};
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_kswapd_wake")]
-pub fn kswapd_wake(ctx: TracePointContext) -> u32 {
+pub(crate) fn kswapd_wake(ctx: TracePointContext) -> u32 {
     let _ = try_kswapd(&ctx, EventKind::KswapdWake);
     0
 }
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_kswapd_sleep")]
-pub fn kswapd_sleep(ctx: TracePointContext) -> u32 {
+pub(crate) fn kswapd_sleep(ctx: TracePointContext) -> u32 {
     let _ = try_kswapd(&ctx, EventKind::KswapdSleep);
     0
 }

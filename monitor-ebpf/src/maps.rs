@@ -5,7 +5,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use aya_log_ebpf::warn;
-pub use monitor_common::EVENTS_BYTES;
+pub(crate) use monitor_common::EVENTS_BYTES;
 use monitor_common::{
     CgroupCounters, Config, DropReason, FieldOffsets, FieldsSlot, IncidentConfig, MemcgOffsets,
     NDROPS, NFIELDS_SLOTS, NWAKE,
@@ -13,11 +13,11 @@ use monitor_common::{
 
 /// Single entry written by userspace before attaching.
 #[map]
-pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+pub(crate) static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 
 /// Per-cgroup aggregates keyed by cgroup id.
 #[map]
-pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entries(65536, 0);
+pub(crate) static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entries(65536, 0);
 
 /// Cgroups removed since the programs attached, keyed by cgroup id. A removed memory cgroup
 /// lingers while pages are still charged to it, and their uncharging updates its stats: the
@@ -25,16 +25,16 @@ pub static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max_entrie
 /// back into [`CGROUP_STATS`] after its rmdir. LRU, so it never fills; a dying cgroup that
 /// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
 #[map]
-pub static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
 
 /// Each tracepoint program's field offsets, from this kernel's tracefs `format`, indexed by
 /// `FieldsSlot`; written by userspace before it attaches the program.
 #[map]
-pub static FIELDS: Array<FieldOffsets> = Array::with_max_entries(NFIELDS_SLOTS, 0);
+pub(crate) static FIELDS: Array<FieldOffsets> = Array::with_max_entries(NFIELDS_SLOTS, 0);
 
 /// Single entry for the fentry stat programs, written by userspace when it attaches them.
 #[map]
-pub static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
+pub(crate) static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
 
 /// Bumped by every cgroup creation and removal, in any hierarchy; 0 (the id caches of the
 /// fentry and raw programs off) until userspace has both lifecycle programs attached and sets
@@ -42,33 +42,33 @@ pub static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
 /// go since it was filled (see `cgroup_ids`, and `memcg_fentry` for what its lruvec entries
 /// rely on).
 #[map]
-pub static LIFECYCLE_GENERATION: Array<i64> = Array::with_max_entries(1, 0);
+pub(crate) static LIFECYCLE_GENERATION: Array<i64> = Array::with_max_entries(1, 0);
 
 /// Single entry for the incident programs (reclaim stalls, OOM kills), written by userspace.
 #[map]
-pub static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0);
+pub(crate) static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entries(1, 0);
 
 /// When each task entered reclaim, keyed by `reclaim_stall::start_key`. LRU because a task
 /// killed inside reclaim never reaches the end tracepoint and would otherwise leak its entry.
 #[map]
-pub static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);
+pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);
 
 /// Growth counted by the kernel and wake-up level set by userspace, indexed by `WakeSlot`.
 #[map]
-pub static WAKE: Array<i64> = Array::with_max_entries(NWAKE, 0);
+pub(crate) static WAKE: Array<i64> = Array::with_max_entries(NWAKE, 0);
 
 /// Counts of what could not be recorded, indexed by `DropReason`.
 #[map]
-pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NDROPS, 0);
+pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NDROPS, 0);
 
 /// Counts one dropped record (per-CPU, so no atomics are needed) and logs the 1st, 2nd, 4th,
 /// 8th, ... drop of each reason on each CPU: a storm of drops costs a few log records, and the
 /// path that records successfully never reaches here.
-pub fn count_drop(reason: DropReason) {
+pub(crate) fn count_drop(reason: DropReason) {
     let Some(counter) = DROPS.get_ptr_mut(reason as u32) else {
         return;
     };
@@ -94,17 +94,17 @@ pub fn count_drop(reason: DropReason) {
 }
 
 /// The configuration, or `None` before userspace wrote it.
-pub fn config() -> Option<&'static Config> {
+pub(crate) fn config() -> Option<&'static Config> {
     CONFIG.get(0)
 }
 
 /// The incident configuration, or `None` before userspace wrote it.
-pub fn incident_config() -> Option<&'static IncidentConfig> {
+pub(crate) fn incident_config() -> Option<&'static IncidentConfig> {
     INCIDENT_CONFIG.get(0)
 }
 
 /// The current [`LIFECYCLE_GENERATION`]; 0 while the id caches are off.
-pub fn lifecycle_generation() -> i64 {
+pub(crate) fn lifecycle_generation() -> i64 {
     LIFECYCLE_GENERATION
         .get_ptr(0)
         // SAFETY: the map's single slot, alive for this program run.
@@ -112,11 +112,11 @@ pub fn lifecycle_generation() -> i64 {
 }
 
 /// A tracepoint program's field offsets, or `None` before userspace wrote them.
-pub fn fields(slot: FieldsSlot) -> Option<&'static FieldOffsets> {
+pub(crate) fn fields(slot: FieldsSlot) -> Option<&'static FieldOffsets> {
     FIELDS.get(slot as u32).filter(|f| f.valid != 0)
 }
 
 /// The fentry programs' offsets, or `None` before userspace wrote them.
-pub fn memcg_offsets() -> Option<&'static MemcgOffsets> {
+pub(crate) fn memcg_offsets() -> Option<&'static MemcgOffsets> {
     MEMCG_OFFSETS.get(0).filter(|o| o.valid != 0)
 }

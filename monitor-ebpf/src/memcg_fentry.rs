@@ -32,7 +32,7 @@ use crate::{
 /// The last lruvec this CPU's lruvec program resolved and its memcg's cgroup id.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ResolvedLruvec {
+pub(crate) struct ResolvedLruvec {
     lruvec: u64,
     cgroup_id: u64,
     /// `LIFECYCLE_GENERATION` read before the id was resolved; 0: empty.
@@ -45,13 +45,13 @@ pub struct ResolvedLruvec {
 static LRUVEC_IDS: PerCpuArray<ResolvedLruvec> = PerCpuArray::with_max_entries(1, 0);
 
 #[fentry(function = "__mod_memcg_lruvec_state")]
-pub fn fentry_memcg_lruvec_state(ctx: FEntryContext) -> u32 {
+pub(crate) fn fentry_memcg_lruvec_state(ctx: FEntryContext) -> u32 {
     let _ = try_lruvec(&ctx);
     0
 }
 
 #[fentry(function = "__mod_memcg_state")]
-pub fn fentry_memcg_state(ctx: FEntryContext) -> u32 {
+pub(crate) fn fentry_memcg_state(ctx: FEntryContext) -> u32 {
     let _ = try_memcg(&ctx);
     0
 }

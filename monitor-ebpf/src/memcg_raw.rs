@@ -24,13 +24,13 @@ use crate::{
 };
 
 #[raw_tracepoint(tracepoint = "mod_memcg_lruvec_state")]
-pub fn raw_memcg_lruvec_state(ctx: RawTracePointContext) -> u32 {
+pub(crate) fn raw_memcg_lruvec_state(ctx: RawTracePointContext) -> u32 {
     let _ = try_raw(&ctx, false);
     0
 }
 
 #[raw_tracepoint(tracepoint = "mod_memcg_state")]
-pub fn raw_memcg_state(ctx: RawTracePointContext) -> u32 {
+pub(crate) fn raw_memcg_state(ctx: RawTracePointContext) -> u32 {
     let _ = try_raw(&ctx, true);
     0
 }

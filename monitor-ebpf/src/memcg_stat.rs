@@ -26,13 +26,13 @@ use crate::{
 };
 
 #[tracepoint(category = "memcg", name = "mod_memcg_lruvec_state")]
-pub fn mod_memcg_lruvec_state(ctx: TracePointContext) -> u32 {
+pub(crate) fn mod_memcg_lruvec_state(ctx: TracePointContext) -> u32 {
     let _ = try_record(&ctx, false);
     0
 }
 
 #[tracepoint(category = "memcg", name = "mod_memcg_state")]
-pub fn mod_memcg_state(ctx: TracePointContext) -> u32 {
+pub(crate) fn mod_memcg_state(ctx: TracePointContext) -> u32 {
     let _ = try_record(&ctx, true);
     0
 }
@@ -64,7 +64,7 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
 }
 
 /// The [`Stat`] slot a kernel item number is tracked in, if any.
-pub fn slot_of(items: &[i32; NSTATS], item: i32) -> Option<usize> {
+pub(crate) fn slot_of(items: &[i32; NSTATS], item: i32) -> Option<usize> {
     let mut slot = NSTATS;
     for (i, tracked) in items.iter().enumerate() {
         if *tracked == item {
@@ -79,7 +79,7 @@ pub fn slot_of(items: &[i32; NSTATS], item: i32) -> Option<usize> {
 /// since the last one. Shared by the tracepoint, raw tracepoint and fentry programs; inlined,
 /// as BPF calls take at most five arguments in registers.
 #[inline(always)]
-pub fn record(
+pub(crate) fn record(
     cfg: &Config,
     program: PendingSlot,
     slot: usize,

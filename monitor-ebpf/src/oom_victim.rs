@@ -24,7 +24,7 @@ use crate::{
 };
 
 #[tracepoint(category = "oom", name = "mark_victim")]
-pub fn mark_victim(ctx: TracePointContext) -> u32 {
+pub(crate) fn mark_victim(ctx: TracePointContext) -> u32 {
     let _ = try_mark_victim(&ctx);
     0
 }

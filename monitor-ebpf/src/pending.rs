@@ -22,7 +22,7 @@ use monitor_common::{Config, NPENDING, NSTATS, PendingPages, PendingSlot};
 static PENDING: PerCpuArray<PendingPages> = PerCpuArray::with_max_entries(NPENDING, 0);
 
 /// What an update leaves to fold into the shared totals now.
-pub struct Fold {
+pub(crate) struct Fold {
     /// Pages of the updated cgroup's stat to add to its total (0: all held back).
     pub pages: i64,
     /// Another cgroup whose held-back pages this CPU gave up for the updated one, per slot.
@@ -33,7 +33,7 @@ pub struct Fold {
 /// be folded at once when the budget is reached (or off: a budget of 0 or 1). Inlined: with
 /// its result it would take more than the five arguments a BPF call passes in registers.
 #[inline(always)]
-pub fn hold(cfg: &Config, program: PendingSlot, slot: usize, id: u64, val: i64) -> Fold {
+pub(crate) fn hold(cfg: &Config, program: PendingSlot, slot: usize, id: u64, val: i64) -> Fold {
     let budget = i64::from(cfg.budget_pages);
     let at_once = Fold {
         pages: val,

@@ -24,25 +24,25 @@ use crate::{
 };
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_direct_reclaim_begin")]
-pub fn direct_reclaim_begin(_ctx: TracePointContext) -> u32 {
+pub(crate) fn direct_reclaim_begin(_ctx: TracePointContext) -> u32 {
     begin(EventKind::DirectStall);
     0
 }
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_direct_reclaim_end")]
-pub fn direct_reclaim_end(ctx: TracePointContext) -> u32 {
+pub(crate) fn direct_reclaim_end(ctx: TracePointContext) -> u32 {
     let _ = try_end(&ctx, EventKind::DirectStall);
     0
 }
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_memcg_reclaim_begin")]
-pub fn memcg_reclaim_begin(_ctx: TracePointContext) -> u32 {
+pub(crate) fn memcg_reclaim_begin(_ctx: TracePointContext) -> u32 {
     begin(EventKind::MemcgStall);
     0
 }
 
 #[tracepoint(category = "vmscan", name = "mm_vmscan_memcg_reclaim_end")]
-pub fn memcg_reclaim_end(ctx: TracePointContext) -> u32 {
+pub(crate) fn memcg_reclaim_end(ctx: TracePointContext) -> u32 {
     let _ = try_end(&ctx, EventKind::MemcgStall);
     0
 }

@@ -11,7 +11,7 @@ use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_current_task, bpf_pro
 use monitor_common::IncidentConfig;
 
 /// The current task's memory cgroup id, or 0 when it cannot be read.
-pub fn current_memcg_id(cfg: &IncidentConfig) -> u64 {
+pub(crate) fn current_memcg_id(cfg: &IncidentConfig) -> u64 {
     if cfg.memcg_v1 == 0 {
         // SAFETY: helper without preconditions.
         return unsafe { bpf_get_current_cgroup_id() };

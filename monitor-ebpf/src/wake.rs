@@ -15,7 +15,7 @@ use crate::{
 
 /// Adds a record's working-set growth to the running sum; returns the sum and the ring-buffer
 /// flags for the record.
-pub fn count_growth(growth_bytes: i64) -> (i64, u64) {
+pub(crate) fn count_growth(growth_bytes: i64) -> (i64, u64) {
     let (Some(total_ptr), Some(&wake_at)) = (
         WAKE.get_ptr_mut(WakeSlot::Growth as u32),
         WAKE.get(WakeSlot::WakeAt as u32),

@@ -14,7 +14,7 @@ fn clock_ns(clock: libc::clockid_t) -> io::Result<u64> {
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+    if unsafe { libc::clock_gettime(clock, &raw mut ts) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // Neither clock is ever negative.

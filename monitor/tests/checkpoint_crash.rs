@@ -158,9 +158,9 @@ fn killed_writer_leaves_the_old_or_the_new_checkpoint() {
             old + 1
         );
         if found == old {
-            kept_old += 1
+            kept_old += 1;
         } else {
-            got_new += 1
+            got_new += 1;
         }
     }
     eprintln!(

@@ -101,7 +101,7 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -257,7 +257,7 @@ impl MockKubeApi {
                 self.shared
                     .changed
                     .wait_timeout(state, left.min(Duration::from_millis(100)))
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
         }
     }
@@ -284,7 +284,7 @@ impl MockKubeApi {
                 .shared
                 .changed
                 .wait_timeout(state, left)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
     }
@@ -500,7 +500,7 @@ fn watch(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Re
         state = shared
             .changed
             .wait_timeout(state, Duration::from_millis(100))
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .0;
     }
 }

@@ -131,7 +131,7 @@ impl AgentScene {
             "json",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(ToString::to_string)
         .collect();
         if !extra.contains(&"--checkpoint-dir") {
             args.extend(["--checkpoint-dir".into(), path(&self.checkpoint.path)]);
@@ -147,7 +147,7 @@ impl AgentScene {
         if !extra.contains(&"--duration") {
             args.extend(["--duration".into(), "60s".into()]);
         }
-        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(ToString::to_string));
         args
     }
 

@@ -442,7 +442,7 @@ fn a_restart_within_the_interval_does_not_evict_again() {
     assert!(alive(&keeper_proc));
 
     // Control: without the checkpoint the same node is evicted from at once.
-    let fresh = tests::TempDir::new("agent-restart-fresh");
+    let fresh = TempDir::new("agent-restart-fresh");
     let mut args = scene.agent_args(&["--dry-run"]);
     let at = args.iter().position(|a| a == "--checkpoint-dir").unwrap();
     args[at + 1] = fresh.path.display().to_string();

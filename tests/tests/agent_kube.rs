@@ -97,7 +97,7 @@ async fn the_watch_lists_the_nodes_pods_then_follows_added_and_deleted_pods() {
     let watch = api
         .requests()
         .into_iter()
-        .find(|r| r.is_watch())
+        .find(tests::kube_api::Request::is_watch)
         .expect("a watch of pods");
     let selector = watch.query("fieldSelector").expect("a field selector");
     assert!(selects_node(&selector), "watch selector {selector:?}");
@@ -783,7 +783,7 @@ fn a_soft_threshold_goes_through_the_api_alone() {
     assert_eq!(decision["path"], "api", "{decision:#}");
     kube.api
         .wait_until(WITHIN, |api| {
-            Some(()).filter(|_| !api.accepted_evictions().is_empty())
+            Some(()).filter(|()| !api.accepted_evictions().is_empty())
         })
         .unwrap_or_else(|| panic!("no accepted Eviction; {}", agent.stderr()));
     let accepted = Instant::now();

@@ -67,7 +67,7 @@ fn idle_metrics_connections_beyond_the_open_file_limit_do_not_stop_an_eviction()
                     rlim_cur: NOFILE,
                     rlim_max: NOFILE,
                 };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) == 0 {
                     Ok(())
                 } else {
                     Err(std::io::Error::last_os_error())
@@ -105,7 +105,7 @@ fn idle_metrics_connections_beyond_the_open_file_limit_do_not_stop_an_eviction()
         scene.wait_until_empty(&hog, GRACE_AND_MARGIN);
         std::thread::sleep(Duration::from_secs(1));
 
-        let cpu = cpu_time(agent.pid()) - cpu_before;
+        let cpu = cpu_time(agent.pid()).checked_sub(cpu_before).unwrap();
         let share = cpu.as_secs_f64() / window.elapsed().as_secs_f64();
         eprintln!(
             "agent CPU {cpu:?} over {:?} ({:.0} %) with {IDLE_CONNECTIONS} idle connections",
@@ -146,11 +146,16 @@ fn set_nofile(pid: u32, soft: u64) {
     };
     // SAFETY: plain syscalls on a process this test started; the struct outlives each call.
     let set = unsafe {
-        if libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut limit) != 0 {
+        if libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &raw mut limit) != 0 {
             -1
         } else {
             limit.rlim_cur = soft;
-            libc::prlimit(pid, libc::RLIMIT_NOFILE, &limit, std::ptr::null_mut())
+            libc::prlimit(
+                pid,
+                libc::RLIMIT_NOFILE,
+                &raw const limit,
+                std::ptr::null_mut(),
+            )
         }
     };
     assert_eq!(set, 0, "prlimit: {}", std::io::Error::last_os_error());
@@ -189,7 +194,7 @@ fn out_of_descriptors_the_endpoint_backs_off_instead_of_spinning() {
         let cpu_before = cpu_time(agent.pid());
         let window = Instant::now();
         std::thread::sleep(Duration::from_secs(3));
-        let cpu = cpu_time(agent.pid()) - cpu_before;
+        let cpu = cpu_time(agent.pid()).checked_sub(cpu_before).unwrap();
         let share = cpu.as_secs_f64() / window.elapsed().as_secs_f64();
         let failed_accepts = agent
             .stderr()

@@ -29,7 +29,7 @@ fn the_agent_stops_a_fast_allocating_pod_before_the_oom_killer() {
     let source = agent
         .stderr()
         .lines()
-        .find_map(|l| l.split(" source ").nth(1).map(|s| s.to_string()))
+        .find_map(|l| l.split(" source ").nth(1).map(ToString::to_string))
         .unwrap_or_default();
     if !source.starts_with("ebpf (") {
         cannot_run(

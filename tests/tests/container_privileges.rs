@@ -69,8 +69,10 @@ impl Image {
         let reference = stdout
             .lines()
             .find_map(|l| l.strip_prefix("Loaded image:"))
-            .map(|r| r.trim().to_string())
-            .unwrap_or_else(|| panic!("no loaded image in podman's answer: {stdout}"));
+            .map_or_else(
+                || panic!("no loaded image in podman's answer: {stdout}"),
+                |r| r.trim().to_string(),
+            );
         Self {
             reference,
             containers: Default::default(),

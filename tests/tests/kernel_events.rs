@@ -27,7 +27,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -229,7 +229,7 @@ fn raw_tracepoints_count_each_new_cgroup_as_itself_after_others_were_removed() {
     let _serial = serial();
     let cgroup = TestCgroup::create("raw-reuse");
     runtime().block_on(async {
-        if !std::path::Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
+        if !Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
             cannot_run(
                 Reason::MemcgTracepoints,
                 "no memcg tracepoints for raw tracepoints",
@@ -287,7 +287,7 @@ fn classic_tracepoint_anon_events_add_up_to_an_allocation_and_its_release() {
     let cgroup = TestCgroup::create("anon-classic");
     runtime().block_on(async {
         let source = load_hooked(&cgroup, MemcgHook::Tracepoint);
-        if !std::path::Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
+        if !Path::new("/sys/kernel/tracing/events/memcg").is_dir() {
             cannot_run(
                 Reason::MemcgTracepoints,
                 "no memcg tracepoints for the classic tracepoint programs",

@@ -228,7 +228,9 @@ fn the_agent_evicts_the_right_pod_under_the_systemd_driver() {
     if !in_the_vm("the_agent_evicts_the_right_pod_under_the_systemd_driver") {
         return;
     }
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     assert_eq!((CONTAINERD_ID.len(), CRIO_ID.len()), (64, 64));
     let node = Node::create("systemd-evict");
     let files = TempDir::new("systemd-evict-files");
@@ -351,7 +353,9 @@ fn trace_attributes_a_static_pods_oom_kill_to_it_under_the_systemd_driver() {
     if !in_the_vm("trace_attributes_a_static_pods_oom_kill_to_it_under_the_systemd_driver") {
         return;
     }
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let node = Node::create("systemd-trace");
     let [hog, _, batch, etcd] = pods();
     for pod in [&hog, &batch] {

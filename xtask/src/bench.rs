@@ -34,13 +34,13 @@ use std::time::Instant;
 use anyhow::bail;
 use clap::ValueEnum;
 
-pub use report::percentile;
+pub(crate) use report::percentile;
 
 use crate::process::status;
 
 /// Which benchmark `cargo xtask bench NAME` runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Name {
+pub(crate) enum Name {
     Latency,
     Density,
     Kernel,
@@ -52,7 +52,7 @@ pub enum Name {
     OomPeers,
 }
 
-pub fn run(
+pub(crate) fn run(
     name: Option<Name>,
     quick: bool,
     json: bool,

@@ -28,7 +28,7 @@ const ALLOCATABLE: &str = "1600Mi";
 
 /// How a pod's process uses memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pattern {
+pub(crate) enum Pattern {
     /// Allocates this many MiB once.
     Steady(u32),
     /// Adds `step` MiB every tick up to `cap` MiB.
@@ -38,7 +38,7 @@ pub enum Pattern {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DemoPod {
+pub(crate) struct DemoPod {
     pub name: String,
     pub namespace: &'static str,
     pub uid: String,
@@ -49,7 +49,7 @@ pub struct DemoPod {
 }
 
 /// The simulated node: 40 pods.
-pub fn demo_pods() -> Vec<DemoPod> {
+pub(crate) fn demo_pods() -> Vec<DemoPod> {
     let mut pods = Vec::new();
     let mut add = |name: String, namespace, qos, request_mib, priority, pattern| {
         let uid = format!("00000000-0000-4000-8000-{:012}", pods.len());
@@ -130,7 +130,7 @@ pub fn demo_pods() -> Vec<DemoPod> {
 }
 
 /// The pod's cgroup below kubepods, by the kubelet's cgroupfs naming.
-pub fn pod_cgroup(pod: &DemoPod) -> String {
+pub(crate) fn pod_cgroup(pod: &DemoPod) -> String {
     match pod.qos {
         "guaranteed" => format!("pod{}", pod.uid),
         qos => format!("{qos}/pod{}", pod.uid),
@@ -138,7 +138,7 @@ pub fn pod_cgroup(pod: &DemoPod) -> String {
 }
 
 /// A Pod manifest the agent reads; requests equal limits for guaranteed pods.
-pub fn manifest(pod: &DemoPod) -> String {
+pub(crate) fn manifest(pod: &DemoPod) -> String {
     let resources = match (pod.qos, pod.request_mib) {
         ("besteffort", _) => "{}".to_string(),
         ("guaranteed", mib) => format!(
@@ -166,7 +166,7 @@ monitor:
   podCleanupTimeout: 5s
 ";
 
-pub fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
+pub(crate) fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
     status(cargo().args([
         "build",
         "--package",

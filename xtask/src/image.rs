@@ -20,10 +20,10 @@ use crate::{
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
 /// The reference stored in the archive (`skopeo copy` uses it unless told otherwise).
-pub const REFERENCE: &str = concat!("monitor:", env!("CARGO_PKG_VERSION"));
+pub(crate) const REFERENCE: &str = concat!("monitor:", env!("CARGO_PKG_VERSION"));
 
 /// Builds the image when the binary is newer than the archive; returns the archive's path.
-pub fn build() -> anyhow::Result<PathBuf> {
+pub(crate) fn build() -> anyhow::Result<PathBuf> {
     ensure_rust_target(MUSL)?;
     // musl-tools: a C compiler for the musl target (ring's build script compiles C).
     ensure_debian_packages(&["buildah", "musl-tools"].map(String::from))?;

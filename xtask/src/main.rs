@@ -39,7 +39,8 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Run every test: unit tests, root integration tests against the real kernel, VM tests.
+    /// Run every test: the rustfmt check and clippy (warnings are errors) first, then unit
+    /// tests, root integration tests against the real kernel, VM tests.
     /// A test that cannot run fails, unless MONITOR_TESTS_ALLOW_SKIP names its reason; this
     /// allows the reasons the machine gives (printed first; never `root`, which a developer
     /// may add) and lists every skip at the end.

@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 
 /// Runs a command, failing with its rendering when it does not exit 0.
-pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
+pub(crate) fn status(cmd: &mut Command) -> anyhow::Result<()> {
     let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
@@ -14,12 +14,12 @@ pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 /// cargo as cargo started us (CARGO), so the same toolchain builds everything.
-pub fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
 /// The workspace's target directory (CARGO_TARGET_DIR when set).
-pub fn target_dir() -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn target_dir() -> anyhow::Result<std::path::PathBuf> {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         return Ok(dir.into());
     }

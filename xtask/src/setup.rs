@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 
 use crate::process::status;
 
-pub fn run() -> anyhow::Result<()> {
+pub(crate) fn run() -> anyhow::Result<()> {
     ensure_nightly()?;
     ensure_rust_src()?;
     let llvm = nightly_llvm_major()?;
@@ -22,7 +22,7 @@ pub fn run() -> anyhow::Result<()> {
 }
 
 /// Adds a target's standard library to the default toolchain (the image's musl build).
-pub fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
+pub(crate) fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
     let installed = stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))?;
     if installed.lines().any(|l| l.trim() == target) {
         return Ok(());
@@ -35,7 +35,7 @@ pub fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
 /// The manifest validator, in a virtualenv under the target directory (Debian's Python
 /// refuses system-wide pip installs); returns its executable. The package carries the
 /// Kubernetes schemas, so validating needs no network.
-pub fn ensure_kubernetes_validate(target: &std::path::Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn ensure_kubernetes_validate(target: &std::path::Path) -> anyhow::Result<PathBuf> {
     let venv = target.join("kubernetes-validate");
     let validator = venv.join("bin/kubernetes-validate");
     if validator.exists() {
@@ -98,15 +98,16 @@ fn ensure_rust_src() -> anyhow::Result<()> {
         .context("`rustup component add rust-src --toolchain nightly` is needed")
 }
 
-/// rustfmt on the default toolchain, for the format check `cargo xtask test` starts with.
-pub fn ensure_rustfmt() -> anyhow::Result<()> {
+/// A rustup component (rustfmt, clippy) on the default toolchain, for the checks
+/// `cargo xtask test` starts with.
+pub(crate) fn ensure_component(name: &str) -> anyhow::Result<()> {
     let installed = stdout_of(Command::new("rustup").args(["component", "list", "--installed"]))?;
-    if installed.lines().any(|l| l.starts_with("rustfmt")) {
+    if installed.lines().any(|l| l.starts_with(name)) {
         return Ok(());
     }
-    eprintln!("setup: adding rustfmt");
-    status(Command::new("rustup").args(["component", "add", "rustfmt"]))
-        .context("`rustup component add rustfmt` is needed")
+    eprintln!("setup: adding {name}");
+    status(Command::new("rustup").args(["component", "add", name]))
+        .with_context(|| format!("`rustup component add {name}` is needed"))
 }
 
 /// LLVM major version of nightly rustc, from `rustc +nightly -vV`.
@@ -191,7 +192,7 @@ fn ensure_llvm_packages(llvm: u32) -> anyhow::Result<()> {
 }
 
 /// Installs the Debian packages that are not installed yet; needs root for apt-get.
-pub fn ensure_debian_packages(packages: &[String]) -> anyhow::Result<()> {
+pub(crate) fn ensure_debian_packages(packages: &[String]) -> anyhow::Result<()> {
     let missing: Vec<&String> = packages
         .iter()
         .filter(|p| !debian_package_installed(p))
@@ -223,8 +224,7 @@ pub fn ensure_debian_packages(packages: &[String]) -> anyhow::Result<()> {
 
 fn debian_package_installed(name: &str) -> bool {
     stdout_of(Command::new("dpkg-query").args(["-W", "-f", "${Status}", name]))
-        .map(|s| s.contains("install ok installed"))
-        .unwrap_or(false)
+        .is_ok_and(|s| s.contains("install ok installed"))
 }
 
 unsafe extern "C" {

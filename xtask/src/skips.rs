@@ -10,13 +10,13 @@ use test_skip::{ALLOW_VAR, LOG_VAR, Reason};
 use crate::process::cargo;
 
 /// The reasons allowed for this run: the probe's, then the developer's.
-pub struct Allowed {
+pub(crate) struct Allowed {
     pub reasons: Vec<Reason>,
 }
 
 impl Allowed {
     /// Runs the probe (building it first) and adds what [`ALLOW_VAR`] already allows.
-    pub fn here() -> anyhow::Result<Self> {
+    pub(crate) fn here() -> anyhow::Result<Self> {
         let out = cargo()
             .args([
                 "run",
@@ -52,7 +52,7 @@ impl Allowed {
     }
 
     /// Sets the allowed reasons and the skip log (emptied) on `cmd`.
-    pub fn apply(&self, cmd: &mut std::process::Command, log: &Path) -> anyhow::Result<()> {
+    pub(crate) fn apply(&self, cmd: &mut std::process::Command, log: &Path) -> anyhow::Result<()> {
         match std::fs::remove_file(log) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -65,7 +65,7 @@ impl Allowed {
 }
 
 /// The skips recorded in `log`, by reason: the lines printed after the run.
-pub fn summary(log: &Path) -> Vec<String> {
+pub(crate) fn summary(log: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for skipped in test_skip::read_log(&text) {

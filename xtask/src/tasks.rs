@@ -3,7 +3,7 @@ use anyhow::Context as _;
 
 use crate::process::{cargo, status, target_dir};
 
-pub fn build(release: bool) -> anyhow::Result<()> {
+pub(crate) fn build(release: bool) -> anyhow::Result<()> {
     let mut cmd = cargo();
     cmd.args(["build", "--package", "monitor"]);
     if release {
@@ -12,7 +12,7 @@ pub fn build(release: bool) -> anyhow::Result<()> {
     status(&mut cmd)
 }
 
-pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     let mut cmd = cargo();
     cmd.args(["run", "--quiet", "--package", "monitor", "--bin", "monitor"]);
     if release {
@@ -22,10 +22,16 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     status(&mut cmd)
 }
 
-pub fn test(with_vm: bool) -> anyhow::Result<()> {
-    crate::setup::ensure_rustfmt()?;
+pub(crate) fn test(with_vm: bool) -> anyhow::Result<()> {
+    crate::setup::ensure_component("rustfmt")?;
     status(cargo().args(["fmt", "--all", "--check"]))
         .context("the code is not formatted as rustfmt would: run `cargo fmt --all`")?;
+    // The default members, as for the build: the kernel crate builds only on nightly for the
+    // BPF target (monitor's build script builds it, with its own warnings shown).
+    crate::setup::ensure_component("clippy")?;
+    status(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"])).context(
+        "clippy found something: run `cargo clippy --all-targets` and fix what it reports",
+    )?;
     // The container test runs the image with Debian's podman (runc: crun refuses cgroup v1's
     // hybrid layout); the deploy/ test validates the manifests.
     let image = crate::image::build()?;

@@ -31,7 +31,7 @@ const TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The target directory's place in the VM.
 const GUEST_TARGET: &str = "/target";
 
-pub fn run() -> anyhow::Result<()> {
+pub(crate) fn run() -> anyhow::Result<()> {
     let target = target_dir()?;
     let work = prepare(&target)?;
     let kernels = kernel::SERIES
@@ -107,7 +107,7 @@ pub fn run() -> anyhow::Result<()> {
 /// Boots the kernel that has both memcg hooks (see [`kernel::BOTH_HOOKS`]) to run `program`
 /// with `args` (an executable of this target directory), `env` exported as guest paths; each
 /// console line goes to `echo`. Fails unless the program succeeded.
-pub fn run_on_both_hooks_kernel(
+pub(crate) fn run_on_both_hooks_kernel(
     program: &Path,
     args: &[&str],
     env: &[(&str, &Path)],
@@ -125,7 +125,7 @@ pub fn run_on_both_hooks_kernel(
 /// Boots Debian 12's own kernel (6.1) with `memory_mib` of RAM and no swap to run each
 /// (program, args) of `runs` in turn, as [`run_on_both_hooks_kernel`] runs one. Fails unless
 /// every run succeeded.
-pub fn run_on_debian_kernel(
+pub(crate) fn run_on_debian_kernel(
     memory_mib: u32,
     runs: &[(&Path, &[&str])],
     env: &[(&str, &Path)],
@@ -136,7 +136,7 @@ pub fn run_on_debian_kernel(
 
 /// As [`run_on_debian_kernel`], with systemd as PID 1 and systemd-oomd running (see
 /// [`systemd`]); `units` are extra configuration files, (path in the VM, text).
-pub fn run_under_systemd(
+pub(crate) fn run_under_systemd(
     memory_mib: u32,
     runs: &[(&Path, &[&str])],
     env: &[(&str, &Path)],
@@ -245,7 +245,7 @@ fn run_programs(
 
 /// The unpacked root of Debian's `package`, for a run to carry into the VM (see
 /// [`packages::unpacked`]).
-pub fn debian_package(package: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn debian_package(package: &str) -> anyhow::Result<PathBuf> {
     packages::unpacked(&prepare(&target_dir()?)?, package)
 }
 
@@ -293,7 +293,7 @@ impl<'a> Guest<'a> {
 /// and boots `guest` on it; with `skip_probe` (a guest path) the runs are tests, which may skip
 /// for the reasons it finds in the VM.
 fn boot_plan(
-    guest: &Guest,
+    guest: &Guest<'_>,
     executables: &[&Path],
     env: &[(&str, &Path)],
     skip_probe: Option<&Path>,

@@ -105,7 +105,7 @@ impl KubeEvictor {
         };
         let name = pod.to_string();
         match result {
-            Ok(_) => Ok(()),
+            Ok(()) => Ok(()),
             Err(kube::Error::Api(status)) => Err(match status.code {
                 429 => EvictError::DisruptionBudget {
                     pod: name,

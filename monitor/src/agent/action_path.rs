@@ -176,7 +176,7 @@ impl ActionPath {
 
     /// Takes the running step's report and moves on.
     pub fn advance(&mut self, end: StepEnd) -> Transition {
-        use StepEnd::*;
+        use StepEnd::{Accepted, Failed, Gone, Refused, Stopped, TimedOut};
         let done = |why| Transition {
             tell_decision: true,
             next: None,

@@ -7,7 +7,7 @@
 //! state hears and which step runs next ([`super::action_path`]), so a refused or failed
 //! action reaches the decision state instead of being waited out: the decision step then
 //! moves on instead of waiting for a pod that is not going.
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{pin::Pin, time::Duration};
 
 use super::action_path::{ActionPath, Route, StepEnd};
 use crate::{

@@ -202,7 +202,7 @@ mod tests {
             let got = Cli::try_parse_from(["monitor", "--kubepods-cgroup", flag]);
             match (got, want) {
                 (Ok(cli), Ok(rel)) => {
-                    assert_eq!(cli.agent.kubepods_cgroup.unwrap().as_str(), rel, "{name}")
+                    assert_eq!(cli.agent.kubepods_cgroup.unwrap().as_str(), rel, "{name}");
                 }
                 (Err(error), Err(why)) => {
                     let error = error.to_string();

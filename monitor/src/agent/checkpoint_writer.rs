@@ -133,31 +133,28 @@ impl<P: Persister> CheckpointWriter<P> {
     fn fail(&mut self, error: &StateError, now: Instant) {
         self.failures_total += 1;
         let message = error.to_string();
-        match &mut self.episode {
-            Some(episode) => {
-                episode.failures += 1;
-                episode.delay = (episode.delay * 2).min(MAX_RETRY);
-                episode.next_try = now + episode.delay;
-                // Temporary file names change with every attempt; the cause is what matters.
-                if cause(&episode.last_error) != cause(&message) {
-                    tracing::warn!("checkpoint still not written, now: {message}");
-                }
-                episode.last_error = message;
+        if let Some(episode) = &mut self.episode {
+            episode.failures += 1;
+            episode.delay = (episode.delay * 2).min(MAX_RETRY);
+            episode.next_try = now + episode.delay;
+            // Temporary file names change with every attempt; the cause is what matters.
+            if cause(&episode.last_error) != cause(&message) {
+                tracing::warn!("checkpoint still not written, now: {message}");
             }
-            None => {
-                tracing::warn!(
-                    "checkpoint not written: {message}; the agent keeps deciding and acting, \
-                     holds its state in memory and retries (first in {FIRST_RETRY:?}, then less \
-                     often, up to every {MAX_RETRY:?})"
-                );
-                self.episode = Some(Episode {
-                    since: now,
-                    failures: 1,
-                    next_try: now + FIRST_RETRY,
-                    delay: FIRST_RETRY,
-                    last_error: message,
-                });
-            }
+            episode.last_error = message;
+        } else {
+            tracing::warn!(
+                "checkpoint not written: {message}; the agent keeps deciding and acting, \
+                 holds its state in memory and retries (first in {FIRST_RETRY:?}, then less \
+                 often, up to every {MAX_RETRY:?})"
+            );
+            self.episode = Some(Episode {
+                since: now,
+                failures: 1,
+                next_try: now + FIRST_RETRY,
+                delay: FIRST_RETRY,
+                last_error: message,
+            });
         }
     }
 }

@@ -189,7 +189,10 @@ impl Agent {
             hard,
             span: span.clone(),
         };
-        let local = self.actuator.route(hard).is_some_and(|r| r.kills());
+        let local = self
+            .actuator
+            .route(hard)
+            .is_some_and(super::action_path::Route::kills);
         let uid = request.pod.uid.clone();
         let pod = request.pod.to_string();
         if let Some(task) = self.actuator.start(request) {

@@ -14,10 +14,10 @@ use crate::{
 };
 
 /// Kernel records as one read hands them over.
-pub type Batch = Vec<Result<KernelEvent, DecodeError>>;
+pub(super) type Batch = Vec<Result<KernelEvent, DecodeError>>;
 
 /// The agent's event source.
-pub struct Source {
+pub(super) struct Source {
     pub kind: EventSource,
     /// The loaded kernel programs; `None` when polling alone.
     pub kernel: Option<KernelSource>,
@@ -26,7 +26,7 @@ pub struct Source {
 impl Source {
     /// Opens what `--source` asks for; with `auto`, polling when the kernel programs cannot
     /// load.
-    pub fn open(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<Source> {
+    pub(super) fn open(args: &AgentArgs, hierarchy: &MemoryHierarchy) -> anyhow::Result<Source> {
         if args.source == SourceMode::Poll {
             return Ok(Source::polling());
         }
@@ -77,12 +77,12 @@ impl Source {
     }
 
     /// Whether memory numbers come from the kernel between resyncs.
-    pub fn memory_from_kernel(&self) -> bool {
+    pub(super) fn memory_from_kernel(&self) -> bool {
         self.kind == EventSource::Ebpf
     }
 
     /// The kernel programs, when they report memory numbers.
-    pub fn memory_kernel(&mut self) -> Option<&mut KernelSource> {
+    pub(super) fn memory_kernel(&mut self) -> Option<&mut KernelSource> {
         match self.kind {
             EventSource::Ebpf => self.kernel.as_mut(),
             EventSource::EbpfPoll | EventSource::Poll => None,
@@ -90,7 +90,7 @@ impl Source {
     }
 
     /// The next batch of kernel records; never resolves when polling alone. Cancel-safe.
-    pub async fn next_batch(&mut self, batch: &mut Batch) -> io::Result<()> {
+    pub(super) async fn next_batch(&mut self, batch: &mut Batch) -> io::Result<()> {
         match self.kernel.as_mut() {
             Some(kernel) => kernel.next_batch(batch).await,
             None => std::future::pending().await,
@@ -98,7 +98,7 @@ impl Source {
     }
 
     /// In words, for the start-up line and the status endpoint.
-    pub fn describe(&self, poll: Duration) -> String {
+    pub(super) fn describe(&self, poll: Duration) -> String {
         let programs = |k: &KernelSource| {
             format!(
                 "{}/{} kernel programs",

@@ -175,7 +175,7 @@ impl Agent {
                             tracing::warn!(
                                 "{reason}; not a candidate until its cgroup appears (nothing of \
                                  it on this node to reclaim)"
-                            )
+                            );
                         })
                         .ok();
                     entries.push((facts.clone(), cgroup));
@@ -320,7 +320,7 @@ impl Agent {
             Ok((_, deleted)) => {
                 tracing::debug!(
                     "removed {deleted} aggregates of removed cgroups from the kernel map"
-                )
+                );
             }
             Err(e) => tracing::warn!("sweeping the kernel's per-cgroup map: {e}"),
         }

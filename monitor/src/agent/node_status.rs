@@ -106,17 +106,14 @@ impl Transitions {
             .iter()
             .map(|(condition, _)| {
                 let on = current.contains(condition);
-                match self.last.iter_mut().find(|(c, _, _)| c == condition) {
-                    Some((_, was, at)) => {
-                        if *was != on {
-                            (*was, *at) = (on, now);
-                        }
-                        (on, *at)
+                if let Some((_, was, at)) = self.last.iter_mut().find(|(c, _, _)| c == condition) {
+                    if *was != on {
+                        (*was, *at) = (on, now);
                     }
-                    None => {
-                        self.last.push((*condition, on, now));
-                        (on, now)
-                    }
+                    (on, *at)
+                } else {
+                    self.last.push((*condition, on, now));
+                    (on, now)
                 }
             })
             .collect()

@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_long_read_lets_the_caller_take_kernel_records_after_the_walk_and_every_chunk() {
-        let names: Vec<String> = (0..2 * PODS_PER_CHUNK + 1)
+        let names: Vec<String> = (0..=(2 * PODS_PER_CHUNK))
             .map(|i| format!("p{i}"))
             .collect();
         let mut core = core_with("");

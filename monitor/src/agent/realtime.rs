@@ -49,7 +49,11 @@ pub fn make_current_thread_realtime(priority: u8) -> Result<(), RealtimeError> {
     param.sched_priority = i32::from(priority);
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
     let rc = unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+        libc::sched_setscheduler(
+            0,
+            libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK,
+            &raw const param,
+        )
     };
     if rc == 0 {
         return Ok(());

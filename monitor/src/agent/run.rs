@@ -227,7 +227,7 @@ impl Agent {
                         reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
                     }
                 },
-                _ = sleep_until(reopen_at), if reopen_at.is_some() => {
+                () = sleep_until(reopen_at), if reopen_at.is_some() => {
                     reopen_at = None;
                     match open_pods(&self.args).await {
                         Ok((reopened, loaded, _)) => {
@@ -250,7 +250,7 @@ impl Agent {
                     }
                     self.evaluate(None);
                 }
-                _ = sleep_until(self.writer.retry_at()), if self.writer.retry_at().is_some() => {
+                () = sleep_until(self.writer.retry_at()), if self.writer.retry_at().is_some() => {
                     self.writer.retry(&self.saved, Instant::now());
                 }
                 _ = status.tick(), if show_status => self.print_status(),
@@ -258,7 +258,7 @@ impl Agent {
                 _ = turn.tick() => self.update_metrics(None, None),
                 _ = tokio::signal::ctrl_c() => break,
                 _ = sigterm.recv() => break,
-                _ = sleep_until(stop_at) => break,
+                () = sleep_until(stop_at) => break,
             }
             if !self.held.is_empty() {
                 self.read_waiting(&mut batch);

@@ -129,7 +129,7 @@ mod tests {
             paths.insert(id, p.into());
         }
         let mut below = paths.subtree("/a/b");
-        below.sort();
+        below.sort_unstable();
         assert_eq!(below, vec![3, 4]);
         assert_eq!(paths.subtree("/").len(), 5);
     }

@@ -92,7 +92,7 @@ const CAPABILITIES: &[CapabilitySpec] = &[
 ];
 
 /// Everything in `needs`, probed now, in the order the report prints it.
-pub fn check(needs: &Needs) -> Vec<Requirement> {
+pub fn check(needs: &Needs<'_>) -> Vec<Requirement> {
     let effective = fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| effective_capabilities(&status));
@@ -231,7 +231,7 @@ fn read_only_mount(path: &Path) -> Result<bool, String> {
         std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: statvfs fills the zeroed struct we own from a NUL-terminated path.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+    if unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) } != 0 {
         return Err(format!(
             "{}: {}",
             path.display(),

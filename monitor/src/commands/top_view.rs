@@ -154,7 +154,7 @@ impl Screen {
                 .position(|n| n == current)
                 .and_then(|i| namespaces.get(i + 1)),
         };
-        self.namespace = next.map(|n| n.to_string());
+        self.namespace = next.map(ToString::to_string);
     }
 
     fn ranking(&self) -> Option<&RankingView> {
@@ -179,7 +179,7 @@ fn pressing_signal(view: &View) -> usize {
 }
 
 /// Draws the whole screen.
-pub fn draw(frame: &mut Frame, screen: &Screen) {
+pub fn draw(frame: &mut Frame<'_>, screen: &Screen) {
     let signals = screen.view.as_ref().map_or(0, |v| v.signals.len()) as u16;
     let decisions = screen.view.as_ref().map_or(0, |v| v.decisions.len()).min(8) as u16;
     let [header, signal_area, ranking_area, decision_area] = Layout::vertical([
@@ -194,7 +194,7 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
         return;
     };
     let bar_width = usize::from(signal_area.width.saturating_sub(2)).clamp(10, 200) / 3;
-    let signal_lines: Vec<Line> = view
+    let signal_lines: Vec<Line<'_>> = view
         .signals
         .iter()
         .map(|s| Line::from(signal_line(s, bar_width)))
@@ -204,7 +204,7 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
         signal_area,
     );
     render_ranking(frame, screen, ranking_area);
-    let decision_lines: Vec<Line> = if view.decisions.is_empty() {
+    let decision_lines: Vec<Line<'_>> = if view.decisions.is_empty() {
         vec![Line::from("none yet")]
     } else {
         view.decisions
@@ -291,7 +291,7 @@ fn signal_line(signal: &SignalView, width: usize) -> String {
     )
 }
 
-fn render_ranking(frame: &mut Frame, screen: &Screen, area: ratatui::layout::Rect) {
+fn render_ranking(frame: &mut Frame<'_>, screen: &Screen, area: ratatui::layout::Rect) {
     let Some(ranking) = screen.ranking() else {
         frame.render_widget(
             Paragraph::new("no ranking").block(Block::bordered().title(" ranking ")),

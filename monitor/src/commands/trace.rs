@@ -189,7 +189,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     let mut batch = Vec::new();
     loop {
         tokio::select! {
-            _ = &mut deadline => break,
+            () = &mut deadline => break,
             _ = tokio::signal::ctrl_c() => break,
             Some(signal) = psi_rx.recv() => {
                 if let Some(record) = view.pressure(monotonic_ns(), signal)
@@ -366,7 +366,6 @@ fn watch_pressure(
 fn relative_to(hierarchy: &MemoryHierarchy, cgroup: &str) -> String {
     let rel = Path::new(cgroup)
         .strip_prefix(&hierarchy.mount)
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| cgroup.to_string());
+        .map_or_else(|_| cgroup.to_string(), |p| p.to_string_lossy().into_owned());
     format!("/{}", rel.trim_matches('/'))
 }

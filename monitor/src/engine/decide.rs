@@ -599,7 +599,7 @@ mod tests {
                         case.name
                     ),
                     (Action::Idle(idle), Expect::Idle(expected)) => {
-                        assert_eq!(&idle, expected, "case {:?}, step {i}", case.name)
+                        assert_eq!(&idle, expected, "case {:?}, step {i}", case.name);
                     }
                     (got, expected) => panic!(
                         "case {:?}, step {i}: got {got:?}, expected {expected:?}",

@@ -177,35 +177,32 @@ impl AgentCore {
             changes.removed.push(uid);
         }
         for (uid, (facts, cgroup)) in incoming {
-            let id = match self.pods.id(uid.as_str()) {
-                Some(id) => {
-                    let row = self.pods.get(id).expect("listed id");
-                    if *row.facts == facts && row.cgroup == cgroup {
-                        continue;
-                    }
-                    if row.cgroup != cgroup {
-                        let row = self.pods.get_mut(id).expect("listed id");
-                        if cgroup.is_none() {
-                            row.estimate = None;
-                        }
-                        row.read_failed = false;
-                        self.pods.set_cgroup(id, cgroup);
-                    }
+            let id = if let Some(id) = self.pods.id(uid.as_str()) {
+                let row = self.pods.get(id).expect("listed id");
+                if *row.facts == facts && row.cgroup == cgroup {
+                    continue;
+                }
+                if row.cgroup != cgroup {
                     let row = self.pods.get_mut(id).expect("listed id");
-                    if *row.facts != facts {
-                        row.facts = facts.into();
-                        if row.ranked() {
-                            self.rankings.upsert_pod_shared(&row.facts);
-                        }
+                    if cgroup.is_none() {
+                        row.estimate = None;
                     }
-                    id
+                    row.read_failed = false;
+                    self.pods.set_cgroup(id, cgroup);
                 }
-                None => {
-                    changes.added.push(uid.to_string());
-                    let row = PodRow::new(facts, cgroup);
-                    self.rankings.upsert_pod_shared(&row.facts);
-                    self.pods.insert(row)
+                let row = self.pods.get_mut(id).expect("listed id");
+                if *row.facts != facts {
+                    row.facts = facts.into();
+                    if row.ranked() {
+                        self.rankings.upsert_pod_shared(&row.facts);
+                    }
                 }
+                id
+            } else {
+                changes.added.push(uid.to_string());
+                let row = PodRow::new(facts, cgroup);
+                self.rankings.upsert_pod_shared(&row.facts);
+                self.pods.insert(row)
             };
             self.rerank(id);
         }
@@ -574,7 +571,7 @@ mod tests {
     use super::*;
     use crate::engine::{
         decide::{Action, Idle},
-        instant::{ManualClock, MonoInstant},
+        instant::ManualClock,
     };
 
     const MI: i64 = 1 << 20;

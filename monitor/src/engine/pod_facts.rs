@@ -227,7 +227,7 @@ impl PodFacts {
     }
 
     pub fn with_local_volumes(mut self, names: &[&str]) -> Self {
-        self.local_volumes = names.iter().map(|name| name.to_string()).collect();
+        self.local_volumes = names.iter().map(ToString::to_string).collect();
         self
     }
 }

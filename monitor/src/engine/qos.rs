@@ -79,15 +79,14 @@ pub fn compute_qos(spec: Option<&PodSpec>) -> Result<QosClass, PodQuantityError>
         Ok::<_, PodQuantityError>(())
     };
     if let Some(spec) = spec {
-        match &spec.resources {
-            Some(pod_level) => count(pod_level, "pod-level")?,
-            None => {
-                let init = spec.init_containers.iter().flatten();
-                for container in spec.containers.iter().chain(init) {
-                    let empty = ResourceRequirements::default();
-                    let resources = container.resources.as_ref().unwrap_or(&empty);
-                    count(resources, &format!("container {}", container.name))?;
-                }
+        if let Some(pod_level) = &spec.resources {
+            count(pod_level, "pod-level")?;
+        } else {
+            let init = spec.init_containers.iter().flatten();
+            for container in spec.containers.iter().chain(init) {
+                let empty = ResourceRequirements::default();
+                let resources = container.resources.as_ref().unwrap_or(&empty);
+                count(resources, &format!("container {}", container.name))?;
             }
         }
     }

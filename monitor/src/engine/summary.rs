@@ -248,7 +248,10 @@ impl Summary {
         match object.get("kind").and_then(|k| k.as_str()) {
             Some("Status") => {
                 return Err(SummaryError::ApiStatus {
-                    code: object.get("code").and_then(|c| c.as_i64()).unwrap_or(0),
+                    code: object
+                        .get("code")
+                        .and_then(serde_json::Value::as_i64)
+                        .unwrap_or(0),
                     message: object
                         .get("message")
                         .and_then(|m| m.as_str())
@@ -259,7 +262,7 @@ impl Summary {
             Some(kind) => return Err(SummaryError::OtherKind(kind.to_string())),
             None => {}
         }
-        if !object.get("node").is_some_and(|n| n.is_object()) {
+        if !object.get("node").is_some_and(serde_json::Value::is_object) {
             return Err(SummaryError::NoNode);
         }
         // Parsed again from the text, so shape errors name their line and column.

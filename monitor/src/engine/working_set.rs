@@ -218,7 +218,7 @@ mod tests {
         );
         assert_eq!((t.node(), t.kubepods(), pod.value()), (1065, 560, 150));
         let mut pod_cgroups = t.cgroups_of(a);
-        pod_cgroups.sort();
+        pod_cgroups.sort_unstable();
         assert_eq!(pod_cgroups, [10, 11]);
     }
 

@@ -78,7 +78,7 @@ fn open_file_limit() -> u64 {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0 {
         limit.rlim_cur
     } else {
         u64::MAX
@@ -268,7 +268,12 @@ mod tests {
         let mut rest = Vec::new();
         let closed = tokio::time::timeout(HEAD_TIMEOUT * 2, idle.read_to_end(&mut rest)).await;
         assert!(closed.is_ok(), "still open after twice the head timeout");
-        assert!(started.elapsed() >= HEAD_TIMEOUT - Duration::from_millis(100));
+        assert!(
+            started.elapsed()
+                >= HEAD_TIMEOUT
+                    .checked_sub(Duration::from_millis(100))
+                    .unwrap()
+        );
         task.abort();
     }
 

@@ -348,10 +348,10 @@ mod tests {
             let got = KubepodsCgroup::detect(tmp.path());
             match (got, case.found) {
                 (Ok(k), Ok((rel, driver))) => {
-                    assert_eq!((k.rel.as_str(), k.driver), (rel, driver), "{}", case.name)
+                    assert_eq!((k.rel.as_str(), k.driver), (rel, driver), "{}", case.name);
                 }
                 (Err(e), Err(start)) => {
-                    assert!(e.to_string().starts_with(start), "{}: {e}", case.name)
+                    assert!(e.to_string().starts_with(start), "{}: {e}", case.name);
                 }
                 (got, want) => panic!("{}: got {got:?}, want {want:?}", case.name),
             }

@@ -131,14 +131,13 @@ impl ManifestWatcher {
     /// returns the new full set, with the files and pods that were skipped. Cancel-safe.
     pub async fn next_change(&mut self) -> Result<Loaded<NodePod>, WatchError> {
         loop {
-            let reload = match &mut self.reloading {
-                Some(reload) => reload,
-                None => {
-                    self.wait_for_events().await?;
-                    let dir = self.dir.clone();
-                    self.reloading
-                        .insert(tokio::task::spawn_blocking(move || load_nodes(&dir)))
-                }
+            let reload = if let Some(reload) = &mut self.reloading {
+                reload
+            } else {
+                self.wait_for_events().await?;
+                let dir = self.dir.clone();
+                self.reloading
+                    .insert(tokio::task::spawn_blocking(move || load_nodes(&dir)))
             };
             // Awaiting the handle by reference is cancel-safe: a cancelled wait resumes here.
             let joined = reload.await;

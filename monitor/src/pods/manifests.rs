@@ -223,7 +223,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Vec<Pod>, ManifestError> {
                     // A PodList's items may leave out their kind; a generic List's may not.
                     match (list, kind_of(&item)) {
                         (_, Some("Pod")) | ("PodList", None) => {
-                            pods.push(to_pod(item).map_err(syntax)?)
+                            pods.push(to_pod(item).map_err(syntax)?);
                         }
                         (_, kind) => return Err(unsupported(kind.unwrap_or("<none>"))),
                     }

@@ -43,7 +43,7 @@ pub fn resolve_pod_cgroups(
                     tracing::warn!(
                         "{reason}; not a candidate until its cgroup appears (nothing of it on \
                          this node to reclaim)"
-                    )
+                    );
                 })
                 .ok()
         })

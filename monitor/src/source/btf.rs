@@ -63,7 +63,7 @@ pub(crate) struct Types<'a> {
 }
 
 impl<'a> Types<'a> {
-    pub fn parse(btf: &'a [u8]) -> Result<Self, BtfError> {
+    pub(crate) fn parse(btf: &'a [u8]) -> Result<Self, BtfError> {
         if btf.get(0..2) != Some(&MAGIC.to_le_bytes()[..]) {
             return Err(BtfError::BadHeader);
         }
@@ -92,20 +92,20 @@ impl<'a> Types<'a> {
     }
 
     /// Every type record, in type id order.
-    pub fn records(&self) -> impl Iterator<Item = Result<TypeRecord, BtfError>> + '_ {
+    pub(crate) fn records(&self) -> impl Iterator<Item = Result<TypeRecord, BtfError>> + '_ {
         self.starts
             .iter()
             .map(|start| record_at(self.types, *start as usize))
     }
 
     /// The record of a type id (0 is `void`, which has none).
-    pub fn record(&self, type_id: u32) -> Option<TypeRecord> {
+    pub(crate) fn record(&self, type_id: u32) -> Option<TypeRecord> {
         let start = *self.starts.get(type_id.checked_sub(1)? as usize)?;
         record_at(self.types, start as usize).ok()
     }
 
     /// The string at `offset` in the string section.
-    pub fn name(&self, offset: u32) -> Result<&'a str, BtfError> {
+    pub(crate) fn name(&self, offset: u32) -> Result<&'a str, BtfError> {
         let start = offset as usize;
         let rest = self
             .strings
@@ -119,7 +119,7 @@ impl<'a> Types<'a> {
     }
 
     /// Variants of the named enum, name -> value.
-    pub fn enum_values(&self, enum_name: &str) -> Result<HashMap<String, i64>, BtfError> {
+    pub(crate) fn enum_values(&self, enum_name: &str) -> Result<HashMap<String, i64>, BtfError> {
         for record in self.records() {
             let record = record?;
             let member_size = match record.kind {
@@ -152,7 +152,7 @@ impl Types<'_> {
     /// The parameter types of the function `name`, spelled as C does (`struct lruvec *`,
     /// `enum node_stat_item`, `int`; qualifiers dropped, typedefs by their name), or `None`
     /// when the BTF has no such function (never built, or inlined everywhere).
-    pub fn function_params(&self, name: &str) -> Result<Option<Vec<String>>, BtfError> {
+    pub(crate) fn function_params(&self, name: &str) -> Result<Option<Vec<String>>, BtfError> {
         for record in self.records() {
             let record = record?;
             if record.kind != KIND_FUNC || self.name(record.name_off)? != name {
@@ -170,7 +170,7 @@ impl Types<'_> {
     /// The arguments a raw or BTF tracepoint program gets for tracepoint `name` (its
     /// `TP_PROTO` after the leading `void *`), from the kernel's `btf_trace_<name>` typedef;
     /// `None` when the BTF has no such tracepoint.
-    pub fn tracepoint_params(&self, name: &str) -> Result<Option<Vec<String>>, BtfError> {
+    pub(crate) fn tracepoint_params(&self, name: &str) -> Result<Option<Vec<String>>, BtfError> {
         let typedef = format!("btf_trace_{name}");
         for record in self.records() {
             let record = record?;
@@ -286,7 +286,7 @@ pub(crate) mod testing {
     use super::MAGIC;
 
     /// Offset of `name` in a NUL-separated string section.
-    pub fn name_offset(strings: &[u8], name: &str) -> u32 {
+    pub(crate) fn name_offset(strings: &[u8], name: &str) -> u32 {
         let needle = format!("\0{name}\0");
         strings
             .windows(needle.len())
@@ -296,7 +296,7 @@ pub(crate) mod testing {
     }
 
     /// A little-endian BTF blob: header, the type records (as u32 words) and the strings.
-    pub fn build(strings: &[u8], records: &[&[u32]]) -> Vec<u8> {
+    pub(crate) fn build(strings: &[u8], records: &[&[u32]]) -> Vec<u8> {
         let types: Vec<u8> = records
             .iter()
             .flat_map(|words| words.iter().flat_map(|w| w.to_le_bytes()))

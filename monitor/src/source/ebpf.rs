@@ -608,8 +608,7 @@ impl KernelSource {
         let sum = |reason: DropReason| {
             counters
                 .get(&(reason as u32), 0)
-                .map(|per_cpu| per_cpu.iter().sum())
-                .unwrap_or(0)
+                .map_or(0, |per_cpu| per_cpu.iter().sum())
         };
         Drops {
             ring_full: sum(DropReason::RingFull),

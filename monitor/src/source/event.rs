@@ -190,8 +190,10 @@ mod tests {
 
     fn bytes_of<T>(value: &T) -> Vec<u8> {
         // SAFETY: reading a plain-data value's bytes.
-        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
-            .to_vec()
+        unsafe {
+            std::slice::from_raw_parts(std::ptr::from_ref::<T>(value).cast::<u8>(), size_of::<T>())
+        }
+        .to_vec()
     }
 
     #[test]

@@ -186,8 +186,7 @@ impl KernelFeatures {
     /// probed is recorded as missing, with the reason where there is one.
     pub fn probe() -> Self {
         let release = fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|r| r.trim().to_string())
-            .unwrap_or_else(|_| "unknown".into());
+            .map_or_else(|_| "unknown".into(), |r| r.trim().to_string());
         let tracefs = ensure_tracefs().map_err(|e| e.to_string());
         let programs = PROGRAMS
             .iter()
@@ -250,7 +249,7 @@ impl KernelFeatures {
             self.programs
                 .iter()
                 .filter(|p| wanted(p.program))
-                .all(|p| p.usable())
+                .all(ProgramSupport::usable)
         };
         if !self.btf || !self.ring_buffer || !all_present(is_lifecycle) {
             EventSource::Poll

@@ -277,7 +277,7 @@ mod tests {
             .chain(INCIDENT_PROGRAMS)
             .map(|p| p.name)
             .collect();
-        names.sort();
+        names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), PROGRAMS.len() + INCIDENT_PROGRAMS.len());
         assert_eq!(PROGRAMS[0].hook(), "memcg/mod_memcg_lruvec_state");
@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn fentry_programs_accept_the_prototypes_of_each_kernel_generation() {
-        let spell = |params: &[&str]| params.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let spell = |params: &[&str]| params.iter().map(ToString::to_string).collect::<Vec<_>>();
         let lruvec = &FENTRY_PROGRAMS[0];
         let memcg = &FENTRY_PROGRAMS[1];
         let cases = [
@@ -392,7 +392,7 @@ mod tests {
             slots.extend(spec.fields_slot.map(|s| s as u32));
         }
         let count = slots.len();
-        slots.sort();
+        slots.sort_unstable();
         slots.dedup();
         assert_eq!(slots.len(), count, "each program has its own FIELDS entry");
         assert!(slots.iter().all(|&s| s < monitor_common::NFIELDS_SLOTS));

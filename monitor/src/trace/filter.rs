@@ -94,7 +94,7 @@ mod tests {
             Option<&'a PodIdentity>,
             bool,
         );
-        let cases: [Case; 9] = [
+        let cases: [Case<'_>; 9] = [
             (
                 "no filter shows everything",
                 &Filter::default(),

@@ -52,7 +52,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: valid out pointer; both clocks used here always exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

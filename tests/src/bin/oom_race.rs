@@ -150,14 +150,13 @@ fn main() {
         (AgentScene::PRESSURE_ABOVE_MIB + args.margin_mib) << 20,
     )
     .expect("limiting kubepods");
-    let pods = match &args.kube {
-        None => Pods::Manifests,
-        Some(_) => {
-            let api = Arc::new(MockKubeApi::start(NODE));
-            let files = TempDir::new("oom-race-bench-kubeconfig");
-            api.write_kubeconfig(&files.join("kubeconfig"));
-            Pods::Kube { api, files }
-        }
+    let pods = if args.kube.is_none() {
+        Pods::Manifests
+    } else {
+        let api = Arc::new(MockKubeApi::start(NODE));
+        let files = TempDir::new("oom-race-bench-kubeconfig");
+        api.write_kubeconfig(&files.join("kubeconfig"));
+        Pods::Kube { api, files }
     };
     let steady: Vec<TestPod> = (0..2)
         .map(|i| TestPod::new(&format!("steady-{i}")).request_mib(100))

@@ -26,7 +26,7 @@ const CGROUPS_PER_CHURNER: usize = 50;
 
 /// One agent's measurement.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Usage {
+pub(super) struct Usage {
     pub pods: usize,
     pub source: SourceArg,
     /// Percent of one core over the window.
@@ -38,7 +38,7 @@ pub struct Usage {
     pub load: f64,
 }
 
-pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     let (sizes, warmup, window): (&[usize], _, _) = if quick {
         (&[200], Duration::from_secs(2), Duration::from_secs(5))
     } else {
@@ -91,7 +91,7 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
 }
 
 /// Ticks over a window as percent of one core.
-pub fn cpu_percent(ticks: u64, ticks_per_sec: f64, window: Duration) -> f64 {
+pub(super) fn cpu_percent(ticks: u64, ticks_per_sec: f64, window: Duration) -> f64 {
     ticks as f64 / ticks_per_sec / window.as_secs_f64() * 100.0
 }
 
@@ -125,7 +125,7 @@ fn stop_churn(children: Vec<Child>) {
     }
 }
 
-pub fn summarize(machine: &Machine, results: &[Usage]) -> Section {
+pub(super) fn summarize(machine: &Machine, results: &[Usage]) -> Section {
     let mut figures = Vec::new();
     for usage in results {
         let case = format!("{} pods {}", usage.pods, usage.source.label());
@@ -147,7 +147,7 @@ pub fn summarize(machine: &Machine, results: &[Usage]) -> Section {
             "density",
             &case,
             "peak rss",
-            usage.peak_rss as f64 / (1 << 20) as f64,
+            usage.peak_rss as f64 / f64::from(1 << 20),
             "MiB",
         )
         .note("VmHWM")
@@ -165,7 +165,7 @@ pub fn summarize(machine: &Machine, results: &[Usage]) -> Section {
                 "density",
                 &base_case,
                 "peak rss",
-                base.peak_rss as f64 / (1 << 20) as f64,
+                base.peak_rss as f64 / f64::from(1 << 20),
                 "",
             ));
         }

@@ -14,17 +14,16 @@ use serde_json::json;
 
 /// Cores, kernel release and memory of the machine the figures come from.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Machine {
+pub(super) struct Machine {
     pub cores: usize,
     pub kernel: String,
     pub memory_bytes: u64,
 }
 
 impl Machine {
-    pub fn read() -> Self {
+    pub(super) fn read() -> Self {
         let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "unknown".into());
+            .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
         let memory_bytes = fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|m| {
@@ -33,51 +32,51 @@ impl Machine {
             })
             .map_or(0, |kib| kib * 1024);
         Self {
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             kernel,
             memory_bytes,
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         format!("{} cores, {}", self.cores, self.kernel)
     }
 }
 
 /// The 1-minute load average.
-pub fn loadavg() -> f64 {
+pub(super) fn loadavg() -> f64 {
     fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0)
 }
 
-pub fn is_root() -> bool {
+pub(super) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds, the clock the agent stamps decisions with.
-pub fn monotonic_ns() -> u64 {
+pub(super) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A small deterministic generator for jitter (xorshift64).
-pub struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    pub fn seeded() -> Self {
+    pub(super) fn seeded() -> Self {
         Self(monotonic_ns() | 1)
     }
 
     /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
+    pub(super) fn unit(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -86,7 +85,7 @@ impl Rng {
 }
 
 /// The release binaries the benchmarks run.
-pub struct Binaries {
+pub(super) struct Binaries {
     pub monitor: PathBuf,
     pub load: PathBuf,
     /// The memcg hook comparison's helper (see `hooks`).
@@ -99,7 +98,7 @@ pub struct Binaries {
 
 impl Binaries {
     /// Next to xtask's own target directory: xtask runs from `<target>/<profile>/xtask`.
-    pub fn locate(agent_flags: Vec<String>) -> anyhow::Result<Self> {
+    pub(super) fn locate(agent_flags: Vec<String>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the xtask executable")?;
         let target = exe
             .parent()
@@ -118,19 +117,19 @@ impl Binaries {
 
 /// The memory controller's hierarchy: its mount and whether it is cgroup v2.
 #[derive(Clone, Debug)]
-pub struct Hierarchy {
+pub(super) struct Hierarchy {
     pub mount: PathBuf,
     pub v2: bool,
 }
 
 impl Hierarchy {
-    pub fn discover() -> anyhow::Result<Self> {
+    pub(super) fn discover() -> anyhow::Result<Self> {
         let (mount, v2) = test_cgroups::memory_mount()?;
         Ok(Self { mount, v2 })
     }
 
     /// Working set as the agent and the kubelet compute it: usage minus inactive file.
-    pub fn working_set(&self, dir: &Path) -> anyhow::Result<u64> {
+    pub(super) fn working_set(&self, dir: &Path) -> anyhow::Result<u64> {
         let (usage_file, inactive) = if self.v2 {
             ("memory.current", "inactive_file")
         } else {
@@ -158,7 +157,7 @@ impl Hierarchy {
 /// A bench-owned cgroup `/monitor-bench-<pid>-<name>` holding `kubepods/burstable/pod<uid>`
 /// cgroups and a manifests directory; everything is removed on drop, after killing whatever
 /// still runs inside.
-pub struct BenchTree {
+pub(super) struct BenchTree {
     pub hierarchy: Hierarchy,
     /// The tree's root directory in the hierarchy.
     pub dir: PathBuf,
@@ -171,7 +170,7 @@ pub struct BenchTree {
 
 impl BenchTree {
     /// Creates the tree with `pods` burstable pods, their cgroups and one manifest file.
-    pub fn create(name: &str, pods: usize) -> anyhow::Result<Self> {
+    pub(super) fn create(name: &str, pods: usize) -> anyhow::Result<Self> {
         let hierarchy = Hierarchy::discover()?;
         let rel = format!("/monitor-bench-{}-{name}", std::process::id());
         let dir = hierarchy.mount.join(rel.trim_start_matches('/'));
@@ -212,21 +211,21 @@ impl BenchTree {
         Ok(tree)
     }
 
-    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+    pub(super) fn pod_dir(&self, uid: &str) -> PathBuf {
         self.dir.join(format!("kubepods/burstable/pod{uid}"))
     }
 
-    pub fn kubepods_dir(&self) -> PathBuf {
+    pub(super) fn kubepods_dir(&self) -> PathBuf {
         self.dir.join("kubepods")
     }
 
-    pub fn pods_dir(&self) -> PathBuf {
+    pub(super) fn pods_dir(&self) -> PathBuf {
         self.scratch.join("pods")
     }
 
     /// Writes a KubeletConfiguration with one hard `allocatableMemory.available` threshold and
     /// short eviction gates, so trials can repeat.
-    pub fn write_config(&self, threshold_kib: u64) -> anyhow::Result<PathBuf> {
+    pub(super) fn write_config(&self, threshold_kib: u64) -> anyhow::Result<PathBuf> {
         let path = self.scratch.join("kubelet.yaml");
         fs::write(
             &path,
@@ -251,7 +250,7 @@ impl Drop for BenchTree {
 /// Pods per PodList file of a bench tree.
 const POD_LIST_FILE_PODS: usize = 1000;
 
-pub fn pod_uid(i: usize) -> String {
+pub(super) fn pod_uid(i: usize) -> String {
     format!("00000000-0000-4000-8000-{i:012x}")
 }
 
@@ -273,18 +272,18 @@ fn pod_manifest(i: usize, uid: &str) -> serde_json::Value {
 }
 
 /// Starts `cmd` inside `cgroup_dir`: it joins the cgroup before exec.
-pub fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
+pub(super) fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
     test_cgroups::spawn_in(cmd, cgroup_dir).with_context(|| format!("starting {cmd:?}"))
 }
 
 /// A stdout line of the agent and the bench's CLOCK_MONOTONIC when it was read.
-pub struct Line {
+pub(super) struct Line {
     pub text: String,
     pub read_ns: u64,
 }
 
 /// The agent as a child process: stdout lines arrive on a channel, stderr goes to a log.
-pub struct Agent {
+pub(super) struct Agent {
     child: Child,
     lines: Receiver<Line>,
     log: PathBuf,
@@ -292,13 +291,13 @@ pub struct Agent {
 
 /// How the agent reads memory.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum SourceArg {
+pub(super) enum SourceArg {
     Ebpf,
     Poll(Duration),
 }
 
 impl SourceArg {
-    pub fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         match self {
             SourceArg::Ebpf => "ebpf".into(),
             SourceArg::Poll(d) if d.as_millis() < 1000 => format!("poll {}ms", d.as_millis()),
@@ -321,8 +320,8 @@ impl SourceArg {
 
 impl Agent {
     /// Starts `monitor --dry-run` on the tree and waits until it has loaded the pods.
-    pub fn start(
-        bins: &super::env::Binaries,
+    pub(super) fn start(
+        bins: &Binaries,
         tree: &BenchTree,
         source: SourceArg,
         config: &Path,
@@ -333,8 +332,8 @@ impl Agent {
     }
 
     /// As [`Self::start`], with `extra` flags for the agent.
-    pub fn start_with(
-        bins: &super::env::Binaries,
+    pub(super) fn start_with(
+        bins: &Binaries,
         tree: &BenchTree,
         source: SourceArg,
         extra: &[&str],
@@ -387,7 +386,7 @@ impl Agent {
         Ok(agent)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -417,12 +416,12 @@ impl Agent {
         }
     }
 
-    pub fn log_text(&self) -> String {
+    pub(super) fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The next stdout line, or `None` after `timeout`.
-    pub fn next_line(&mut self, timeout: Duration) -> anyhow::Result<Option<Line>> {
+    pub(super) fn next_line(&mut self, timeout: Duration) -> anyhow::Result<Option<Line>> {
         match self.lines.recv_timeout(timeout) {
             Ok(line) => Ok(Some(line)),
             Err(RecvTimeoutError::Timeout) => Ok(None),
@@ -433,17 +432,17 @@ impl Agent {
     }
 
     /// Lines already read, without waiting.
-    pub fn drain(&mut self) -> Vec<Line> {
+    pub(super) fn drain(&mut self) -> Vec<Line> {
         self.lines.try_iter().collect()
     }
 
     /// utime + stime in clock ticks, from /proc/<pid>/stat.
-    pub fn cpu_ticks(&self) -> anyhow::Result<u64> {
+    pub(super) fn cpu_ticks(&self) -> anyhow::Result<u64> {
         proc_cpu_ticks(self.pid())
     }
 
     /// A field of /proc/<pid>/status in bytes (`VmHWM`, `VmRSS`).
-    pub fn status_bytes(&self, field: &str) -> anyhow::Result<u64> {
+    pub(super) fn status_bytes(&self, field: &str) -> anyhow::Result<u64> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
         status
             .lines()
@@ -456,7 +455,7 @@ impl Agent {
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within 10 s.
-    pub fn stop(mut self) -> anyhow::Result<String> {
+    pub(super) fn stop(mut self) -> anyhow::Result<String> {
         self.terminate();
         Ok(self.log_text())
     }
@@ -486,14 +485,14 @@ impl Drop for Agent {
 }
 
 /// utime + stime of a process in clock ticks.
-pub fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+pub(super) fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     parse_cpu_ticks(&stat).with_context(|| format!("parsing /proc/{pid}/stat"))
 }
 
 /// utime (field 14) + stime (field 15) of a /proc/<pid>/stat line; the command name in
 /// parentheses may contain spaces.
-pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+pub(super) fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
     // after_comm starts at field 3 (state).
@@ -502,21 +501,21 @@ pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-pub fn clock_ticks_per_sec() -> f64 {
+pub(super) fn clock_ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 { ticks as f64 } else { 100.0 }
 }
 
 /// The `bench_load step` helper inside a cgroup.
-pub struct Stepper {
+pub(super) struct Stepper {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl Stepper {
-    pub fn start_in(bins: &Binaries, cgroup_dir: &Path) -> anyhow::Result<Self> {
+    pub(super) fn start_in(bins: &Binaries, cgroup_dir: &Path) -> anyhow::Result<Self> {
         let mut cmd = Command::new(&bins.load);
         cmd.arg("step").stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = spawn_in(&mut cmd, cgroup_dir)?;
@@ -529,7 +528,7 @@ impl Stepper {
         })
     }
 
-    pub fn command(&mut self, command: &str) -> anyhow::Result<String> {
+    pub(super) fn command(&mut self, command: &str) -> anyhow::Result<String> {
         writeln!(self.stdin, "{command}")?;
         self.stdin.flush()?;
         let mut answer = String::new();
@@ -549,13 +548,13 @@ impl Drop for Stepper {
 }
 
 /// Sets a sysctl through /proc/sys and puts the previous value back on drop.
-pub struct SysctlGuard {
+pub(super) struct SysctlGuard {
     path: PathBuf,
     previous: String,
 }
 
 impl SysctlGuard {
-    pub fn set(name: &str, value: &str) -> anyhow::Result<Self> {
+    pub(super) fn set(name: &str, value: &str) -> anyhow::Result<Self> {
         let path = PathBuf::from("/proc/sys").join(name.replace('.', "/"));
         let previous = fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?

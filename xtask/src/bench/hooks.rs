@@ -20,7 +20,7 @@ use crate::vm;
 
 /// One measurement the helper printed.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Measurement {
+pub(super) enum Measurement {
     Faults {
         hook: String,
         ns_per_page: f64,
@@ -34,7 +34,7 @@ pub enum Measurement {
     },
 }
 
-pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     // Under TCG a faulted page costs ~10x a real one: fewer rounds there.
     let (host_rounds, vm_rounds, repeats) = if quick { (100, 20, 3) } else { (500, 100, 7) };
     let load = loadavg();
@@ -88,7 +88,7 @@ fn host_measurements(
 }
 
 /// The `hook-cost {json}` lines of `text` (console lines may carry a carriage return).
-pub fn parse(text: &str) -> Vec<Measurement> {
+pub(super) fn parse(text: &str) -> Vec<Measurement> {
     text.lines()
         .filter_map(|line| {
             let value: Value =

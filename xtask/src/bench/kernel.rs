@@ -27,12 +27,12 @@ use crate::setup::ensure_debian_packages;
 
 /// One program's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ProgStats {
+pub(super) struct ProgStats {
     pub run_time_ns: u64,
     pub run_cnt: u64,
 }
 
-pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     ensure_debian_packages(&["bpftool".to_string()])?;
     let (rounds, repeats) = if quick { (300, 3) } else { (1000, 5) };
     let tree = BenchTree::create("kernel", 2)?;
@@ -356,7 +356,7 @@ fn prog_id(fdinfo: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
 }
 
-pub fn programs_of(progs: &Value, ids: &[u64]) -> BTreeMap<String, ProgStats> {
+pub(super) fn programs_of(progs: &Value, ids: &[u64]) -> BTreeMap<String, ProgStats> {
     let mut found = BTreeMap::new();
     for prog in progs.as_array().into_iter().flatten() {
         if !prog["id"].as_u64().is_some_and(|id| ids.contains(&id)) {
@@ -371,7 +371,7 @@ pub fn programs_of(progs: &Value, ids: &[u64]) -> BTreeMap<String, ProgStats> {
 }
 
 /// Counter changes between two snapshots.
-pub fn delta(
+pub(super) fn delta(
     before: &BTreeMap<String, ProgStats>,
     after: &BTreeMap<String, ProgStats>,
 ) -> BTreeMap<String, ProgStats> {

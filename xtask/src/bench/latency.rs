@@ -38,7 +38,7 @@ const BEYOND: u64 = MIB;
 
 /// One trial's timestamps (CLOCK_MONOTONIC ns).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Trial {
+pub(super) struct Trial {
     /// Right after the crossing page was touched, in the allocating process.
     pub crossed: u64,
     /// The agent's decision.
@@ -54,7 +54,7 @@ pub struct Trial {
 impl Trial {
     /// Decision minus crossing, in ms (negative when the agent saw the crossing a few pages
     /// early, within the charge batching).
-    pub fn latency_ms(&self) -> f64 {
+    pub(super) fn latency_ms(&self) -> f64 {
         (self.decided as i64 - self.crossed as i64) as f64 / 1e6
     }
 }
@@ -64,7 +64,7 @@ struct Plan {
     trials: usize,
 }
 
-pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     let ms = Duration::from_millis;
     let plans = if quick {
         vec![
@@ -118,7 +118,7 @@ pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Se
 
 /// Figures for every source: p50, p99 and max, poll sources against eBPF and eBPF against
 /// the 100 ms poll; for eBPF also where the time goes.
-pub fn summarize(machine: &Machine, results: &[(SourceArg, Vec<Trial>, f64)]) -> Section {
+pub(super) fn summarize(machine: &Machine, results: &[(SourceArg, Vec<Trial>, f64)]) -> Section {
     let mut figures = Vec::new();
     let mut raw = Vec::new();
     let stats = |trials: &[Trial]| {
@@ -276,30 +276,27 @@ fn measure(bins: &Binaries, source: SourceArg, trials: usize) -> anyhow::Result<
         let (crossed, ns_per_page) = parse_crossed(&answer)
             .with_context(|| format!("unexpected answer from the load helper: {answer}"))?;
         // 4. The decision.
-        let trial = match agent.next_line(timeout)? {
-            Some(line) => {
-                let decision: Value = serde_json::from_str(&line.text)
-                    .with_context(|| format!("agent output is not JSON: {}", line.text))?;
-                let decided = decision["monotonic_ns"]
-                    .as_u64()
-                    .context("no monotonic_ns")?;
-                let event = decision["event_monotonic_ns"].as_u64();
-                Some(Trial {
-                    crossed,
-                    decided,
-                    event,
-                    read: line.read_ns,
-                    ns_per_page,
-                })
-            }
-            None => {
-                missed += 1;
-                eprintln!(
-                    "bench: no decision within {timeout:?} (trial {})",
-                    out.len() + 1
-                );
-                None
-            }
+        let trial = if let Some(line) = agent.next_line(timeout)? {
+            let decision: Value = serde_json::from_str(&line.text)
+                .with_context(|| format!("agent output is not JSON: {}", line.text))?;
+            let decided = decision["monotonic_ns"]
+                .as_u64()
+                .context("no monotonic_ns")?;
+            let event = decision["event_monotonic_ns"].as_u64();
+            Some(Trial {
+                crossed,
+                decided,
+                event,
+                read: line.read_ns,
+                ns_per_page,
+            })
+        } else {
+            missed += 1;
+            eprintln!(
+                "bench: no decision within {timeout:?} (trial {})",
+                out.len() + 1
+            );
+            None
         };
         // 5. Back below the threshold; wait out the eviction gates.
         helper.command("free last")?;

@@ -21,7 +21,7 @@ use crate::vm;
 const MEMORY_MIB: u32 = 1024;
 /// What a kill hit.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Victim {
+pub(super) enum Victim {
     Hog,
     Steady,
     /// Anything else, by name.
@@ -30,14 +30,14 @@ pub enum Victim {
 
 /// Who killed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Actor {
+pub(super) enum Actor {
     Peer,
     Kernel,
 }
 
 /// One trial as the runner reported it, its kills in the order they happened.
 #[derive(Debug, PartialEq)]
-pub struct Trial {
+pub(super) struct Trial {
     pub peer: String,
     pub kills: Vec<(Actor, Victim)>,
     /// Time from the hog's start to its end, if it ended.
@@ -46,13 +46,13 @@ pub struct Trial {
 
 impl Trial {
     /// Who acted first, if anyone.
-    pub fn first(&self) -> Option<Actor> {
+    pub(super) fn first(&self) -> Option<Actor> {
         self.kills.first().map(|(actor, _)| *actor)
     }
 
     /// Won: the peer stopped the hog, it killed no steady process, and the kernel's OOM
     /// killer never fired.
-    pub fn win(&self) -> bool {
+    pub(super) fn win(&self) -> bool {
         let by = |actor: Actor| self.kills.iter().filter(move |(a, _)| *a == actor);
         by(Actor::Peer).any(|(_, v)| *v == Victim::Hog)
             && by(Actor::Peer).all(|(_, v)| *v == Victim::Hog)
@@ -61,7 +61,7 @@ impl Trial {
 }
 
 /// The trials in console `text`: its `oom-peers {json}` lines.
-pub fn parse(text: &str) -> anyhow::Result<Vec<Trial>> {
+pub(super) fn parse(text: &str) -> anyhow::Result<Vec<Trial>> {
     text.lines()
         .filter_map(|line| line.trim().strip_prefix("oom-peers "))
         .map(|json| {
@@ -144,7 +144,7 @@ fn kill_in(message: &str, roles: &BTreeMap<u32, Victim>) -> Option<(Actor, Victi
 
 /// A peer's trials summed up.
 #[derive(Debug, Default, PartialEq)]
-pub struct Summary {
+pub(super) struct Summary {
     pub trials: usize,
     pub wins: usize,
     pub peer_first: usize,
@@ -157,15 +157,14 @@ pub struct Summary {
 }
 
 /// Per peer, in the order the peers first appear.
-pub fn summarize(trials: &[Trial]) -> Vec<(String, Summary)> {
+pub(super) fn summarize(trials: &[Trial]) -> Vec<(String, Summary)> {
     let mut out: Vec<(String, Summary)> = Vec::new();
     for trial in trials {
-        let at = match out.iter().position(|(peer, _)| *peer == trial.peer) {
-            Some(at) => at,
-            None => {
-                out.push((trial.peer.clone(), Summary::default()));
-                out.len() - 1
-            }
+        let at = if let Some(at) = out.iter().position(|(peer, _)| *peer == trial.peer) {
+            at
+        } else {
+            out.push((trial.peer.clone(), Summary::default()));
+            out.len() - 1
         };
         let summary = &mut out[at].1;
         summary.trials += 1;
@@ -211,7 +210,7 @@ fn victims(killed: &BTreeMap<Victim, usize>) -> String {
 }
 
 /// One row per peer, and why systemd-oomd has none when its VM failed.
-pub fn table(summaries: &[(String, Summary)], oomd_failure: Option<&str>) -> String {
+pub(super) fn table(summaries: &[(String, Summary)], oomd_failure: Option<&str>) -> String {
     let mut out = format!(
         "oom-race peers, whole node ({MEMORY_MIB} MiB VM, no swap, Linux 6.1)\n\
          {:<12} {:>6} {:>5} {:>13} {:>9}  {:<20} kernel killed",
@@ -249,7 +248,7 @@ const PODS_SLICE: &str =
 const AGENT_EARLIER: &str = "agent:20%";
 
 /// Runs the peers' trials in the VM and reports them.
-pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     // The kernel alone: how long the hog takes, and that the kernel does stop it.
     let (trials, baseline) = if quick { (3, 1) } else { (10, 3) };
     let release = bins

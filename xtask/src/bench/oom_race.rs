@@ -34,7 +34,7 @@ struct Case {
 fn case(label: &str, args: &[&str]) -> Case {
     Case {
         label: label.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
+        args: args.iter().map(ToString::to_string).collect(),
         margins: None,
     }
 }
@@ -74,7 +74,7 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
     }
 }
 
-pub fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     let release = bins
         .monitor
         .parent()
@@ -172,8 +172,7 @@ fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
             let cell = rates
                 .iter()
                 .find(|r| r.0 == case && r.1 == *m)
-                .map(|r| format!("{}/{}", r.2, r.3))
-                .unwrap_or_else(|| "-".into());
+                .map_or_else(|| "-".into(), |r| format!("{}/{}", r.2, r.3));
             out.push_str(&format!("  {cell:>9}"));
         }
     }
@@ -197,7 +196,7 @@ mod tests {
         assert_eq!(lines.len(), 4, "{table}");
         assert!(lines[0].contains("16 MiB") && lines[0].contains("48 MiB"));
         assert!(
-            lines[2].starts_with("poll 100ms") && lines[2].ends_with("-"),
+            lines[2].starts_with("poll 100ms") && lines[2].ends_with('-'),
             "{table}"
         );
         assert!(lines[3].trim_end().ends_with("0/3"), "{table}");

@@ -13,7 +13,7 @@ use super::{
     report::{Figure, Section},
 };
 
-pub fn run(machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     let load = loadavg();
     let mut cmd = cargo();
     cmd.args([
@@ -57,7 +57,7 @@ const BASELINES: [(&str, &str); 3] = [
 ];
 
 /// Incremental updates/s per size, against the fastest of the baselines; each baseline too.
-pub fn figures(machine: &Machine, load: f64, raw: &Value) -> anyhow::Result<Vec<Figure>> {
+pub(super) fn figures(machine: &Machine, load: f64, raw: &Value) -> anyhow::Result<Vec<Figure>> {
     let mut out = Vec::new();
     for result in raw["results"].as_array().context("no results")? {
         let pods = result["pods"].as_u64().context("pods")?;

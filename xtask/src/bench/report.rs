@@ -7,7 +7,7 @@ use super::env::Machine;
 
 /// One measured number, with where and under what load it was measured.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Figure {
+pub(super) struct Figure {
     /// latency, density, kernel, ranking.
     pub bench: String,
     /// What was measured: `ebpf`, `poll 100ms`, `1000 pods ebpf`, a program's name.
@@ -28,7 +28,7 @@ pub struct Figure {
 }
 
 impl Figure {
-    pub fn new(bench: &str, case: &str, metric: &str, value: f64, unit: &str) -> Self {
+    pub(super) fn new(bench: &str, case: &str, metric: &str, value: f64, unit: &str) -> Self {
         Self {
             bench: bench.into(),
             case: case.into(),
@@ -42,19 +42,19 @@ impl Figure {
         }
     }
 
-    pub fn note(mut self, note: impl Into<String>) -> Self {
+    pub(super) fn note(mut self, note: impl Into<String>) -> Self {
         self.note = note.into();
         self
     }
 
-    pub fn on(mut self, machine: &Machine, load: f64) -> Self {
+    pub(super) fn on(mut self, machine: &Machine, load: f64) -> Self {
         self.machine = machine.describe();
         self.load = load;
         self
     }
 
     /// Sets the ratio against `baseline` (the same metric of another case).
-    pub fn against(mut self, baseline: &Figure) -> Self {
+    pub(super) fn against(mut self, baseline: &Figure) -> Self {
         if baseline.value != 0.0 {
             self.ratio = Some((self.value / baseline.value, baseline.case.clone()));
         }
@@ -63,13 +63,13 @@ impl Figure {
 }
 
 /// A benchmark's figures plus its raw data for the JSON output.
-pub struct Section {
+pub(super) struct Section {
     pub figures: Vec<Figure>,
     pub raw: Value,
 }
 
 /// The `p`-th percentile (0..=100) by nearest rank of unsorted samples; `None` when empty.
-pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
+pub(crate) fn percentile(samples: &[f64], p: f64) -> Option<f64> {
     if samples.is_empty() {
         return None;
     }
@@ -80,7 +80,7 @@ pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
 }
 
 /// A value with a precision that suits its size.
-pub fn format_value(value: f64, unit: &str) -> String {
+pub(super) fn format_value(value: f64, unit: &str) -> String {
     let magnitude = value.abs();
     let number = if magnitude >= 1000.0 || value.fract() == 0.0 {
         format!("{value:.0}")
@@ -107,7 +107,7 @@ fn format_ratio(ratio: &Option<(f64, String)>) -> String {
 }
 
 /// The figures as one aligned text table.
-pub fn table(figures: &[Figure]) -> String {
+pub(super) fn table(figures: &[Figure]) -> String {
     let header = [
         "bench",
         "case",
@@ -162,7 +162,7 @@ pub fn table(figures: &[Figure]) -> String {
 }
 
 /// Everything as one JSON object.
-pub fn json(
+pub(super) fn json(
     machine: &Machine,
     quick: bool,
     elapsed: Duration,

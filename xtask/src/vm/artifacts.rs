@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 /// Executables built for the VM.
-pub struct Artifacts {
+pub(super) struct Artifacts {
     pub monitor: PathBuf,
     /// Test harness executables of the `tests` crate, to be run.
     pub tests: Vec<PathBuf>,
@@ -19,7 +19,7 @@ pub struct Artifacts {
 }
 
 /// Builds the `monitor` binary and the `tests` crate's test executables.
-pub fn build() -> anyhow::Result<Artifacts> {
+pub(super) fn build() -> anyhow::Result<Artifacts> {
     let monitor = executables(&["build", "--package", "monitor", "--bin", "monitor"])?
         .into_iter()
         .map(|e| e.path)

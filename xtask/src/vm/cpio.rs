@@ -19,22 +19,22 @@ enum Entry {
 
 /// The archive's contents, keyed by path without a leading `/`.
 #[derive(Debug, Default)]
-pub struct Tree {
+pub(super) struct Tree {
     entries: BTreeMap<String, Entry>,
 }
 
 impl Tree {
     /// Adds a regular file with permission bits `mode` (e.g. 0o755).
-    pub fn file(&mut self, path: &str, mode: u32, data: Vec<u8>) {
+    pub(super) fn file(&mut self, path: &str, mode: u32, data: Vec<u8>) {
         self.insert(path, Entry::File { mode, data });
     }
 
-    pub fn symlink(&mut self, path: &str, target: &str) {
+    pub(super) fn symlink(&mut self, path: &str, target: &str) {
         let target = target.to_string();
         self.insert(path, Entry::Symlink { target });
     }
 
-    pub fn dir(&mut self, path: &str) {
+    pub(super) fn dir(&mut self, path: &str) {
         self.insert(path, Entry::Dir);
     }
 
@@ -49,7 +49,7 @@ impl Tree {
     }
 
     /// Writes the archive. A path sorts before every path below it, so parents come first.
-    pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
+    pub(super) fn write(&self, out: &mut impl Write) -> io::Result<()> {
         let mut written = 0;
         for (ino, (path, entry)) in (1..).zip(&self.entries) {
             let (mode, data): (u32, &[u8]) = match entry {

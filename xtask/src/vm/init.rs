@@ -8,14 +8,14 @@ use test_skip::{ALLOW_VAR, LOG_VAR};
 /// Start of the result line; the nonce follows so no test output can fake it.
 const MARKER: &str = "VM-TEST-RESULT";
 /// Where the initramfs holds the RAM disk driver.
-pub const RAMDISK_MODULE: &str = "/lib/modules/brd.ko";
+pub(super) const RAMDISK_MODULE: &str = "/lib/modules/brd.ko";
 /// The RAM disk's size in KiB: room for the page-cache files of two overrunning cgroups.
 const RAMDISK_KIB: u32 = 512 * 1024;
 /// Where the tests record their skips in the VM.
 const SKIP_LOG: &str = "/tmp/test-skips.log";
 
 /// What the VM runs.
-pub struct Plan<'a> {
+pub(super) struct Plan<'a> {
     pub nonce: &'a str,
     /// The kernel series booted (`6.1`, `6.12`), for tests that check the release.
     pub kernel: &'a str,
@@ -28,24 +28,24 @@ pub struct Plan<'a> {
 }
 
 /// One command of the plan; the result line names those that failed.
-pub struct Run {
+pub(super) struct Run {
     pub name: String,
     pub argv: Vec<String>,
 }
 
 impl Run {
-    pub fn new(name: &str, program: &Path, args: &[&str]) -> Self {
+    pub(super) fn new(name: &str, program: &Path, args: &[&str]) -> Self {
         Self {
             name: name.to_string(),
             argv: std::iter::once(program.display().to_string())
-                .chain(args.iter().map(|a| a.to_string()))
+                .chain(args.iter().map(ToString::to_string))
                 .collect(),
         }
     }
 }
 
 /// `monitor doctor`, then every test executable, one test at a time.
-pub fn test_runs(monitor: &Path, tests: &[PathBuf]) -> Vec<Run> {
+pub(super) fn test_runs(monitor: &Path, tests: &[PathBuf]) -> Vec<Run> {
     let mut runs = vec![Run::new("doctor", monitor, &["doctor"])];
     for test in tests {
         let name = test.file_name().map_or_else(
@@ -58,7 +58,7 @@ pub fn test_runs(monitor: &Path, tests: &[PathBuf]) -> Vec<Run> {
 }
 
 /// The init script for `plan`.
-pub fn script(plan: &Plan) -> String {
+pub(super) fn script(plan: &Plan<'_>) -> String {
     let mut runs = String::new();
     for run in plan.runs {
         runs.push_str("run ");
@@ -134,14 +134,14 @@ fn quote(path: &Path) -> String {
 
 /// The outcome the VM reported.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     Pass,
     /// The names of what failed.
     Fail(String),
 }
 
 /// The verdict on a console line that is this run's result line.
-pub fn verdict(line: &str, nonce: &str) -> Option<Verdict> {
+pub(super) fn verdict(line: &str, nonce: &str) -> Option<Verdict> {
     let rest = line.trim_end().strip_prefix(MARKER)?.strip_prefix(' ')?;
     let result = rest.strip_prefix(nonce)?.strip_prefix(' ')?;
     match result {
@@ -153,7 +153,7 @@ pub fn verdict(line: &str, nonce: &str) -> Option<Verdict> {
 }
 
 /// The kernel's last words, whatever the cause (including init exiting).
-pub fn is_kernel_panic(line: &str) -> bool {
+pub(super) fn is_kernel_panic(line: &str) -> bool {
     line.contains("Kernel panic - not syncing")
 }
 

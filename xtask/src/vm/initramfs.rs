@@ -23,7 +23,7 @@ const BUSYBOX: &str = "/bin/busybox";
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Writes the initramfs to `out`; `executables` and `modules` are (host path, path in the VM).
-pub fn write(
+pub(super) fn write(
     out: &Path,
     init: &str,
     executables: &[(&Path, PathBuf)],

@@ -18,7 +18,7 @@ use crate::process::status;
 /// A Debian kernel series the VM boots: packages `<prefix><number><suffix>`, newest number
 /// taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Series {
+pub(super) struct Series {
     /// The kernel version the releases start with, e.g. `6.12`.
     pub version: &'static str,
     prefix: &'static str,
@@ -42,7 +42,7 @@ enum Archive {
 
 /// The kernels of the VM matrix: Debian 12's own (ABI-numbered) and its 6.12 from the
 /// security archive.
-pub const SERIES: [Series; 2] = [
+pub(super) const SERIES: [Series; 2] = [
     Series {
         version: "6.1",
         prefix: "linux-image-6.1.0-",
@@ -62,7 +62,7 @@ pub const SERIES: [Series; 2] = [
 /// A kernel with both the memcg tracepoints (6.13+) and the functions the fentry programs
 /// attach to, so the hook benchmark compares the two on one kernel: Debian 13's backported
 /// 6.18 (the host's series), newest release taken.
-pub const BOTH_HOOKS: Series = Series {
+pub(super) const BOTH_HOOKS: Series = Series {
     version: "6.18",
     prefix: "linux-image-6.18.",
     suffix: "+deb13-cloud-amd64",
@@ -71,14 +71,14 @@ pub const BOTH_HOOKS: Series = Series {
 };
 
 /// What the VM boots: the kernel image and the one module it loads.
-pub struct Kernel {
+pub(super) struct Kernel {
     pub image: PathBuf,
     /// `brd.ko`, the RAM disk driver.
     pub ramdisk_module: PathBuf,
 }
 
 /// The kernel of `series`, downloading and unpacking the package on first use.
-pub fn ensure(work: &Path, series: Series) -> anyhow::Result<Kernel> {
+pub(super) fn ensure(work: &Path, series: Series) -> anyhow::Result<Kernel> {
     let image = unpacked_image(work, series)?;
     let unpacked = work.join(series.dir);
     let ramdisk_module = find_module(&unpacked, "drivers/block/brd.ko").with_context(|| {
@@ -154,7 +154,7 @@ fn find_module(unpacked: &Path, relative: &str) -> Option<PathBuf> {
     let module = ["lib/modules", "usr/lib/modules"]
         .iter()
         .filter_map(|dir| fs::read_dir(unpacked.join(dir)).ok())
-        .flat_map(|versions| versions.flatten())
+        .flat_map(Iterator::flatten)
         .map(|version| version.path().join("kernel").join(relative))
         .find(|module| module.is_file() || compressed(module).is_file())?;
     if !module.is_file() {

@@ -13,7 +13,7 @@ use crate::process::status;
 
 /// The unpacked root of `package` (its files below it as below `/`), unpacking it first
 /// when absent.
-pub fn unpacked(work: &Path, package: &str) -> anyhow::Result<PathBuf> {
+pub(super) fn unpacked(work: &Path, package: &str) -> anyhow::Result<PathBuf> {
     let root = work.join("packages").join(package);
     if root.is_dir() {
         return Ok(root);

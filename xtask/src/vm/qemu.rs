@@ -27,7 +27,7 @@ enum Outcome {
 
 /// Boots `kernel` with `initrd` and `memory_mib` of RAM, hands each console line to `echo`
 /// and fails unless the VM reports that everything passed.
-pub fn boot(
+pub(super) fn boot(
     kernel: &Path,
     initrd: &Path,
     memory_mib: u32,

@@ -23,12 +23,12 @@ const TARGET: &str = "vm-run.target";
 const PLAN: &str = "/vm-run.sh";
 
 /// `/init`: systemd as PID 1, booting to [`TARGET`] with its status lines off the console.
-pub fn init() -> String {
+pub(super) fn init() -> String {
     format!("#!/bin/busybox sh\nexec /lib/systemd/systemd --unit={TARGET} --show-status=false\n")
 }
 
 /// What the initramfs needs beyond the usual, as (host, guest) paths.
-pub struct Files {
+pub(super) struct Files {
     /// ELF files: their libraries follow them in.
     pub executables: Vec<(PathBuf, PathBuf)>,
     pub files: Vec<(PathBuf, PathBuf)>,
@@ -37,7 +37,7 @@ pub struct Files {
 /// The packages' files and the generated ones: `plan` is the plan script, `units` (guest
 /// path, text) extra configuration (unit files, drop-ins). Generated files are written below
 /// `work/systemd`.
-pub fn files(work: &Path, plan: &str, units: &[(&str, &str)]) -> anyhow::Result<Files> {
+pub(super) fn files(work: &Path, plan: &str, units: &[(&str, &str)]) -> anyhow::Result<Files> {
     let version = installed_version("systemd")?;
     let mut out = Files {
         executables: Vec::new(),

@@ -11,12 +11,12 @@ use serde_json::Value;
 use super::fnv::fnv32a;
 
 /// Returns the FNV-32a checksum of the canonical dump of `value` under `schema`.
-pub fn checksum<T: Serialize>(schema: &str, value: &T) -> Result<u32, serde_json::Error> {
+pub(super) fn checksum<T: Serialize>(schema: &str, value: &T) -> Result<u32, serde_json::Error> {
     Ok(fnv32a(dump(schema, value)?.as_bytes()))
 }
 
 /// Prints `value` canonically, prefixed with `schema`.
-pub fn dump<T: Serialize>(schema: &str, value: &T) -> Result<String, serde_json::Error> {
+pub(super) fn dump<T: Serialize>(schema: &str, value: &T) -> Result<String, serde_json::Error> {
     let mut out = String::from(schema);
     write_value(&mut out, &serde_json::to_value(value)?);
     Ok(out)

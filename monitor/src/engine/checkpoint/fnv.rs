@@ -7,7 +7,7 @@ const OFFSET_BASIS: u32 = 0x811c_9dc5;
 const PRIME: u32 = 0x0100_0193;
 
 /// Returns the FNV-1a 32-bit hash of `bytes`.
-pub fn fnv32a(bytes: &[u8]) -> u32 {
+pub(super) fn fnv32a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
         (hash ^ u32::from(byte)).wrapping_mul(PRIME)
     })

@@ -11,7 +11,7 @@ use crate::source::{
 };
 
 /// `IncidentConfig` with the v1 memory cgroup offsets filled in.
-pub fn v1_offsets(
+pub(super) fn v1_offsets(
     types: &Types<'_>,
     mut config: IncidentConfig,
 ) -> Result<IncidentConfig, OffsetError> {

@@ -13,7 +13,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use super::VMLINUX_BTF;
 
 /// Loads `object` with BTF relocation off, hiding the kernel's BTF from aya where possible.
-pub fn load(object: &[u8]) -> Result<Ebpf, EbpfError> {
+pub(super) fn load(object: &[u8]) -> Result<Ebpf, EbpfError> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {

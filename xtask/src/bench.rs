@@ -102,7 +102,7 @@ pub(crate) fn run(
         }
         let label = format!("{n:?}").to_lowercase();
         eprintln!("bench: {label} (load {:.2})", env::loadavg());
-        let section_started = std::time::Instant::now();
+        let section_started = Instant::now();
         let section = f()?;
         // Where the run's time goes, for keeping the quick run within CI's budget.
         eprintln!(

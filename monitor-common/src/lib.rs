@@ -117,6 +117,11 @@ impl Config {
 pub struct PendingPages {
     /// The cgroup whose updates are pending; 0 (no cgroup has that id): none.
     pub cgroup_id: u64,
+    /// The kernel pointer (memcg or lruvec) the program resolved `cgroup_id` from; 0 for
+    /// the classic tracepoints, which are handed the id.
+    pub resolved_from: u64,
+    /// `LIFECYCLE_GENERATION` read before `cgroup_id` was resolved; 0: not to be reused.
+    pub generation: i64,
     /// Pages not yet added to the cgroup's [`CgroupCounters::pages`], per [`Stat`] slot.
     pub pages: [i64; NSTATS],
 }
@@ -514,7 +519,7 @@ pub mod field {
 // Both sides must agree on these layouts byte for byte.
 const _: () = assert!(size_of::<Config>() == 64);
 const _: () = assert!(size_of::<CgroupCounters>() == 16 * NSTATS);
-const _: () = assert!(size_of::<PendingPages>() == 8 + 8 * NSTATS);
+const _: () = assert!(size_of::<PendingPages>() == 24 + 8 * NSTATS);
 const _: () = assert!(size_of::<StatEvent>() == 48);
 const _: () = assert!(size_of::<CgroupEvent>() == 32 + PATH_MAX);
 const _: () = assert!(size_of::<IncidentConfig>() == 40);

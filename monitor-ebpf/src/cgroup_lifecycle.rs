@@ -4,7 +4,7 @@
 //! cgroup's aggregate from `CGROUP_STATS` so the map does not fill with dead cgroups; it also
 //! notes the id in `REMOVED` first, so later stat updates of the dying cgroup (its remaining
 //! pages being uncharged) do not insert the entry again. Both also advance
-//! `LIFECYCLE_GENERATION`, which ends the fentry programs' cached memcg ids.
+//! `LIFECYCLE_GENERATION`, which ends the cgroup ids the pending entries remember.
 //! Minimum kernel: 4.19 (cgroup tracepoints), 5.8 for the ring buffer.
 
 use aya_ebpf::{

@@ -10,11 +10,11 @@
 #![allow(internal_features)]
 
 mod atomic;
-mod cgroup_ids;
 mod cgroup_lifecycle;
 mod kswapd;
 mod maps;
 mod memcg_fentry;
+mod memcg_id;
 mod memcg_raw;
 mod memcg_stat;
 mod oom_victim;

@@ -36,11 +36,11 @@ pub(crate) static FIELDS: Array<FieldOffsets> = Array::with_max_entries(NFIELDS_
 #[map]
 pub(crate) static MEMCG_OFFSETS: Array<MemcgOffsets> = Array::with_max_entries(1, 0);
 
-/// Bumped by every cgroup creation and removal, in any hierarchy; 0 (the id caches of the
-/// fentry and raw programs off) until userspace has both lifecycle programs attached and sets
-/// it to 1. A cache entry stamped with the current generation therefore saw no cgroup come or
-/// go since it was filled (see `cgroup_ids`, and `memcg_fentry` for what its lruvec entries
-/// rely on).
+/// Bumped by every cgroup creation and removal, in any hierarchy; 0 (the pending entries'
+/// remembered ids off) until userspace has both lifecycle programs attached and sets it to 1.
+/// An entry stamped with the current generation therefore saw no cgroup come or go since it
+/// was filled: a memcg (and the lruvecs inside it) is freed only after its cgroup's removal,
+/// and its memory can name another cgroup only after that one's creation (see `pending`).
 #[map]
 pub(crate) static LIFECYCLE_GENERATION: Array<i64> = Array::with_max_entries(1, 0);
 

@@ -6,21 +6,20 @@
 //! a helper call. A raw tracepoint gets the `TP_PROTO` arguments as they are,
 //! `(struct mem_cgroup *, int item, int val)` on 6.13+, so untracked items are dropped after
 //! one load from the context, and only tracked ones pay for the cgroup id
-//! (`memcg->css.cgroup->kn->id` with the fentry programs' BTF offsets): one read for the
-//! cgroup pointer, and two more only when it is not the one this CPU resolved last
-//! (`cgroup_ids`). The default where they attach; `--memcg-hook tracepoint` takes the
-//! classic ones (`memcg_stat`).
+//! (`memcg->css.cgroup->kn->id` with the fentry programs' BTF offsets), and only when the
+//! memcg is not the one this CPU's pending entry was resolved from (`pending`): a fault
+//! loop's repeated hits read nothing. The default where they attach; `--memcg-hook
+//! tracepoint` takes the classic ones (`memcg_stat`).
 //! Minimum kernel: 6.13 (the tracepoints), raw tracepoints since 4.17.
 
-use aya_ebpf::{
-    helpers::bpf_probe_read_kernel, macros::raw_tracepoint, programs::RawTracePointContext,
-};
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 use monitor_common::PendingSlot;
 
 use crate::{
-    cgroup_ids,
-    maps::{config, memcg_offsets},
+    maps::{config, lifecycle_generation, memcg_offsets},
+    memcg_id::memcg_id,
     memcg_stat::{record, slot_of},
+    pending::{self, Owner},
 };
 
 #[raw_tracepoint(tracepoint = "mod_memcg_lruvec_state")]
@@ -43,12 +42,17 @@ fn try_raw(ctx: &RawTracePointContext, memcg_item: bool) -> Result<(), i64> {
         (&cfg.lruvec_items, PendingSlot::Lruvec)
     };
     let slot = slot_of(items, ctx.arg::<i32>(1)).ok_or(0)?;
-    let offsets = memcg_offsets().ok_or(0)?;
-    let memcg = ctx.arg::<u64>(0) as *const u8;
-    // SAFETY: only handed to bpf_probe_read_kernel, which checks the access.
-    let cgroup: *const u8 = unsafe {
-        bpf_probe_read_kernel(memcg.wrapping_add(offsets.memcg_cgroup as usize) as *const _)?
+    let memcg = ctx.arg::<u64>(0);
+    // Read before resolving: a cgroup created or removed meanwhile leaves the entry stale.
+    let generation = lifecycle_generation();
+    let id = match pending::resolved_id(program, memcg, generation) {
+        Some(id) => id,
+        None => memcg_id(memcg as *const u8, memcg_offsets().ok_or(0)?)?,
     };
-    let id = cgroup_ids::cgroup_id(program, cgroup, offsets)?;
-    record(cfg, program, slot, id, ctx.arg::<i32>(2))
+    let owner = Owner {
+        id,
+        resolved_from: memcg,
+        generation,
+    };
+    record(cfg, program, slot, owner, ctx.arg::<i32>(2))
 }

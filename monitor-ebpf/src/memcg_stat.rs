@@ -22,7 +22,8 @@ use monitor_common::{
 use crate::{
     atomic,
     maps::{CGROUP_STATS, EVENTS, REMOVED, config, count_drop, fields},
-    pending, wake,
+    pending::{self, Owner},
+    wake,
 };
 
 #[tracepoint(category = "memcg", name = "mod_memcg_lruvec_state")]
@@ -60,7 +61,7 @@ fn try_record(ctx: &TracePointContext, memcg_item: bool) -> Result<(), i64> {
             ctx.read_at::<i32>(at.at(VAL))?,
         )
     };
-    record(cfg, program, slot, id, val)
+    record(cfg, program, slot, Owner::id_only(id), val)
 }
 
 /// The [`Stat`] slot a kernel item number is tracked in, if any.
@@ -83,10 +84,11 @@ pub(crate) fn record(
     cfg: &Config,
     program: PendingSlot,
     slot: usize,
-    id: u64,
+    owner: Owner,
     val: i32,
 ) -> Result<(), i64> {
-    let fold = pending::hold(cfg, program, slot, id, i64::from(val));
+    let id = owner.id;
+    let fold = pending::hold(cfg, program, slot, owner, i64::from(val));
     if let Some((evicted, pages)) = fold.evicted {
         fold_all(cfg, evicted, &pages);
     }

@@ -87,7 +87,11 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
                 on_median,
                 "ns",
             )
-            .note(format!("median of {} runs x {pages} pages", on.len()))
+            .note(format!(
+                "median of {} runs x {pages} pages; rounds {}",
+                on.len(),
+                round_ratios(on, &off)
+            ))
             .on(machine, load)
             .against(&baseline),
         );
@@ -304,6 +308,22 @@ fn programs_json(per_prog: &BTreeMap<String, ProgStats>) -> Value {
         .into()
 }
 
+/// The spread of one variant's ratio round by round, each run against the mean of the runs
+/// without the agent just before and after it: how far one run can mislead on this machine.
+fn round_ratios(on: &[f64], off: &[f64]) -> String {
+    let ratios: Vec<f64> = on
+        .iter()
+        .zip(off.windows(2))
+        .map(|(on, around)| on / f64::midpoint(around[0], around[1]))
+        .collect();
+    if ratios.is_empty() {
+        return "-".to_string();
+    }
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{low:.2}x-{high:.2}x")
+}
+
 fn fault_pages(rounds: usize) -> u64 {
     (4 << 20) / 4096 * rounds as u64
 }
@@ -414,6 +434,15 @@ mod tests {
                 run_cnt: 10
             }
         );
+    }
+
+    #[test]
+    fn round_ratios_compare_each_run_with_the_runs_around_it() {
+        assert_eq!(
+            round_ratios(&[110.0, 300.0], &[100.0, 100.0, 200.0]),
+            "1.10x-2.00x"
+        );
+        assert_eq!(round_ratios(&[], &[100.0]), "-");
     }
 
     #[test]

@@ -549,3 +549,86 @@ fn a_pod_whose_containers_restart_after_its_kill_is_a_candidate_again() {
     assert!(process_alive(calm_proc.pid()), "only the hog died");
     agent.stop();
 }
+
+#[test]
+fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_pod_goes() {
+    if !running_as_root("stat_programs_detached_far_from_the_threshold_attach_in_time") {
+        return;
+    }
+    let scene = AgentScene::new("agent-gate", "10s", "10s");
+    // The agent serves its metrics on loopback in a network namespace of the test's own.
+    in_own_network_namespace(|| {
+        let over = TestPod::new("over").request_mib(20).priority(1000);
+        let small = TestPod::new("small").request_mib(50);
+        let big = TestPod::new("big").request_mib(200);
+        // 200Mi from the threshold at start, beyond twice 60Mi: the stat programs come off.
+        let mut agent = scene.start_agent(&[
+            "--source",
+            "ebpf",
+            "--attach-within",
+            "60Mi",
+            "--resync-interval",
+            "1s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ]);
+        let detached = |l: &str| l.contains("memory stat programs detached");
+        let attached = |l: &str| l.contains("memory stat programs attached");
+        agent
+            .wait_stderr(Duration::from_secs(10), detached)
+            .unwrap_or_else(|| panic!("the programs were not detached: {}", agent.stderr()));
+        let addr = metrics_addr(&agent);
+        // The metrics are refreshed at least every second.
+        let gauge_becomes = |value: &str| {
+            let line = format!("monitor_stat_programs_attached {value}");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !http_get(addr, "/metrics").contains(&line) {
+                assert!(Instant::now() < deadline, "no {line:?} in /metrics");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        };
+        gauge_becomes("0");
+        let mut over_proc = scene.start_pod(&over);
+        let mut small_proc = scene.start_pod(&small);
+        let mut big_proc = scene.start_pod(&big);
+
+        // 110Mi from the threshold: still more than 60Mi, so nothing is attached, and what the
+        // pods take is seen only by reading cgroupfs.
+        over_proc.alloc(60);
+        small_proc.alloc(30);
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            agent.wait_stderr(Duration::ZERO, attached).is_none(),
+            "attached while 110Mi from the threshold: {}",
+            agent.stderr()
+        );
+        // 50Mi from it: the guard read sees it within 100ms and attaches before the threshold.
+        big_proc.alloc(60);
+        agent
+            .wait_stderr(Duration::from_secs(10), attached)
+            .unwrap_or_else(|| panic!("the programs were not attached: {}", agent.stderr()));
+        gauge_becomes("1");
+        assert_no_decision(&agent, Duration::from_secs(1), "no threshold is met yet");
+        big_proc.alloc(80);
+
+        // The pods read after attaching, plus the kernel's records since: over's 60Mi counted
+        // once, small within its request.
+        let decision = agent.next_decision(DECIDE);
+        assert_decision(&decision, "evict", &over);
+        let usage = decision["rank"]["usage"].as_i64().unwrap();
+        assert!((40 * MIB..=70 * MIB).contains(&usage), "{decision:#}");
+        scene.wait_until_empty(&over, KILL);
+        assert!(alive(&small_proc) && alive(&big_proc));
+
+        // Far again once big frees its memory: detached at a resync.
+        big_proc.free();
+        small_proc.free();
+        let detaches = || agent.stderr().lines().filter(|l| detached(l)).count();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while detaches() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(detaches(), 2, "not detached again: {}", agent.stderr());
+        agent.stop();
+    });
+}

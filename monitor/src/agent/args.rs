@@ -127,6 +127,15 @@ pub struct AgentArgs {
     /// update at once.
     #[arg(long, value_name = "PAGES", value_parser = clap::value_parser!(u32).range(1..))]
     pub per_cpu_budget: Option<u32>,
+    /// Run the memcg stat programs only while a memory threshold is within this much
+    /// working-set growth (kubelet quantity, e.g. 1Gi). Farther away they are detached, so
+    /// page faults run none of the agent's code; the node's and the kubepods cgroup's memory
+    /// is read every 100ms instead, and the pods' at each --resync-interval. They are attached
+    /// again at this distance, after which every pod is read, and detached beyond twice it.
+    /// Size it for the fastest growth the node sees over the 100ms read plus a read of every
+    /// pod (2 GiB/s for 250 ms is 512Mi). Default: attached at all times.
+    #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
+    pub attach_within: Option<u64>,
     /// Where the agent keeps its state across restarts.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
     pub checkpoint_dir: PathBuf,

@@ -76,17 +76,27 @@ impl Source {
         }
     }
 
-    /// Whether memory numbers come from the kernel between resyncs.
-    pub(super) fn memory_from_kernel(&self) -> bool {
+    /// Whether the kernel programs can report memory numbers, attached now or not.
+    pub(super) fn has_stat_programs(&self) -> bool {
         self.kind == EventSource::Ebpf
     }
 
-    /// The kernel programs, when they report memory numbers.
+    /// Whether memory numbers come from the kernel between resyncs now: the stat programs
+    /// are loaded and attached (`--attach-within` detaches them while no threshold is near).
+    pub(super) fn memory_from_kernel(&self) -> bool {
+        self.has_stat_programs()
+            && self
+                .kernel
+                .as_ref()
+                .is_some_and(KernelSource::stats_attached)
+    }
+
+    /// The kernel programs, when they report memory numbers now.
     pub(super) fn memory_kernel(&mut self) -> Option<&mut KernelSource> {
-        match self.kind {
-            EventSource::Ebpf => self.kernel.as_mut(),
-            EventSource::EbpfPoll | EventSource::Poll => None,
+        if !self.memory_from_kernel() {
+            return None;
         }
+        self.kernel.as_mut()
     }
 
     /// The next batch of kernel records; never resolves when polling alone. Cancel-safe.

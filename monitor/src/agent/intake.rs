@@ -32,7 +32,7 @@ impl Agent {
     /// PSI triggers that make a polling agent read at once when memory stalls; none with the
     /// stat programs, whose records already wake it.
     pub(super) fn install_psi_wake(&self) -> Option<PsiWake> {
-        if self.source.memory_from_kernel() || self.args.psi_stall.is_zero() {
+        if self.source.has_stat_programs() || self.args.psi_stall.is_zero() {
             return None;
         }
         let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);

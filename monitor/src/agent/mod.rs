@@ -1,8 +1,8 @@
 //! The node agent's shell: kernel events -> working sets -> rankings -> decisions -> actions
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`] is
 //! the event loop over the seams ([`event_source`], [`reader`], [`actuator`],
-//! [`checkpoint_writer`]) with its steps in [`startup`], [`intake`], [`decision_step`],
-//! [`action_results`] and [`visibility`].
+//! [`checkpoint_writer`]) with its steps in [`startup`], [`intake`], [`stat_programs`],
+//! [`decision_step`], [`action_results`] and [`visibility`].
 pub mod action_path;
 mod action_results;
 pub mod actuator;
@@ -25,6 +25,7 @@ pub mod resync;
 mod run;
 pub mod self_protect;
 mod startup;
+mod stat_programs;
 mod visibility;
 
 pub use args::AgentArgs;

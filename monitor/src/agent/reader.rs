@@ -69,6 +69,44 @@ pub struct ReadFailures {
 /// takes most of a second, in which the kernel's ring could fill many times over.
 pub const PODS_PER_CHUNK: usize = 250;
 
+/// The key of the node's own reads among the pods' uids in [`ReadFailures`] (no uid holds
+/// a NUL).
+const NODE_READS: &str = "\0node";
+
+/// Reads the node's and the kubepods cgroup's working sets into `core`; after a failure the
+/// last values stand, and a failure that lasts is logged once.
+pub fn read_node(
+    reader: &dyn MachineReader,
+    core: &mut AgentCore,
+    kubepods_rel: &str,
+    failures: &mut ReadFailures,
+) {
+    // Taken before each read: kernel records sent earlier are contained in it.
+    let read_ns = monotonic_ns();
+    match (reader.node_working_set(), reader.working_set(kubepods_rel)) {
+        (Ok(node), Ok(kubepods)) => {
+            core.set_node_reading(node, kubepods, read_ns);
+            if failures.logged.remove(NODE_READS) {
+                tracing::info!("node memory is readable again");
+            }
+        }
+        (node, kubepods) => {
+            let why = format!(
+                "{:?} / {:?}",
+                node.err().map(|e| e.to_string()),
+                kubepods.err().map(|e| e.to_string())
+            );
+            if failures.logged.insert(NODE_READS.to_string()) {
+                tracing::warn!(
+                    "reading node memory (the last values stand until it reads again): {why}"
+                );
+            } else {
+                tracing::debug!("reading node memory: {why}");
+            }
+        }
+    }
+}
+
 /// Reads the node, the kubepods cgroup and the pods of `scope` into `core`. With
 /// `classify`, the hierarchy is rewalked first and every cgroup attributed anew.
 /// `between_reads` runs after the walk and after every [`PODS_PER_CHUNK`] pods (the agent
@@ -94,16 +132,7 @@ pub fn read_all(
         }
         between_reads();
     }
-    // Taken before each read: kernel records sent earlier are contained in it.
-    let read_ns = monotonic_ns();
-    match (reader.node_working_set(), reader.working_set(kubepods_rel)) {
-        (Ok(node), Ok(kubepods)) => core.set_node_reading(node, kubepods, read_ns),
-        (node, kubepods) => tracing::warn!(
-            "reading node memory (the last values stand): {:?} / {:?}",
-            node.err().map(|e| e.to_string()),
-            kubepods.err().map(|e| e.to_string())
-        ),
-    }
+    read_node(reader, core, kubepods_rel, failures);
     let pods: Vec<(PodRef, CgroupRel)> = core.pods_to_read(scope);
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
@@ -171,6 +200,8 @@ mod tests {
     /// cgroupfs as a table of reads by path; a path not in it is gone.
     struct FakeCgroupfs {
         pods: HashMap<&'static str, FakeRead>,
+        /// The kubepods cgroup's working set; `None`: its read fails with EIO.
+        kubepods: Option<u64>,
     }
 
     impl MachineReader for FakeCgroupfs {
@@ -182,7 +213,10 @@ mod tests {
         }
         fn working_set(&self, rel: &str) -> Result<u64, StatsError> {
             if rel == "/kubepods" {
-                return Ok(950 * MI);
+                return self.kubepods.ok_or_else(|| StatsError::Io {
+                    path: "/kubepods/memory.stat".into(),
+                    source: io::Error::from_raw_os_error(libc::EIO),
+                });
             }
             match self.pods.get(rel) {
                 Some(Ok(ws)) => Ok(*ws),
@@ -236,6 +270,7 @@ mod tests {
                     (path, Ok(10 * MI))
                 })
                 .collect(),
+            kubepods: Some(950 * MI),
         };
         for (classify, expected) in [(false, 2), (true, 3)] {
             let mut calls = 0;
@@ -274,6 +309,7 @@ mod tests {
                 ),
                 ("/kubepods/hog", Ok(900 * MI)),
             ]),
+            kubepods: Some(950 * MI),
         };
         let mut failures = ReadFailures::default();
         for _ in 0..3 {
@@ -295,5 +331,38 @@ mod tests {
             decision.eviction().map(|e| e.pod.name.as_str()),
             Some("hog")
         );
+    }
+
+    #[test]
+    fn a_failing_node_read_keeps_the_last_values_and_is_logged_once_per_episode() {
+        let mut core = core_with("evictionHard:\n  allocatableMemory.available: 100Mi\n");
+        let mut fs = FakeCgroupfs {
+            pods: HashMap::new(),
+            kubepods: Some(950 * MI),
+        };
+        let mut failures = ReadFailures::default();
+        read_node(&fs, &mut core, "/kubepods", &mut failures);
+        // 1024Mi allocatable - 950Mi - the 100Mi threshold: already met.
+        assert_eq!(core.memory_headroom(), Some(0));
+        fs.kubepods = Some(500 * MI);
+        read_node(&fs, &mut core, "/kubepods", &mut failures);
+        assert_eq!(core.memory_headroom(), Some(424 * MI));
+        fs.kubepods = None;
+        for _ in 0..3 {
+            read_node(&fs, &mut core, "/kubepods", &mut failures);
+        }
+        assert_eq!(
+            core.memory_headroom(),
+            Some(424 * MI),
+            "the last good reading stands"
+        );
+        assert_eq!(failures.logged.len(), 1, "one episode, one entry");
+        fs.kubepods = Some(600 * MI);
+        read_node(&fs, &mut core, "/kubepods", &mut failures);
+        assert!(
+            failures.logged.is_empty(),
+            "the episode ends with a good read"
+        );
+        assert_eq!(core.memory_headroom(), Some(324 * MI));
     }
 }

@@ -29,6 +29,7 @@ use super::{
     realtime,
     resync::ResyncSchedule,
     self_protect::{self, OwnPod},
+    stat_programs::GUARD_READ_EVERY,
 };
 use crate::{
     action::KubeEvictor,
@@ -150,11 +151,13 @@ pub(super) struct Agent {
     pub(super) own_pod: OwnPod,
     /// With --kube: the agent's own node conditions, published on the Node.
     pub(super) node_status: Option<NodeStatusPublisher>,
+    /// The stat programs could not be attached at the last try (logged once per episode).
+    pub(super) stat_attach_failing: bool,
 }
 
 impl Agent {
     pub(super) async fn run(mut self, watcher: PodSource) -> anyhow::Result<ExitCode> {
-        let read_every = if self.source.memory_from_kernel() {
+        let read_every = if self.source.has_stat_programs() {
             self.args.resync_interval
         } else {
             self.args.poll_interval
@@ -172,7 +175,9 @@ impl Agent {
         };
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let wakes_on_growth = self.source.memory_from_kernel();
+        let wakes_on_growth = self.source.has_stat_programs();
+        let mut guard = interval(GUARD_READ_EVERY);
+        guard.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut psi = self.install_psi_wake();
         // None while the pod source is being opened again after it failed.
         let mut watcher = Some(watcher);
@@ -181,6 +186,7 @@ impl Agent {
         turn.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // Records held while start-up read cgroupfs.
         self.read_waiting(&mut batch);
+        self.move_stat_gate();
         loop {
             tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {
@@ -206,7 +212,13 @@ impl Agent {
                     self.sweep_kernel_map();
                     self.take_losses();
                     self.evaluate(None);
+                    self.move_stat_gate();
                     self.save_counters();
+                }
+                _ = guard.tick(), if self.stats_detached() => {
+                    self.read_guard();
+                    self.move_stat_gate();
+                    self.evaluate(None);
                 }
                 change = next_change(&mut watcher) => match change {
                     Ok(loaded) => {

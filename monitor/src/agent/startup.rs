@@ -186,6 +186,7 @@ impl Agent {
             persisted: None,
             own_pod,
             node_status,
+            stat_attach_failing: false,
         })
     }
 }

@@ -36,6 +36,7 @@ impl Agent {
                 .or_default() |= met;
         }
         m.pods_ranked = self.core.pod_count() as u64;
+        m.stat_programs_attached = self.source.memory_from_kernel();
         m.pod_read_failures = self.core.read_failures();
         m.action_failures = self.action_failures;
         m.checkpoint_write_failures = self.writer.failures_total();

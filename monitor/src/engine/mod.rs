@@ -8,6 +8,7 @@
 //! * [`rank`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
 //! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
+//! * [`stat_gate`]: whether the kernel's stat programs must run at that distance;
 //! * [`report`]: the eviction order explained, for `monitor rank`;
 //! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
@@ -30,6 +31,7 @@ pub mod rank_index;
 pub mod refusals;
 pub mod report;
 pub mod signal;
+pub mod stat_gate;
 pub mod summary;
 pub mod threshold;
 pub mod working_set;

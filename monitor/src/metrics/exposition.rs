@@ -64,6 +64,8 @@ pub struct Metrics {
     pub events_undecodable: u64,
     /// Stat updates the kernel could not count: its per-cgroup map was full.
     pub cgroup_map_full: u64,
+    /// Whether the kernel's memcg stat programs run on their hooks now.
+    pub stat_programs_attached: bool,
     /// Checkpoint writes that failed.
     pub checkpoint_write_failures: u64,
     /// Whether the last checkpoint write succeeded.
@@ -86,6 +88,7 @@ impl Default for Metrics {
             events_lost: 0,
             events_undecodable: 0,
             cgroup_map_full: 0,
+            stat_programs_attached: false,
             checkpoint_write_failures: 0,
             checkpoint_writable: true,
             pod_read_failures: 0,
@@ -193,6 +196,12 @@ impl Metrics {
                 self.cgroup_map_full,
             ),
             (
+                "monitor_stat_programs_attached",
+                "gauge",
+                "1 while the kernel's memcg stat programs run on their hooks; 0 while polling, or while --attach-within keeps them off far from every memory threshold.",
+                u64::from(self.stat_programs_attached),
+            ),
+            (
                 "monitor_checkpoint_write_failures_total",
                 "counter",
                 "Checkpoint writes that failed (full or read-only disk, no file descriptors, I/O errors); retried with backoff.",
@@ -289,7 +298,7 @@ mod tests {
             );
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!(types, 15, "one TYPE line per family");
+        assert_eq!(types, 16, "one TYPE line per family");
         let build = format!(
             "monitor_build_info{{version=\"{}\",arch=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION"),

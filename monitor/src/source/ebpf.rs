@@ -10,6 +10,7 @@
 //! kswapd, OOM kills) that `monitor trace` reports.
 //!
 //! Minimum kernel: 5.8 (BPF ring buffer) with BTF; the memcg stat programs need 6.8.
+mod stat_links;
 mod task_memcg;
 mod without_kernel_btf;
 
@@ -18,7 +19,7 @@ use std::{io, path::Path, time::Duration};
 use aya::{
     Btf, Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{FEntry, RawTracePoint, TracePoint},
+    programs::{FEntry, RawTracePoint, TracePoint, fentry::FEntryLinkId},
 };
 use monitor_common::{
     CgroupCounters, Config, DropReason, FieldOffsets, IncidentConfig, MemcgOffsets, NO_ITEM,
@@ -27,6 +28,9 @@ use monitor_common::{
 use tokio::io::{Interest, unix::AsyncFd};
 
 use crate::cgroupfs::CgroupPaths;
+
+pub use stat_links::StatLinkError;
+use stat_links::StatLinks;
 
 use super::{
     btf::{self, BtfError, Types},
@@ -186,6 +190,8 @@ pub struct KernelSource {
     skipped: Vec<Skipped>,
     /// The memcg programs attached with fentry instead of tracepoints, and their functions.
     fentry: Vec<(&'static FentrySpec, &'static str)>,
+    /// The memcg stat programs' links, which the agent may take off while no threshold is near.
+    stat_links: StatLinks,
     page_size: u64,
     /// Pages each CPU may hold back per cgroup and stat (`Config::budget_pages`).
     budget_pages: u32,
@@ -260,10 +266,11 @@ impl KernelSource {
         } else {
             &[]
         };
+        let mut stat_links = StatLinks::default();
         // Raw tracepoints first: the classic memcg programs are attached only without them.
         let raw = raw_check
             .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
-            .and_then(|plan| attach_raw(&mut ebpf, plan.offsets));
+            .and_then(|plan| attach_raw(&mut ebpf, plan.offsets, &mut stat_links));
         if let Err(reason) = &raw
             && options.memcg_hook == MemcgHook::Auto
         {
@@ -279,15 +286,18 @@ impl KernelSource {
         let tracepoints = PROGRAMS
             .iter()
             .filter(|p| classic || p.category != MEMCG_CATEGORY);
-        let (mut attached, mut skipped) =
-            attach_all(&mut ebpf, tracepoints.chain(incident_programs))?;
+        let (mut attached, mut skipped) = attach_all(
+            &mut ebpf,
+            tracepoints.chain(incident_programs),
+            &mut stat_links,
+        )?;
         if raw.is_ok() {
             tracing::info!("memory stats come from raw tracepoints on the memcg tracepoints");
             attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
         }
         let mut fentry = Vec::new();
         if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
-            match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan)) {
+            match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan, &mut stat_links)) {
                 Ok(hooked) => {
                     let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
                     tracing::info!(
@@ -350,6 +360,7 @@ impl KernelSource {
             page_size: config.page_size,
             budget_pages: config.budget_pages,
             fentry,
+            stat_links,
             growth_seen: 0,
             wake_at: None,
             undecodable: 0,
@@ -403,6 +414,26 @@ impl KernelSource {
     /// True when per-cgroup memory stats come from the kernel (the memcg programs attached).
     pub fn tracks_memory(&self) -> bool {
         self.attached.iter().any(|p| p.category == MEMCG_CATEGORY)
+    }
+
+    /// True while the memcg stat programs run on their hooks (they do from load on).
+    pub fn stats_attached(&self) -> bool {
+        self.stat_links.attached()
+    }
+
+    /// Takes the memcg stat programs off their hooks: page faults run none of our code and
+    /// no stat records come until [`Self::attach_stats`]. The records already sent stay in
+    /// the ring. Changes summed on a CPU below its budget stay there and are sent after the
+    /// next attach, so a cgroupfs read taken then may count them once more (less than a
+    /// quarter step in all).
+    pub fn detach_stats(&mut self) -> Result<(), StatLinkError> {
+        self.stat_links.detach(&mut self.ebpf)
+    }
+
+    /// Puts the memcg stat programs back on their hooks, all or none. What changed while
+    /// they were off is not counted: read cgroupfs after this.
+    pub fn attach_stats(&mut self) -> Result<(), StatLinkError> {
+        self.stat_links.attach(&mut self.ebpf)
     }
 
     /// Waits until the kernel has records, then appends all available ones to `out`.
@@ -648,6 +679,7 @@ impl FentryPlan {
 fn attach_fentry(
     ebpf: &mut Ebpf,
     plan: FentryPlan,
+    stat_links: &mut StatLinks,
 ) -> Result<Vec<(&'static FentrySpec, &'static str)>, String> {
     Array::<_, MemcgOffsets>::try_from(
         ebpf.map_mut("MEMCG_OFFSETS")
@@ -659,24 +691,34 @@ fn attach_fentry(
     let mut loaded = Vec::new();
     let mut result = Ok(());
     for (program, function) in &plan.hooks {
-        result = load_fentry(ebpf, program.name, function, &btf);
-        if result.is_err() {
-            break;
+        match load_fentry(ebpf, program.name, function, &btf) {
+            Ok(link) => loaded.push((program.name, link)),
+            Err(reason) => {
+                result = Err(reason);
+                break;
+            }
         }
-        loaded.push(program.name);
     }
     if let Err(reason) = result {
-        for name in loaded {
+        for (name, _) in loaded {
             if let Some(Ok(program)) = ebpf.program_mut(name).map(<&mut FEntry>::try_from) {
                 let _ = program.unload();
             }
         }
         return Err(reason);
     }
+    for (name, link) in loaded {
+        stat_links.fentry(name, link);
+    }
     Ok(plan.hooks)
 }
 
-fn load_fentry(ebpf: &mut Ebpf, name: &str, function: &str, btf: &Btf) -> Result<(), String> {
+fn load_fentry(
+    ebpf: &mut Ebpf,
+    name: &str,
+    function: &str,
+    btf: &Btf,
+) -> Result<FEntryLinkId, String> {
     let program: &mut FEntry = ebpf
         .program_mut(name)
         .ok_or_else(|| format!("program {name} is not in the embedded object"))?
@@ -687,7 +729,6 @@ fn load_fentry(ebpf: &mut Ebpf, name: &str, function: &str, btf: &Btf) -> Result
         .map_err(|e| format!("loading fentry on {function}: {e}"))?;
     program
         .attach()
-        .map(drop)
         .map_err(|e| format!("attaching fentry to {function}: {e}"))
 }
 
@@ -722,7 +763,11 @@ fn check_raw_prototypes(types: &Types<'_>) -> Result<(), String> {
 }
 
 /// Attaches both raw memcg programs, or neither (a lone one would count part of the memory).
-fn attach_raw(ebpf: &mut Ebpf, offsets: MemcgOffsets) -> Result<(), String> {
+fn attach_raw(
+    ebpf: &mut Ebpf,
+    offsets: MemcgOffsets,
+    stat_links: &mut StatLinks,
+) -> Result<(), String> {
     Array::<_, MemcgOffsets>::try_from(
         ebpf.map_mut("MEMCG_OFFSETS")
             .ok_or("kernel map MEMCG_OFFSETS missing")?,
@@ -745,9 +790,9 @@ fn attach_raw(ebpf: &mut Ebpf, offsets: MemcgOffsets) -> Result<(), String> {
                     .map_err(|e| format!("attaching {name} to {tracepoint}: {e}"))
             });
         match attached {
-            Ok(link) => links.push((name, link)),
+            Ok(link) => links.push((name, tracepoint, link)),
             Err(reason) => {
-                for (name, link) in links {
+                for (name, _, link) in links {
                     if let Some(Ok(program)) =
                         ebpf.program_mut(name).map(<&mut RawTracePoint>::try_from)
                     {
@@ -757,6 +802,9 @@ fn attach_raw(ebpf: &mut Ebpf, offsets: MemcgOffsets) -> Result<(), String> {
                 return Err(reason);
             }
         }
+    }
+    for (name, tracepoint, link) in links {
+        stat_links.raw(name, tracepoint, link);
     }
     Ok(())
 }
@@ -858,6 +906,7 @@ fn page_size() -> u64 {
 fn attach_all(
     ebpf: &mut Ebpf,
     programs: impl Iterator<Item = &'static ProgramSpec>,
+    stat_links: &mut StatLinks,
 ) -> Result<(Vec<&'static ProgramSpec>, Vec<Skipped>), LoadError> {
     let tracefs = probe::ensure_tracefs()?;
     let mut attached = Vec::new();
@@ -893,7 +942,12 @@ fn attach_all(
             source,
         })?;
         match program.attach(spec.category, spec.tracepoint) {
-            Ok(_) => attached.push(spec),
+            Ok(link) => {
+                if spec.category == MEMCG_CATEGORY {
+                    stat_links.classic(spec.name, spec.category, spec.tracepoint, link);
+                }
+                attached.push(spec);
+            }
             Err(err) => skipped.push(Skipped {
                 program: spec,
                 reason: err.to_string(),

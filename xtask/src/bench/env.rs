@@ -391,7 +391,7 @@ impl Agent {
     }
 
     /// Waits until the agent's log contains `needle`; fails when it exits first.
-    fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
+    pub(super) fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             if fs::read_to_string(&self.log)

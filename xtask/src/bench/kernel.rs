@@ -8,7 +8,8 @@
 //! many times, in a pod cgroup) in rounds: without the agent, with the agent (eBPF source)
 //! for each way its memcg programs can hook and count (raw tracepoints with per-CPU sums, the
 //! default; then, as levers measured beside it, every update added to the cgroup's total at
-//! once, and classic tracepoints), and with only an empty program on the memcg raw
+//! once, classic tracepoints, and `--attach-within`, which detaches the stat programs while
+//! the threshold is far, as it is here), and with only an empty program on the memcg raw
 //! tracepoints (the floor: the kernel's dispatch); once more without the agent at the end.
 //! Statistics stay at their previous setting during those runs, so their own clock reads
 //! are not counted. The loop's own CPU time is what is compared (the
@@ -145,6 +146,8 @@ struct Hook {
     label: &'static str,
     tag: &'static str,
     flags: &'static [&'static str],
+    /// A line the agent logs once it runs as measured, awaited before the window.
+    ready: Option<&'static str>,
 }
 
 impl Hook {
@@ -164,6 +167,7 @@ const FLOOR: Hook = Hook {
     label: "the floor: an empty raw_tp program",
     tag: "floor",
     flags: &[],
+    ready: None,
 };
 
 /// What one variant attached: the agent with a hook's flags, or the floor's program.
@@ -182,7 +186,7 @@ impl Attached {
         if hook.tag == FLOOR.tag {
             return Ok(Self::Floor(Floor::attach(bins)?));
         }
-        let agent = Agent::start_with(
+        let mut agent = Agent::start_with(
             bins,
             tree,
             SourceArg::Ebpf,
@@ -191,6 +195,9 @@ impl Attached {
             "16Gi",
             &format!("kernel-{}", hook.tag),
         )?;
+        if let Some(line) = hook.ready {
+            agent.wait_for_log(line, Duration::from_secs(30))?;
+        }
         // Until its programs are attached and it idles.
         std::thread::sleep(Duration::from_millis(300));
         Ok(Self::Agent(agent))
@@ -275,23 +282,33 @@ impl Floor {
 }
 
 /// The default hook first (the figures' main case), then each lever measured beside it.
-const HOOKS: [Hook; 3] = [
+const HOOKS: [Hook; 4] = [
     Hook {
         label: "raw tracepoints",
         tag: "raw",
         flags: &[],
+        ready: None,
     },
     // Every update added to the cgroup's total at once: the programs before per-CPU sums.
     Hook {
         label: "no per-CPU budget",
         tag: "budget1",
         flags: &["--per-cpu-budget", "1"],
+        ready: None,
     },
     // The kernel fills the classic tracepoint's record before the program runs.
     Hook {
         label: "classic tracepoints",
         tag: "tp",
         flags: &["--memcg-hook", "tracepoint"],
+        ready: None,
+    },
+    // The bench's threshold is gigabytes away: the agent takes its stat programs off.
+    Hook {
+        label: "--attach-within 1Gi, far from the threshold: stat programs detached",
+        tag: "gated",
+        flags: &["--attach-within", "1Gi"],
+        ready: Some("memory stat programs detached"),
     },
 ];
 

@@ -52,6 +52,9 @@ pub enum Command {
     Rank(commands::rank::RankArgs),
     /// Show or verify the agent's checkpointed state.
     Checkpoint(commands::checkpoint::CheckpointArgs),
+    /// Print the thresholds and settings in force after the kubelet's defaulting, and where
+    /// each came from.
+    Config(commands::config::ConfigArgs),
     /// Report what this kernel offers and which event source the agent will use.
     Doctor(commands::doctor::DoctorArgs),
     /// Watch a running agent live: signals, ranking, decisions (reads its /debug/ranking).
@@ -65,6 +68,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Some(Command::Trace(args)) => commands::trace::run(args),
         Some(Command::Rank(args)) => commands::rank::run(args),
         Some(Command::Checkpoint(args)) => commands::checkpoint::run(args),
+        Some(Command::Config(args)) => commands::config::run(&args),
         Some(Command::Doctor(args)) => commands::doctor::run(args),
         Some(Command::Top(args)) => commands::top::run(args),
         None => crate::agent::run(cli.agent),

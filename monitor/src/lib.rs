@@ -9,6 +9,7 @@ pub mod cgroupfs;
 pub mod checkpoint;
 pub mod cli;
 pub mod commands;
+mod config_file;
 pub mod engine;
 pub mod flags;
 pub mod logging;

@@ -23,10 +23,7 @@ use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::MemoryHierarchy,
     checkpoint::{IfUnusable, StateManager, read_now},
-    engine::{
-        config::EvictionConfig,
-        eviction_machine::{AgentCore, NodeCapacity},
-    },
+    engine::eviction_machine::{AgentCore, NodeCapacity},
     metrics::{
         Metrics, server,
         snapshot::{self},
@@ -44,14 +41,7 @@ impl Agent {
         args: AgentArgs,
         evictor: Option<KubeEvictor>,
     ) -> anyhow::Result<Self> {
-        let config = match &args.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                EvictionConfig::from_yaml(&text).with_context(|| format!("{}", path.display()))?
-            }
-            None => EvictionConfig::default(),
-        };
+        let (config, _) = crate::config_file::load(args.config.as_deref())?;
         let hierarchy = MemoryHierarchy::discover()?;
         let kubepods = match &args.kubepods_cgroup {
             Some(rel) => KubepodsCgroup::new(rel.clone()),

@@ -210,6 +210,12 @@ impl EvictionConfig {
     /// --config`, is read for its one `KubeletConfiguration`; documents of other kinds are
     /// skipped, and a document without `kind` counts as the configuration.
     pub fn from_yaml(text: &str) -> Result<EvictionConfig, ConfigError> {
+        Self::from_yaml_explained(text).map(|(config, _)| config)
+    }
+
+    /// As [`Self::from_yaml`], with what the chosen document wrote itself, from which
+    /// [`super::config_origin`] says where each effective value came from.
+    pub fn from_yaml_explained(text: &str) -> Result<(EvictionConfig, Written), ConfigError> {
         let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
         let mut chosen = None;
         let mut other_kinds = Vec::new();
@@ -234,8 +240,29 @@ impl EvictionConfig {
             None if other_kinds.is_empty() => KubeletConfigFile::default(),
             None => return Err(ConfigError::NoKubeletConfiguration { kinds: other_kinds }),
         };
-        file.into_config()
+        let written = file.written();
+        Ok((file.into_config()?, written))
     }
+}
+
+/// The eviction settings a configuration document wrote itself, by name; what it left out
+/// was defaulted.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The signals `evictionHard` named, or `None` when it was absent.
+    pub eviction_hard: Option<Vec<String>>,
+    /// `mergeDefaultEvictionSettings: true`.
+    pub merge_default_eviction_settings: bool,
+    /// The signals `evictionMinimumReclaim` named.
+    pub eviction_minimum_reclaim: Vec<String>,
+    /// `evictionMaxPodGracePeriod` was set.
+    pub eviction_max_pod_grace_period: bool,
+    /// `evictionPressureTransitionPeriod` as written.
+    pub eviction_pressure_transition_period: Option<String>,
+    /// `monitor.evictionInterval` was set.
+    pub eviction_interval: bool,
+    /// `monitor.podCleanupTimeout` was set.
+    pub pod_cleanup_timeout: bool,
 }
 
 const KUBELET_CONFIGURATION: &str = "KubeletConfiguration";
@@ -349,6 +376,23 @@ const SOFT_GRACE_PERIOD: &str = "evictionSoftGracePeriod";
 const MINIMUM_RECLAIM: &str = "evictionMinimumReclaim";
 
 impl KubeletConfigFile {
+    fn written(&self) -> Written {
+        let names = |map: &Option<SignalMap>| {
+            map.as_ref()
+                .map(|m| m.0.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>())
+        };
+        let monitor = self.monitor.as_ref();
+        Written {
+            eviction_hard: names(&self.eviction_hard),
+            merge_default_eviction_settings: self.merge_default_eviction_settings == Some(true),
+            eviction_minimum_reclaim: names(&self.eviction_minimum_reclaim).unwrap_or_default(),
+            eviction_max_pod_grace_period: self.eviction_max_pod_grace_period.is_some(),
+            eviction_pressure_transition_period: self.eviction_pressure_transition_period.clone(),
+            eviction_interval: monitor.is_some_and(|m| m.eviction_interval.is_some()),
+            pod_cleanup_timeout: monitor.is_some_and(|m| m.pod_cleanup_timeout.is_some()),
+        }
+    }
+
     fn into_config(self) -> Result<EvictionConfig, ConfigError> {
         let mut hard = match &self.eviction_hard {
             Some(map) => threshold_values(map, EVICTION_HARD)?,

@@ -15,6 +15,7 @@
 //!   and the decision step.
 pub mod checkpoint;
 pub mod config;
+pub mod config_origin;
 pub mod decide;
 pub mod duration;
 pub mod eviction_machine;

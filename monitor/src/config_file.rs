@@ -1,0 +1,88 @@
+//! Reads the `--config` file for the agent and `monitor config`: a regular file (a FIFO or a
+//! device would block the read), at most [`MAX_CONFIG_BYTES`], parsed as the kubelet's
+//! configuration. Without a file, the kubelet's defaults.
+use std::io::Read as _;
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+
+use crate::engine::config::{EvictionConfig, Written};
+
+/// A KubeletConfiguration is a few KiB; anything far larger is not one.
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The configuration in `path` with what it wrote itself, or the defaults without a path.
+pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<(EvictionConfig, Written)> {
+    let Some(path) = path else {
+        return Ok((EvictionConfig::default(), Written::default()));
+    };
+    let text = read(path).with_context(|| format!("reading {}", path.display()))?;
+    EvictionConfig::from_yaml_explained(&text).with_context(|| format!("{}", path.display()))
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    let metadata = std::fs::metadata(path)?;
+    if !metadata.is_file() {
+        bail!(
+            "not a regular file ({}); give the KubeletConfiguration file",
+            file_kind(metadata.file_type())
+        );
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        bail!("larger than {MAX_CONFIG_BYTES} bytes: not a KubeletConfiguration");
+    }
+    Ok(text)
+}
+
+fn file_kind(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_regular_file_of_bounded_size_is_read() {
+        let dir = std::env::temp_dir().join(format!("monitor-config-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.yaml");
+        std::fs::write(&good, "evictionHard:\n  memory.available: 200Mi\n").unwrap();
+        let (config, written) = load(Some(&good)).unwrap();
+        assert_eq!(config.thresholds.len(), 2, "{config:?}");
+        assert_eq!(
+            written.eviction_hard,
+            Some(vec!["memory.available".to_string()])
+        );
+
+        let fifo = dir.join("fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let refused = format!("{:#}", load(Some(&fifo)).unwrap_err());
+        assert!(refused.contains("a FIFO"), "{refused}");
+        let refused = format!("{:#}", load(Some(&dir)).unwrap_err());
+        assert!(refused.contains("a directory"), "{refused}");
+
+        let big = dir.join("big.yaml");
+        std::fs::write(&big, "#".repeat(MAX_CONFIG_BYTES as usize + 1)).unwrap();
+        let refused = format!("{:#}", load(Some(&big)).unwrap_err());
+        assert!(refused.contains("larger than"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

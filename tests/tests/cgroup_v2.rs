@@ -109,10 +109,15 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
             "the VM boots Debian's {series} kernel, not {kernel}"
         );
     }
-    // The memcg tracepoints arrived in 6.13; the cgroup ones long before.
+    // The memcg tracepoints arrived in 6.13 (hooked raw where BTF gives their prototype);
+    // the cgroup ones long before.
     let version = kernel_version(kernel).expect("kernel version");
     let has_memcg = version >= (6, 13);
-    let hook = if has_memcg { "tracepoint" } else { "fentry" };
+    let hook = if has_memcg {
+        "raw_tracepoint"
+    } else {
+        "fentry"
+    };
     if in_vm || has_memcg {
         // The VM's kernels (5.11+ with BTF) have the functions for fentry.
         assert_eq!(report["memcg_hook"], hook, "{report:#}");

@@ -11,7 +11,11 @@ use crate::{
     agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
     engine::ids::CgroupRel,
-    source::probe::{EventSource, KernelFeatures, MemcgMethod},
+    source::{
+        ebpf::MemcgHook,
+        hook_plan,
+        probe::{EventSource, KernelFeatures, MemcgMethod},
+    },
 };
 
 #[derive(clap::Args, Debug)]
@@ -78,6 +82,8 @@ struct Report {
     fentry: Found<Vec<FentryReport>>,
     /// Why memory is counted the way it is.
     memcg_reason: String,
+    /// The cheaper memcg hooks passed over before the one chosen, each with why.
+    memcg_passed_over: Vec<String>,
     cgroup: Found<CgroupReport>,
     psi: PsiReport,
     /// Capabilities, namespaces and host paths (empty in unit tests of the kernel part).
@@ -181,6 +187,9 @@ impl Report {
                 .collect::<Vec<_>>()
         }));
         let memcg_reason = memcg_reason(memcg_hook, &fentry);
+        // The cheaper hooks the plan tried first, and why each could not be used.
+        let memcg_passed_over =
+            hook_plan::passed_over(MemcgHook::Auto, &features.hook_facts(), memcg_hook);
         Self {
             kernel: features.release.clone(),
             btf: features.btf,
@@ -190,6 +199,7 @@ impl Report {
             memcg_hook,
             fentry,
             memcg_reason,
+            memcg_passed_over,
             cgroup: found(
                 features
                     .memory
@@ -278,6 +288,9 @@ impl Report {
         );
         line("source", self.source.to_string());
         line("memory", self.memcg_reason.clone());
+        if !self.memcg_passed_over.is_empty() {
+            line("passed over", self.memcg_passed_over.join("; "));
+        }
         if !self.privileges.is_empty() {
             let _ = writeln!(out, "privileges");
         }
@@ -333,9 +346,13 @@ fn memcg_reason(hook: Option<MemcgMethod>, fentry: &Found<Vec<FentryReport>>) ->
             .join(", ")
     };
     match (hook, fentry) {
-        (Some(MemcgMethod::Tracepoint), _) => {
-            "counted by the kernel at the memcg tracepoints (6.13+)".into()
-        }
+        (Some(MemcgMethod::RawTracepoint), _) => "counted by the kernel at the memcg \
+             tracepoints, hooked as raw tracepoints (6.13+; BTF gives them the prototype the \
+             programs read)"
+            .into(),
+        (Some(MemcgMethod::Tracepoint), _) => "counted by the kernel at the memcg \
+             tracepoints, hooked as classic tracepoints (6.13+)"
+            .into(),
         (Some(MemcgMethod::Fentry), Found::Found(reports)) => format!(
             "counted by the kernel with fentry on {} (no memcg tracepoints before 6.13; BTF \
              has these functions with the expected prototype)",

@@ -36,7 +36,8 @@ use super::{
     btf::{self, BtfError, Types},
     event::{DecodeError, KernelEvent, decode},
     fentry::{self as fentry_targets, FentryTarget},
-    probe::{self, TracefsError, VMLINUX_BTF},
+    hook_plan,
+    probe::{self, MemcgMethod, TracefsError, VMLINUX_BTF},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
     run_stats::ProgramRuns,
     struct_members::OffsetError,
@@ -237,9 +238,11 @@ impl KernelSource {
             .map(|i| incident_config_for(&types, options, i))
             .transpose()?;
         let fentry_plan = FentryPlan::resolve(&types);
-        let raw_check = match options.memcg_hook {
-            MemcgHook::Auto => check_raw_prototypes(&types),
-            _ => Err("not asked for".to_string()),
+        let candidates = hook_plan::candidates(options.memcg_hook);
+        let raw_check = if candidates.contains(&MemcgMethod::RawTracepoint) {
+            raw_tracepoints_usable(&types)
+        } else {
+            Err("not asked for".to_string())
         };
         drop(types);
         drop(btf);
@@ -271,18 +274,15 @@ impl KernelSource {
         let raw = raw_check
             .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
             .and_then(|plan| attach_raw(&mut ebpf, plan.offsets, &mut stat_links));
+        let wants_classic = candidates.contains(&MemcgMethod::Tracepoint);
         if let Err(reason) = &raw
-            && options.memcg_hook == MemcgHook::Auto
+            && candidates.contains(&MemcgMethod::RawTracepoint)
         {
             tracing::info!(
                 "raw memcg tracepoints not attached ({reason}): trying the classic ones"
             );
         }
-        let classic = match options.memcg_hook {
-            MemcgHook::Auto => raw.is_err(),
-            MemcgHook::Tracepoint => true,
-            MemcgHook::Fentry => false,
-        };
+        let classic = wants_classic && raw.is_err();
         let tracepoints = PROGRAMS
             .iter()
             .filter(|p| classic || p.category != MEMCG_CATEGORY);
@@ -742,6 +742,13 @@ const RAW_PROGRAMS: [(&str, &str); 2] = [
 const RAW_PARAMS: [&str; 3] = ["struct mem_cgroup *", "int", "int"];
 
 /// Whether BTF gives both memcg tracepoints the arguments the raw programs read.
+/// Whether the raw memcg programs can run here: the tracepoints' prototypes are the ones the
+/// programs read, and the struct offsets they need resolve (the same the fentry programs use).
+pub(crate) fn raw_tracepoints_usable(types: &Types<'_>) -> Result<(), String> {
+    check_raw_prototypes(types)?;
+    FentryPlan::resolve(types).map(|_| ())
+}
+
 fn check_raw_prototypes(types: &Types<'_>) -> Result<(), String> {
     for (_, tracepoint) in RAW_PROGRAMS {
         match types

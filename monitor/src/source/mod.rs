@@ -4,6 +4,7 @@ pub mod btf;
 pub mod ebpf;
 pub mod event;
 pub mod fentry;
+pub(crate) mod hook_plan;
 pub mod kernel_log;
 pub mod pressure;
 pub mod probe;

@@ -15,7 +15,9 @@ use aya::maps::MapType;
 
 use super::{
     btf::Types,
+    ebpf::{MemcgHook, raw_tracepoints_usable},
     fentry::{self, FentryTarget},
+    hook_plan::{self, HookFacts},
     programs::{PROGRAMS, ProgramSpec},
     tracepoint_format,
 };
@@ -142,6 +144,9 @@ pub struct KernelFeatures {
     pub programs: Vec<ProgramSupport>,
     /// Where each fentry program could attach (from BTF), or why BTF could not tell.
     pub fentry: Result<Vec<FentryTarget>, String>,
+    /// Whether the raw memcg programs can be used (prototypes and offsets from BTF), or why
+    /// not.
+    pub raw_tracepoint: Result<(), String>,
     /// The memory controller, or why it was not found.
     pub memory: Result<MemoryHierarchy, String>,
     pub psi: Psi,
@@ -151,7 +156,11 @@ pub struct KernelFeatures {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MemcgMethod {
-    /// The `memcg` tracepoints (6.13+).
+    /// The `memcg` tracepoints hooked as raw tracepoints (6.13+, where BTF gives them the
+    /// prototype the programs read): no record filled per update.
+    #[serde(rename = "raw_tracepoint")]
+    RawTracepoint,
+    /// The classic `memcg` tracepoints (6.13+): the kernel fills a record per update.
     Tracepoint,
     /// fentry on the functions those tracepoints were placed in (5.11+).
     Fentry,
@@ -169,6 +178,17 @@ pub enum EventSource {
     /// Everything by polling cgroupfs.
     #[serde(rename = "poll")]
     Poll,
+}
+
+impl MemcgMethod {
+    /// The name `monitor doctor` and its JSON use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemcgMethod::RawTracepoint => "raw_tracepoint",
+            MemcgMethod::Tracepoint => "tracepoint",
+            MemcgMethod::Fentry => "fentry",
+        }
+    }
 }
 
 impl fmt::Display for EventSource {
@@ -205,6 +225,7 @@ impl KernelFeatures {
                 },
             })
             .collect();
+        let (fentry, raw_tracepoint) = probe_btf_hooks();
         let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
         let psi = Psi::probe(memory.as_ref().ok());
         Self {
@@ -213,33 +234,45 @@ impl KernelFeatures {
             btf: Path::new(VMLINUX_BTF).exists(),
             tracefs,
             programs,
-            fentry: probe_fentry(),
+            fentry,
+            raw_tracepoint,
             memory,
             psi,
         }
     }
 
-    /// How the memcg programs hook this kernel: the tracepoints where all exist, else fentry
-    /// where BTF lists every function with the expected prototype, else `None` (memory is
-    /// polled). The fentry choice is what BTF promises; a kernel or security policy that
-    /// refuses tracing programs makes the loader fall back to polling, and says so.
-    pub fn memcg_method(&self) -> Option<MemcgMethod> {
+    /// What this kernel offers each memcg hook.
+    pub(crate) fn hook_facts(&self) -> HookFacts {
         let memcg: Vec<_> = self
             .programs
             .iter()
             .filter(|p| !is_lifecycle(p.program))
             .collect();
-        if memcg.iter().all(|p| p.usable()) {
-            Some(MemcgMethod::Tracepoint)
-        } else if self
-            .fentry
-            .as_ref()
-            .is_ok_and(|targets| targets.iter().all(|t| t.function.is_ok()))
-        {
-            Some(MemcgMethod::Fentry)
-        } else {
-            None
+        let tracepoint = match memcg.iter().find(|p| !p.usable()) {
+            None => Ok(()),
+            Some(p) => Err(p.mismatch.clone().map_or_else(
+                || format!("no tracepoint {}", p.program.hook()),
+                |why| format!("{}: {why}", p.program.hook()),
+            )),
+        };
+        let fentry = match &self.fentry {
+            Ok(targets) => match targets.iter().find_map(|t| t.function.as_ref().err()) {
+                None => Ok(()),
+                Some(why) => Err(why.clone()),
+            },
+            Err(why) => Err(why.clone()),
+        };
+        HookFacts {
+            raw_tracepoint: self.raw_tracepoint.clone(),
+            tracepoint,
+            fentry,
         }
+    }
+
+    /// How the memcg programs hook this kernel by default, from the plan the loader follows
+    /// ([`hook_plan::choose`]); `None` when memory is polled.
+    pub fn memcg_method(&self) -> Option<MemcgMethod> {
+        hook_plan::choose(MemcgHook::Auto, &self.hook_facts())
     }
 
     /// The source the agent will use. Every kernel path needs BTF (the loader resolves stat
@@ -264,7 +297,9 @@ impl KernelFeatures {
     /// the memcg programs are attached to functions instead).
     pub fn programs_to_attach(&self) -> Vec<&'static ProgramSpec> {
         let wanted: fn(&ProgramSpec) -> bool = match (self.source(), self.memcg_method()) {
-            (EventSource::Ebpf, Some(MemcgMethod::Tracepoint)) => |_| true,
+            (EventSource::Ebpf, Some(MemcgMethod::RawTracepoint | MemcgMethod::Tracepoint)) => {
+                |_| true
+            }
             (EventSource::Ebpf | EventSource::EbpfPoll, _) => is_lifecycle,
             (EventSource::Poll, _) => |_| false,
         };
@@ -276,11 +311,23 @@ impl KernelFeatures {
     }
 }
 
-/// The fentry programs' targets from the running kernel's BTF.
-fn probe_fentry() -> Result<Vec<FentryTarget>, String> {
-    let btf = fs::read(VMLINUX_BTF).map_err(|e| format!("reading {VMLINUX_BTF}: {e}"))?;
-    let types = Types::parse(&btf).map_err(|e| e.to_string())?;
-    fentry::targets(&types).map_err(|e| e.to_string())
+/// The fentry programs' targets and whether the raw memcg programs can be used, from the
+/// running kernel's BTF, parsed once.
+fn probe_btf_hooks() -> (Result<Vec<FentryTarget>, String>, Result<(), String>) {
+    let types = match fs::read(VMLINUX_BTF) {
+        Ok(btf) => btf,
+        Err(e) => {
+            let why = format!("reading {VMLINUX_BTF}: {e}");
+            return (Err(why.clone()), Err(why));
+        }
+    };
+    match Types::parse(&types) {
+        Ok(types) => (
+            fentry::targets(&types).map_err(|e| e.to_string()),
+            raw_tracepoints_usable(&types),
+        ),
+        Err(e) => (Err(e.to_string()), Err(e.to_string())),
+    }
 }
 
 fn is_lifecycle(program: &ProgramSpec) -> bool {
@@ -340,6 +387,7 @@ pub(crate) mod tests {
                 })
                 .collect(),
             fentry: Err("not probed in this test".into()),
+            raw_tracepoint: Err("not probed in this test".into()),
             memory: Ok(MemoryHierarchy {
                 version: CgroupVersion::V2,
                 mount: "/sys/fs/cgroup".into(),
@@ -404,6 +452,15 @@ pub(crate) mod tests {
             ["cgroup_mkdir", "cgroup_rmdir"],
             "the memcg programs go to functions, not tracepoints"
         );
+    }
+
+    #[test]
+    fn raw_tracepoints_win_where_btf_gives_their_prototype() {
+        let mut host = with_fentry(facts(true, true, all));
+        host.raw_tracepoint = Ok(());
+        assert_eq!(host.memcg_method(), Some(MemcgMethod::RawTracepoint));
+        assert_eq!(host.source(), EventSource::Ebpf);
+        assert_eq!(host.programs_to_attach().len(), PROGRAMS.len());
     }
 
     #[test]

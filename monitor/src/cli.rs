@@ -76,7 +76,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("monitor: {err:#}");
+            crate::logging::stderr_line(format_args!("monitor: {err:#}"));
             ExitCode::FAILURE
         }
     }

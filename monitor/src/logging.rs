@@ -5,7 +5,11 @@
 //! output. In JSON, each record names the spans it happened in (`span`, `spans`), and a span's
 //! end is a record of its own (`"message":"close"`): a decision's span ends when its action
 //! reports back, so that record holds the decision's outcome.
-use std::{fmt, io};
+use std::{
+    fmt,
+    io::{self, Write as _},
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use tracing::{Event, Subscriber};
 use tracing_subscriber::{
@@ -33,7 +37,39 @@ const DEFAULT_FILTER: &str = "info";
 pub fn init(format: LogFormat) {
     let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     // A second call (tests in one process) keeps the first subscriber.
-    let _ = subscriber(format, filter, io::stderr).try_init();
+    let _ = subscriber(format, filter, || BestEffortStderr).try_init();
+}
+
+/// Log writes that failed (stderr on a full disk, a closed pipe, a restarted journald): each
+/// costs its line, never the agent. Shown as `monitor_log_write_failures_total`.
+static LOG_WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// Log writes that failed since start.
+pub fn log_write_failures() -> u64 {
+    LOG_WRITE_FAILURES.load(Ordering::Relaxed)
+}
+
+/// stderr that never reports a failure to its caller: tracing's writer would otherwise print
+/// the failure with `eprintln!`, which panics when stderr itself is what failed.
+struct BestEffortStderr;
+
+impl io::Write for BestEffortStderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if io::stderr().lock().write_all(buf).is_err() {
+            LOG_WRITE_FAILURES.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `args` and a newline to stderr outside the log (the status view, the final error),
+/// counting a failure instead of panicking as `eprintln!` does.
+pub fn stderr_line(args: fmt::Arguments<'_>) {
+    let _ = writeln!(BestEffortStderr, "{args}");
 }
 
 /// `RUST_LOG`'s directives (`info`, `monitor=debug,kube=warn`); a bad directive is reported on
@@ -42,9 +78,9 @@ fn filter(rust_log: Option<&str>) -> EnvFilter {
     match rust_log.map(str::trim).filter(|s| !s.is_empty()) {
         None => EnvFilter::new(DEFAULT_FILTER),
         Some(directives) => EnvFilter::try_new(directives).unwrap_or_else(|e| {
-            eprintln!(
+            stderr_line(format_args!(
                 "monitor: RUST_LOG={directives:?} ignored ({e}); logging at {DEFAULT_FILTER}"
-            );
+            ));
             EnvFilter::new(DEFAULT_FILTER)
         }),
     }
@@ -61,7 +97,8 @@ where
 {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
+        .with_writer(writer)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => Box::new(builder.event_format(TextLine).finish()),
         LogFormat::Json => Box::new(

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::{
     engine::{decide::Eviction, signal::Signal},
+    logging,
     metrics::snapshot::{DebugRanking, Readiness, Snapshot, SourceView},
     system_clock::monotonic_ns,
     units::bytes,
@@ -39,6 +40,7 @@ impl Agent {
         m.stat_programs_attached = self.source.memory_from_kernel();
         m.pod_read_failures = self.core.read_failures();
         m.action_failures = self.action_failures;
+        m.log_write_failures = logging::log_write_failures();
         m.checkpoint_write_failures = self.writer.failures_total();
         m.checkpoint_writable = self.writer.health(Instant::now()) == CheckpointHealth::Writable;
         if let Some(eviction) = eviction {
@@ -90,13 +92,13 @@ impl Agent {
                 _ => format!("{} {}", s.as_str(), bytes(o.available)),
             })
             .collect();
-        eprintln!("status: {}", signals.join(", "));
+        logging::stderr_line(format_args!("status: {}", signals.join(", ")));
         let ranking = self.core.ranking(Signal::AllocatableMemoryAvailable);
         for (i, (facts, usage)) in ranking.iter().take(5).enumerate() {
             let ws = usage.map_or("no stats".to_string(), |u| {
                 bytes(u.memory_working_set_bytes as i64)
             });
-            eprintln!(
+            logging::stderr_line(format_args!(
                 "  {:>2}. {:<40} ws {:>9}  request {:>9}  priority {}{}",
                 i + 1,
                 facts.pod.to_string(),
@@ -104,7 +106,7 @@ impl Agent {
                 bytes(facts.memory_request.ceil_units()),
                 facts.priority,
                 if facts.critical { "  (critical)" } else { "" }
-            );
+            ));
         }
     }
 

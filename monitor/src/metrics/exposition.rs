@@ -74,6 +74,8 @@ pub struct Metrics {
     pub pod_read_failures: u64,
     /// Evictions whose action failed or was refused.
     pub action_failures: u64,
+    /// Log lines lost because stderr could not be written.
+    pub log_write_failures: u64,
     pub decision_latency_seconds: Histogram,
 }
 
@@ -93,6 +95,7 @@ impl Default for Metrics {
             checkpoint_writable: true,
             pod_read_failures: 0,
             action_failures: 0,
+            log_write_failures: 0,
             decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
         }
     }
@@ -224,6 +227,12 @@ impl Metrics {
                 "counter",
                 "Evictions whose action failed or was refused.",
                 self.action_failures,
+            ),
+            (
+                "monitor_log_write_failures_total",
+                "counter",
+                "Log lines lost because stderr could not be written (the agent runs on).",
+                self.log_write_failures,
             ),
         ] {
             header(&mut out, name, kind, help);

@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use super::{
     actuator::ActionRequest,
+    args::GraceProjection,
     decision_log, persist,
     reader::MachineReader as _,
     report::{DecisionContext, DecisionReport},
@@ -23,6 +24,7 @@ use crate::{
     engine::{
         decide::Eviction,
         instant::{Clock as _, ManualClock},
+        oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
         threshold::ThresholdKind,
     },
@@ -53,17 +55,24 @@ impl Agent {
             // the cleanup timeout, as for a pod that does not go.
             pending.grace_period_seconds = 0;
         }
+        let mut grace_given = None;
         if let Some(eviction) = decision.eviction() {
             let span = decision_log::open(eviction, trigger_ns);
             let _in_decision = span.enter();
-            if let Err(e) = self.report(eviction, decided_ns, trigger_ns) {
+            let grace = self.affordable_grace(eviction, decided_ns);
+            if let Err(e) = self.report(eviction, decided_ns, trigger_ns, grace) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
-            let grace = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
+            // The API takes whole seconds: a cut grace period is rounded down.
+            let seconds = match grace {
+                Grace::Full(_) => eviction.grace_period_seconds,
+                Grace::Cut { to, .. } => i64::try_from(to.as_secs()).unwrap_or(0),
+            };
+            grace_given = Some(seconds);
             self.act(
                 eviction.pod.clone(),
-                grace,
-                eviction.grace_period_seconds,
+                grace.duration(),
+                seconds,
                 eviction.reason.clone(),
                 eviction.threshold.kind == ThresholdKind::Hard,
                 span.clone(),
@@ -100,9 +109,21 @@ impl Agent {
                 &now,
             );
             self.saved
-                .record_grace_period(eviction.grace_period_seconds);
+                .record_grace_period(grace_given.unwrap_or(eviction.grace_period_seconds));
         }
         self.writer.save(&self.saved, Instant::now());
+    }
+
+    /// The grace period the node can afford for a decision taken at `decided_ns`: on a hard
+    /// threshold, cut when the OOM point is nearer than the whole grace period.
+    fn affordable_grace(&self, eviction: &Eviction, decided_ns: u64) -> Grace {
+        let full = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
+        if eviction.threshold.kind != ThresholdKind::Hard
+            || self.args.grace_projection == GraceProjection::Off
+        {
+            return Grace::Full(full);
+        }
+        affordable_grace(full, self.core.oom_projection(decided_ns), KILL_ALLOWANCE)
     }
 
     pub(super) fn report(
@@ -110,6 +131,7 @@ impl Agent {
         eviction: &Eviction,
         decided_ns: u64,
         trigger_ns: Option<u64>,
+        grace: Grace,
     ) -> anyhow::Result<()> {
         let Some(entry) = self.core.pod(&eviction.pod.uid) else {
             return Ok(());
@@ -143,6 +165,7 @@ impl Agent {
                 route: self
                     .actuator
                     .route(eviction.threshold.kind == ThresholdKind::Hard),
+                grace,
             },
         );
         decision_log::decided(&report);

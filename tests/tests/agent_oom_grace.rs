@@ -9,12 +9,16 @@ use std::{
 };
 
 use tests::{
-    AgentScene, MonitorProcess, Reason, TestPod, cannot_run, oom_kills_in, running_as_root,
-    set_memory_limit,
+    AgentScene, Allocator, MonitorProcess, Reason, TestPod, cannot_run, oom_kills_in,
+    running_as_root, set_memory_limit,
 };
 
 /// How far above the threshold's level the kubepods cgroup's limit lies.
 const MARGIN_MIB: u64 = 48;
+
+/// One race at a time: two hogs allocating at full speed on a small machine slow each
+/// other's kill, which is the OOM race's business, not these tests'.
+static ONE_RACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A scene whose kubepods cgroup is limited `MARGIN_MIB` above the threshold, and its agent;
 /// `None` (reported as not run) when the kernel programs are not the agent's source.
@@ -47,6 +51,9 @@ fn a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords() {
     if !running_as_root("a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords") {
         return;
     }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some((scene, mut agent)) = scene_and_agent("oom-grace-cut") else {
         return;
     };
@@ -97,6 +104,9 @@ fn a_victim_on_a_slowly_growing_node_keeps_its_whole_grace_period() {
     if !running_as_root("a_victim_on_a_slowly_growing_node_keeps_its_whole_grace_period") {
         return;
     }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some((scene, mut agent)) = scene_and_agent("oom-grace-kept") else {
         return;
     };
@@ -104,20 +114,8 @@ fn a_victim_on_a_slowly_growing_node_keeps_its_whole_grace_period() {
     let mut proc = scene.start_pod(&pod);
     // Exits 300 ms after SIGTERM, well within the 1 s grace period.
     proc.drain_after_term(300);
-    proc.alloc(usize::try_from(AgentScene::PRESSURE_ABOVE_MIB).unwrap() - 8);
-    std::thread::sleep(Duration::from_millis(300));
-    // 1 MiB every 100 ms: 10 MiB/s, seconds from the OOM point when the threshold is met.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let decision = loop {
-        assert!(Instant::now() < deadline, "no decision within 10 s");
-        proc.alloc(1);
-        if let Some(line) = agent.next_line(Duration::from_millis(100)) {
-            break serde_json::from_str::<serde_json::Value>(&line).expect("a JSON decision");
-        }
-    };
+    let decision = grow_slowly_until_decided(&mut proc, &agent);
     assert_eq!(decision["name"], "slow", "{decision:#}");
-    assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
-    assert_eq!(decision["grace"]["given_ms"], 1000, "{decision:#}");
     scene.wait_until_empty(&pod, Duration::from_secs(15));
     let status = proc.wait();
     assert_eq!(
@@ -126,4 +124,65 @@ fn a_victim_on_a_slowly_growing_node_keeps_its_whole_grace_period() {
         "the victim had time to drain and exit by itself: {status:?}"
     );
     agent.stop();
+}
+
+#[test]
+fn a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once() {
+    if !running_as_root("a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once") {
+        return;
+    }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((scene, mut agent)) = scene_and_agent("oom-grace-recheck") else {
+        return;
+    };
+    let hog = TestPod::new("late-hog");
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    grow_slowly_until_decided(&mut hog_proc, &agent);
+    let before = oom_kills_in(&scene.kubepods.dir);
+    // In its grace period, at full speed: the whole second would let the OOM killer fire.
+    let started = Instant::now();
+    hog_proc.command("alloc 1024");
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let line = agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains("forcing now, the rest of the grace")
+        })
+        .expect("the decision's log says the rest of the grace period was cut");
+    assert!(line.contains("-> 0s: the OOM point is "), "{line}");
+    eprintln!("{line}");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "forced before the grace period's end: {:?}",
+        started.elapsed()
+    );
+    let status = hog_proc.wait();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired during the grace period"
+    );
+    agent.stop();
+}
+
+/// Grows `proc` to just below the threshold, lets the growth window go quiet, then by 1 MiB
+/// every 100 ms (10 MiB/s, seconds from the OOM point) until the agent decides; the decision
+/// must keep the whole grace period.
+fn grow_slowly_until_decided(proc: &mut Allocator, agent: &MonitorProcess) -> serde_json::Value {
+    proc.alloc(usize::try_from(AgentScene::PRESSURE_ABOVE_MIB).unwrap() - 8);
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let decision = loop {
+        assert!(Instant::now() < deadline, "no decision within 10 s");
+        proc.alloc(1);
+        if let Some(line) = agent.next_line(Duration::from_millis(100)) {
+            break serde_json::from_str::<serde_json::Value>(&line).expect("a JSON decision");
+        }
+    };
+    assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
+    assert_eq!(decision["grace"]["given_ms"], 1000, "{decision:#}");
+    decision
 }

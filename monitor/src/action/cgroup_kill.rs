@@ -26,7 +26,7 @@ use std::{
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
 
 use crate::{
     cgroupfs::{
@@ -103,10 +103,13 @@ pub enum KillError {
 }
 
 /// Kills every process in the cgroup `rel` (relative to the hierarchy root) and below it.
+/// A notification on `force_now` ends the grace period at once (the node cannot afford the
+/// rest of it).
 pub async fn kill_cgroup_tree(
     hierarchy: &MemoryHierarchy,
     rel: &str,
     timings: KillTimings,
+    force_now: &Notify,
 ) -> Result<KillReport, KillError> {
     let start = Instant::now();
     let rel = format!("/{}", rel.trim_matches('/'));
@@ -125,8 +128,7 @@ pub async fn kill_cgroup_tree(
         rel: &rel,
         root: &root,
     };
-    let grace_end = start + timings.grace;
-    let deadline = grace_end + timings.force_for;
+    let mut grace_end = start + timings.grace;
     let mut terminated = HashSet::new();
     let mut forced = false;
     loop {
@@ -149,7 +151,7 @@ pub async fn kill_cgroup_tree(
             }
         } else {
             // Force goes out at least once, however late this turn came.
-            if forced && now >= deadline {
+            if forced && now >= grace_end + timings.force_for {
                 return Ok(report(KillOutcome::TimedOut { remaining: pids }));
             }
             forced = true;
@@ -164,7 +166,10 @@ pub async fn kill_cgroup_tree(
         } else {
             now + POLL
         };
-        tokio::time::sleep_until(wake).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = force_now.notified(), if now < grace_end => grace_end = Instant::now(),
+        }
     }
 }
 
@@ -359,7 +364,7 @@ mod tests {
             force_for: Duration::ZERO,
         };
         for root in ["/", "", "//"] {
-            let refused = kill_cgroup_tree(&hierarchy, root, timings).await;
+            let refused = kill_cgroup_tree(&hierarchy, root, timings, &Notify::new()).await;
             assert!(
                 matches!(refused, Err(KillError::RootCgroup)),
                 "{root:?}: {refused:?}"
@@ -370,13 +375,13 @@ mod tests {
             "/kubepods/./podx",
             "/kubepods//podx",
         ] {
-            let refused = kill_cgroup_tree(&hierarchy, crafted, timings).await;
+            let refused = kill_cgroup_tree(&hierarchy, crafted, timings, &Notify::new()).await;
             assert!(
                 matches!(refused, Err(KillError::NotNormalised(_))),
                 "{crafted:?}: {refused:?}"
             );
         }
-        let missing = kill_cgroup_tree(&hierarchy, "/kubepods/podx", timings).await;
+        let missing = kill_cgroup_tree(&hierarchy, "/kubepods/podx", timings, &Notify::new()).await;
         assert!(
             matches!(missing, Err(KillError::NotFound(_))),
             "{missing:?}"

@@ -4,10 +4,11 @@
 use std::{
     collections::HashSet,
     io::{self, Write as _},
+    sync::Arc,
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
 use tracing::Instrument as _;
 
 use super::{
@@ -16,7 +17,7 @@ use super::{
     decision_log, persist,
     reader::MachineReader as _,
     report::{DecisionContext, DecisionReport},
-    run::Agent,
+    run::{Agent, RunningGrace},
 };
 use crate::{
     cgroupfs::procs::subtree_pids,
@@ -46,6 +47,7 @@ impl Agent {
         // Both clocks are read back to back before deciding, so the report's monotonic stamp
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
+        self.recheck_running_grace(decided_ns);
         let decision = self.core.decide(&ManualClock::new(BootClock.now()));
         if self.args.dry_run
             && decision.eviction().is_some()
@@ -126,6 +128,33 @@ impl Agent {
         affordable_grace(full, self.core.oom_projection(decided_ns), KILL_ALLOWANCE)
     }
 
+    /// While a local kill's grace period runs: forces it now when the OOM point is projected
+    /// nearer than what is left of it (the victim, or another pod, grew meanwhile).
+    fn recheck_running_grace(&mut self, now_ns: u64) {
+        let Some(running) = &self.grace_running else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= running.ends {
+            self.grace_running = None;
+            return;
+        }
+        let left = running.ends - now;
+        let grace = affordable_grace(left, self.core.oom_projection(now_ns), KILL_ALLOWANCE);
+        if let Grace::Cut { projection, .. } = grace {
+            running.force_now.notify_one();
+            let forced = Grace::Cut {
+                from: left,
+                to: Duration::ZERO,
+                projection,
+            };
+            running
+                .span
+                .in_scope(|| tracing::info!("forcing now, the rest of the {forced}"));
+            self.grace_running = None;
+        }
+    }
+
     pub(super) fn report(
         &mut self,
         eviction: &Eviction,
@@ -198,6 +227,7 @@ impl Agent {
         hard: bool,
         span: tracing::Span,
     ) {
+        let force_now = Arc::new(Notify::new());
         let request = ActionRequest {
             cgroup: self
                 .core
@@ -211,6 +241,7 @@ impl Agent {
             message,
             hard,
             span: span.clone(),
+            force_now: force_now.clone(),
         };
         let local = self
             .actuator
@@ -224,6 +255,13 @@ impl Agent {
             // watch instead.
             if local {
                 self.core.mark_evicted(&uid);
+                if hard && !grace.is_zero() && self.args.grace_projection == GraceProjection::On {
+                    self.grace_running = Some(RunningGrace {
+                        ends: Instant::now() + grace,
+                        force_now,
+                        span: span.clone(),
+                    });
+                }
             }
             tracing::info!(grace_s = grace.as_secs(), "eviction of {pod} started");
             self.actions.spawn(task.instrument(span));

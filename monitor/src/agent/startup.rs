@@ -192,6 +192,7 @@ impl Agent {
             own_pod,
             node_status,
             stat_attach_failing: false,
+            grace_running: None,
         })
     }
 }

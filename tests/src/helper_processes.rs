@@ -86,6 +86,20 @@ impl Allocator {
         );
     }
 
+    /// From now on the helper handles SIGTERM and exits `ms` milliseconds after it, going on
+    /// with what it was doing meanwhile (a server draining its requests).
+    pub fn drain_after_term(&mut self, ms: u64) {
+        assert_eq!(
+            self.command(&format!("drain {ms}")),
+            format!("draining {ms}")
+        );
+    }
+
+    /// Waits for the helper to end (it must have been told to, or be killed).
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("waiting for the alloc helper")
+    }
+
     /// Frees everything allocated.
     pub fn free(&mut self) {
         assert_eq!(self.command("free"), "freed");

@@ -23,7 +23,7 @@ mod temp_dir;
 mod trace;
 
 pub use binaries::{binary, monitor_bin};
-pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, set_memory_limit};
+pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, oom_kills_in, set_memory_limit};
 pub use helper_processes::{Allocator, TermIgnorer, process_alive};
 pub use http::{http_get, metrics_addr};
 pub use kubepods::{Kubepods, Qos};

@@ -10,9 +10,14 @@ const FORCE_FOR: Duration = Duration::from_secs(10);
 /// Kills the test cgroup's `pod` subtree with the given grace period, forcing for `force_for`.
 async fn kill_pod(cgroup: &TestCgroup, grace: Duration, force_for: Duration) -> KillReport {
     let timings = KillTimings { grace, force_for };
-    kill_cgroup_tree(&cgroup.hierarchy, &cgroup.child_rel("pod"), timings)
-        .await
-        .unwrap()
+    kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings,
+        &tokio::sync::Notify::new(),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -43,6 +48,42 @@ async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
         "soon after it: {report:?}"
     );
     assert!(cgroup_pids(&pod).is_empty());
+}
+
+/// The agent cuts a running grace period short when the node cannot afford the rest.
+#[tokio::test]
+async fn force_now_ends_the_grace_period_at_once() {
+    if !running_as_root("force_now_ends_the_grace_period_at_once") {
+        return;
+    }
+    let cgroup = TestCgroup::create("kill-force-now");
+    let pod = cgroup.child("pod");
+    let ignorer = TermIgnorer::start_in(&pod);
+    let force_now = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notifier = force_now.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        notifier.notify_one();
+    });
+    let timings = KillTimings {
+        grace: Duration::from_secs(30),
+        force_for: FORCE_FOR,
+    };
+    let report = kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings,
+        &force_now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.outcome, KillOutcome::Emptied);
+    assert!(report.forced && report.terminated == 1, "{report:?}");
+    assert!(
+        report.elapsed < Duration::from_secs(3),
+        "forced when told, not after the 30 s grace period: {report:?}"
+    );
+    assert!(!tests::process_alive(ignorer.pid()));
 }
 
 #[tokio::test]

@@ -87,6 +87,8 @@ pub(crate) fn run(
             "--bin",
             "oom_race",
             "--bin",
+            "reap_time",
+            "--bin",
             "oom_peers",
             "--bin",
             "alloc",

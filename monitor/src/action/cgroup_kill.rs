@@ -7,7 +7,8 @@
 //!   threads, so this covers every task.
 //! * After the grace period: on v2 `cgroup.kill` (kernel 5.14+), which also catches processes
 //!   forking meanwhile; on v1, or without `cgroup.kill`, SIGKILL to every remaining process,
-//!   repeated until the subtree is empty.
+//!   repeated until the subtree is empty. Each process force ended is then reaped
+//!   ([`super::reap`]): its memory comes back at once, not when its last thread exits.
 //! * It returns once every `cgroup.procs` in the subtree is empty. Force is always used once
 //!   the grace period is over, however long the caller is willing to wait for the pod to go:
 //!   a pod that ignores SIGTERM never outlives its eviction. Only processes that survive
@@ -25,7 +26,7 @@ use std::{
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
 
 use crate::{
     cgroupfs::{
@@ -34,6 +35,8 @@ use crate::{
     },
     engine::ids::is_within,
 };
+
+use super::reap::reap;
 
 /// How often the subtree is checked for being empty.
 const POLL: Duration = Duration::from_millis(20);
@@ -100,10 +103,13 @@ pub enum KillError {
 }
 
 /// Kills every process in the cgroup `rel` (relative to the hierarchy root) and below it.
+/// A notification on `force_now` ends the grace period at once (the node cannot afford the
+/// rest of it).
 pub async fn kill_cgroup_tree(
     hierarchy: &MemoryHierarchy,
     rel: &str,
     timings: KillTimings,
+    force_now: &Notify,
 ) -> Result<KillReport, KillError> {
     let start = Instant::now();
     let rel = format!("/{}", rel.trim_matches('/'));
@@ -122,8 +128,7 @@ pub async fn kill_cgroup_tree(
         rel: &rel,
         root: &root,
     };
-    let grace_end = start + timings.grace;
-    let deadline = grace_end + timings.force_for;
+    let mut grace_end = start + timings.grace;
     let mut terminated = HashSet::new();
     let mut forced = false;
     loop {
@@ -146,18 +151,25 @@ pub async fn kill_cgroup_tree(
             }
         } else {
             // Force goes out at least once, however late this turn came.
-            if forced && now >= deadline {
+            if forced && now >= grace_end + timings.force_for {
                 return Ok(report(KillOutcome::TimedOut { remaining: pids }));
             }
             forced = true;
-            target.force(&pids)?;
+            let killed = target.force(&pids)?;
+            if !killed.is_empty() {
+                // Off the agent's threads: reaping hundreds of MiB takes milliseconds.
+                tokio::task::spawn_blocking(move || reap(&killed));
+            }
         }
         let wake = if now < grace_end {
             grace_end.min(now + POLL)
         } else {
             now + POLL
         };
-        tokio::time::sleep_until(wake).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = force_now.notified(), if now < grace_end => grace_end = Instant::now(),
+        }
     }
 }
 
@@ -177,59 +189,64 @@ impl Target<'_> {
         })
     }
 
-    /// Ends the remaining processes: `cgroup.kill` on v2 where the kernel has it, else SIGKILL.
-    fn force(&self, pids: &[i32]) -> Result<(), KillError> {
+    /// Ends the remaining processes: `cgroup.kill` on v2 where the kernel has it, else
+    /// SIGKILL; returns the pidfds of the processes it ended, for [`reap`].
+    fn force(&self, pids: &[i32]) -> Result<Vec<OwnedFd>, KillError> {
+        let signal_error = |pid, source| KillError::Signal {
+            pid,
+            signal: libc::SIGKILL,
+            source,
+        };
+        let mut pinned = Vec::with_capacity(pids.len());
+        for &pid in pids {
+            if let Some(pidfd) = self.pin(pid).map_err(|e| signal_error(pid, e))? {
+                pinned.push((pid, pidfd));
+            }
+        }
         if self.hierarchy.version == CgroupVersion::V2 {
             let path = self.root.join("cgroup.kill");
             match fs::write(&path, "1") {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(pinned.into_iter().map(|(_, fd)| fd).collect()),
                 // Older kernel without cgroup.kill: fall back to signals.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) if is_gone(&e) => return Ok(()),
+                Err(e) if is_gone(&e) => return Ok(Vec::new()),
                 Err(source) => return Err(KillError::Write { path, source }),
             }
         }
-        for &pid in pids {
-            self.signal(pid, libc::SIGKILL)?;
+        let mut killed = Vec::with_capacity(pinned.len());
+        for (pid, pidfd) in pinned {
+            if send(&pidfd, libc::SIGKILL).map_err(|e| signal_error(pid, e))? {
+                killed.push(pidfd);
+            }
         }
-        Ok(())
+        Ok(killed)
     }
 
     /// Signals `pid` if it is verifiably inside the subtree; false when it was not signalled
     /// (exited, or not ours).
     fn signal(&self, pid: i32, signal: i32) -> Result<bool, KillError> {
-        // SAFETY: getpid has no preconditions.
-        if pid <= 1 || pid == unsafe { libc::getpid() } {
-            return Ok(false);
-        }
         let signal_error = |source| KillError::Signal {
             pid,
             signal,
             source,
         };
-        let Some(pidfd) = pidfd_open(pid).map_err(signal_error)? else {
-            return Ok(false);
-        };
-        if !self.contains(pid) {
-            return Ok(false);
+        match self.pin(pid).map_err(signal_error)? {
+            Some(pidfd) => send(&pidfd, signal).map_err(signal_error),
+            None => Ok(false),
         }
-        // SAFETY: a valid pidfd, a null siginfo (as for kill(2)), no flags.
-        let sent = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        match sent {
-            0 => Ok(true),
-            _ => match io::Error::last_os_error() {
-                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
-                e => Err(signal_error(e)),
-            },
+    }
+
+    /// A pidfd pinning `pid` once it is verified inside the subtree; `None` for a process
+    /// that exited, is not ours, or is pid 0, pid 1 or this agent.
+    fn pin(&self, pid: i32) -> io::Result<Option<OwnedFd>> {
+        // SAFETY: getpid has no preconditions.
+        if pid <= 1 || pid == unsafe { libc::getpid() } {
+            return Ok(None);
         }
+        let Some(pidfd) = pidfd_open(pid)? else {
+            return Ok(None);
+        };
+        Ok(self.contains(pid).then_some(pidfd))
     }
 
     /// Whether /proc/<pid>/cgroup puts the process inside the subtree, for this hierarchy.
@@ -253,6 +270,27 @@ fn member_path(proc_cgroup: &str, version: CgroupVersion) -> Option<&str> {
         };
         ours.then_some(path)
     })
+}
+
+/// Sends `signal` through a pidfd; false when the process has already exited.
+fn send(pidfd: &OwnedFd, signal: i32) -> io::Result<bool> {
+    // SAFETY: a valid pidfd, a null siginfo (as for kill(2)), no flags.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    match sent {
+        0 => Ok(true),
+        _ => match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+            e => Err(e),
+        },
+    }
 }
 
 /// A pidfd pinning `pid`, or `None` when the process has already exited.
@@ -326,7 +364,7 @@ mod tests {
             force_for: Duration::ZERO,
         };
         for root in ["/", "", "//"] {
-            let refused = kill_cgroup_tree(&hierarchy, root, timings).await;
+            let refused = kill_cgroup_tree(&hierarchy, root, timings, &Notify::new()).await;
             assert!(
                 matches!(refused, Err(KillError::RootCgroup)),
                 "{root:?}: {refused:?}"
@@ -337,13 +375,13 @@ mod tests {
             "/kubepods/./podx",
             "/kubepods//podx",
         ] {
-            let refused = kill_cgroup_tree(&hierarchy, crafted, timings).await;
+            let refused = kill_cgroup_tree(&hierarchy, crafted, timings, &Notify::new()).await;
             assert!(
                 matches!(refused, Err(KillError::NotNormalised(_))),
                 "{crafted:?}: {refused:?}"
             );
         }
-        let missing = kill_cgroup_tree(&hierarchy, "/kubepods/podx", timings).await;
+        let missing = kill_cgroup_tree(&hierarchy, "/kubepods/podx", timings, &Notify::new()).await;
         assert!(
             matches!(missing, Err(KillError::NotFound(_))),
             "{missing:?}"

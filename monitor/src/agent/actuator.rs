@@ -7,7 +7,9 @@
 //! state hears and which step runs next ([`super::action_path`]), so a refused or failed
 //! action reaches the decision state instead of being waited out: the decision step then
 //! moves on instead of waiting for a pod that is not going.
-use std::{pin::Pin, time::Duration};
+use std::{pin::Pin, sync::Arc, time::Duration};
+
+use tokio::sync::Notify;
 
 use super::action_path::{ActionPath, Route, StepEnd};
 use crate::{
@@ -42,6 +44,9 @@ pub struct ActionRequest {
     /// The decision's span ([`super::decision_log`]): the action runs inside it, and it
     /// closes once the [`ActionDone`] has been taken back.
     pub span: tracing::Span,
+    /// Notified when the node can no longer afford the rest of the grace period: a cgroup
+    /// kill forces at once.
+    pub force_now: Arc<Notify>,
 }
 
 /// How an action ended.
@@ -202,7 +207,7 @@ impl Actuator for CgroupKiller {
                         grace: request.grace,
                         force_for: FORCE_FOR,
                     };
-                    match kill_cgroup_tree(&hierarchy, rel, timings).await {
+                    match kill_cgroup_tree(&hierarchy, rel, timings, &request.force_now).await {
                         Ok(report) => ActionOutcome::Killed(report),
                         Err(crate::action::KillError::NotFound(_)) => ActionOutcome::Gone,
                         Err(error) => ActionOutcome::Failed(error.to_string()),
@@ -286,6 +291,7 @@ mod tests {
             message: String::new(),
             hard: true,
             span: tracing::Span::none(),
+            force_now: Arc::default(),
         }
     }
 

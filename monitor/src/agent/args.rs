@@ -26,6 +26,15 @@ pub enum SourceMode {
     Poll,
 }
 
+/// Whether a hard threshold's grace period is cut to what the node can afford.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GraceProjection {
+    /// Cut it when the OOM point is nearer than the grace period.
+    On,
+    /// Always the whole grace period, as the kubelet gives it.
+    Off,
+}
+
 /// Run the node agent: watch memory through the kernel and evict the pod the kubelet would
 /// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
 #[derive(Args, Debug, Clone)]
@@ -136,6 +145,14 @@ pub struct AgentArgs {
     /// pod (2 GiB/s for 250 ms is 512Mi). Default: attached at all times.
     #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
     pub attach_within: Option<u64>,
+    /// On a hard threshold, project when the kernel's OOM point (the kubepods cgroup's memory
+    /// limit, or the node's memory) is reached at the growth of the last 50ms, and cut the
+    /// victim's grace period to that time less 100ms for the kill, down to force at once; an
+    /// eviction already in its grace period is forced when the projection falls below what is
+    /// left of it. A victim that handles SIGTERM and keeps allocating would otherwise let the
+    /// OOM killer fire first. `off`: the whole grace period always.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = GraceProjection::On)]
+    pub grace_projection: GraceProjection,
     /// Where the agent keeps its state across restarts.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
     pub checkpoint_dir: PathBuf,

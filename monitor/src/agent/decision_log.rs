@@ -28,6 +28,7 @@ pub fn open(eviction: &Eviction, trigger_ns: Option<u64>) -> Span {
         cause.bursts = Empty,
         cause.stalls = Empty,
         cause.node_stalls = Empty,
+        grace_ms = Empty,
         outcome = Empty,
     )
 }
@@ -52,6 +53,14 @@ pub fn decided(report: &DecisionReport) {
     span.record("cause.bursts", report.cause.bursts);
     span.record("cause.stalls", report.cause.stalls);
     span.record("cause.node_stalls", report.cause.node_stalls);
+    span.record("grace_ms", report.grace.given_ms);
+    if let Some(cut) = report.grace_cut() {
+        tracing::info!(
+            oom_in_ms = report.grace.oom_in_ms,
+            growth_bytes_per_second = report.grace.growth_bytes_per_second,
+            "{cut}"
+        );
+    }
     let verb = if report.action == "would_evict" {
         "would evict"
     } else {

@@ -4,18 +4,20 @@
 use std::{
     collections::HashSet,
     io::{self, Write as _},
+    sync::Arc,
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
 use tracing::Instrument as _;
 
 use super::{
     actuator::ActionRequest,
+    args::GraceProjection,
     decision_log, persist,
     reader::MachineReader as _,
     report::{DecisionContext, DecisionReport},
-    run::Agent,
+    run::{Agent, RunningGrace},
 };
 use crate::{
     cgroupfs::procs::subtree_pids,
@@ -23,6 +25,7 @@ use crate::{
     engine::{
         decide::Eviction,
         instant::{Clock as _, ManualClock},
+        oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
         threshold::ThresholdKind,
     },
@@ -44,6 +47,7 @@ impl Agent {
         // Both clocks are read back to back before deciding, so the report's monotonic stamp
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
+        self.recheck_running_grace(decided_ns);
         let decision = self.core.decide(&ManualClock::new(BootClock.now()));
         if self.args.dry_run
             && decision.eviction().is_some()
@@ -53,17 +57,24 @@ impl Agent {
             // the cleanup timeout, as for a pod that does not go.
             pending.grace_period_seconds = 0;
         }
+        let mut grace_given = None;
         if let Some(eviction) = decision.eviction() {
             let span = decision_log::open(eviction, trigger_ns);
             let _in_decision = span.enter();
-            if let Err(e) = self.report(eviction, decided_ns, trigger_ns) {
+            let grace = self.affordable_grace(eviction, decided_ns);
+            if let Err(e) = self.report(eviction, decided_ns, trigger_ns, grace) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
-            let grace = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
+            // The API takes whole seconds: a cut grace period is rounded down.
+            let seconds = match grace {
+                Grace::Full(_) => eviction.grace_period_seconds,
+                Grace::Cut { to, .. } => i64::try_from(to.as_secs()).unwrap_or(0),
+            };
+            grace_given = Some(seconds);
             self.act(
                 eviction.pod.clone(),
-                grace,
-                eviction.grace_period_seconds,
+                grace.duration(),
+                seconds,
                 eviction.reason.clone(),
                 eviction.threshold.kind == ThresholdKind::Hard,
                 span.clone(),
@@ -100,9 +111,48 @@ impl Agent {
                 &now,
             );
             self.saved
-                .record_grace_period(eviction.grace_period_seconds);
+                .record_grace_period(grace_given.unwrap_or(eviction.grace_period_seconds));
         }
         self.writer.save(&self.saved, Instant::now());
+    }
+
+    /// The grace period the node can afford for a decision taken at `decided_ns`: on a hard
+    /// threshold, cut when the OOM point is nearer than the whole grace period.
+    fn affordable_grace(&self, eviction: &Eviction, decided_ns: u64) -> Grace {
+        let full = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
+        if eviction.threshold.kind != ThresholdKind::Hard
+            || self.args.grace_projection == GraceProjection::Off
+        {
+            return Grace::Full(full);
+        }
+        affordable_grace(full, self.core.oom_projection(decided_ns), KILL_ALLOWANCE)
+    }
+
+    /// While a local kill's grace period runs: forces it now when the OOM point is projected
+    /// nearer than what is left of it (the victim, or another pod, grew meanwhile).
+    fn recheck_running_grace(&mut self, now_ns: u64) {
+        let Some(running) = &self.grace_running else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= running.ends {
+            self.grace_running = None;
+            return;
+        }
+        let left = running.ends - now;
+        let grace = affordable_grace(left, self.core.oom_projection(now_ns), KILL_ALLOWANCE);
+        if let Grace::Cut { projection, .. } = grace {
+            running.force_now.notify_one();
+            let forced = Grace::Cut {
+                from: left,
+                to: Duration::ZERO,
+                projection,
+            };
+            running
+                .span
+                .in_scope(|| tracing::info!("forcing now, the rest of the {forced}"));
+            self.grace_running = None;
+        }
     }
 
     pub(super) fn report(
@@ -110,6 +160,7 @@ impl Agent {
         eviction: &Eviction,
         decided_ns: u64,
         trigger_ns: Option<u64>,
+        grace: Grace,
     ) -> anyhow::Result<()> {
         let Some(entry) = self.core.pod(&eviction.pod.uid) else {
             return Ok(());
@@ -143,6 +194,7 @@ impl Agent {
                 route: self
                     .actuator
                     .route(eviction.threshold.kind == ThresholdKind::Hard),
+                grace,
             },
         );
         decision_log::decided(&report);
@@ -175,6 +227,7 @@ impl Agent {
         hard: bool,
         span: tracing::Span,
     ) {
+        let force_now = Arc::new(Notify::new());
         let request = ActionRequest {
             cgroup: self
                 .core
@@ -188,6 +241,7 @@ impl Agent {
             message,
             hard,
             span: span.clone(),
+            force_now: force_now.clone(),
         };
         let local = self
             .actuator
@@ -201,6 +255,13 @@ impl Agent {
             // watch instead.
             if local {
                 self.core.mark_evicted(&uid);
+                if hard && !grace.is_zero() && self.args.grace_projection == GraceProjection::On {
+                    self.grace_running = Some(RunningGrace {
+                        ends: Instant::now() + grace,
+                        force_now,
+                        span: span.clone(),
+                    });
+                }
             }
             tracing::info!(grace_s = grace.as_secs(), "eviction of {pod} started");
             self.actions.spawn(task.instrument(span));

@@ -246,6 +246,7 @@ mod tests {
         let capacity = NodeCapacity {
             memory_bytes: 8192 * MI,
             allocatable_memory_bytes: 1024 * MI,
+            kubepods_limit: None,
         };
         AgentCore::new(
             EvictionConfig::from_yaml(config_yaml).unwrap(),

@@ -6,6 +6,7 @@ use super::{action_path::Route, cause::Cause};
 use crate::{
     engine::{
         decide::Eviction,
+        oom_projection::Grace,
         pod_facts::PodFacts,
         quantity::Quantity,
         rank::{Measured, RankPolicy},
@@ -46,8 +47,50 @@ pub struct DecisionReport {
     pub cause: Cause,
     /// How the eviction is carried out (`kill`, `api`, `kill_then_api`); absent in dry-run.
     pub path: Option<&'static str>,
+    /// The grace period given, and why it was cut when it was.
+    pub grace: GraceFields,
+    #[serde(skip)]
+    grace_text: Option<String>,
     #[serde(skip)]
     path_text: Option<&'static str>,
+}
+
+/// The grace period a victim was given (see [`Grace`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct GraceFields {
+    /// Time between SIGTERM and force.
+    pub given_ms: u64,
+    /// Whether it was cut from `grace_period_seconds` because the OOM point was nearer.
+    pub cut: bool,
+    /// The projection that cut it: time until the OOM point, the growth rate, and the bytes
+    /// left before it.
+    pub oom_in_ms: Option<u64>,
+    pub growth_bytes_per_second: Option<u64>,
+    pub bytes_to_oom: Option<u64>,
+}
+
+impl GraceFields {
+    fn new(grace: Grace) -> Self {
+        let given_ms = u64::try_from(grace.duration().as_millis()).unwrap_or(u64::MAX);
+        match grace {
+            Grace::Full(_) => Self {
+                given_ms,
+                cut: false,
+                oom_in_ms: None,
+                growth_bytes_per_second: None,
+                bytes_to_oom: None,
+            },
+            Grace::Cut { projection, .. } => Self {
+                given_ms,
+                cut: true,
+                oom_in_ms: u64::try_from(projection.until_oom.as_millis()).ok(),
+                // Rounded to whole bytes: a rate, not a count.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                growth_bytes_per_second: Some(projection.bytes_per_s as u64),
+                bytes_to_oom: Some(projection.bytes_left),
+            },
+        }
+    }
 }
 
 /// Inputs describing the moment of the decision.
@@ -63,6 +106,8 @@ pub struct DecisionContext<'a> {
     pub cause: Cause,
     /// The route the action takes; `None` in dry-run.
     pub route: Option<Route>,
+    /// The grace period the node could afford.
+    pub grace: Grace,
 }
 
 impl DecisionReport {
@@ -86,7 +131,14 @@ impl DecisionReport {
             cause: ctx.cause,
             path: ctx.route.map(Route::as_str),
             path_text: ctx.route.map(Route::describe),
+            grace: GraceFields::new(ctx.grace),
+            grace_text: matches!(ctx.grace, Grace::Cut { .. }).then(|| ctx.grace.to_string()),
         }
+    }
+
+    /// `grace 1s -> 0s: the OOM point is ...` when the grace period was cut.
+    pub fn grace_cut(&self) -> Option<&str> {
+        self.grace_text.as_deref()
     }
 
     /// `would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; exceeds
@@ -130,7 +182,7 @@ impl DecisionReport {
             }
         };
         format!(
-            "{verb} {}/{}{}: {} {} < {}; {keys}{}",
+            "{verb} {}/{}{}: {} {} < {}; {keys}{}{}",
             printable(&self.namespace),
             printable(&self.name),
             self.path_text
@@ -139,7 +191,11 @@ impl DecisionReport {
             self.signal,
             unit(self.observed),
             unit(self.threshold),
-            self.cause.text()
+            self.cause.text(),
+            self.grace_text
+                .as_ref()
+                .map(|g| format!("; {g}"))
+                .unwrap_or_default()
         )
     }
 }
@@ -196,6 +252,7 @@ mod tests {
                 policy: RankPolicy::Memory,
                 cause: Cause::default(),
                 route: (!dry_run).then_some(Route::LocalFirst),
+                grace: Grace::Full(std::time::Duration::from_secs(1)),
             },
         )
     }

@@ -153,6 +153,16 @@ pub(super) struct Agent {
     pub(super) node_status: Option<NodeStatusPublisher>,
     /// The stat programs could not be attached at the last try (logged once per episode).
     pub(super) stat_attach_failing: bool,
+    /// The local kill whose grace period runs now, re-checked against the OOM projection.
+    pub(super) grace_running: Option<RunningGrace>,
+}
+
+/// A grace period running on this node: SIGTERM was sent, force comes at `ends`, or when
+/// `force_now` is notified.
+pub(super) struct RunningGrace {
+    pub(super) ends: Instant,
+    pub(super) force_now: std::sync::Arc<tokio::sync::Notify>,
+    pub(super) span: tracing::Span,
 }
 
 impl Agent {

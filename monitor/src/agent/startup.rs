@@ -29,7 +29,7 @@ use crate::{
         snapshot::{self},
     },
     node::{
-        memory::allocatable_bytes,
+        memory::{MemoryLimit, allocatable_bytes},
         read::{read_mem_total, read_memory_limit},
     },
     pods::KubepodsCgroup,
@@ -52,13 +52,18 @@ impl Agent {
             bail!("kubepods cgroup {} does not exist", kubepods_dir.display());
         }
         let memory = read_mem_total()?;
+        let kubepods_limit = read_memory_limit(&kubepods_dir, hierarchy.version)?;
         let capacity = NodeCapacity {
             memory_bytes: memory,
             allocatable_memory_bytes: allocatable_bytes(
                 args.allocatable_memory,
-                read_memory_limit(&kubepods_dir, hierarchy.version)?,
+                kubepods_limit,
                 memory,
             ),
+            kubepods_limit: match kubepods_limit {
+                MemoryLimit::Bytes(bytes) => Some(bytes),
+                MemoryLimit::Unlimited => None,
+            },
         };
         let if_unusable = if args.reset_state {
             IfUnusable::Reset
@@ -177,6 +182,7 @@ impl Agent {
             own_pod,
             node_status,
             stat_attach_failing: false,
+            grace_running: None,
         })
     }
 }

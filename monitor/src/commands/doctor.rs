@@ -8,6 +8,7 @@ use super::privileges::{self, Needs, Requirement};
 use serde::Serialize;
 
 use crate::{
+    action::reap::kernel_has_process_mrelease,
     agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
     engine::ids::CgroupRel,
@@ -56,7 +57,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         config: args.config.as_deref(),
         pods: args.pods.as_deref(),
     };
-    let report = Report::from_features(&features).with_privileges(privileges::check(&needs));
+    let mut report = Report::from_features(&features).with_privileges(privileges::check(&needs));
+    report.process_mrelease = Some(kernel_has_process_mrelease());
     match args.output {
         OutputFormat::Text => print!("{}", report.to_text()),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -86,6 +88,9 @@ struct Report {
     memcg_passed_over: Vec<String>,
     cgroup: Found<CgroupReport>,
     psi: PsiReport,
+    /// Whether the kernel has `process_mrelease` (5.15+), with which force reaps a killed
+    /// pod's memory at once; unknown (null) when not probed.
+    process_mrelease: Option<bool>,
     /// Capabilities, namespaces and host paths (empty in unit tests of the kernel part).
     privileges: Vec<Requirement>,
     source: EventSource,
@@ -214,6 +219,7 @@ impl Report {
                 node: features.psi.node,
                 cgroup: features.psi.cgroup.clone(),
             },
+            process_mrelease: None,
             privileges: Vec::new(),
             source,
             ok,
@@ -287,6 +293,16 @@ impl Report {
             ),
         );
         line("source", self.source.to_string());
+        if let Some(present) = self.process_mrelease {
+            line(
+                "reap",
+                yes_no(
+                    present,
+                    "process_mrelease: a forced pod's memory comes back at once",
+                    "no process_mrelease (needs 5.15): a forced pod frees its memory as it exits",
+                ),
+            );
+        }
         line("memory", self.memcg_reason.clone());
         if !self.memcg_passed_over.is_empty() {
             line("passed over", self.memcg_passed_over.join("; "));

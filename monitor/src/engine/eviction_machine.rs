@@ -15,6 +15,7 @@ use crate::{
         headroom::memory_headroom,
         ids::{CgroupRel, PodId, PodUid},
         instant::{Clock, MonoInstant},
+        oom_projection::{GrowthWindow, OomPoints, Projection},
         pod_facts::PodFacts,
         rank::{FsLayout, RankPolicy},
         rank_index::{RankIndex, RankIndexSet},
@@ -41,6 +42,8 @@ pub struct NodeCapacity {
     pub memory_bytes: u64,
     /// The kubepods cgroup's limit, or `--allocatable-memory`.
     pub allocatable_memory_bytes: u64,
+    /// The kubepods cgroup's memory limit, where it has one: the kernel's OOM point for pods.
+    pub kubepods_limit: Option<u64>,
 }
 
 /// One cgroupfs read of a pod's cgroup.
@@ -94,6 +97,8 @@ pub struct AgentCore {
     kubepods_rel: CgroupRel,
     rankings: RankIndexSet,
     usage: UsageTracker,
+    /// The last tens of milliseconds of growth, to project the OOM point.
+    growth: GrowthWindow,
     pods: PodTable,
     pids: Option<SignalObservation>,
     /// Failed cgroupfs reads of pods, since start.
@@ -124,6 +129,7 @@ impl AgentCore {
             kubepods_rel,
             rankings,
             usage: UsageTracker::default(),
+            growth: GrowthWindow::default(),
             pods: PodTable::default(),
             pids: None,
             read_failures: 0,
@@ -323,7 +329,10 @@ impl AgentCore {
                 continue;
             }
             newest = newest.max(Some(change.sent_ns));
-            let Some((id, delta)) = self.usage.apply(change) else {
+            let moved = self.usage.apply(change);
+            self.growth
+                .record(change.sent_ns, self.usage.kubepods(), self.usage.node());
+            let Some((id, delta)) = moved else {
                 continue;
             };
             // A pod without a base read has no stats yet; its first read sets them.
@@ -502,6 +511,16 @@ impl AgentCore {
         self.refusals.refused(uid, now, interval, &mut self.state);
     }
 
+    /// The nearest OOM point at the growth the kernel reported over the last tens of
+    /// milliseconds, as of `now_ns` (CLOCK_MONOTONIC); `None` while nothing grows.
+    pub fn oom_projection(&self, now_ns: u64) -> Option<Projection> {
+        let points = OomPoints {
+            kubepods_limit: self.capacity.kubepods_limit,
+            node_memory: self.capacity.memory_bytes,
+        };
+        self.growth.project(points, now_ns)
+    }
+
     /// How much the working sets may grow before a memory threshold could be met.
     pub fn memory_headroom(&self) -> Option<u64> {
         memory_headroom(&self.config.thresholds, &self.observations())
@@ -626,6 +645,7 @@ mod tests {
         let capacity = NodeCapacity {
             memory_bytes: 8 << 30,
             allocatable_memory_bytes: 1 << 30,
+            kubepods_limit: None,
         };
         let mut core = AgentCore::new(config, capacity, kubepods(), EvictionState::default());
         core.set_pods(vec![
@@ -679,6 +699,7 @@ mod tests {
         let capacity = NodeCapacity {
             memory_bytes: 8 << 30,
             allocatable_memory_bytes: 1 << 30,
+            kubepods_limit: None,
         };
         let core = AgentCore::new(config, capacity, kubepods(), EvictionState::default());
         assert!(core.counts_processes());

@@ -22,6 +22,7 @@ pub mod eviction_machine;
 pub mod headroom;
 pub mod ids;
 pub mod instant;
+pub mod oom_projection;
 pub mod pod_facts;
 pub mod pod_request;
 pub mod pod_table;

@@ -5,11 +5,37 @@
 //! - `cache MIB PATH`: writes MIB MiB to the file PATH and syncs it, leaving that much clean
 //!   page cache charged to the process's cgroup -> `cached MIB`
 //! - `free`: unmaps everything allocated so far -> `freed`
+//! - `drain MS`: handles SIGTERM as a server that drains does: it goes on with what it was
+//!   doing (an `alloc` keeps allocating) and exits with status 0 MS milliseconds after
+//!   SIGTERM; only SIGKILL ends it sooner -> `draining MS`
 //! - `exit` or end of input: exits.
 use std::{
     fs::File,
     io::{self, BufRead as _, Write as _},
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
 };
+
+/// Set by the SIGTERM handler installed by `drain`.
+static TERMINATED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    TERMINATED.store(true, Ordering::SeqCst);
+}
+
+/// Handles SIGTERM from now on and exits `ms` milliseconds after it arrives.
+fn drain(ms: usize) {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t) };
+    std::thread::spawn(move || {
+        while !TERMINATED.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(ms as u64));
+        // SAFETY: ends the process at once, as a drained server would.
+        unsafe { libc::_exit(0) };
+    });
+}
 
 fn main() {
     let page = page_size();
@@ -50,6 +76,10 @@ fn main() {
                 // Clean pages: reclaim drops them without writeback.
                 file.sync_all().expect("syncing the cache file");
                 writeln!(out, "cached {mib}").unwrap();
+            }
+            (Some("drain"), Some(Ok(ms))) => {
+                drain(ms);
+                writeln!(out, "draining {ms}").unwrap();
             }
             (Some("free"), None) => {
                 for (addr, len) in mappings.drain(..) {

@@ -5,23 +5,24 @@
 //! chose) before the kernel's OOM killer fired in the tree.
 //!
 //!     oom_race SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
+//!              [--draining-hog] [--grace-projection on|off]
 //!
 //! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
 //! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
 //! (`api`: the agent only posts the Eviction; `kill`: the agent kills on the node first).
 //! `--other-victim` adds a best-effort pod of lower priority that the kubelet's order evicts
-//! before the allocating pod. One JSON object per trial on stdout.
+//! before the allocating pod. `--draining-hog`: the hog handles SIGTERM and keeps allocating
+//! until SIGKILL, as a server draining its requests would; `--grace-projection` is passed to
+//! the agent. One JSON object per trial on stdout.
 use std::{
-    fs,
-    path::Path,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use serde_json::json;
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, set_memory_limit,
-    stand_in_kubelet::StandInKubelet,
+    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, oom_kills_in,
+    set_memory_limit, stand_in_kubelet::StandInKubelet,
 };
 
 const NODE: &str = "bench-node";
@@ -35,11 +36,14 @@ struct Args {
     kube: Option<String>,
     kubelet_delay: Duration,
     other_victim: bool,
+    draining_hog: bool,
+    grace_projection: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
     let usage = "usage: oom_race ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
-                 [--kubelet-delay MS] [--other-victim]";
+                 [--kubelet-delay MS] [--other-victim] [--draining-hog] \
+                 [--grace-projection on|off]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [source, margin, trials, rest @ ..] = args.as_slice() else {
         return Err(usage.into());
@@ -62,6 +66,8 @@ fn parse() -> Result<Args, String> {
         kube: None,
         kubelet_delay: Duration::from_millis(100),
         other_victim: false,
+        draining_hog: false,
+        grace_projection: None,
     };
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
@@ -74,34 +80,14 @@ fn parse() -> Result<Args, String> {
                 rest.next();
             }
             ("--other-victim", _) => parsed.other_victim = true,
+            ("--draining-hog", _) => parsed.draining_hog = true,
+            ("--grace-projection", Some(mode)) if mode == "on" || mode == "off" => {
+                parsed.grace_projection = rest.next().cloned();
+            }
             _ => return Err(format!("{flag}: unexpected; {usage}")),
         }
     }
     Ok(parsed)
-}
-
-/// OOM kills in the subtree at `dir`: v1 counts them in each victim's own cgroup
-/// (`memory.oom_control`), v2 hierarchically (`memory.events` of `dir`).
-fn oom_kills_in(dir: &Path) -> u64 {
-    let counter = |file: &Path| {
-        fs::read_to_string(file)
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0)
-    };
-    if dir.join("memory.events").exists() {
-        return counter(&dir.join("memory.events"));
-    }
-    let mut total = counter(&dir.join("memory.oom_control"));
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            total += oom_kills_in(&entry.path());
-        }
-    }
-    total
 }
 
 /// Where the pods are known to the agent: its manifests directory or the mock API server.
@@ -169,6 +155,9 @@ fn main() {
         steady_procs.push(proc);
     }
     let mut extra: Vec<&str> = args.source.iter().map(String::as_str).collect();
+    if let Some(mode) = &args.grace_projection {
+        extra.extend(["--grace-projection", mode]);
+    }
     let agent: MonitorProcess = match (&pods, &args.kube) {
         (Pods::Kube { files, .. }, Some(mode)) => {
             extra.extend(["--kube-hard-action", mode]);
@@ -193,6 +182,10 @@ fn main() {
         if bystander.is_some() {
             procs[1].alloc(20);
         }
+        if args.draining_hog {
+            // Allocates on for a minute after SIGTERM: only force stops it.
+            procs[0].drain_after_term(60_000);
+        }
         let kubelet = match &pods {
             Pods::Kube { api, .. } => Some(StandInKubelet::start(
                 api.clone(),
@@ -213,10 +206,15 @@ fn main() {
         let ended_ms = started.elapsed().as_secs_f64() * 1e3;
         let decision = agent.next_line(Duration::from_secs(3));
         let oom_kills = oom_kills_in(&scene.kubepods.dir) - before;
-        let victim = decision
+        let decision_json = decision
             .as_deref()
-            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+        let victim = decision_json
+            .as_ref()
             .and_then(|d| d["name"].as_str().map(str::to_owned));
+        let grace_ms = decision_json
+            .as_ref()
+            .and_then(|d| d["grace"]["given_ms"].as_u64());
         println!(
             "{}",
             json!({
@@ -224,6 +222,7 @@ fn main() {
                 "win": oom_kills == 0 && decision.is_some(),
                 "oom_kills": oom_kills,
                 "victim": victim,
+                "grace_ms": grace_ms,
                 "hog_ended_ms": ended_ms,
             })
         );

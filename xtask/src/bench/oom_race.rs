@@ -10,7 +10,9 @@
 //! at every margin: eBPF, polling every 100 ms, 1 s and 10 s (the kubelet's housekeeping
 //! period), and `--kube` with the eBPF source, the Eviction API alone (the stand-in kubelet
 //! stops the pod after a reaction delay) against local-first (the agent kills, then posts).
-//! One more case: a bystander of lower priority that the kubelet's order evicts first.
+//! One more case: a bystander of lower priority that the kubelet's order evicts first. And a
+//! hog that handles SIGTERM and keeps allocating until SIGKILL, with its grace period cut to
+//! what the node affords (`--grace-projection on`, the default) and with the whole second.
 //! Then the peers on whole-node memory, in a VM (see [`super::oom_peers`]).
 use std::process::{Command, Stdio};
 
@@ -50,6 +52,20 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
     };
     let mut other = case("ebpf, other victim", &["ebpf", "--other-victim"]);
     other.margins = Some(vec![48]);
+    // A hog that handles SIGTERM and allocates on until SIGKILL, with the grace period cut to
+    // what the node affords and with the kubelet's whole second.
+    let draining = |projection: &str, margins: Vec<u64>| {
+        let label = match projection {
+            "on" => "ebpf, draining hog",
+            _ => "ebpf, draining hog, whole grace",
+        };
+        let mut c = case(
+            label,
+            &["ebpf", "--draining-hog", "--grace-projection", projection],
+        );
+        c.margins = Some(margins);
+        c
+    };
     if quick {
         let cases = vec![
             case("ebpf", &["ebpf"]),
@@ -57,6 +73,8 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             kube("api", 100),
             kube("kill", 100),
             other,
+            draining("on", vec![48]),
+            draining("off", vec![48]),
         ];
         (vec![16, 48], 3, cases)
     } else {
@@ -69,6 +87,8 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             kube("api", 300),
             kube("kill", 100),
             other,
+            draining("on", vec![16, 48, 100]),
+            draining("off", vec![16, 48, 100]),
         ];
         (vec![16, 32, 48, 100, 200], 10, cases)
     }
@@ -142,12 +162,59 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         }
     }
     println!("{}", win_table(&rates));
+    let (reap_figures, reap_raw) = reap_times(release, machine, if quick { 10 } else { 30 })?;
+    figures.extend(reap_figures);
     let peers = oom_peers::run(bins, machine, quick)?;
     figures.extend(peers.figures);
     Ok(Section {
         figures,
-        raw: json!({ "cgroup": raw, "peers": peers.raw }),
+        raw: json!({ "cgroup": raw, "reap": reap_raw, "peers": peers.raw }),
     })
+}
+
+/// Force to memory back for a 500 MiB victim, with and without `process_mrelease` (the
+/// tests crate's `reap_time`): medians over `trials`.
+fn reap_times(
+    release: &std::path::Path,
+    machine: &Machine,
+    trials: usize,
+) -> anyhow::Result<(Vec<Figure>, Vec<Value>)> {
+    let runner = release.join("reap_time");
+    let load = loadavg();
+    eprintln!("bench: reap time, 500 MiB victim ({trials} trials a side, load {load:.2})");
+    let out = Command::new(&runner)
+        .arg(trials.to_string())
+        .env("MONITOR_ALLOC_BIN", release.join("alloc"))
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", runner.display()))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", runner.display(), out.status);
+    }
+    let sides: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("reap_time's output is not JSON lines")?;
+    let figures = sides
+        .iter()
+        .map(|side| {
+            Figure::new(
+                "oom-race",
+                &format!(
+                    "force -> memory back, {}",
+                    side["side"].as_str().unwrap_or("?")
+                ),
+                "median, 500 MiB victim",
+                side["median_ms"].as_f64().unwrap_or(f64::NAN),
+                "ms",
+            )
+            .note(format!("{trials} trials"))
+            .on(machine, load)
+        })
+        .collect();
+    Ok((figures, sides))
 }
 
 /// Win rates as a matrix: a row per case, a column per margin.

@@ -1,0 +1,188 @@
+//! The grace period the node can afford (root only). A victim that handles SIGTERM and keeps
+//! allocating through the kubelet's 1 s grace period lets the kernel's OOM killer fire first,
+//! however early the agent decides; with the OOM point projected from the growth the kernel
+//! reports, the grace is cut to what the node affords and the hog is forced in time. A victim
+//! on a node that is not racing to its OOM point keeps its whole grace period and drains.
+use std::{
+    os::unix::process::ExitStatusExt as _,
+    time::{Duration, Instant},
+};
+
+use tests::{
+    AgentScene, Allocator, MonitorProcess, Reason, TestPod, cannot_run, oom_kills_in,
+    running_as_root, set_memory_limit,
+};
+
+/// How far above the threshold's level the kubepods cgroup's limit lies.
+const MARGIN_MIB: u64 = 48;
+
+/// One race at a time: two hogs allocating at full speed on a small machine slow each
+/// other's kill, which is the OOM race's business, not these tests'.
+static ONE_RACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A scene whose kubepods cgroup is limited `MARGIN_MIB` above the threshold, and its agent;
+/// `None` (reported as not run) when the kernel programs are not the agent's source.
+fn scene_and_agent(name: &str) -> Option<(AgentScene, MonitorProcess)> {
+    let scene = AgentScene::new(name, "1s", "5s");
+    set_memory_limit(
+        &scene.kubepods.dir,
+        (AgentScene::PRESSURE_ABOVE_MIB + MARGIN_MIB) << 20,
+    )
+    .expect("limiting kubepods");
+    let mut agent = scene.start_agent(&[]);
+    let source = agent
+        .stderr()
+        .lines()
+        .find_map(|l| l.split(" source ").nth(1).map(ToString::to_string))
+        .unwrap_or_default();
+    if !source.starts_with("ebpf (") {
+        cannot_run(
+            Reason::MemcgPrograms,
+            &format!("the agent's source is {source}"),
+        );
+        agent.stop();
+        return None;
+    }
+    Some((scene, agent))
+}
+
+#[test]
+fn a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords() {
+    if !running_as_root("a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords") {
+        return;
+    }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((scene, mut agent)) = scene_and_agent("oom-grace-cut") else {
+        return;
+    };
+    let hog = TestPod::new("hog");
+    let mut hog_proc = scene.start_pod(&hog);
+    // Handles SIGTERM and allocates on for a minute after it: only force stops it.
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = oom_kills_in(&scene.kubepods.dir);
+    // Far past the limit in one go, at full speed.
+    hog_proc.command("alloc 1024");
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
+    let given = decision["grace"]["given_ms"]
+        .as_u64()
+        .expect("grace.given_ms");
+    assert!(given < 1000, "{decision:#}");
+    assert!(
+        decision["grace"]["oom_in_ms"]
+            .as_u64()
+            .expect("grace.oom_in_ms")
+            < 1100,
+        "{decision:#}"
+    );
+    let line = agent
+        .wait_stderr(Duration::from_secs(5), |l| l.contains("grace 1s -> "))
+        .expect("the decision's log names the cut grace period");
+    assert!(line.contains("the OOM point is "), "{line}");
+    eprintln!("{line}");
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let status = hog_proc.wait();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the hog was forced: {status:?}"
+    );
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired before the agent's force"
+    );
+    agent.stop();
+}
+
+#[test]
+fn a_victim_on_a_slowly_growing_node_keeps_its_whole_grace_period() {
+    if !running_as_root("a_victim_on_a_slowly_growing_node_keeps_its_whole_grace_period") {
+        return;
+    }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((scene, mut agent)) = scene_and_agent("oom-grace-kept") else {
+        return;
+    };
+    let pod = TestPod::new("slow");
+    let mut proc = scene.start_pod(&pod);
+    // Exits 300 ms after SIGTERM, well within the 1 s grace period.
+    proc.drain_after_term(300);
+    let decision = grow_slowly_until_decided(&mut proc, &agent);
+    assert_eq!(decision["name"], "slow", "{decision:#}");
+    scene.wait_until_empty(&pod, Duration::from_secs(15));
+    let status = proc.wait();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the victim had time to drain and exit by itself: {status:?}"
+    );
+    agent.stop();
+}
+
+#[test]
+fn a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once() {
+    if !running_as_root("a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once") {
+        return;
+    }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((scene, mut agent)) = scene_and_agent("oom-grace-recheck") else {
+        return;
+    };
+    let hog = TestPod::new("late-hog");
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    grow_slowly_until_decided(&mut hog_proc, &agent);
+    let before = oom_kills_in(&scene.kubepods.dir);
+    // In its grace period, at full speed: the whole second would let the OOM killer fire.
+    let started = Instant::now();
+    hog_proc.command("alloc 1024");
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let line = agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains("forcing now, the rest of the grace")
+        })
+        .expect("the decision's log says the rest of the grace period was cut");
+    assert!(line.contains("-> 0s: the OOM point is "), "{line}");
+    eprintln!("{line}");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "forced before the grace period's end: {:?}",
+        started.elapsed()
+    );
+    let status = hog_proc.wait();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired during the grace period"
+    );
+    agent.stop();
+}
+
+/// Grows `proc` to just below the threshold, lets the growth window go quiet, then by 1 MiB
+/// every 100 ms (10 MiB/s, seconds from the OOM point) until the agent decides; the decision
+/// must keep the whole grace period.
+fn grow_slowly_until_decided(proc: &mut Allocator, agent: &MonitorProcess) -> serde_json::Value {
+    proc.alloc(usize::try_from(AgentScene::PRESSURE_ABOVE_MIB).unwrap() - 8);
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let decision = loop {
+        assert!(Instant::now() < deadline, "no decision within 10 s");
+        proc.alloc(1);
+        if let Some(line) = agent.next_line(Duration::from_millis(100)) {
+            break serde_json::from_str::<serde_json::Value>(&line).expect("a JSON decision");
+        }
+    };
+    assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
+    assert_eq!(decision["grace"]["given_ms"], 1000, "{decision:#}");
+    decision
+}

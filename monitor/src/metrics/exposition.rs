@@ -307,7 +307,7 @@ mod tests {
             );
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!(types, 16, "one TYPE line per family");
+        assert_eq!(types, 17, "one TYPE line per family");
         let build = format!(
             "monitor_build_info{{version=\"{}\",arch=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION"),

@@ -2,6 +2,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::dir_lock::{DirLock, Held};
 use super::key::Key;
 use super::store::{FileStore, StoreError};
 use super::wall_time;
@@ -52,6 +53,9 @@ pub enum StateError {
     /// The state could not be serialised.
     #[error(transparent)]
     Encode(CheckpointError),
+    /// Another agent holds the directory.
+    #[error(transparent)]
+    Held(#[from] Held),
 }
 
 /// What [`StateManager::open`] found.
@@ -71,6 +75,8 @@ pub struct StateManager {
     key: Key,
     /// Checksum of what the file holds, when that is known to be the current version.
     written_checksum: Option<u32>,
+    /// This process's hold on the directory (none where it could not be opened).
+    _lock: Option<DirLock>,
 }
 
 impl StateManager {
@@ -94,11 +100,16 @@ impl StateManager {
     /// unreadable or corrupt checkpoint is still refused.
     pub fn open(dir: impl Into<PathBuf>, if_unusable: IfUnusable) -> Result<Opened, StateError> {
         let store = FileStore::at(dir);
-        let prepared = store.prepare();
+        // The lock comes before anything in the directory is touched: a second agent must not
+        // remove the first one's temporary file.
+        let created = store.create_dir();
+        let lock = DirLock::take(store.dir())?;
+        let prepared = created.and_then(|()| store.remove_stale_temporaries());
         let mut manager = Self {
             store,
             key: Key::agent_state(),
             written_checksum: None,
+            _lock: lock,
         };
         let (state, startup) = manager.load(if_unusable)?;
         let write_problem = match prepared {
@@ -137,7 +148,9 @@ impl StateManager {
                 return Ok((AgentState::default(), Startup::Created));
             }
             // No checkpoint this agent wrote: set aside like a corrupt one when asked to.
-            Err(error @ StoreError::TooLarge { .. }) if if_unusable == IfUnusable::Reset => {
+            Err(error @ (StoreError::TooLarge { .. } | StoreError::NotRegular { .. }))
+                if if_unusable == IfUnusable::Reset =>
+            {
                 return self.reset(error.to_string());
             }
             Err(error) => return Err(error.into()),
@@ -232,6 +245,8 @@ mod tests {
         state.count_events(1, 0);
         assert!(manager.save_if_changed(&state).unwrap());
         assert!(!manager.save_if_changed(&state).unwrap());
+        // The agent that wrote it is gone before the next one starts.
+        drop(manager);
 
         let (mut reloaded, loaded, startup) =
             StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap();
@@ -278,6 +293,7 @@ mod tests {
         file["state"]["counters"]["events_lost"] = 3.into();
         let corrupt = serde_json::to_vec(&file).unwrap();
         fs::write(&path, &corrupt).unwrap();
+        drop(manager);
 
         let refused = StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap_err();
         let message = refused.to_string();
@@ -325,6 +341,7 @@ mod tests {
         // Sparse: 300 MiB long without taking the space.
         let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(300 << 20).unwrap();
+        drop(manager);
 
         let refused = StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap_err();
         let message = refused.to_string();

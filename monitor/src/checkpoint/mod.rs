@@ -5,6 +5,7 @@
 //!
 //! At start the agent calls [`StateManager::load_or_init`] (with [`IfUnusable::Reset`] when run
 //! with `--reset-state`), then [`StateManager::save_if_changed`] after each change.
+pub mod dir_lock;
 pub mod key;
 pub mod manager;
 pub mod now;

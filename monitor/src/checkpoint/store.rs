@@ -25,6 +25,14 @@ pub enum StoreError {
     /// Nothing is stored under the key.
     #[error("{} does not exist", path.display())]
     NotFound { path: PathBuf },
+    /// Something other than a regular file stands at the checkpoint's path (a FIFO would
+    /// block the read forever, a device could act on it); it was not opened.
+    #[error(
+        "could not read {}: it is {kind}, not a regular file (not opened). Starting with \
+         --reset-state sets it aside",
+        path.display()
+    )]
+    NotRegular { path: PathBuf, kind: &'static str },
     /// The file is larger than any checkpoint the agent writes; it was not read whole.
     #[error(
         "{} is larger than {limit} bytes, far more than a checkpoint holds; not loaded. \
@@ -64,15 +72,27 @@ impl FileStore {
     }
 
     /// Creates the directory (mode 0700) if needed, restricts it to its owner, and removes
-    /// temporaries left by a writer that died. Call once at start, before any write.
-    pub fn prepare(&self) -> Result<(), StoreError> {
+    /// temporaries left by a writer that died. The agent locks the directory in between
+    /// (see [`super::manager::StateManager::open`]).
+    #[cfg(test)]
+    pub(crate) fn prepare(&self) -> Result<(), StoreError> {
+        self.create_dir()?;
+        self.remove_stale_temporaries()
+    }
+
+    /// Creates the directory (mode 0700) if needed and restricts it to its owner.
+    pub fn create_dir(&self) -> Result<(), StoreError> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
             .create(&self.dir)
             .map_err(|e| self.io("create directory", &self.dir, e))?;
         fs::set_permissions(&self.dir, fs::Permissions::from_mode(DIR_MODE))
-            .map_err(|e| self.io("restrict permissions of", &self.dir, e))?;
+            .map_err(|e| self.io("restrict permissions of", &self.dir, e))
+    }
+
+    /// Removes temporaries left by a writer that died.
+    pub fn remove_stale_temporaries(&self) -> Result<(), StoreError> {
         for name in self.file_names()? {
             if name.starts_with(TEMP_PREFIX) && name.contains(TEMP_MARKER) {
                 let path = self.dir.join(&name);
@@ -134,6 +154,16 @@ impl FileStore {
                     return Ok(target);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                // A directory cannot be hard-linked: renamed instead, once the name is free
+                // (the directory is the agent's own, 0700, so nothing races for the name).
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) && source.is_dir() => {
+                    if fs::symlink_metadata(&target).is_ok() {
+                        continue;
+                    }
+                    fs::rename(&source, &target).map_err(|e| self.io("move aside", &source, e))?;
+                    self.sync_dir()?;
+                    return Ok(target);
+                }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     return Err(StoreError::NotFound { path: source });
                 }
@@ -217,19 +247,39 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 /// reader stops one byte past [`MAX_FILE_BYTES`], so a larger file is refused without being
 /// read whole.
 pub fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
+    let io_error = |source: io::Error| match source.kind() {
+        io::ErrorKind::NotFound => StoreError::NotFound {
+            path: path.to_owned(),
+        },
+        _ => StoreError::Io {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        },
+    };
+    let not_regular = |file_type: fs::FileType| StoreError::NotRegular {
+        path: path.to_owned(),
+        kind: file_kind(file_type),
+    };
+    // Looked at before it is opened, so a FIFO or a device is never opened at all.
+    let file_type = fs::symlink_metadata(path).map_err(io_error)?.file_type();
+    if !file_type.is_file() {
+        return Err(not_regular(file_type));
+    }
+    // Opened so that a swap after the look cannot block or follow a link either.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_error)?;
+    let file_type = file.metadata().map_err(io_error)?.file_type();
+    if !file_type.is_file() {
+        return Err(not_regular(file_type));
+    }
     let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|file| io::Read::take(file, MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => StoreError::NotFound {
-                path: path.to_owned(),
-            },
-            _ => StoreError::Io {
-                action: "read",
-                path: path.to_owned(),
-                source,
-            },
-        })?;
+    io::Read::take(file, MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(StoreError::TooLarge {
             path: path.to_owned(),
@@ -237,6 +287,24 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
         });
     }
     Ok(bytes)
+}
+
+/// What a file that is not a regular one is, in words.
+fn file_kind(file_type: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }
 
 #[cfg(test)]
@@ -317,5 +385,52 @@ mod tests {
             store.move_aside(&key("state"), "corrupt-x"),
             Err(StoreError::NotFound { .. })
         ));
+    }
+
+    /// Makes a FIFO at `path`.
+    fn mkfifo(path: &Path) {
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_is_refused_unopened_and_can_be_set_aside() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::at(root.path());
+        store.prepare().unwrap();
+        let path = store.path_of(&key("state"));
+        let regular = root.path().join("elsewhere");
+        fs::write(&regular, b"state").unwrap();
+        let socket = std::os::unix::net::UnixListener::bind(root.path().join("sock")).unwrap();
+        let makers: [(&str, &dyn Fn(&Path)); 4] = [
+            ("a FIFO", &|p| mkfifo(p)),
+            ("a directory", &|p| fs::create_dir(p).unwrap()),
+            ("a symbolic link", &|p| {
+                std::os::unix::fs::symlink(&regular, p).unwrap()
+            }),
+            ("a socket", &|p| {
+                fs::rename(root.path().join("sock"), p).unwrap()
+            }),
+        ];
+        for (kind, make) in makers {
+            make(&path);
+            // A FIFO read would block this test forever; the refusal must come first.
+            match store.read(&key("state")) {
+                Err(StoreError::NotRegular { kind: got, .. }) => assert_eq!(got, kind),
+                other => panic!("{kind}: {other:?}"),
+            }
+            let aside = store.move_aside(&key("state"), "corrupt-x").unwrap();
+            assert!(
+                fs::symlink_metadata(&aside).is_ok(),
+                "{kind} kept at {aside:?}"
+            );
+            assert!(fs::symlink_metadata(&path).is_err(), "{kind} moved away");
+            // The key is free for the next write.
+            store.write(&key("state"), b"fresh").unwrap();
+            assert_eq!(store.read(&key("state")).unwrap(), b"fresh");
+            fs::remove_file(&path).unwrap();
+        }
+        drop(socket);
     }
 }

@@ -142,7 +142,7 @@ fn read_verified(path: &Path) -> Result<Decoded, ExitCode> {
             StoreError::NotFound { .. } => eprintln!(
                 "{error}: no checkpoint there (the agent writes one when it first starts)"
             ),
-            StoreError::Io { .. } => eprintln!("{error}"),
+            StoreError::Io { .. } | StoreError::NotRegular { .. } => eprintln!("{error}"),
             StoreError::TooLarge { .. } => {
                 eprintln!("{error}");
                 return ExitCode::from(EXIT_CORRUPT);

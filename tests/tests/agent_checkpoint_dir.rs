@@ -119,7 +119,7 @@ fn a_fifo_or_a_directory_as_the_checkpoint_is_refused_without_hanging_and_reset_
         let mut agent = scene.start_agent(&["--reset-state"]);
         let set_aside: Vec<_> = fs::read_dir(&scene.checkpoint.path)
             .unwrap()
-            .filter_map(|e| e.ok())
+            .filter_map(Result::ok)
             .filter(|e| {
                 e.file_name()
                     .to_string_lossy()

@@ -403,14 +403,15 @@ mod tests {
         let regular = root.path().join("elsewhere");
         fs::write(&regular, b"state").unwrap();
         let socket = std::os::unix::net::UnixListener::bind(root.path().join("sock")).unwrap();
-        let makers: [(&str, &dyn Fn(&Path)); 4] = [
+        type Maker<'a> = &'a dyn Fn(&Path);
+        let makers: [(&str, Maker<'_>); 4] = [
             ("a FIFO", &|p| mkfifo(p)),
             ("a directory", &|p| fs::create_dir(p).unwrap()),
             ("a symbolic link", &|p| {
-                std::os::unix::fs::symlink(&regular, p).unwrap()
+                std::os::unix::fs::symlink(&regular, p).unwrap();
             }),
             ("a socket", &|p| {
-                fs::rename(root.path().join("sock"), p).unwrap()
+                fs::rename(root.path().join("sock"), p).unwrap();
             }),
         ];
         for (kind, make) in makers {

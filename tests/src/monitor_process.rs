@@ -152,6 +152,12 @@ impl MonitorProcess {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
     }
 
+    /// Sends SIGHUP: the agent reads its configuration again and lists its pods anew.
+    pub fn hangup(&self) {
+        // SAFETY: signalling the child this value owns, which is not reaped before drop.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
+    }
+
     /// Stops the agent with SIGTERM and asserts that it exits with status 0.
     pub fn stop(&mut self) {
         self.terminate();

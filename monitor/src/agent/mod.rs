@@ -20,6 +20,7 @@ mod psi_wake;
 pub mod publish;
 pub mod reader;
 pub mod realtime;
+mod reload;
 pub mod report;
 pub mod resync;
 mod run;

@@ -178,6 +178,7 @@ impl Agent {
         let show_status = !self.args.status_interval.is_zero();
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
         let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sighup = signal(SignalKind::hangup())?;
         // Sized for a full ring at start: no allocation when records pour in under pressure.
         let mut batch = match self.source.kernel {
             None => Vec::new(),
@@ -280,6 +281,13 @@ impl Agent {
                 _ = turn.tick() => self.update_metrics(None, None),
                 _ = tokio::signal::ctrl_c() => break,
                 _ = sigterm.recv() => break,
+                _ = sighup.recv() => {
+                    self.reload_config();
+                    // The pods are listed anew: the source is opened again at once.
+                    tracing::info!("SIGHUP: listing the pods again");
+                    watcher = None;
+                    reopen_at = Some(Instant::now());
+                }
                 () = sleep_until(stop_at) => break,
             }
             if !self.held.is_empty() {

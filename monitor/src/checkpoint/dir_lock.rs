@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
-/// The file that names the holder; hidden, so checkpoint listings skip it.
-const PID_FILE: &str = ".agent.pid";
+/// The file that names the holder, beside the checkpoint files.
+const PID_FILE: &str = "agent.pid";
 
 /// The checkpoint directory held by another process.
 #[derive(Debug, thiserror::Error)]

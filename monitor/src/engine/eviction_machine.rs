@@ -108,6 +108,18 @@ pub struct AgentCore {
     pub state: EvictionState,
 }
 
+/// A ranking for each signal the configuration's thresholds watch that the agent observes.
+fn rankings_for(config: &EvictionConfig) -> RankIndexSet {
+    RankIndexSet::new(
+        FsLayout::Shared,
+        config
+            .thresholds
+            .iter()
+            .map(|t| t.signal)
+            .filter(|signal| OBSERVED_SIGNALS.contains(signal)),
+    )
+}
+
 impl AgentCore {
     pub fn new(
         config: EvictionConfig,
@@ -115,14 +127,7 @@ impl AgentCore {
         kubepods_rel: CgroupRel,
         state: EvictionState,
     ) -> Self {
-        let rankings = RankIndexSet::new(
-            FsLayout::Shared,
-            config
-                .thresholds
-                .iter()
-                .map(|t| t.signal)
-                .filter(|signal| OBSERVED_SIGNALS.contains(signal)),
-        );
+        let rankings = rankings_for(&config);
         Self {
             config,
             capacity,
@@ -439,6 +444,26 @@ impl AgentCore {
         }
     }
 
+    /// Takes a new configuration (the agent's SIGHUP): its thresholds and waits, and a
+    /// ranking for each signal it now watches, holding every ranked pod with its usage.
+    /// Remembered state (the last eviction, a pending one, soft-threshold timers) stays.
+    pub fn reconfigure(&mut self, config: EvictionConfig) {
+        self.rankings = rankings_for(&config);
+        self.config = config;
+        let ids: Vec<PodId> = self
+            .pods
+            .iter()
+            .filter(|(_, row)| row.ranked())
+            .map(|(id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(row) = self.pods.get(id) {
+                self.rankings.upsert_pod_shared(&row.facts);
+            }
+            self.rerank(id);
+        }
+    }
+
     /// Fresh `pid.available` reading.
     pub fn set_pid_reading(&mut self, pids: Option<SignalObservation>) {
         self.pids = pids;
@@ -690,6 +715,48 @@ mod tests {
                 .is_none(),
             "active file does not move the working set"
         );
+    }
+
+    #[test]
+    fn a_new_configuration_moves_the_thresholds_and_keeps_every_pod_ranked() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(11, Stat::Anon, 500 * MI)]));
+        assert!(
+            c.decide(&clock()).eviction().is_none(),
+            "524Mi available is above 200Mi"
+        );
+        assert!(!c.counts_processes(), "no pid threshold yet");
+        c.reconfigure(
+            EvictionConfig::from_yaml(
+                "evictionHard:\n  allocatableMemory.available: 600Mi\n  pid.available: 10%\n",
+            )
+            .unwrap(),
+        );
+        let ranked = |signal| {
+            c.ranking(signal)
+                .iter()
+                .map(|(f, u)| (f.pod.name.clone(), u.map(|u| u.memory_working_set_bytes)))
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            c.counts_processes(),
+            "the new pid threshold wants process counts"
+        );
+        assert_eq!(
+            c.rank_index(Signal::PidAvailable).map(RankIndex::len),
+            Some(3),
+            "the pid ranking holds every pod"
+        );
+        assert_eq!(
+            ranked(Signal::AllocatableMemoryAvailable)[0],
+            ("big-low".to_string(), Some(500 << 20)),
+            "usage kept across the change"
+        );
+        let eviction = c.decide(&clock());
+        let eviction = eviction
+            .eviction()
+            .expect("524Mi available is now below 600Mi");
+        assert_eq!(eviction.pod.name, "big-low");
     }
 
     #[test]

@@ -1,0 +1,29 @@
+//! SIGHUP, as operators expect of a daemon: the configuration file is read again and the
+//! pods listed anew. A configuration that does not load is logged and the one in force kept,
+//! so a typo never leaves the node without thresholds.
+use super::run::Agent;
+
+impl Agent {
+    /// Reads `--config` again and puts it in force; keeps the old one when it does not load.
+    pub(super) fn reload_config(&mut self) {
+        match crate::config_file::load(self.args.config.as_deref()) {
+            Ok((config, _)) => {
+                let thresholds: Vec<String> = config
+                    .thresholds
+                    .iter()
+                    .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
+                    .collect();
+                tracing::info!(
+                    "SIGHUP: configuration read again, thresholds {}",
+                    thresholds.join(", ")
+                );
+                self.core.reconfigure(config);
+                self.move_stat_gate();
+                self.evaluate(None);
+            }
+            Err(e) => tracing::error!(
+                "SIGHUP: the configuration was not read again ({e:#}); the one in force stays"
+            ),
+        }
+    }
+}

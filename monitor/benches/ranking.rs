@@ -54,6 +54,7 @@ fn pods(count: usize, rng: &mut Xorshift) -> Vec<PodFacts> {
             ephemeral_storage_request: Quantity::ZERO,
             termination_grace_period_seconds: Some(30),
             local_volumes: Vec::new(),
+            resize: None,
         })
         .collect()
 }

@@ -3,7 +3,8 @@
 //!
 //! * [`ids`]: pod uids and cgroup paths, checked and normalised once;
 //! * [`config`]: thresholds and settings from a KubeletConfiguration YAML string;
-//! * [`pod_facts`], [`pod_request`] and [`qos`]: what ranking needs from a Pod object;
+//! * [`pod_facts`], [`pod_request`], [`allocation`] and [`qos`]: what ranking needs from a
+//!   Pod object, on the resources the kubelet allocated;
 //! * [`summary`]: pod usage, and the kubelet's Summary API as one source of it;
 //! * [`rank`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
@@ -13,6 +14,7 @@
 //! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
 //!   and the decision step.
+pub mod allocation;
 pub mod checkpoint;
 pub mod config;
 pub mod config_origin;

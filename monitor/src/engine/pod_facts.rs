@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::printable::printable;
 
+use super::allocation::{AllocationSource, ResizeState, allocated_spec};
 use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
 use super::quantity::Quantity;
 
@@ -66,7 +67,7 @@ pub struct PodFacts {
     pub priority: i32,
     /// The kubelet's `IsCriticalPod`: never evicted, the next candidate is taken instead.
     pub critical: bool,
-    /// Memory request as the kubelet computes it.
+    /// Memory request as the kubelet computes it, on the allocated resources.
     pub memory_request: Quantity,
     /// Ephemeral-storage request as the kubelet computes it.
     pub ephemeral_storage_request: Quantity,
@@ -74,6 +75,21 @@ pub struct PodFacts {
     pub termination_grace_period_seconds: Option<i64>,
     /// Names of volumes on local disk whose usage counts toward the pod's disk usage.
     pub local_volumes: Vec<String>,
+    /// An in-place resize the status reports, or an allocation that differs from the spec.
+    pub resize: Option<ResizeNote>,
+}
+
+/// Why a pod's requests are not (or may not be) the spec's: the kubelet ranks on its
+/// allocation (see [`allocation`](super::allocation)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeNote {
+    /// The resize state the status reports, if any.
+    pub state: Option<ResizeState>,
+    /// Where the allocation was read from; `None`: the spec's requests are the allocation.
+    pub source: Option<AllocationSource>,
+    /// The memory request the spec asks for (`memory_request` is the allocated one).
+    pub desired_memory_request: Quantity,
 }
 
 /// A Pod object that cannot be ranked.
@@ -115,15 +131,28 @@ impl PodFacts {
             .spec
             .as_ref()
             .ok_or_else(|| PodFactsError::MissingSpec(display.clone()))?;
-        let request = |resource| {
+        let request = |spec, resource| {
             pod_request(spec, resource).map_err(|error| PodFactsError::Quantity {
                 pod: display.clone(),
                 error,
             })
         };
+        let allocated = allocated_spec(spec, pod.status.as_ref());
+        let memory_request = request(&allocated.spec, MEMORY)?;
+        let desired_memory_request = match allocated.source {
+            Some(_) => request(spec, MEMORY)?,
+            None => memory_request,
+        };
+        let resize = (allocated.resize.is_some() || desired_memory_request != memory_request)
+            .then_some(ResizeNote {
+                state: allocated.resize,
+                source: allocated.source,
+                desired_memory_request,
+            });
         Ok(PodFacts {
-            memory_request: request(MEMORY)?,
-            ephemeral_storage_request: request(EPHEMERAL_STORAGE)?,
+            memory_request,
+            ephemeral_storage_request: request(&allocated.spec, EPHEMERAL_STORAGE)?,
+            resize,
             priority: spec.priority.unwrap_or(0),
             critical: is_critical(pod),
             termination_grace_period_seconds: spec.termination_grace_period_seconds,
@@ -186,6 +215,7 @@ impl PodFacts {
             ephemeral_storage_request: Quantity::ZERO,
             termination_grace_period_seconds: None,
             local_volumes: vec![],
+            resize: None,
         }
     }
 

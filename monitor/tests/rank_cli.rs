@@ -36,9 +36,10 @@ fn json_order(output: &Output) -> Vec<String> {
         "stderr: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let pods: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
-    pods.as_array()
-        .expect("an array")
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    report["pods"]
+        .as_array()
+        .expect("an array of pods")
         .iter()
         .map(|p| p["name"].as_str().expect("name").to_string())
         .collect()
@@ -103,7 +104,8 @@ fn ranks_in_the_kubelets_order() {
 #[test]
 fn json_carries_the_rank_keys() {
     let output = rank_with("pods.json", "summary.json", &["--output", "json"]);
-    let pods: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    let pods = &report["pods"];
     let hog = &pods[1];
     assert_eq!(hog["namespace"], "shop");
     assert_eq!(hog["name"], "hog");
@@ -138,7 +140,7 @@ fn text_output_is_aligned_and_explains_the_order() {
         "{text}"
     );
     let why_column = lines[1].find("WHY").expect("header");
-    for line in &lines[2..] {
+    for line in lines[2..].iter().take_while(|l| !l.starts_with("left out")) {
         assert_eq!(
             line.get(..why_column).map(str::len),
             Some(why_column),
@@ -167,7 +169,13 @@ fn text_output_is_aligned_and_explains_the_order() {
         .find(|l| l.contains("etcd-node-1"))
         .expect("etcd line");
     assert!(etcd.contains("critical"), "{etcd}");
-    assert!(!text.contains("finished"), "finished pods are not ranked");
+    let left_out = "left out, finished (phase Succeeded or Failed): 1 (shop/finished)";
+    assert_eq!(lines.last(), Some(&left_out), "{text}");
+    assert_eq!(
+        text.matches("shop/finished").count(),
+        1,
+        "finished pods are named, not ranked: {text}"
+    );
 }
 
 #[test]
@@ -236,4 +244,176 @@ fn help_teaches_where_inputs_come_from() {
     ] {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
+}
+
+/// Writes `pods` and a Summary of node n1 with each `(name, uid, working set MiB)`, and ranks.
+fn rank_values(pods: &serde_json::Value, usage: &[(&str, &str, u64)], extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pods_path = dir.path().join("pods.json");
+    let summary_path = dir.path().join("summary.json");
+    std::fs::write(&pods_path, pods.to_string()).expect("pods file");
+    let stats: Vec<serde_json::Value> = usage
+        .iter()
+        .map(|(name, uid, mib)| {
+            serde_json::json!({
+                "podRef": {"name": name, "namespace": "default", "uid": uid},
+                "memory": {"workingSetBytes": mib << 20, "usageBytes": mib << 20},
+            })
+        })
+        .collect();
+    let summary = serde_json::json!({"node": {"nodeName": "n1"}, "pods": stats});
+    std::fs::write(&summary_path, summary.to_string()).expect("summary file");
+    let mut args = vec![
+        "--pods",
+        pods_path.to_str().expect("utf-8 path"),
+        "--summary",
+        summary_path.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    monitor_rank(&args)
+}
+
+/// The kubelet ranks on allocated resources: a pod resized from 512Mi to 1Gi whose resize
+/// is pending, using 768Mi, exceeds its 512Mi allocation and goes before a BestEffort
+/// neighbour, in each version's status shape; once the kubelet has allocated the 1Gi, the
+/// neighbour goes first.
+#[test]
+fn a_pending_resize_ranks_on_the_allocation() {
+    use serde_json::json;
+    let container_status = |allocated: bool| {
+        let mut status = json!({
+            "name": "app", "ready": true, "restartCount": 0, "image": "app:1", "imageID": "",
+            "state": {"running": {"startedAt": "2026-01-02T03:04:05Z"}},
+            "resources": {"requests": {"memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        });
+        if allocated {
+            status["allocatedResources"] = json!({"memory": "512Mi"});
+        }
+        status
+    };
+    let pending = |reason: &str| {
+        json!([{"type": "PodResizePending", "status": "True", "reason": reason,
+            "message": "Node didn't have enough resource: memory", "lastProbeTime": null,
+            "lastTransitionTime": "2026-01-02T03:04:06Z"}])
+    };
+    struct Case {
+        name: &'static str,
+        status: serde_json::Value,
+        first: &'static str,
+        why: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "1.27-1.31: status.resize Deferred and allocatedResources",
+            status: json!({"phase": "Running", "resize": "Deferred",
+                "containerStatuses": [container_status(true)]}),
+            first: "resized",
+            why: "resize Deferred: ranked on the kubelet's allocation, the spec asks 1Gi",
+        },
+        Case {
+            name: "1.32: status.resize Infeasible, no allocatedResources",
+            status: json!({"phase": "Running", "resize": "Infeasible",
+                "containerStatuses": [container_status(false)]}),
+            first: "resized",
+            why: "resize Infeasible: ranked on the kubelet's allocation",
+        },
+        Case {
+            name: "1.33-1.35: PodResizePending Deferred",
+            status: json!({"phase": "Running", "conditions": pending("Deferred"),
+                "containerStatuses": [container_status(false)]}),
+            first: "resized",
+            why: "resize Deferred: ranked on the kubelet's allocation",
+        },
+        Case {
+            name: "1.36: PodResizePending Infeasible and allocatedResources",
+            status: json!({"phase": "Running", "conditions": pending("Infeasible"),
+                "containerStatuses": [container_status(true)]}),
+            first: "resized",
+            why: "resize Infeasible: ranked on the kubelet's allocation",
+        },
+        Case {
+            name: "1.33-1.35: PodResizeInProgress: 1Gi allocated",
+            status: json!({"phase": "Running", "conditions": [{"type": "PodResizeInProgress", "status": "True"}],
+                "containerStatuses": [container_status(false)]}),
+            first: "best-effort",
+            why: "resize InProgress: the spec is allocated",
+        },
+    ];
+    for case in cases {
+        let pods = json!({"apiVersion": "v1", "kind": "PodList", "items": [
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "resized", "namespace": "default", "uid": "u-resized"},
+             "spec": {"nodeName": "n1", "containers": [{"name": "app", "resources": {
+                 "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
+             "status": case.status},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "best-effort", "namespace": "default", "uid": "u-be"},
+             "spec": {"nodeName": "n1", "containers": [{"name": "app"}]},
+             "status": {"phase": "Running"}},
+        ]});
+        let usage = [("resized", "u-resized", 768), ("best-effort", "u-be", 100)];
+        let order = json_order(&rank_values(&pods, &usage, &["--output", "json"]));
+        assert_eq!(order[0], case.first, "{}", case.name);
+        let text = String::from_utf8(rank_values(&pods, &usage, &[]).stdout).expect("utf-8");
+        let line = text
+            .lines()
+            .find(|l| l.contains("default/resized"))
+            .unwrap_or_else(|| panic!("{}: {text}", case.name));
+        assert!(line.contains(case.why), "{}: {line}", case.name);
+    }
+}
+
+/// Pods that are not ranked are named with the reason, in text and JSON, and a pod the
+/// node's Summary lists is ranked although its object lacks spec.nodeName.
+#[test]
+fn says_what_it_left_out_and_why() {
+    use serde_json::json;
+    let pod = |name: &str, node: Option<&str>, phase: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("u-{name}")},
+            "spec": {"nodeName": node, "containers": [{"name": "app"}]},
+            "status": {"phase": phase}})
+    };
+    let only_left_out = json!({"kind": "List", "items": [
+        pod("queued", None, "Pending"),
+        pod("done", Some("n1"), "Succeeded"),
+        pod("elsewhere", Some("n2"), "Running"),
+    ]});
+    let output = rank_values(&only_left_out, &[], &[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    for expected in [
+        "no pods to rank",
+        "left out, not scheduled (no spec.nodeName): 1 (default/queued)",
+        "left out, finished (phase Succeeded or Failed): 1 (default/done)",
+        "left out, bound to another node: 1 (default/elsewhere (on n2))",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in {text}");
+    }
+    let output = rank_values(&only_left_out, &[], &["--output", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["pods"], json!([]));
+    assert_eq!(
+        report["leftOut"],
+        json!([
+            {"namespace": "default", "name": "queued", "reason": "notScheduled"},
+            {"namespace": "default", "name": "done", "reason": "finished"},
+            {"namespace": "default", "name": "elsewhere", "reason": "otherNode", "node": "n2"},
+        ])
+    );
+
+    let listed = json!({"kind": "List", "items": [pod("queued", None, "Running")]});
+    let output = rank_values(&listed, &[("queued", "u-queued", 50)], &["--output", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["pods"][0]["name"], "queued");
+    assert_eq!(report["pods"][0]["missingNodeName"], true);
+    assert_eq!(report["leftOut"], json!([]));
+    let text = String::from_utf8(rank_values(&listed, &[("queued", "u-queued", 50)], &[]).stdout)
+        .expect("utf-8");
+    assert!(
+        text.contains("no spec.nodeName in its pod object, but the node's Summary lists it"),
+        "{text}"
+    );
 }

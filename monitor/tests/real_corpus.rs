@@ -44,7 +44,7 @@ fn ranked(output: &Output, case: &str) -> Vec<Value> {
         String::from_utf8_lossy(&output.stderr)
     );
     let value: Value = serde_json::from_slice(&output.stdout).expect("JSON output");
-    value.as_array().expect("an array").clone()
+    value["pods"].as_array().expect("an array of pods").clone()
 }
 
 fn names(pods: &[Value]) -> Vec<String> {
@@ -212,10 +212,17 @@ fn real_clusters_rank_in_the_kubelets_order() {
             assert_eq!(pod["critical"], true, "case {:?}: {wanted}", case.name);
         }
         let ranked_names = names(&pods);
+        let report: Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+        let named_left_out = names(report["leftOut"].as_array().expect("leftOut"));
         for absent in case.left_out {
             assert!(
                 !ranked_names.iter().any(|n| n == absent),
                 "case {:?}: {absent} is ranked",
+                case.name
+            );
+            assert!(
+                named_left_out.iter().any(|n| n == absent),
+                "case {:?}: {absent} is not named as left out: {named_left_out:?}",
                 case.name
             );
         }

@@ -882,10 +882,10 @@ fn rank_kube_ranks_the_api_servers_answers_like_rank_with_their_files() {
             "--output {output}"
         );
         if output == "json" {
-            let ranked: Value = serde_json::from_slice(&live.stdout).expect("a JSON array");
-            let names: Vec<&str> = ranked
+            let ranked: Value = serde_json::from_slice(&live.stdout).expect("a JSON object");
+            let names: Vec<&str> = ranked["pods"]
                 .as_array()
-                .expect("an array")
+                .expect("an array of pods")
                 .iter()
                 .filter_map(|p| p["name"].as_str())
                 .collect();

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use crate::engine::quantity::Quantity;
 use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy};
-use crate::engine::report::{RankedPod, Report, build_report};
+use crate::engine::report::{LeftOut, LeftOutReason, RankedPod, Report, build_report};
 use crate::engine::signal::Signal;
 use crate::engine::summary::Summary;
 use crate::pods::{kube_query, kube_watch::api_config, manifests::parse_file};
@@ -42,8 +42,17 @@ Pods without stats rank before pods with stats. Full ties go by namespace, name,
 Critical pods (static, mirror, priority >= 2000000000) are listed but never evicted: the
 kubelet moves on to the next pod.
 
-With --output json, quantities are exact numbers: whole units as integers, a fractional
+Quantities in JSON are exact numbers: whole units as integers, a fractional
 request (500m of ephemeral-storage) with its decimals.
+
+Pods left out are named after the order, one line per reason with their count; a pod without
+spec.nodeName that the node's Summary lists runs there and is ranked, noted. A pod whose
+in-place resize is pending (status.resize, or the PodResizePending condition) ranks on what
+the kubelet allocated (status.containerStatuses[].allocatedResources, or while no allocation
+is published the status's resources), as the kubelet's eviction manager does.
+
+With --output json, one object: signal, nodeName, observation, pods (in eviction order) and
+leftOut (namespace, name, reason: notScheduled, finished or otherNode, node).
 
 Exit status: 0 on success, 2 when an input file cannot be read or parsed, or is not what its
 flag takes (an API error, a PodList or {} given as --summary); the message names the file.")]
@@ -80,7 +89,7 @@ pub struct RankArgs {
     /// nodefs.available, nodefs.inodesFree, imagefs.available or imagefs.inodesFree.
     #[arg(long, value_name = "SIGNAL", default_value = "memory.available", value_parser = parse_signal)]
     signal: Signal,
-    /// Output format: aligned text, or a JSON array in eviction order.
+    /// Output format: aligned text, or one JSON object (the pods in eviction order, those left out).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
     /// The runtime keeps images and writable layers on a dedicated image filesystem, so
@@ -104,7 +113,7 @@ pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
         Ok(report) => {
             let output = match args.output {
                 OutputFormat::Text => render_text(&report),
-                OutputFormat::Json => serde_json::to_string_pretty(&report.pods)? + "\n",
+                OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
             };
             print!("{output}");
             Ok(ExitCode::SUCCESS)
@@ -190,7 +199,8 @@ fn render_text(report: &Report) -> String {
     }
     out += "\n";
     if report.pods.is_empty() {
-        return out + "no pods to rank\n";
+        out += "no pods to rank\n";
+        return out + &render_left_out(&report.left_out);
     }
     let header = [
         "RANK",
@@ -228,6 +238,37 @@ fn render_text(report: &Report) -> String {
             .collect();
         out += cells.join("  ").trim_end();
         out += "\n";
+    }
+    out + &render_left_out(&report.left_out)
+}
+
+/// One line per reason: how many pods were left out for it, and which.
+fn render_left_out(left_out: &[LeftOut]) -> String {
+    let mut out = String::new();
+    for reason in [
+        LeftOutReason::NotScheduled,
+        LeftOutReason::Finished,
+        LeftOutReason::OtherNode,
+    ] {
+        let pods: Vec<String> = left_out
+            .iter()
+            .filter(|pod| pod.reason == reason)
+            .map(|pod| {
+                let name = format!("{}/{}", printable(&pod.namespace), printable(&pod.name));
+                match &pod.node {
+                    Some(node) => format!("{name} (on {})", printable(node)),
+                    None => name,
+                }
+            })
+            .collect();
+        if !pods.is_empty() {
+            out += &format!(
+                "left out, {}: {} ({})\n",
+                reason.explain(),
+                pods.len(),
+                pods.join(", ")
+            );
+        }
     }
     out
 }

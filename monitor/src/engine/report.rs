@@ -3,12 +3,15 @@
 //! Input is what kubectl prints (a Pod, a PodList or a List, as JSON or YAML) and the
 //! kubelet's Summary API JSON. Only the kubelet's active pods are ranked: pods that have
 //! finished (phase Succeeded or Failed), pods not scheduled yet (no `spec.nodeName`) and pods
-//! bound to a node other than the one the summary comes from are left out. Static pods are
-//! matched to their stats by the kubelet's uid (see `pods::kubelet_view`).
+//! bound to a node other than the one the summary comes from are left out, each named in the
+//! report with the reason. A pod without `spec.nodeName` that the node's own Summary lists is
+//! running there whatever its file lacks: it is ranked, with the missing field noted. Static
+//! pods are matched to their stats by the kubelet's uid (see `pods::kubelet_view`). Requests
+//! are the kubelet's allocation (see `engine::allocation`).
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use super::pod_facts::{PodFacts, PodFactsError};
+use super::pod_facts::{PodFacts, PodFactsError, ResizeNote, kubelet_uid};
 use super::quantity::Quantity;
 use super::rank::{
     Candidate, FsLayout, Measured, RankPolicy, RankReason, decided_by, kubelet_chain,
@@ -42,6 +45,12 @@ pub struct RankedPod {
     pub measured: Option<Measured>,
     /// Which key placed this pod after the previous one (`None` for the first).
     pub after_previous_by: Option<RankReason>,
+    /// An in-place resize: the request above is the kubelet's allocation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize: Option<ResizeNote>,
+    /// Ranked although its pod object has no `spec.nodeName`: the node's Summary lists it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub missing_node_name: bool,
 }
 
 impl RankedPod {
@@ -61,7 +70,68 @@ impl RankedPod {
         if self.critical {
             why += "; critical: never evicted, the next pod is taken";
         }
+        if let Some(resize) = self.resize
+            && (resize.source.is_some() || resize.state.is_some())
+        {
+            why += &resize_words(resize);
+        }
+        if self.missing_node_name {
+            why += "; no spec.nodeName in its pod object, but the node's Summary lists it";
+        }
         why
+    }
+}
+
+/// What a resize note adds to the reason, in words.
+fn resize_words(resize: ResizeNote) -> String {
+    let state = resize
+        .state
+        .map(|state| format!(" {state:?}"))
+        .unwrap_or_default();
+    match resize.source {
+        Some(_) => format!(
+            "; resize{state}: ranked on the kubelet's allocation, the spec asks {}",
+            resize.desired_memory_request
+        ),
+        None => format!("; resize{state}: the spec is allocated"),
+    }
+}
+
+/// A pod not ranked, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftOut {
+    /// Namespace (`default` when absent).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Why the kubelet would not rank it.
+    pub reason: LeftOutReason,
+    /// The node it is bound to, when another one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// Why a pod is not one of the node's active pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LeftOutReason {
+    /// No `spec.nodeName`, and the node's Summary does not list it.
+    NotScheduled,
+    /// Phase Succeeded or Failed.
+    Finished,
+    /// Bound to another node than the summary's.
+    OtherNode,
+}
+
+impl LeftOutReason {
+    /// The reason in words, as the text output and the agent's log print it.
+    pub fn explain(self) -> &'static str {
+        match self {
+            LeftOutReason::NotScheduled => "not scheduled (no spec.nodeName)",
+            LeftOutReason::Finished => "finished (phase Succeeded or Failed)",
+            LeftOutReason::OtherNode => "bound to another node",
+        }
     }
 }
 
@@ -80,6 +150,8 @@ pub struct Report {
     pub observation: Option<SignalObservation>,
     /// Pods in eviction order.
     pub pods: Vec<RankedPod>,
+    /// Pods in the input that are not ranked, in input order.
+    pub left_out: Vec<LeftOut>,
 }
 
 /// The first `limit` pods of `index` in eviction order, each with its keys and the key that
@@ -107,6 +179,8 @@ pub fn explained_head(index: &RankIndex, limit: usize) -> Vec<RankedPod> {
             after_previous_by: previous
                 .as_ref()
                 .and_then(|p| decided_by(&chain, p, &current)),
+            resize: facts.resize,
+            missing_node_name: false,
         });
         previous = Some(current);
     }
@@ -125,8 +199,34 @@ pub fn build_report(
     let stats = summary.pods_by_uid();
     let mut index = RankIndex::new(policy);
     let known_node = Some(node).filter(|n| !n.is_empty());
-    let active = |pod: &&Pod| standing(pod, known_node) == Standing::Active;
-    for pod in pods.iter().filter(active) {
+    let mut left_out = Vec::new();
+    let mut without_node_name = Vec::new();
+    for pod in pods {
+        let reason = match standing(pod, known_node) {
+            Standing::Active => None,
+            Standing::Unscheduled
+                if kubelet_uid(pod).is_some_and(|uid| stats.contains_key(uid)) =>
+            {
+                without_node_name.push(kubelet_uid(pod).unwrap_or_default().to_string());
+                None
+            }
+            Standing::Unscheduled => Some(LeftOutReason::NotScheduled),
+            Standing::Finished => Some(LeftOutReason::Finished),
+            Standing::OtherNode => Some(LeftOutReason::OtherNode),
+        };
+        if let Some(reason) = reason {
+            left_out.push(LeftOut {
+                namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                reason,
+                node: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .filter(|_| reason == LeftOutReason::OtherNode),
+            });
+            continue;
+        }
         let facts = PodFacts::from_pod(pod)?;
         let usage = stats
             .get(facts.pod.uid.as_str())
@@ -135,13 +235,17 @@ pub fn build_report(
         index.upsert_pod(facts.into());
         index.update_usage(&uid, usage);
     }
-    let ranked = explained_head(&index, usize::MAX);
+    let mut ranked = explained_head(&index, usize::MAX);
+    for pod in &mut ranked {
+        pod.missing_node_name = without_node_name.contains(&pod.uid);
+    }
     Ok(Report {
         signal,
         policy,
         node_name: node.to_string(),
         observation: summary.observations().get(&signal).copied(),
         pods: ranked,
+        left_out,
     })
 }
 

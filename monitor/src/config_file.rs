@@ -6,10 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail};
 
-use crate::engine::config::{EvictionConfig, Written};
-
-/// A KubeletConfiguration is a few KiB; anything far larger is not one.
-pub(crate) const MAX_CONFIG_BYTES: u64 = 1 << 20;
+use crate::engine::config::{EvictionConfig, MAX_CONFIG_BYTES, Written};
 
 /// The configuration in `path` with what it wrote itself, or the defaults without a path.
 pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<(EvictionConfig, Written)> {

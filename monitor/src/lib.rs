@@ -21,3 +21,4 @@ pub mod source;
 pub mod system_clock;
 pub mod trace;
 pub mod units;
+pub mod yaml_bounds;

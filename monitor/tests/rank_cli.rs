@@ -405,7 +405,11 @@ fn says_what_it_left_out_and_why() {
     );
 
     let listed = json!({"kind": "List", "items": [pod("queued", None, "Running")]});
-    let output = rank_values(&listed, &[("queued", "u-queued", 50)], &["--output", "json"]);
+    let output = rank_values(
+        &listed,
+        &[("queued", "u-queued", 50)],
+        &["--output", "json"],
+    );
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["pods"][0]["name"], "queued");
     assert_eq!(report["pods"][0]["missingNodeName"], true);

@@ -26,9 +26,14 @@ pub fn metrics_addr(agent: &MonitorProcess) -> SocketAddr {
 /// A connection reset is retried a few times: on the emulated VM a fresh connection to a
 /// just-started server is sometimes reset before the request goes out.
 pub fn http_get(addr: SocketAddr, path: &str) -> String {
+    http_get_as(addr, path, &addr.to_string())
+}
+
+/// [`http_get`] with `host` as the `Host` header.
+pub fn http_get_as(addr: SocketAddr, path: &str, host: &str) -> String {
     let mut last_error = None;
     for _ in 0..5 {
-        match try_http_get(addr, path) {
+        match try_http_get(addr, path, host) {
             Ok(answer) => return answer,
             Err(e) => last_error = Some(e),
         }
@@ -37,12 +42,12 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     panic!("GET http://{addr}{path}: {last_error:?}")
 }
 
-fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+fn try_http_get(addr: SocketAddr, path: &str, host: &str) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;

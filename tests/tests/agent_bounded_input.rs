@@ -1,6 +1,6 @@
-//! Manifests are untrusted input and bounded: a huge file or one of deeply nested brackets is
-//! refused with a reason, costs the agent neither memory nor time, and a hog over a hard
-//! threshold meanwhile is evicted at once. The real `monitor` binary on real cgroups and
+//! Manifests are untrusted input and bounded: a huge file or one of deeply nested brackets or
+//! dashes is refused with a reason, costs the agent neither memory nor time, and a hog over a
+//! hard threshold meanwhile is evicted at once. The real `monitor` binary on real cgroups and
 //! processes (root only).
 //!
 //! The scene has 300Mi allocatable and a hard `allocatableMemory.available<100Mi` threshold,
@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tests::{AgentScene, MonitorProcess, TestPod, running_as_root};
+use tests::{
+    AgentScene, MonitorProcess, TestPod, process_alive, running_as_root, set_memory_limit,
+};
 
 /// How long the decision may take once the hog's allocation is sent: the allocation itself
 /// (a fraction of a second), the kernel's record, and the decision, on a busy machine.
@@ -85,6 +87,95 @@ fn a_hog_is_evicted_at_once_while_huge_and_deeply_nested_manifests_arrive() {
     }
     let peak = peak_rss_kib(&agent);
     eprintln!("agent peak RSS {peak} KiB, decided {decided:?} after the allocation");
+    assert!(peak < PEAK_RSS_KIB, "peak RSS {peak} KiB");
+    agent.stop();
+}
+
+/// The agent's memory cgroup limit in the costly-manifests test: what a DaemonSet might give
+/// it.
+const AGENT_LIMIT: u64 = 128 << 20;
+
+/// The kernel's OOM kills within the cgroup `dir` (v1 `memory.oom_control`, v2
+/// `memory.events`).
+fn oom_kills_in(dir: &std::path::Path) -> u64 {
+    ["memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|file| fs::read_to_string(dir.join(file)).ok())
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        })
+        .expect("oom_kill in the cgroup's memory.oom_control or memory.events")
+}
+
+#[test]
+fn manifests_costly_to_parse_are_refused_by_an_agent_limited_to_128_mib() {
+    if !running_as_root("manifests_costly_to_parse_are_refused") {
+        return;
+    }
+    let scene = AgentScene::new("bounded-blocks", "10s", "10s");
+    let hog = TestPod::new("hog");
+    let calm = TestPod::new("calm").request_mib(100);
+    let mut hog_proc = scene.start_pod(&hog);
+    let _calm_proc = scene.start_pod(&calm);
+    let agent_cgroup = scene.cgroup.child("agent");
+    set_memory_limit(&agent_cgroup, AGENT_LIMIT).expect("limiting the agent's cgroup");
+    let mut agent = scene.start_agent_in(&[], &agent_cgroup);
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| l.contains("2 known"))
+        .expect("the agent reads the two pods' manifests");
+
+    // Each a valid pod, then what costs the parser far more than the file's size: 1 MiB of
+    // `- - - ...` (520,000 block levels), 1 MiB of `1,` (a million tokens), 60 KB of aliases
+    // to one anchor (each a copy of its list). Each renamed into place whole.
+    let files = [
+        ("deep.yaml", "nested deeper than 64 levels"),
+        ("flat.yaml", "more than 131072 YAML tokens"),
+        ("aliases.yaml", "aliases are not accepted"),
+    ];
+    for (file, _) in files {
+        let pod = TestPod::new(file.trim_end_matches(".yaml")).manifest();
+        let room = (1 << 20) - pod.len() - 16;
+        let text = match file {
+            "deep.yaml" => format!("{pod}x:\n{}x\n", "- ".repeat(room / 2)),
+            "flat.yaml" => format!("{pod}x: [{}1]\n", "1,".repeat(room / 2)),
+            _ => format!(
+                "{pod}x: &a [{}1]\ny: [{}*a]\n",
+                "1,".repeat(1000),
+                "*a,".repeat(20_000)
+            ),
+        };
+        assert!(text.len() <= 1 << 20, "{file}: {} bytes", text.len());
+        let hidden = scene.manifests.join(&format!(".{file}.tmp"));
+        fs::write(&hidden, text).expect("writing a costly manifest");
+        fs::rename(&hidden, scene.manifests.join(file)).expect("renaming it into place");
+    }
+
+    for (file, reason) in files {
+        let skipped = agent.wait_stderr(Duration::from_secs(20), |l| {
+            l.contains("skipped") && l.contains(file) && l.contains(reason)
+        });
+        assert!(
+            skipped.is_some(),
+            "{file} not refused as {reason:?} (agent running: {}); stderr:\n{}",
+            agent.running(),
+            agent.stderr()
+        );
+    }
+    // The hog over the threshold is still the one evicted, by the same agent.
+    hog_proc.command("alloc 220");
+    let decision = agent.next_decision(PROMPT + KILL);
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["action"], "evict", "{decision:#}");
+    scene.wait_until_empty(&hog, KILL);
+    assert!(process_alive(agent.pid()), "the agent is gone");
+    assert_eq!(
+        oom_kills_in(&agent_cgroup),
+        0,
+        "OOM kills in the agent's cgroup"
+    );
+    let peak = peak_rss_kib(&agent);
+    eprintln!("agent peak RSS {peak} KiB under a {AGENT_LIMIT}-byte limit");
     assert!(peak < PEAK_RSS_KIB, "peak RSS {peak} KiB");
     agent.stop();
 }

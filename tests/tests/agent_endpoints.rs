@@ -2,18 +2,20 @@
 //! tree of real cgroups, serving on loopback in a network namespace of the test's own, asked
 //! `/healthz`, `/readyz` and `/debug/ranking` while a real process pushes a pod over the
 //! scene's hard `allocatableMemory.available<100Mi` threshold, while its checkpoint
-//! directory is a full tmpfs, and while a pod floods it with kernel records.
+//! directory is a full tmpfs, and while a pod floods it with kernel records; and who may ask
+//! what: a client at a second, non-loopback address of the namespace, and a request naming
+//! another host.
 use std::{
     fs,
-    net::SocketAddr,
+    net::{Ipv4Addr, SocketAddr},
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use tests::{
-    AgentScene, TempDir, TestPod, http_get, in_own_network_namespace, metrics_addr, mounts::Mount,
-    running_as_root,
+    AgentScene, TempDir, TestPod, add_loopback_alias, http_get_as, in_own_network_namespace,
+    metrics_addr, mounts::Mount, running_as_root,
 };
 
 /// How long a decision may take once the threshold is crossed (a slow VM included).
@@ -31,7 +33,12 @@ impl Drop for StopOnDrop<'_> {
 
 /// The status line and the body of `GET path`.
 fn get(addr: SocketAddr, path: &str) -> (String, String) {
-    let answer = http_get(addr, path);
+    get_as(addr, path, &addr.to_string())
+}
+
+/// [`get`] with `host` as the `Host` header.
+fn get_as(addr: SocketAddr, path: &str, host: &str) -> (String, String) {
+    let answer = http_get_as(addr, path, host);
     let (head, body) = answer
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("no head in {answer:?}"));
@@ -165,6 +172,69 @@ fn health_readiness_and_the_ranking_answer_and_a_full_checkpoint_disk_is_not_rea
         mount.make_room();
         let body = wait_for(addr, "/readyz", "HTTP/1.1 200", Duration::from_secs(20));
         assert!(body.contains("checkpoint writable"), "{body}");
+        agent.stop();
+    });
+}
+
+#[test]
+fn pods_are_shown_to_loopback_clients_only_and_never_to_another_host_name() {
+    if !running_as_root("pods_are_shown_to_loopback_clients_only") {
+        return;
+    }
+    let scene = AgentScene::new("agent-endpoints-access", "10s", "5s");
+    let pod = TestPod::new("private").request_mib(10);
+    in_own_network_namespace(|| {
+        let off_host = Ipv4Addr::new(10, 200, 0, 1);
+        add_loopback_alias(off_host);
+        // Every address, as the DaemonSet binds it.
+        let mut agent = scene.start_agent(&["--dry-run", "--metrics-addr", "0.0.0.0:0"]);
+        let port = metrics_addr(&agent).port();
+        let local = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let remote = SocketAddr::from((off_host, port));
+        let _pod_proc = scene.start_pod(&pod);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, body) = get(local, "/debug/ranking");
+            assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+            if body.contains(&pod.uid) || body.contains("\"private\"") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the ranking never lists the pod: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let (status, body) = get(local, "/metrics");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+
+        // A client at the other address: the probes answer, the pods stay hidden.
+        for path in ["/debug/ranking", "/metrics"] {
+            let (status, body) = get(remote, path);
+            assert!(
+                status.starts_with("HTTP/1.1 403"),
+                "{path}: {status}: {body}"
+            );
+            assert!(body.contains("loopback clients only"), "{path}: {body}");
+        }
+        let (status, body) = get(remote, "/healthz");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
+        let (status, body) = get(remote, "/readyz");
+        assert!(
+            status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.1 503"),
+            "{status}: {body}"
+        );
+
+        // A page whose name was rebound to this address asks from loopback, with its name.
+        for path in ["/debug/ranking", "/metrics", "/healthz"] {
+            let (status, body) = get_as(local, path, &format!("evil.example:{port}"));
+            assert!(
+                status.starts_with("HTTP/1.1 421"),
+                "{path}: {status}: {body}"
+            );
+        }
+        let (status, body) = get_as(local, "/debug/ranking", &format!("localhost:{port}"));
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}: {body}");
         agent.stop();
     });
 }

@@ -163,12 +163,23 @@ pub struct AgentArgs {
     /// wall-clock timestamps.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
-    /// Serve Prometheus metrics at http://ADDR/metrics.
+    /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz, /readyz and
+    /// /debug/ranking beside them.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
     pub metrics_addr: SocketAddr,
     /// Do not serve metrics.
     #[arg(long)]
     pub no_metrics: bool,
+    /// Serve /metrics and /debug/* to clients off this host too. They name every pod on the
+    /// node with its memory, so by default only loopback clients get them; /healthz and
+    /// /readyz answer anyone.
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
+    /// A name accepted in the Host header of requests to the endpoints, besides IP addresses
+    /// and localhost (others are refused, so a rebound DNS name cannot reach them; may be
+    /// repeated).
+    #[arg(long, value_name = "NAME")]
+    pub metrics_allowed_host: Vec<String>,
     /// Print the signals and the head of the eviction ranking to stderr this often (0: never).
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_go_duration)]
     pub status_interval: Duration,

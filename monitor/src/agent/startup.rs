@@ -25,7 +25,9 @@ use crate::{
     checkpoint::{IfUnusable, StateManager, read_now},
     engine::eviction_machine::{AgentCore, NodeCapacity},
     metrics::{
-        Metrics, server,
+        Metrics,
+        access::Access,
+        server,
         snapshot::{self},
     },
     node::{
@@ -103,9 +105,16 @@ impl Agent {
         );
         let (publisher, view) = snapshot::channel();
         if !args.no_metrics {
-            let (addr, _task) = server::serve(args.metrics_addr, view)
-                .await
-                .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
+            let (addr, _task) = server::serve(
+                args.metrics_addr,
+                view,
+                Access {
+                    remote: args.metrics_allow_remote,
+                    allowed_hosts: args.metrics_allowed_host.clone(),
+                },
+            )
+            .await
+            .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
             tracing::info!("metrics at http://{addr}/metrics");
             tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }

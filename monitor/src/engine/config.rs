@@ -47,6 +47,7 @@ use super::duration::{DurationError, parse_go_duration};
 use super::quantity::{Quantity, QuantityError};
 use super::signal::Signal;
 use super::threshold::{Threshold, ThresholdValue};
+use crate::yaml_bounds::{self, Unbounded};
 
 /// The kubelet's Linux `DefaultEvictionHard`.
 pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
@@ -100,6 +101,12 @@ pub enum ConfigError {
     /// unknown key under `monitor:`).
     #[error("invalid configuration: {0}")]
     Yaml(String),
+    /// The text is longer than [`MAX_CONFIG_BYTES`]; not parsed.
+    #[error("larger than {MAX_CONFIG_BYTES} bytes; not parsed")]
+    TooLarge,
+    /// The text holds more than [`yaml_bounds::LIMITS`] allow, or an alias; not parsed.
+    #[error("{0}; not parsed")]
+    Unbounded(Unbounded),
     /// A signal name the kubelet does not know.
     #[error("{field}: unknown eviction signal {signal:?} (expected one of {known})", known = Signal::ALL.map(Signal::as_str).join(", "))]
     UnknownSignal {
@@ -194,6 +201,10 @@ pub enum ConfigError {
     },
 }
 
+/// The largest configuration parsed; a KubeletConfiguration is a few KiB. The caller reads
+/// at most one byte more.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// The longest `monitor.evictionInterval` and `monitor.podCleanupTimeout` accepted.
 pub const MAX_AGENT_WAIT: Duration = Duration::from_secs(3600);
 
@@ -216,6 +227,12 @@ impl EvictionConfig {
     /// As [`Self::from_yaml`], with what the chosen document wrote itself, from which
     /// [`super::config_origin`] says where each effective value came from.
     pub fn from_yaml_explained(text: &str) -> Result<(EvictionConfig, Written), ConfigError> {
+        // Bounded before parsing, as every YAML the agent reads: the parser holds a whole
+        // document's events, so its memory grows with the size and the nesting.
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge);
+        }
+        yaml_bounds::check(text, yaml_bounds::LIMITS).map_err(ConfigError::Unbounded)?;
         let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
         let mut chosen = None;
         let mut other_kinds = Vec::new();
@@ -1046,6 +1063,48 @@ monitor:
                 "case {:?}",
                 case.name
             );
+        }
+    }
+
+    #[test]
+    fn refuses_unbounded_text_unparsed() {
+        let config = "kind: KubeletConfiguration\nevictionHard:\n  memory.available: 1Gi\n";
+        let cases = [
+            (
+                "block sequences nested too deep",
+                format!("{config}x:\n  {}x\n", "- ".repeat(520_000)),
+                ConfigError::Unbounded(Unbounded::TooDeep(64)),
+            ),
+            (
+                "flow nested too deep",
+                format!("{config}x: {}\n", "[".repeat(100_000)),
+                ConfigError::Unbounded(Unbounded::TooDeep(64)),
+            ),
+            (
+                "indentation nested too deep",
+                (0..=yaml_bounds::LIMITS.nesting)
+                    .map(|i| format!("{}a:\n", " ".repeat(i)))
+                    .collect(),
+                ConfigError::Unbounded(Unbounded::TooDeep(64)),
+            ),
+            (
+                "too many tokens",
+                format!("{config}x: [{}1]\n", "1,".repeat(100_000)),
+                ConfigError::Unbounded(Unbounded::TooManyTokens(1 << 17)),
+            ),
+            (
+                "an alias",
+                format!("{config}monitor: &m {{evictionInterval: 5s}}\nx: *m\n"),
+                ConfigError::Unbounded(Unbounded::Alias(5)),
+            ),
+            (
+                "larger than the limit",
+                format!("{config}# {}\n", "x".repeat(MAX_CONFIG_BYTES as usize)),
+                ConfigError::TooLarge,
+            ),
+        ];
+        for (name, yaml, error) in cases {
+            assert_eq!(EvictionConfig::from_yaml(&yaml), Err(error), "{name}");
         }
     }
 

@@ -216,7 +216,11 @@ pub fn build_report(
         };
         if let Some(reason) = reason {
             left_out.push(LeftOut {
-                namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+                namespace: pod
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 reason,
                 node: pod

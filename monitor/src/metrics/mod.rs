@@ -1,5 +1,7 @@
 //! What the agent shows outside: it records into [`Metrics`], publishes a [`snapshot`] after
-//! each evaluation, and [`server`] answers the [`endpoints`] from it on a loopback address.
+//! each evaluation, and [`server`] answers the [`endpoints`] from it to the clients
+//! [`access`] lets in.
+pub mod access;
 pub mod endpoints;
 pub mod exposition;
 pub mod server;

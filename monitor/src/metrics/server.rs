@@ -1,6 +1,7 @@
 //! The agent's HTTP endpoints, HTTP/1.1 on hyper: `GET` of a path [`super::endpoints`]
 //! knows answers it from the newest published snapshot, anything else 404; one request per
-//! connection, so nothing waits between requests. The server never touches the agent's
+//! connection, so nothing waits between requests. [`super::access`] decides first who may
+//! ask. The server never touches the agent's
 //! state: it reads what the event loop published (see [`super::snapshot`]).
 //!
 //! A node in trouble is when the endpoint matters least and the agent most, so whatever
@@ -14,7 +15,14 @@
 //!   when the agent is out of descriptors (EMFILE, ENFILE), a descriptor held in reserve is
 //!   released to accept the waiting connection and close it at once, so it neither spins nor
 //!   stays queued.
-use std::{convert::Infallible, fs::File, io, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    fs::File,
+    io,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -25,7 +33,7 @@ use tokio::{
     sync::Semaphore,
 };
 
-use super::{endpoints, snapshot::AgentView};
+use super::{access::Access, endpoints, snapshot::AgentView};
 use crate::system_clock::monotonic_ns;
 
 /// The most connections served at once; a scraper needs one.
@@ -42,11 +50,12 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause after failed accepts in a row.
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Binds `addr` and serves until the task is dropped. Returns the bound address (useful with
-/// port 0).
+/// Binds `addr` and serves the clients `access` lets in until the task is dropped. Returns
+/// the bound address (useful with port 0).
 pub async fn serve(
     addr: SocketAddr,
     view: AgentView,
+    access: Access,
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
@@ -59,7 +68,7 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     let limit = connection_limit(open_file_limit());
     tracing::debug!("metrics: at most {limit} connections at once");
-    let task = tokio::spawn(accept_loop(listener, view, limit));
+    let task = tokio::spawn(accept_loop(listener, view, Arc::new(access), limit));
     Ok((bound, task))
 }
 
@@ -90,7 +99,7 @@ fn reserve() -> Option<File> {
     File::open("/dev/null").ok()
 }
 
-async fn accept_loop(listener: TcpListener, view: AgentView, limit: usize) {
+async fn accept_loop(listener: TcpListener, view: AgentView, access: Arc<Access>, limit: usize) {
     let slots = Arc::new(Semaphore::new(limit));
     let mut spare = reserve();
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -101,12 +110,13 @@ async fn accept_loop(listener: TcpListener, view: AgentView, limit: usize) {
             return;
         };
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 backoff = ACCEPT_BACKOFF_MIN;
                 let view = view.clone();
+                let access = access.clone();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    serve_connection(stream, view).await;
+                    serve_connection(stream, peer.ip(), view, access).await;
                 });
             }
             Err(error) => {
@@ -132,11 +142,18 @@ fn is_out_of_descriptors(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
-/// Serves one request on `stream`, within the head and connection timeouts.
-async fn serve_connection(stream: tokio::net::TcpStream, view: AgentView) {
+/// Serves one request of the client at `peer` on `stream`, within the head and connection
+/// timeouts.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: IpAddr,
+    view: AgentView,
+    access: Arc<Access>,
+) {
     let service = hyper::service::service_fn(move |request| {
         let view = view.clone();
-        async move { Ok::<_, Infallible>(answer(&request, &view)) }
+        let access = access.clone();
+        async move { Ok::<_, Infallible>(answer(&request, peer, &view, &access)) }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -148,7 +165,23 @@ async fn serve_connection(stream: tokio::net::TcpStream, view: AgentView) {
     let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
 }
 
-fn answer(request: &Request<Incoming>, view: &AgentView) -> Response<Full<Bytes>> {
+fn answer(
+    request: &Request<Incoming>,
+    peer: IpAddr,
+    view: &AgentView,
+    access: &Access,
+) -> Response<Full<Bytes>> {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if let Some(refusal) = access.check(request.uri().path(), peer, host) {
+        return Response::builder()
+            .status(refusal.status)
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(Full::new(Bytes::from_static(refusal.reason.as_bytes())))
+            .expect("a response built from valid parts");
+    }
     let found = (request.method() == hyper::Method::GET)
         .then(|| {
             endpoints::answer(
@@ -185,7 +218,9 @@ mod tests {
         snapshot.metrics.events_received = 7;
         publisher.publish(snapshot);
         publisher.heartbeat.beat(monotonic_ns());
-        let served = serve("127.0.0.1:0".parse().unwrap(), view).await.unwrap();
+        let served = serve("127.0.0.1:0".parse().unwrap(), view, Access::default())
+            .await
+            .unwrap();
         // The publisher may go: readers keep the last snapshot.
         drop(publisher);
         served
@@ -211,36 +246,41 @@ mod tests {
     #[tokio::test]
     async fn requests_whole_or_split_are_answered() {
         let (addr, task) = start().await;
-        let cases: [(&str, &[&str], &str); 6] = [
+        let cases: [(&str, &[&str], &str); 7] = [
             (
                 "one segment",
-                &["GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"],
+                &["GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
                 "HTTP/1.1 200 OK",
             ),
             (
                 "split inside the request line",
-                &["GET /met", "rics HTTP/1.1\r\nHost: x\r\n\r\n"],
+                &["GET /met", "rics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
                 "HTTP/1.1 200 OK",
             ),
             (
                 "split before the blank line",
-                &["GET /metrics HTTP/1.1\r\nHost: x\r\n", "\r\n"],
+                &["GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n", "\r\n"],
                 "HTTP/1.1 200 OK",
             ),
             (
                 "health",
-                &["GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"],
+                &["GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
                 "HTTP/1.1 200 OK",
             ),
             (
                 "readiness before the first evaluation",
-                &["GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"],
+                &["GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
                 "HTTP/1.1 503 Service Unavailable",
             ),
             (
                 "another path",
-                &["GET /other HTTP/1.1\r\nHost: x\r\n\r\n"],
+                &["GET /other HTTP/1.1\r\nHost: localhost\r\n\r\n"],
                 "HTTP/1.1 404 Not Found",
+            ),
+            (
+                "a Host naming someone else",
+                &["GET /metrics HTTP/1.1\r\nHost: evil.example:9753\r\n\r\n"],
+                "HTTP/1.1 421 Misdirected Request",
             ),
         ];
         for (name, parts, status) in cases {

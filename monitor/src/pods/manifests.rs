@@ -9,8 +9,8 @@
 //! so the rest still loads.
 //!
 //! Files are untrusted input and bounded before parsing: at most [`MAX_FILE_BYTES`] each
-//! (read through a bounded reader, so a file growing meanwhile cannot exceed it), and flow
-//! collections nested at most [`MAX_FLOW_NESTING`] deep.
+//! (read through a bounded reader, so a file growing meanwhile cannot exceed it), then within
+//! the nesting, tokens and aliases [`yaml_bounds`](crate::yaml_bounds) allows.
 use std::{
     collections::HashMap,
     fs, io,
@@ -22,16 +22,14 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize as _;
 use serde_json::Value;
 
-use super::{
-    nesting::flow_nesting_exceeds,
-    validate::{InvalidPod, validate_pod},
+use super::validate::{InvalidPod, validate_pod};
+use crate::{
+    printable::printable,
+    yaml_bounds::{self, Unbounded},
 };
-use crate::printable::printable;
 
 /// The largest manifest file read; a node's pod manifests are a few KiB each.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
-/// The deepest nesting of `[...]` and `{...}` accepted; a pod nests a handful of levels.
-pub const MAX_FLOW_NESTING: usize = 64;
 
 /// Why a manifest file, or one pod in it, was skipped.
 #[derive(Debug, thiserror::Error)]
@@ -56,9 +54,9 @@ pub enum ManifestError {
     /// The file is larger than [`MAX_FILE_BYTES`].
     #[error("{file}: larger than {limit} bytes; not read")]
     TooLarge { file: PathBuf, limit: u64 },
-    /// The file nests flow collections deeper than [`MAX_FLOW_NESTING`].
-    #[error("{file}: collections nested deeper than {limit} levels; not parsed")]
-    TooDeep { file: PathBuf, limit: usize },
+    /// The file holds more than [`yaml_bounds::LIMITS`] allow, or an alias.
+    #[error("{file}: {reason}; not parsed")]
+    Unbounded { file: PathBuf, reason: Unbounded },
     /// A pod's uid, namespace or name is not of the shape Kubernetes gives them.
     #[error("{file}: pod {pod}: {reason}")]
     Invalid {
@@ -116,12 +114,12 @@ pub fn load_dir_as<T>(dir: &Path, keep: impl Fn(Pod) -> T) -> io::Result<Loaded<
     let mut uids: HashMap<String, (PathBuf, String)> = HashMap::new();
     for file in files {
         let pods = read_bounded(&file).and_then(|text| {
-            if flow_nesting_exceeds(&text, MAX_FLOW_NESTING) {
-                return Err(ManifestError::TooDeep {
+            yaml_bounds::check(&text, yaml_bounds::LIMITS).map_err(|reason| {
+                ManifestError::Unbounded {
                     file: file.clone(),
-                    limit: MAX_FLOW_NESTING,
-                });
-            }
+                    reason,
+                }
+            })?;
             parse_file(&file, &text)
         });
         let pods = match pods {
@@ -440,6 +438,21 @@ mod tests {
                 name: "nested too deep",
                 text: format!("{}x: {}\n", pod("x", UA), "[".repeat(200_000)),
                 error: "nested deeper than 64 levels",
+            },
+            Case {
+                name: "block sequences nested too deep",
+                text: format!("{}x:\n  {}x\n", pod("x", UA), "- ".repeat(200_000)),
+                error: "nested deeper than 64 levels",
+            },
+            Case {
+                name: "too many tokens",
+                text: format!("{}x: [{}1]\n", pod("x", UA), "1,".repeat(200_000)),
+                error: "more than 131072 YAML tokens",
+            },
+            Case {
+                name: "an alias",
+                text: format!("{}x: &a [1]\ny: *a\n", pod("x", UA)),
+                error: "aliases are not accepted",
             },
         ];
         for case in cases {

@@ -7,7 +7,6 @@ pub mod kube_query;
 pub mod kube_watch;
 pub mod kubelet_view;
 pub mod manifests;
-pub mod nesting;
 pub mod node_pod;
 pub mod resolve;
 pub mod source;

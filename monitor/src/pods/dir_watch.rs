@@ -337,10 +337,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         let (mut watcher, _) = ManifestWatcher::start(dir).unwrap();
-        // Nearly the largest file accepted: thousands of pods, slow to parse.
+        // Thousands of pods, slow to parse, within the token bound (yaml_bounds::LIMITS).
         let mut list = String::from("kind: PodList\nitems:\n");
         let mut pods = 0;
-        while list.len() < 900 << 10 {
+        while pods < 2_000 {
             let hex = format!("{pods:012x}");
             list.push_str(&format!(
                 "- metadata: {{name: p{pods}, namespace: default, uid: 00000000-0000-4000-8000-{hex}}}\n  \

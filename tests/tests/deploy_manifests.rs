@@ -311,3 +311,87 @@ fn api_calls_are_recognized() {
 fn an_unknown_api_kind_fails() {
     calls_in(Path::new("x.rs"), "let s: Api<Secret> = x;");
 }
+
+/// The enforce overlay's JSON patch applied to the base DaemonSet: RFC 6902 `test` and
+/// `remove` on the container's args, the only operations it uses.
+fn enforced_daemonset() -> serde_yaml::Value {
+    let overlay = deploy().join("overlays/enforce/kustomization.yaml");
+    let kustomization: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(overlay).unwrap()).unwrap();
+    assert_eq!(
+        kustomization["resources"][0], "../..",
+        "the overlay builds on the base"
+    );
+    let patch = &kustomization["patches"][0];
+    assert_eq!(patch["target"]["kind"], "DaemonSet");
+    let ops: Vec<serde_yaml::Value> =
+        serde_yaml::from_str(patch["patch"].as_str().expect("a JSON patch")).unwrap();
+    let mut daemonset: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
+            .unwrap();
+    for op in ops {
+        let path = op["path"].as_str().unwrap();
+        let index: usize = path
+            .strip_prefix("/spec/template/spec/containers/0/args/")
+            .and_then(|i| i.parse().ok())
+            .unwrap_or_else(|| panic!("the overlay patches only the args: {path}"));
+        let args = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence_mut()
+            .expect("args");
+        match op["op"].as_str().unwrap() {
+            "test" => assert_eq!(args[index], op["value"], "{path}"),
+            "remove" => {
+                args.remove(index);
+            }
+            other => panic!("unexpected op {other}"),
+        }
+    }
+    daemonset
+}
+
+#[test]
+fn the_base_observes_and_the_enforce_overlay_acts_and_both_validate() {
+    if !on_the_host("the_base_observes_and_the_enforce_overlay_acts") {
+        return;
+    }
+    let args = |daemonset: &serde_yaml::Value| -> Vec<String> {
+        daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    };
+    let base: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
+            .unwrap();
+    let base_args = args(&base);
+    assert!(
+        base_args.contains(&"--dry-run".into()) && base_args.contains(&"--dry-run-events".into()),
+        "kubectl apply -k deploy/ observes: {base_args:?}"
+    );
+    let enforced = enforced_daemonset();
+    let enforced_args = args(&enforced);
+    let expected: Vec<String> = base_args
+        .iter()
+        .filter(|a| !a.starts_with("--dry-run"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        enforced_args, expected,
+        "the overlay drops exactly the dry run"
+    );
+
+    let Some(validator) = validator() else {
+        tests::cannot_run(
+            tests::Reason::KubernetesValidate,
+            "not installed (cargo xtask test installs it)",
+        );
+        return;
+    };
+    let dir = TempDir::new("deploy-enforce");
+    let file = dir.join("daemonset.yaml");
+    fs::write(&file, serde_yaml::to_string(&enforced).unwrap()).unwrap();
+    let (ok, output) = validate(&validator, &[file]);
+    assert!(ok, "the enforced DaemonSet does not validate:\n{output}");
+}

@@ -6,15 +6,26 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail};
 
-use crate::engine::config::{EvictionConfig, MAX_CONFIG_BYTES, Written};
+use crate::engine::config::{ConfigForm, EvictionConfig, MAX_CONFIG_BYTES, Written};
 
-/// The configuration in `path` with what it wrote itself, or the defaults without a path.
+/// The configuration in `path`, decoded as the kubelet decodes its file (or a configz answer
+/// as the node's effective configuration), with what it wrote itself; the defaults without a
+/// path.
 pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<(EvictionConfig, Written)> {
     let Some(path) = path else {
         return Ok((EvictionConfig::default(), Written::default()));
     };
     let text = read(path).with_context(|| format!("reading {}", path.display()))?;
-    EvictionConfig::from_yaml_explained(&text).with_context(|| format!("{}", path.display()))
+    let (config, written, form) =
+        EvictionConfig::decode_explained(&text).with_context(|| format!("{}", path.display()))?;
+    if form == ConfigForm::Configz {
+        tracing::info!(
+            "{}: a configz answer, the kubelet's effective configuration: read as it is, no \
+             defaults applied",
+            path.display()
+        );
+    }
+    Ok((config, written))
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -59,7 +70,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("monitor-config-file-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("good.yaml");
-        std::fs::write(&good, "evictionHard:\n  memory.available: 200Mi\n").unwrap();
+        std::fs::write(
+            &good,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             evictionHard:\n  memory.available: 200Mi\n",
+        )
+        .unwrap();
         let (config, written) = load(Some(&good)).unwrap();
         assert_eq!(config.thresholds.len(), 2, "{config:?}");
         assert_eq!(

@@ -113,11 +113,20 @@ fn a_fifo_a_directory_and_a_bad_value_are_refused_with_the_reason() {
     let status = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
     assert!(status.success());
     let bad = dir.join("bad.yaml");
-    std::fs::write(&bad, "evictionHard:\n  memory.available: lots\n").unwrap();
+    std::fs::write(
+        &bad,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         evictionHard:\n  memory.available: lots\n",
+    )
+    .unwrap();
+    let headless = dir.join("headless.yaml");
+    std::fs::write(&headless, "evictionHard:\n  memory.available: 200Mi\n").unwrap();
     for (path, reason) in [
         (&fifo, "a FIFO"),
         (&dir, "a directory"),
         (&bad, "memory.available"),
+        // The kubelet's decoder refuses a document without kind and apiVersion.
+        (&headless, "no kind and apiVersion"),
     ] {
         // A FIFO must be refused without blocking on its read: the test would hang otherwise.
         let output = monitor_config(&["--config", path.to_str().unwrap()]);

@@ -421,3 +421,49 @@ fn says_what_it_left_out_and_why() {
         "{text}"
     );
 }
+
+/// `--config` takes a KubeletConfiguration or the node's configz answer and says which
+/// thresholds of the signal the summary's node stats meet (80Mi available of 8Gi); a
+/// document the kubelet refuses is refused with the reason, exit 2.
+#[test]
+fn config_says_which_thresholds_the_node_meets() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("config file");
+        path.display().to_string()
+    };
+    let configz = write(
+        "configz.json",
+        r#"{"kubeletconfig":{"evictionHard":{"memory.available":"100Mi"},"evictionSoft":{"memory.available":"50Mi"},"evictionSoftGracePeriod":{"memory.available":"1m"},"enforceNodeAllocatable":["pods"]}}"#,
+    );
+    let output = rank_with("pods.json", "summary.json", &["--config", &configz]);
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    assert!(
+        text.contains("hard threshold memory.available<100Mi: met (below 100Mi)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("soft threshold memory.available<50Mi: not met (at 50Mi)"),
+        "{text}"
+    );
+    let output = rank_with(
+        "pods.json",
+        "summary.json",
+        &["--config", &configz, "--output", "json"],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["thresholds"][0]["met"], true, "{report}");
+    assert_eq!(report["thresholds"][0]["level"], 100 << 20, "{report}");
+
+    // Without kind and apiVersion the kubelet refuses the file; so does rank.
+    let bare = write("bare.yaml", "evictionHard:\n  memory.available: 100Mi\n");
+    let output = rank_with("pods.json", "summary.json", &["--config", &bare]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bare.yaml") && stderr.contains("no kind and apiVersion"),
+        "{stderr}"
+    );
+}

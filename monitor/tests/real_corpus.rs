@@ -451,7 +451,8 @@ fn real_kubelet_configurations_read_as_the_kubelet_defaults_them() {
         },
     ];
     for case in cases {
-        let config = EvictionConfig::from_yaml(&read(case.file))
+        let config = EvictionConfig::decode(&read(case.file))
+            .map(|(config, _)| config)
             .unwrap_or_else(|e| panic!("case {:?}: {e}", case.name));
         let hard: Vec<String> = config
             .thresholds
@@ -467,8 +468,9 @@ fn real_kubelet_configurations_read_as_the_kubelet_defaults_them() {
     }
     let memory_only = Signal::MemoryAvailable;
     assert!(
-        EvictionConfig::from_yaml(&read("minikube-v1.25-crio-kubeadm.yaml"))
+        EvictionConfig::decode(&read("minikube-v1.25-crio-kubeadm.yaml"))
             .unwrap()
+            .0
             .thresholds
             .iter()
             .all(|t| t.signal != memory_only),
@@ -482,7 +484,7 @@ fn real_kubelet_configurations_read_as_the_kubelet_defaults_them() {
         .collect::<Vec<_>>()
         .join("\n---\n");
     assert_eq!(
-        EvictionConfig::from_yaml(&others),
+        EvictionConfig::decode(&others).map(|(config, _)| config),
         Err(ConfigError::NoKubeletConfiguration {
             kinds: vec![
                 "InitConfiguration".into(),

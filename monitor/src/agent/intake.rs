@@ -4,8 +4,8 @@ use std::collections::HashSet;
 
 use super::{event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent};
 use crate::{
-    engine::{pod_facts::PodFacts, working_set::StatChange},
-    pods::{NodePod, PodCgroup, find_cgroup},
+    engine::{pod_facts::PodFacts, report::left_out_lines, working_set::StatChange},
+    pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
     source::event::KernelEvent,
 };
 
@@ -162,9 +162,31 @@ impl Agent {
         newest
     }
 
+    /// Takes a pod set from the source: the pods this node's kubelet runs (a manifest
+    /// without `spec.nodeName` counts as this node's with `--pods`, never with `--kube`),
+    /// and a log line for each reason pods are left out, when that changes.
+    pub(super) fn take_pods(&mut self, loaded: Loaded<NodePod>) {
+        for error in &loaded.errors {
+            tracing::warn!("skipped: {error}");
+        }
+        let node = self.args.node_name.as_deref();
+        let (pods, mut left_out) = split_by_standing(loaded.pods, node, !self.args.kube);
+        left_out.extend(loaded.left_out);
+        let lines = left_out_lines(&left_out);
+        if lines != self.left_out_logged {
+            if lines.is_empty() && !self.left_out_logged.is_empty() {
+                tracing::info!("no pod left out any more");
+            }
+            for line in &lines {
+                tracing::info!("pods {line}");
+            }
+            self.left_out_logged = lines;
+        }
+        self.apply_pods(pods);
+    }
+
     /// Replaces the pod set, finds each pod's cgroup, and reads fresh numbers.
-    pub(super) fn apply_pods(&mut self, mut pods: Vec<NodePod>) {
-        pods.retain(|pod| pod.runs_here(self.args.node_name.as_deref()));
+    pub(super) fn apply_pods(&mut self, pods: Vec<NodePod>) {
         let mut entries = Vec::with_capacity(pods.len());
         for pod in &pods {
             match &pod.facts {

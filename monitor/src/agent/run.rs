@@ -69,11 +69,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         let (watcher, first, evictor) = open_pods(&args).await?;
-        for error in &first.errors {
-            tracing::warn!("skipped: {error}");
-        }
         let mut agent = Agent::start(args, evictor).await?;
-        agent.apply_pods(first.pods);
+        agent.take_pods(first);
         agent.restore_stopped_pods();
         agent.resume_pending_eviction();
         agent.evaluate(None);
@@ -126,6 +123,8 @@ pub(super) struct Agent {
     /// The pods on this node as the source last handed them out: their cgroups may appear
     /// later.
     pub(super) pods: Vec<NodePod>,
+    /// The lines last logged about pods the source holds that are not ranked.
+    pub(super) left_out_logged: Vec<String>,
     /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod).
     pub(super) actuator: Box<dyn Actuator>,
     pub(super) actions: JoinSet<ActionDone>,
@@ -233,10 +232,7 @@ impl Agent {
                 }
                 change = next_change(&mut watcher) => match change {
                     Ok(loaded) => {
-                        for error in &loaded.errors {
-                            tracing::warn!("skipped: {error}");
-                        }
-                        self.apply_pods(loaded.pods);
+                        self.take_pods(loaded);
                         self.evaluate(None);
                     }
                     Err(e) => {
@@ -257,7 +253,7 @@ impl Agent {
                             tracing::info!("pod source open again");
                             self.pod_source_down = None;
                             watcher = Some(reopened);
-                            self.apply_pods(loaded.pods);
+                            self.take_pods(loaded);
                             self.evaluate(None);
                         }
                         Err(e) => {

@@ -177,6 +177,7 @@ impl Agent {
             decisions: RecentDecisions::default(),
             pod_source_down: None,
             pods: Vec::new(),
+            left_out_logged: Vec::new(),
             actuator,
             actions: JoinSet::new(),
             undecodable_logged: false,

@@ -6,11 +6,15 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::engine::config::EvictionConfig;
 use crate::engine::quantity::Quantity;
 use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy};
-use crate::engine::report::{LeftOut, LeftOutReason, RankedPod, Report, build_report};
+use crate::engine::report::{
+    LeftOut, RankedPod, Report, build_report, left_out_lines, threshold_verdicts,
+};
 use crate::engine::signal::Signal;
 use crate::engine::summary::Summary;
+use crate::engine::threshold::{Threshold, ThresholdKind};
 use crate::pods::{kube_query, kube_watch::api_config, manifests::parse_file};
 use crate::printable::printable;
 
@@ -92,6 +96,12 @@ pub struct RankArgs {
     /// Output format: aligned text, or one JSON object (the pods in eviction order, those left out).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
+    /// The node's kubelet configuration: a KubeletConfiguration file, or the node's configz
+    /// answer (`kubectl get --raw /api/v1/nodes/NODE/proxy/configz`, its effective
+    /// configuration). The output then says which thresholds of the signal the summary's
+    /// node stats meet.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The runtime keeps images and writable layers on a dedicated image filesystem, so
     /// nodefs counts only logs and local volumes and imagefs only writable layers.
     #[arg(long)]
@@ -104,11 +114,22 @@ fn parse_signal(text: &str) -> Result<Signal, String> {
 }
 
 pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
+    let thresholds = match read_config(&args) {
+        Ok(thresholds) => thresholds,
+        Err(message) => {
+            eprintln!("monitor rank: {message}");
+            return Ok(ExitCode::from(BAD_INPUT));
+        }
+    };
     let ranked = if args.kube {
         rank_live(&args)?
     } else {
         rank(&args)
     };
+    let ranked = ranked.map(|mut report| {
+        report.thresholds = threshold_verdicts(&thresholds, report.signal, report.observation);
+        report
+    });
     match ranked {
         Ok(report) => {
             let output = match args.output {
@@ -123,6 +144,17 @@ pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(BAD_INPUT))
         }
     }
+}
+
+/// The thresholds of `--config` (none without it); the error names the file.
+fn read_config(args: &RankArgs) -> Result<Vec<Threshold>, String> {
+    let Some(path) = &args.config else {
+        return Ok(Vec::new());
+    };
+    let in_file = |problem: &dyn std::fmt::Display| format!("{}: {problem}", path.display());
+    let text = fs::read_to_string(path).map_err(|e| in_file(&e))?;
+    let (config, _) = EvictionConfig::decode(&text).map_err(|e| in_file(&e))?;
+    Ok(config.thresholds)
 }
 
 /// Reads both files and ranks; the error names the file at fault.
@@ -198,6 +230,21 @@ fn render_text(report: &Report) -> String {
         );
     }
     out += "\n";
+    for verdict in &report.thresholds {
+        let kind = match verdict.kind {
+            ThresholdKind::Hard => "hard",
+            ThresholdKind::Soft => "soft",
+        };
+        let standing = match (verdict.met, verdict.level) {
+            (Some(true), Some(level)) => format!("met (below {})", amount(level)),
+            (Some(false), Some(level)) => format!("not met (at {})", amount(level)),
+            _ => "not known: the summary has no node stats for the signal".to_string(),
+        };
+        out += &format!(
+            "{kind} threshold {}<{}: {standing}\n",
+            report.signal, verdict.value
+        );
+    }
     if report.pods.is_empty() {
         out += "no pods to rank\n";
         return out + &render_left_out(&report.left_out);
@@ -242,35 +289,11 @@ fn render_text(report: &Report) -> String {
     out + &render_left_out(&report.left_out)
 }
 
-/// One line per reason: how many pods were left out for it, and which.
 fn render_left_out(left_out: &[LeftOut]) -> String {
-    let mut out = String::new();
-    for reason in [
-        LeftOutReason::NotScheduled,
-        LeftOutReason::Finished,
-        LeftOutReason::OtherNode,
-    ] {
-        let pods: Vec<String> = left_out
-            .iter()
-            .filter(|pod| pod.reason == reason)
-            .map(|pod| {
-                let name = format!("{}/{}", printable(&pod.namespace), printable(&pod.name));
-                match &pod.node {
-                    Some(node) => format!("{name} (on {})", printable(node)),
-                    None => name,
-                }
-            })
-            .collect();
-        if !pods.is_empty() {
-            out += &format!(
-                "left out, {}: {} ({})\n",
-                reason.explain(),
-                pods.len(),
-                pods.join(", ")
-            );
-        }
-    }
-    out
+    left_out_lines(left_out)
+        .into_iter()
+        .map(|line| line + "\n")
+        .collect()
 }
 
 fn row(pod: &RankedPod, policy: RankPolicy, amount: &dyn Fn(Quantity) -> String) -> [String; 7] {

@@ -126,7 +126,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             tracing::info!("{} pods on node {node} from the Kubernetes API", pods.len());
             Some(crate::pods::LoadedPods {
                 pods,
-                errors: Vec::new(),
+                ..Default::default()
             })
         }
         (None, false) => None,

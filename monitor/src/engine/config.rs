@@ -34,6 +34,15 @@
 //! map or list is the same as an absent one. A file of several YAML documents (kubeadm's
 //! `--config` file) is read for its `KubeletConfiguration` document.
 //!
+//! A configuration file is read with [`EvictionConfig::decode`], which refuses what the
+//! kubelet's decoder refuses: a document without `kind` or `apiVersion` (an empty file too),
+//! a `KubeletConfiguration` of another `apiVersion` than `kubelet.config.k8s.io/v1beta1`. The
+//! one other form it takes is the kubelet's `configz` answer (`kubectl get --raw
+//! /api/v1/nodes/NODE/proxy/configz`: `{"kubeletconfig": {...}}`), the node's effective
+//! configuration: already defaulted, so no default is applied again (an absent `evictionHard`
+//! or `enforceNodeAllocatable` is one the kubelet holds empty, since its JSON omits empty
+//! maps and lists) and `0%` still means off.
+//!
 //! Two rules are stricter than the kubelet, which would accept the value and misbehave:
 //! a negative `evictionMaxPodGracePeriod`, and a minimum reclaim over 100%.
 use std::collections::BTreeSet;
@@ -182,6 +191,30 @@ pub enum ConfigError {
         /// The kinds that were found instead.
         kinds: Vec<String>,
     },
+    /// A document the kubelet's decoder refuses: no `kind` or no `apiVersion`.
+    #[error(
+        "document {document}: no {missing}: the kubelet refuses a configuration document \
+         without kind and apiVersion (kind: KubeletConfiguration, apiVersion: \
+         {KUBELET_API_VERSION}); a configz answer ({{\"kubeletconfig\": ...}}) is read as it is"
+    )]
+    MissingTypeMeta {
+        /// The document's position in the file, from 1.
+        document: usize,
+        /// `kind`, `apiVersion`, or both.
+        missing: &'static str,
+    },
+    /// No document at all.
+    #[error(
+        "the file holds no document: the kubelet refuses a configuration without kind and \
+         apiVersion"
+    )]
+    Empty,
+    /// A KubeletConfiguration of a version the kubelet does not decode.
+    #[error("KubeletConfiguration of apiVersion {0:?}: the kubelet decodes {KUBELET_API_VERSION}")]
+    UnknownVersion(String),
+    /// A configz answer whose `kubeletconfig` is not a KubeletConfiguration object.
+    #[error("configz answer: kubeletconfig {0}")]
+    BadConfigz(String),
     /// `evictionMaxPodGracePeriod` below zero.
     #[error("evictionMaxPodGracePeriod: {value} must not be negative")]
     NegativeMaxPodGracePeriod {
@@ -283,11 +316,113 @@ pub struct Written {
 }
 
 const KUBELET_CONFIGURATION: &str = "KubeletConfiguration";
+const KUBELET_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// The one key of a configz answer.
+const CONFIGZ_KEY: &str = "kubeletconfig";
 
-/// The `kind` of one YAML document; every other field is ignored.
+/// The form a configuration file had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigForm {
+    /// A KubeletConfiguration document (alone or among kubeadm's), defaulted as the kubelet
+    /// defaults its file.
+    Document,
+    /// A configz answer: the kubelet's effective configuration, taken as it is.
+    Configz,
+}
+
+impl EvictionConfig {
+    /// Reads a configuration file as the kubelet decodes its `--config`, or a configz answer
+    /// as the effective configuration (see the module's documentation).
+    pub fn decode(text: &str) -> Result<(EvictionConfig, ConfigForm), ConfigError> {
+        Self::decode_explained(text).map(|(config, _, form)| (config, form))
+    }
+
+    /// As [`Self::decode`], with what the file wrote itself (see [`Written`]).
+    pub fn decode_explained(
+        text: &str,
+    ) -> Result<(EvictionConfig, Written, ConfigForm), ConfigError> {
+        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let mut documents = Vec::new();
+        for document in serde_yaml::Deserializer::from_str(text) {
+            let value = serde_yaml::Value::deserialize(document).map_err(yaml_error)?;
+            if !value.is_null() {
+                documents.push(value);
+            }
+        }
+        if let [single] = documents.as_slice()
+            && let Some(inner) = configz_body(single)
+        {
+            let (config, written) = from_configz(inner)?;
+            return Ok((config, written, ConfigForm::Configz));
+        }
+        if documents.is_empty() {
+            return Err(ConfigError::Empty);
+        }
+        for (index, document) in documents.iter().enumerate() {
+            let header = DocumentKind::deserialize(document).map_err(yaml_error)?;
+            let missing = match (&header.kind, &header.api_version) {
+                (Some(_), Some(_)) => None,
+                (None, Some(_)) => Some("kind"),
+                (Some(_), None) => Some("apiVersion"),
+                (None, None) => Some("kind and apiVersion"),
+            };
+            if let Some(missing) = missing {
+                return Err(ConfigError::MissingTypeMeta {
+                    document: index + 1,
+                    missing,
+                });
+            }
+            if header.kind.as_deref() == Some(KUBELET_CONFIGURATION)
+                && header.api_version.as_deref() != Some(KUBELET_API_VERSION)
+            {
+                return Err(ConfigError::UnknownVersion(
+                    header.api_version.unwrap_or_default(),
+                ));
+            }
+        }
+        let (config, written) = EvictionConfig::from_yaml_explained(text)?;
+        Ok((config, written, ConfigForm::Document))
+    }
+}
+
+/// The `kubeletconfig` object of a configz answer: a map whose only key it is.
+fn configz_body(document: &serde_yaml::Value) -> Option<&serde_yaml::Value> {
+    let map = document.as_mapping()?;
+    (map.len() == 1).then(|| map.get(CONFIGZ_KEY)).flatten()
+}
+
+/// The effective configuration a configz answer holds. Its JSON omits empty maps and lists,
+/// so an absent `evictionHard` or `enforceNodeAllocatable` is an empty one, and
+/// `mergeDefaultEvictionSettings` has already been applied.
+fn from_configz(inner: &serde_yaml::Value) -> Result<(EvictionConfig, Written), ConfigError> {
+    if !inner.is_mapping() {
+        return Err(ConfigError::BadConfigz("is not an object".into()));
+    }
+    let header =
+        DocumentKind::deserialize(inner).map_err(|err| ConfigError::BadConfigz(err.to_string()))?;
+    if let Some(kind) = header.kind.filter(|kind| kind != KUBELET_CONFIGURATION) {
+        return Err(ConfigError::BadConfigz(format!(
+            "is of kind {kind:?}, not {KUBELET_CONFIGURATION}"
+        )));
+    }
+    if let Some(version) = header.api_version.filter(|v| v != KUBELET_API_VERSION) {
+        return Err(ConfigError::UnknownVersion(version));
+    }
+    let mut file =
+        KubeletConfigFile::deserialize(inner).map_err(|err| ConfigError::Yaml(err.to_string()))?;
+    file.eviction_hard.get_or_insert_default();
+    file.enforce_node_allocatable.get_or_insert_default();
+    file.merge_default_eviction_settings = None;
+    let written = file.written();
+    Ok((file.into_config()?, written))
+}
+
+/// The `kind` and `apiVersion` of one YAML document; every other field is ignored.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct DocumentKind {
     kind: Option<String>,
+    api_version: Option<String>,
 }
 
 /// The fields of a KubeletConfiguration this agent reads; serde ignores the rest.
@@ -1142,5 +1277,139 @@ monitor:
                 case.name
             );
         }
+    }
+
+    /// What the kubelet's decoder refuses is refused, naming what is missing; a configz
+    /// answer is the effective configuration, taken without defaulting again.
+    #[test]
+    fn decodes_files_as_the_kubelet_and_configz_as_effective() {
+        struct Case {
+            name: &'static str,
+            text: &'static str,
+            /// The thresholds, or the error's text.
+            expect: Result<(&'static [&'static str], ConfigForm), &'static str>,
+        }
+        const HEAD: &str =
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let cases = [
+            Case {
+                name: "a KubeletConfiguration document",
+                text: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                       evictionHard: {memory.available: 200Mi}\n",
+                expect: Ok((
+                    &[
+                        "hard memory.available<200Mi",
+                        "hard allocatableMemory.available<200Mi",
+                    ],
+                    ConfigForm::Document,
+                )),
+            },
+            Case {
+                name: "no kind, no apiVersion",
+                text: "evictionHard: {memory.available: 200Mi}\n",
+                expect: Err("document 1: no kind and apiVersion"),
+            },
+            Case {
+                name: "no apiVersion",
+                text: "kind: KubeletConfiguration\nevictionHard: {memory.available: 200Mi}\n",
+                expect: Err("document 1: no apiVersion"),
+            },
+            Case {
+                name: "no kind",
+                text: "apiVersion: kubelet.config.k8s.io/v1beta1\n",
+                expect: Err("document 1: no kind"),
+            },
+            Case {
+                name: "an empty file",
+                text: "# nothing\n",
+                expect: Err("the file holds no document"),
+            },
+            Case {
+                name: "a kubeadm file whose second document has no apiVersion",
+                text: "apiVersion: kubeadm.k8s.io/v1beta3\nkind: InitConfiguration\n---\n\
+                       kind: KubeletConfiguration\n",
+                expect: Err("document 2: no apiVersion"),
+            },
+            Case {
+                name: "a KubeletConfiguration of another version",
+                text: "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n",
+                expect: Err("apiVersion \"kubelet.config.k8s.io/v1alpha1\""),
+            },
+            Case {
+                name: "configz of Kubernetes 1.16: defaulted evictionHard, no kind",
+                text: r#"{"kubeletconfig":{"staticPodPath":"/etc/kubernetes/manifests","evictionHard":{"imagefs.available":"15%","memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"},"evictionPressureTransitionPeriod":"5m0s","enforceNodeAllocatable":["pods"]}}"#,
+                expect: Ok((
+                    &[
+                        "hard memory.available<100Mi",
+                        "hard allocatableMemory.available<100Mi",
+                        "hard nodefs.available<10%",
+                        "hard nodefs.inodesFree<5%",
+                        "hard imagefs.available<15%",
+                    ],
+                    ConfigForm::Configz,
+                )),
+            },
+            Case {
+                name: "configz with kind and apiVersion, memory only",
+                text: r#"{"kubeletconfig":{"evictionHard":{"memory.available":"300Mi"},"enforceNodeAllocatable":["pods"],"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1"}}"#,
+                expect: Ok((
+                    &[
+                        "hard memory.available<300Mi",
+                        "hard allocatableMemory.available<300Mi",
+                    ],
+                    ConfigForm::Configz,
+                )),
+            },
+            Case {
+                name: "configz without evictionHard: the kubelet holds it empty, no defaults",
+                text: r#"{"kubeletconfig":{"maxPods":110,"enforceNodeAllocatable":["pods"]}}"#,
+                expect: Ok((&[], ConfigForm::Configz)),
+            },
+            Case {
+                name: "configz: 0% is still off",
+                text: r#"{"kubeletconfig":{"evictionHard":{"memory.available":"0%","nodefs.available":"10%"}}}"#,
+                expect: Ok((&["hard nodefs.available<10%"], ConfigForm::Configz)),
+            },
+            Case {
+                name: "configz without enforceNodeAllocatable: no allocatable copy",
+                text: r#"{"kubeletconfig":{"evictionHard":{"memory.available":"100Mi"}}}"#,
+                expect: Ok((&["hard memory.available<100Mi"], ConfigForm::Configz)),
+            },
+            Case {
+                name: "configz answer in YAML, mergeDefaultEvictionSettings already applied",
+                text: "kubeletconfig:\n  mergeDefaultEvictionSettings: true\n  evictionHard:\n    memory.available: 1Gi\n",
+                expect: Ok((&["hard memory.available<1Gi"], ConfigForm::Configz)),
+            },
+            Case {
+                name: "a configz answer of another kind",
+                text: r#"{"kubeletconfig":{"kind":"KubeProxyConfiguration"}}"#,
+                expect: Err("configz answer: kubeletconfig is of kind \"KubeProxyConfiguration\""),
+            },
+            Case {
+                name: "configz beside other keys is no configz answer",
+                text: r#"{"kubeletconfig":{},"other":1}"#,
+                expect: Err("document 1: no kind and apiVersion"),
+            },
+        ];
+        for case in cases {
+            let got = EvictionConfig::decode(case.text);
+            match (case.expect, got) {
+                (Ok((thresholds, form)), Ok((config, got_form))) => {
+                    assert_eq!(summary(&config), thresholds, "{}", case.name);
+                    assert_eq!(got_form, form, "{}", case.name);
+                }
+                (Err(text), Err(error)) => {
+                    assert!(
+                        error.to_string().contains(text),
+                        "{}: {error} lacks {text:?}",
+                        case.name
+                    );
+                }
+                (expect, got) => panic!("{}: expected {expect:?}, got {got:?}", case.name),
+            }
+        }
+        // The same fields as a file decode as the kubelet defaults them.
+        let (defaulted, _) = EvictionConfig::decode(&format!("{HEAD}maxPods: 110\n")).unwrap();
+        assert_eq!(defaulted, EvictionConfig::default());
     }
 }

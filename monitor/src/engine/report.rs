@@ -19,8 +19,9 @@ use super::rank::{
 use super::rank_index::RankIndex;
 use super::signal::Signal;
 use super::summary::{PodUsage, Summary};
-use super::threshold::SignalObservation;
+use super::threshold::{SignalObservation, Threshold, ThresholdKind};
 use crate::pods::kubelet_view::{Standing, standing};
+use crate::printable::printable;
 
 /// One pod's line in the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -135,6 +136,39 @@ impl LeftOutReason {
     }
 }
 
+/// One line per reason (`left out, <reason>: <count> (<names>)`), for `monitor rank` and
+/// the agent's log; names escaped.
+pub fn left_out_lines(left_out: &[LeftOut]) -> Vec<String> {
+    [
+        LeftOutReason::NotScheduled,
+        LeftOutReason::Finished,
+        LeftOutReason::OtherNode,
+    ]
+    .into_iter()
+    .filter_map(|reason| {
+        let pods: Vec<String> = left_out
+            .iter()
+            .filter(|pod| pod.reason == reason)
+            .map(|pod| {
+                let name = format!("{}/{}", printable(&pod.namespace), printable(&pod.name));
+                match &pod.node {
+                    Some(node) => format!("{name} (on {})", printable(node)),
+                    None => name,
+                }
+            })
+            .collect();
+        (!pods.is_empty()).then(|| {
+            format!(
+                "left out, {}: {} ({})",
+                reason.explain(),
+                pods.len(),
+                pods.join(", ")
+            )
+        })
+    })
+    .collect()
+}
+
 /// The ranked pods and the context they were ranked in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -152,6 +186,44 @@ pub struct Report {
     pub pods: Vec<RankedPod>,
     /// Pods in the input that are not ranked, in input order.
     pub left_out: Vec<LeftOut>,
+    /// With a configuration: each threshold of the signal, and whether the summary's node
+    /// stats meet it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<ThresholdVerdict>,
+}
+
+/// One threshold of the ranked signal against the summary's observation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThresholdVerdict {
+    /// Hard or soft.
+    pub kind: ThresholdKind,
+    /// The value as configured (`100Mi`, `10%`).
+    pub value: String,
+    /// The value in the signal's unit against the observed capacity; `None` without an
+    /// observation.
+    pub level: Option<Quantity>,
+    /// Whether the observation meets it (the kubelet's `thresholdsMet`, minimum reclaim
+    /// not counted); `None` without an observation.
+    pub met: Option<bool>,
+}
+
+/// The thresholds of `signal` in `thresholds`, each checked against `observation`.
+pub fn threshold_verdicts(
+    thresholds: &[Threshold],
+    signal: Signal,
+    observation: Option<SignalObservation>,
+) -> Vec<ThresholdVerdict> {
+    thresholds
+        .iter()
+        .filter(|t| t.signal == signal)
+        .map(|t| ThresholdVerdict {
+            kind: t.kind(),
+            value: t.value.to_string(),
+            level: observation.map(|o| t.value.resolve(o.capacity)),
+            met: observation.map(|o| t.is_met(o, false)),
+        })
+        .collect()
 }
 
 /// The first `limit` pods of `index` in eviction order, each with its keys and the key that
@@ -250,6 +322,7 @@ pub fn build_report(
         observation: summary.observations().get(&signal).copied(),
         pods: ranked,
         left_out,
+        thresholds: Vec::new(),
     })
 }
 

@@ -20,7 +20,11 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 
-use super::{kubelet_view::Standing, manifests::Loaded, node_pod::NodePod, validate::validate_pod};
+use super::{
+    manifests::Loaded,
+    node_pod::{NodePod, split_by_standing},
+    validate::validate_pod,
+};
 use crate::printable::printable;
 
 /// Why the API could not be reached, or the watch stopped.
@@ -204,13 +208,16 @@ impl KubeWatcher {
         }
     }
 
-    /// The pods the kubelet counts as active. The field selector already asks for them;
-    /// checking again keeps a server that ignores part of a selector from adding pods.
+    /// The pods the kubelet counts as active, and those it does not with why. The field
+    /// selector already asks for the active ones; checking again keeps a server that ignores
+    /// part of a selector from adding pods.
     fn loaded(&self) -> Loaded<NodePod> {
-        let active = |pod: &&NodePod| pod.standing(Some(&self.node)) == Standing::Active;
+        let (pods, left_out) =
+            split_by_standing(self.pods.values().cloned(), Some(&self.node), false);
         Loaded {
-            pods: self.pods.values().filter(active).cloned().collect(),
+            pods,
             errors: Vec::new(),
+            left_out,
         }
     }
 }
@@ -218,6 +225,7 @@ impl KubeWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::report::LeftOutReason;
 
     fn pod(name: &str, node: Option<&str>, phase: &str) -> Pod {
         // A uid of the API server's shape, distinct per name.
@@ -261,5 +269,67 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["pending-here", "running"]);
+        let mut left_out: Vec<(String, LeftOutReason)> = watcher
+            .loaded()
+            .left_out
+            .into_iter()
+            .map(|pod| (pod.name, pod.reason))
+            .collect();
+        left_out.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            left_out,
+            [
+                ("done".into(), LeftOutReason::Finished),
+                ("elsewhere".into(), LeftOutReason::OtherNode),
+                ("failed".into(), LeftOutReason::Finished),
+                ("unscheduled".into(), LeftOutReason::NotScheduled),
+            ]
+        );
+    }
+
+    /// A resize the kubelet defers changes only the pod's status; the watch hands out the
+    /// pod set again, and the pod ranks on its allocation (1.33+ shape: the condition, and
+    /// the allocation in the status's resources).
+    #[test]
+    fn a_deferred_resize_is_a_change_ranked_on_the_allocation() {
+        let mut watcher = KubeWatcher {
+            node: "n1".into(),
+            events: futures::stream::empty().boxed(),
+            pods: BTreeMap::new(),
+            relisting: None,
+        };
+        let resized = |status: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "uid": "00000000-0000-4000-8000-000000000001"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "app",
+                    "resources": {"requests": {"memory": "1Gi"}}}]},
+                "status": status,
+            }))
+            .expect("test pod")
+        };
+        let request = |watcher: &KubeWatcher| {
+            let loaded = watcher.loaded();
+            loaded.pods[0].facts.as_ref().expect("facts").memory_request
+        };
+        let running = serde_json::json!([{"name": "app", "ready": true, "restartCount": 0,
+            "image": "web:1", "imageID": "",
+            "resources": {"requests": {"memory": "512Mi"}}}]);
+        assert!(
+            watcher.apply(watcher::Event::Apply(resized(serde_json::json!({
+            "phase": "Running", "containerStatuses": running.clone()}))))
+        );
+        assert_eq!(
+            request(&watcher).ceil_units(),
+            1 << 30,
+            "no resize pending: the spec"
+        );
+        assert!(watcher.apply(watcher::Event::Apply(resized(serde_json::json!({
+            "phase": "Running", "containerStatuses": running,
+            "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]})))));
+        assert_eq!(
+            request(&watcher).ceil_units(),
+            512 << 20,
+            "deferred: the allocation"
+        );
     }
 }

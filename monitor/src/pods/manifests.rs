@@ -11,6 +11,7 @@
 //! Files are untrusted input and bounded before parsing: at most [`MAX_FILE_BYTES`] each
 //! (read through a bounded reader, so a file growing meanwhile cannot exceed it), then within
 //! the nesting, tokens and aliases [`yaml_bounds`](crate::yaml_bounds) allows.
+use crate::engine::report::LeftOut;
 use std::{
     collections::HashMap,
     fs, io,
@@ -82,6 +83,9 @@ pub struct Loaded<T> {
     pub pods: Vec<T>,
     /// Files and pods that were skipped, with the reason.
     pub errors: Vec<ManifestError>,
+    /// Pods the source holds that are not this node's active pods (finished, another
+    /// node's), with the reason; the agent logs them.
+    pub left_out: Vec<LeftOut>,
 }
 
 impl<T> Default for Loaded<T> {
@@ -89,6 +93,7 @@ impl<T> Default for Loaded<T> {
         Self {
             pods: Vec::new(),
             errors: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 }

@@ -10,6 +10,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::kubelet_view::{Standing, standing_of};
+use crate::engine::report::{LeftOut, LeftOutReason};
 use crate::engine::{
     pod_facts::{PodFacts, PodFactsError},
     pod_request::PodQuantityError,
@@ -46,15 +47,43 @@ impl NodePod {
     pub fn standing(&self, node: Option<&str>) -> Standing {
         standing_of(self.finished, self.node_name.as_deref(), node)
     }
+}
 
-    /// Whether a manifest of this pod runs on `node`, as
-    /// [`runs_here`](super::kubelet_view::runs_here).
-    pub fn runs_here(&self, node: Option<&str>) -> bool {
-        matches!(
-            self.standing(node),
-            Standing::Active | Standing::Unscheduled
-        )
+/// Splits `pods` into the ones the kubelet of `node` runs and the ones it does not, each
+/// with the reason. `unscheduled_here`: a pod without `spec.nodeName` is this node's, as a
+/// manifest file is (the kubelet's own static pod manifests carry none).
+pub fn split_by_standing(
+    pods: impl IntoIterator<Item = NodePod>,
+    node: Option<&str>,
+    unscheduled_here: bool,
+) -> (Vec<NodePod>, Vec<LeftOut>) {
+    let mut kept = Vec::new();
+    let mut left_out = Vec::new();
+    for pod in pods {
+        let reason = match pod.standing(node) {
+            Standing::Active => None,
+            Standing::Unscheduled if unscheduled_here => None,
+            Standing::Unscheduled => Some(LeftOutReason::NotScheduled),
+            Standing::Finished => Some(LeftOutReason::Finished),
+            Standing::OtherNode => Some(LeftOutReason::OtherNode),
+        };
+        let Some(reason) = reason else {
+            kept.push(pod);
+            continue;
+        };
+        let (namespace, name) = match &pod.facts {
+            Ok(facts) => (facts.pod.namespace.clone(), facts.pod.name.clone()),
+            // Named in its own warning when it is read.
+            Err(_) => (String::new(), "(a pod that cannot be ranked)".into()),
+        };
+        left_out.push(LeftOut {
+            namespace,
+            name,
+            reason,
+            node: pod.node_name.filter(|_| reason == LeftOutReason::OtherNode),
+        });
     }
+    (kept, left_out)
 }
 
 #[cfg(test)]
@@ -134,8 +163,9 @@ mod tests {
                     "{}: {node:?}",
                     case.name
                 );
+                let (here, _) = split_by_standing([kept.clone()], node, true);
                 assert_eq!(
-                    kept.runs_here(node),
+                    here.len() == 1,
                     runs_here(&pod, node),
                     "{}: {node:?}",
                     case.name

@@ -451,8 +451,7 @@ fn real_kubelet_configurations_read_as_the_kubelet_defaults_them() {
         },
     ];
     for case in cases {
-        let config = EvictionConfig::decode(&read(case.file))
-            .map(|(config, _)| config)
+        let (config, _) = EvictionConfig::decode(&read(case.file))
             .unwrap_or_else(|e| panic!("case {:?}: {e}", case.name));
         let hard: Vec<String> = config
             .thresholds

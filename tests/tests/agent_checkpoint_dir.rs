@@ -15,7 +15,11 @@ const REFUSED_WITHIN: Duration = Duration::from_secs(15);
 fn mkfifo(path: &Path) {
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo {path:?}");
+    assert_eq!(
+        unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) },
+        0,
+        "mkfifo {path:?}"
+    );
 }
 
 /// The hog grows past the threshold beside a calm pod; exactly one decision, for the hog.

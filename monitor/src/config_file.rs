@@ -33,7 +33,7 @@ fn read(path: &Path) -> anyhow::Result<String> {
     if !metadata.is_file() {
         bail!(
             "not a regular file ({}); give the KubeletConfiguration file",
-            file_kind(metadata.file_type())
+            crate::file_kind::describe(metadata.file_type())
         );
     }
     let mut text = String::new();
@@ -44,21 +44,6 @@ fn read(path: &Path) -> anyhow::Result<String> {
         bail!("larger than {MAX_CONFIG_BYTES} bytes: not a KubeletConfiguration");
     }
     Ok(text)
-}
-
-fn file_kind(file_type: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    if file_type.is_dir() {
-        "a directory"
-    } else if file_type.is_fifo() {
-        "a FIFO"
-    } else if file_type.is_socket() {
-        "a socket"
-    } else if file_type.is_block_device() || file_type.is_char_device() {
-        "a device"
-    } else {
-        "not a file"
-    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod commands;
 mod config_file;
 pub mod engine;
+mod file_kind;
 pub mod flags;
 pub mod logging;
 pub mod metrics;

@@ -8,14 +8,9 @@ impl Agent {
     pub(super) fn reload_config(&mut self) {
         match crate::config_file::load(self.args.config.as_deref()) {
             Ok((config, _)) => {
-                let thresholds: Vec<String> = config
-                    .thresholds
-                    .iter()
-                    .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
-                    .collect();
                 tracing::info!(
                     "SIGHUP: configuration read again, thresholds {}",
-                    thresholds.join(", ")
+                    config.thresholds_line()
                 );
                 self.core.reconfigure(config);
                 self.move_stat_gate();

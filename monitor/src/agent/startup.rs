@@ -83,11 +83,6 @@ impl Agent {
         };
         let state = persist::restore(&saved, &read_now()?);
         let source = Source::open(&args, &hierarchy)?;
-        let thresholds: Vec<String> = config
-            .thresholds
-            .iter()
-            .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
-            .collect();
         tracing::info!(
             "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
             kubepods.rel,
@@ -96,7 +91,7 @@ impl Agent {
             bytes(memory as i64),
             bytes(capacity.allocatable_memory_bytes as i64),
             source.describe(args.poll_interval),
-            thresholds.join(", "),
+            config.thresholds_line(),
             if args.dry_run {
                 "; dry-run: no process will be signalled"
             } else {

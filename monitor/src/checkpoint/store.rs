@@ -259,7 +259,7 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
     };
     let not_regular = |file_type: fs::FileType| StoreError::NotRegular {
         path: path.to_owned(),
-        kind: file_kind(file_type),
+        kind: crate::file_kind::describe(file_type),
     };
     // Looked at before it is opened, so a FIFO or a device is never opened at all.
     let file_type = fs::symlink_metadata(path).map_err(io_error)?.file_type();
@@ -287,24 +287,6 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
         });
     }
     Ok(bytes)
-}
-
-/// What a file that is not a regular one is, in words.
-fn file_kind(file_type: fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    if file_type.is_dir() {
-        "a directory"
-    } else if file_type.is_symlink() {
-        "a symbolic link"
-    } else if file_type.is_fifo() {
-        "a FIFO"
-    } else if file_type.is_socket() {
-        "a socket"
-    } else if file_type.is_block_device() || file_type.is_char_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
 }
 
 #[cfg(test)]

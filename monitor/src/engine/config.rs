@@ -249,6 +249,15 @@ impl Default for EvictionConfig {
 }
 
 impl EvictionConfig {
+    /// The thresholds in one line for the log: `memory.available<100Mi (Hard), ...`.
+    pub fn thresholds_line(&self) -> String {
+        self.thresholds
+            .iter()
+            .map(|t| format!("{}<{} ({:?})", t.signal.as_str(), t.value, t.kind()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Parses a KubeletConfiguration YAML file (the caller reads it). An empty file yields
     /// the defaults. A file of several documents, like the one given to `kubeadm init
     /// --config`, is read for its one `KubeletConfiguration`; documents of other kinds are

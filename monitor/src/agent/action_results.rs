@@ -61,9 +61,10 @@ impl Agent {
                     );
                 }
                 persist::record_freed(&mut self.saved, &uid, freed);
-                self.core.state.pod_cleaned_up(&uid);
                 if stopped {
-                    self.core.mark_stopped(&uid);
+                    self.core.eviction_over(&uid);
+                } else {
+                    self.core.state.pod_cleaned_up(&uid);
                 }
             }
             ActionOutcome::Accepted => tracing::info!(
@@ -71,9 +72,19 @@ impl Agent {
                 done.request.grace_period_seconds
             ),
             ActionOutcome::Gone => {
-                tracing::info!("pod {pod} was already gone");
                 persist::record_freed(&mut self.saved, &uid, 0);
-                self.core.state.pod_cleaned_up(&uid);
+                let rel = self.core.pod(&uid).and_then(|p| p.cgroup.as_ref());
+                if self.no_process_left(rel.map(|c| &c.rel)) {
+                    tracing::info!("pod {pod} was already gone");
+                    self.core.eviction_over(&uid);
+                } else {
+                    // A force delete removes the object, not the processes, which may
+                    // still be draining: the next eviction waits for them.
+                    tracing::info!(
+                        "pod {pod} is gone from the API but its processes still run: \
+                         waiting for them"
+                    );
+                }
             }
             ActionOutcome::Refused(reason) => {
                 self.action_failures += 1;

@@ -24,6 +24,7 @@ use crate::{
     checkpoint::read_now,
     engine::{
         decide::Eviction,
+        ids::CgroupRel,
         instant::{Clock as _, ManualClock},
         oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
@@ -352,6 +353,30 @@ impl Agent {
             self.core.mark_evicted(&pod.uid);
             self.core.mark_stopped(&pod.uid);
         }
+    }
+
+    /// Pods that left the pod set while their eviction was in flight (deleted, replaced,
+    /// force-deleted): their eviction is over once their cgroup holds no process, not when
+    /// their listing went. Until then the decision step waits for them as for a listed pod.
+    pub(super) fn settle_unlisted_evictions(&mut self) {
+        for (pod, rel) in self.core.unlisted_in_flight() {
+            if self.no_process_left(rel.as_ref()) {
+                tracing::info!(
+                    pod.uid = %pod.uid,
+                    "pod {pod}, no longer listed, has no process left: its eviction is over"
+                );
+                self.core.eviction_over(&pod.uid);
+            }
+        }
+    }
+
+    /// Whether a pod's cgroup holds no process: it has none, it is gone, or it is empty. An
+    /// unreadable cgroup is not taken as empty: its processes may hold memory.
+    pub(super) fn no_process_left(&self, rel: Option<&CgroupRel>) -> bool {
+        rel.is_none_or(|rel| match self.reader.process_count(rel.as_str()) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        })
     }
 
     /// Stopped pods whose cgroup holds processes again (the kubelet restarted their

@@ -217,6 +217,7 @@ impl Agent {
         }
         self.pods = pods;
         self.read_cgroupfs(true);
+        self.settle_unlisted_evictions();
     }
 
     /// A read on the timer or on PSI. With kernel lifecycle events the cgroup classification
@@ -230,6 +231,7 @@ impl Agent {
             self.read_cgroupfs(false);
         }
         self.revive_restarted_pods();
+        self.settle_unlisted_evictions();
     }
 
     /// Rewalks the hierarchy and reads every number, first finding the cgroups of pods that

@@ -16,7 +16,7 @@ use crate::{
         ids::{CgroupRel, PodId, PodUid},
         instant::{Clock, MonoInstant},
         oom_projection::{GrowthWindow, OomPoints, Projection},
-        pod_facts::PodFacts,
+        pod_facts::{PodFacts, PodRef},
         rank::{FsLayout, RankPolicy},
         rank_index::{RankIndex, RankIndexSet},
         signal::Signal,
@@ -179,18 +179,41 @@ impl AgentCore {
         let gone: Vec<String> = self
             .pods
             .rows()
+            .filter(|row| row.listed)
             .map(|row| &row.facts.pod.uid)
             .filter(|uid| !incoming.contains_key(uid.as_str()))
             .cloned()
             .collect();
         for uid in gone {
-            self.remove_pod(&uid);
+            if self.in_flight(&uid) {
+                // Its processes may still hold their memory: the row stays, out of the
+                // rankings, until its cgroup is empty (see `eviction_over`).
+                let row = self.pods.by_uid_mut(&uid).expect("listed uid");
+                row.listed = false;
+                self.rankings.remove(&uid);
+            } else {
+                self.remove_pod(&uid);
+            }
             changes.removed.push(uid);
         }
         for (uid, (facts, cgroup)) in incoming {
             let id = if let Some(id) = self.pods.id(uid.as_str()) {
+                let row = self.pods.get_mut(id).expect("listed id");
+                let relisted = !row.listed;
+                if relisted {
+                    // Listed again with the same uid while its eviction is in flight: the
+                    // same pod, still being stopped, not a new candidate.
+                    row.listed = true;
+                    changes.added.push(uid.to_string());
+                    if row.ranked() {
+                        self.rankings.upsert_pod_shared(&row.facts);
+                    }
+                }
                 let row = self.pods.get(id).expect("listed id");
                 if *row.facts == facts && row.cgroup == cgroup {
+                    if relisted {
+                        self.rerank(id);
+                    }
                     continue;
                 }
                 if row.cgroup != cgroup {
@@ -227,8 +250,59 @@ impl AgentCore {
             self.pods.remove(id);
         }
         self.rankings.remove(uid);
-        self.state.pod_cleaned_up(uid);
         self.refusals.forget(uid);
+    }
+
+    /// Whether the eviction of `uid` is in flight: it is the pod the decision step waits
+    /// for, or this agent stopped it and has not yet found its cgroup empty.
+    fn in_flight(&self, uid: &str) -> bool {
+        self.state
+            .awaiting_cleanup
+            .as_ref()
+            .is_some_and(|pending| pending.pod.uid == uid)
+            || self
+                .pods
+                .by_uid(uid)
+                .is_some_and(|row| row.evicted && !row.stopped)
+    }
+
+    /// The pods that left the pod set while their eviction was in flight, with their
+    /// cgroups (`None`: gone), to find out when their processes are gone.
+    pub fn unlisted_in_flight(&self) -> Vec<(PodRef, Option<CgroupRel>)> {
+        self.pods
+            .rows()
+            .filter(|row| !row.listed)
+            .map(|row| {
+                let rel = row.cgroup.as_ref().map(|c| c.rel.clone());
+                (row.facts.pod.clone(), rel)
+            })
+            .collect()
+    }
+
+    /// The cgroup of `uid` holds no process (or is gone): its eviction is over. The wait for
+    /// its cleanup ends, and a pod no longer listed is forgotten; one still listed stays out
+    /// of the rankings as stopped.
+    pub fn eviction_over(&mut self, uid: &str) {
+        self.state.pod_cleaned_up(uid);
+        self.mark_stopped(uid);
+        if self.pods.by_uid(uid).is_some_and(|row| !row.listed) {
+            self.remove_pod(uid);
+        }
+    }
+
+    /// Forgets unlisted pods whose eviction is no longer in flight (its cleanup wait timed
+    /// out and nothing of this agent is stopping it).
+    fn forget_settled_unlisted(&mut self) {
+        let settled: Vec<String> = self
+            .pods
+            .rows()
+            .filter(|row| !row.listed)
+            .map(|row| row.facts.pod.uid.clone())
+            .filter(|uid| !self.in_flight(uid))
+            .collect();
+        for uid in settled {
+            self.remove_pod(&uid);
+        }
     }
 
     /// Marks a pod as stopped by this agent: it leaves the rankings for as long as it stays in
@@ -368,10 +442,7 @@ impl AgentCore {
     }
 
     /// The pods a resync reads, with their cgroups.
-    pub fn pods_to_read(
-        &self,
-        scope: ReadScope,
-    ) -> Vec<(crate::engine::pod_facts::PodRef, CgroupRel)> {
+    pub fn pods_to_read(&self, scope: ReadScope) -> Vec<(PodRef, CgroupRel)> {
         self.pods
             .rows()
             .filter(|row| match scope {
@@ -522,6 +593,7 @@ impl AgentCore {
             |facts| self.actionable(&facts.pod.uid).is_ok(),
         );
         self.state = state;
+        self.forget_settled_unlisted();
         if let Some(eviction) = decision.eviction() {
             self.refusals.decided(&eviction.pod.uid, previous_eviction);
         }
@@ -850,14 +922,16 @@ mod tests {
             c.decide(&clock).action,
             Action::Idle(Idle::WaitingForCleanup(_))
         ));
-        c.set_pods(vec![
-            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
-            (
-                facts("critical", 2_000_000_000, 10, true),
-                cgroup(30, "critical"),
-            ),
-        ]);
+        c.set_pods(pod_set(false));
         c.apply_stats(&stats(&[(11, Stat::Anon, 900 * MI)]));
+        assert!(
+            matches!(
+                c.decide(&clock).action,
+                Action::Idle(Idle::WaitingForCleanup(_))
+            ),
+            "unlisted is not gone"
+        );
+        c.eviction_over("uid-over-high");
         assert!(matches!(
             c.decide(&clock).action,
             Action::Idle(Idle::WaitingForInterval)
@@ -921,7 +995,7 @@ mod tests {
         c.mark_evicted("uid-over-high");
         // Killed: its working set is gone, but it stays in the pod set (a manifest).
         c.set_pod_reading("uid-over-high", read(0, 0), READ_NS);
-        c.state.pod_cleaned_up("uid-over-high");
+        c.eviction_over("uid-over-high");
         c.set_pods(vec![
             (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
             (
@@ -960,6 +1034,125 @@ mod tests {
             ),
         ]);
         assert_eq!(names(&c).len(), 2);
+    }
+
+    /// The three pods of [`core`] but over-high, or all of them.
+    fn pod_set(with_over_high: bool) -> Vec<(PodFacts, Option<PodCgroup>)> {
+        let mut pods = vec![
+            (facts("big-low", 0, 600, false), cgroup(10, "big-low")),
+            (
+                facts("critical", 2_000_000_000, 10, true),
+                cgroup(30, "critical"),
+            ),
+        ];
+        if with_over_high {
+            pods.push((
+                facts("over-high", 1000, 100, false),
+                cgroup(20, "over-high"),
+            ));
+        }
+        pods
+    }
+
+    /// over-high (300Mi over its 100Mi request) evicted by a cgroup kill, big-low next in
+    /// line; the clock at the decision.
+    fn over_high_being_killed() -> (AgentCore, ManualClock) {
+        let mut c = core();
+        c.apply_stats(&stats(&[
+            (21, Stat::Anon, 300 * MI),
+            (11, Stat::Anon, 550 * MI),
+        ]));
+        let clock = clock();
+        let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
+        assert_eq!(first.as_deref(), Some("over-high"));
+        c.mark_evicted("uid-over-high");
+        (c, clock)
+    }
+
+    fn decided(c: &mut AgentCore, clock: &ManualClock) -> Option<String> {
+        c.decide(clock).eviction().map(|e| e.pod.name.clone())
+    }
+
+    #[test]
+    fn a_victim_that_leaves_the_listing_holds_the_next_eviction_until_its_cgroup_is_empty() {
+        let (mut c, clock) = over_high_being_killed();
+        let changes = c.set_pods(pod_set(false));
+        assert_eq!(changes.removed, ["uid-over-high"]);
+        clock.advance(std::time::Duration::from_secs(12));
+        assert!(
+            matches!(
+                c.decide(&clock).action,
+                Action::Idle(Idle::WaitingForCleanup(ref pod)) if pod.name == "over-high"
+            ),
+            "its manifest went, its processes did not"
+        );
+        assert_eq!(
+            c.pod_working_set("uid-over-high"),
+            Some(300 << 20),
+            "still read"
+        );
+        let unlisted = c.unlisted_in_flight();
+        assert_eq!(unlisted.len(), 1);
+        assert_eq!(unlisted[0].0.name, "over-high");
+        assert_eq!(
+            unlisted[0].1,
+            Some(CgroupRel::new("/kubepods/burstable/pod-over-high").unwrap()),
+            "the cgroup the eviction is keyed by"
+        );
+        assert!(
+            !c.ranking(Signal::AllocatableMemoryAvailable)
+                .iter()
+                .any(|(f, _)| f.pod.name == "over-high")
+        );
+        c.eviction_over("uid-over-high");
+        assert!(c.pod("uid-over-high").is_none(), "forgotten once empty");
+        assert!(c.unlisted_in_flight().is_empty());
+        assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
+    }
+
+    #[test]
+    fn a_victim_listed_again_with_its_uid_is_not_decided_on_again() {
+        let (mut c, clock) = over_high_being_killed();
+        c.set_pods(pod_set(false));
+        let changes = c.set_pods(pod_set(true));
+        assert_eq!(changes.added, ["uid-over-high"]);
+        assert!(c.unlisted_in_flight().is_empty(), "listed again");
+        clock.advance(std::time::Duration::from_secs(12));
+        assert!(matches!(
+            c.decide(&clock).action,
+            Action::Idle(Idle::WaitingForCleanup(_))
+        ));
+        // Its kill ends: still listed, it stays stopped and out of the rankings.
+        c.eviction_over("uid-over-high");
+        assert!(c.pod("uid-over-high").is_some_and(|row| row.stopped));
+        assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
+    }
+
+    #[test]
+    fn an_unlisted_pod_whose_wait_timed_out_is_forgotten_unless_still_being_killed() {
+        // A dry run: the decision names the pod, nothing stops it. After the grace period
+        // and the cleanup timeout the wait ends, and the unlisted pod is forgotten.
+        let mut c = core();
+        c.apply_stats(&stats(&[
+            (21, Stat::Anon, 300 * MI),
+            (11, Stat::Anon, 550 * MI),
+        ]));
+        let clock = clock();
+        assert_eq!(decided(&mut c, &clock), Some("over-high".into()));
+        c.set_pods(pod_set(false));
+        assert_eq!(c.unlisted_in_flight().len(), 1);
+        clock.advance(std::time::Duration::from_secs(32));
+        assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
+        assert!(c.pod("uid-over-high").is_none());
+
+        // A cgroup kill whose processes survived force: the wait ends, the row stays until
+        // its cgroup is empty.
+        let (mut c, clock) = over_high_being_killed();
+        c.set_pods(pod_set(false));
+        c.state.pod_cleaned_up("uid-over-high");
+        clock.advance(std::time::Duration::from_secs(12));
+        assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
+        assert_eq!(c.unlisted_in_flight().len(), 1, "still being killed");
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct PodRow {
     pub stopped: bool,
     /// Never chosen (the agent's own pod).
     pub excluded: bool,
+    /// In the pod set. A pod that leaves it while its eviction is in flight keeps its row,
+    /// unlisted, until its cgroup holds no process: the listing says nothing of its memory.
+    pub listed: bool,
     /// Kernel records moved its working set since it was last read.
     pub changed: bool,
 }
@@ -50,13 +53,14 @@ impl PodRow {
             evicted: false,
             stopped: false,
             excluded: false,
+            listed: true,
             changed: false,
         }
     }
 
     /// Whether the decision step ranks it: every listed pod but those this agent stopped.
     pub fn ranked(&self) -> bool {
-        !self.evicted
+        self.listed && !self.evicted
     }
 }
 

@@ -114,25 +114,28 @@ impl AgentScene {
     }
 
     /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
-    /// them `--source auto` with a short poll interval, `--duration` 60s and this scene's
-    /// checkpoint directory.
+    /// them `--pods` (the scene's manifests), `--source auto` with a short poll interval,
+    /// `--duration` 60s and this scene's checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
-        let mut args: Vec<String> = [
-            "--pods",
-            &path(&self.manifests.path),
-            "--kubepods-cgroup",
-            &self.kubepods.rel,
-            "--allocatable-memory",
-            Self::ALLOCATABLE,
-            "--config",
-            &path(&self.config),
-            "--output",
-            "json",
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let mut args: Vec<String> = Vec::new();
+        if !extra.contains(&"--pods") {
+            args.extend(["--pods".into(), path(&self.manifests.path)]);
+        }
+        args.extend(
+            [
+                "--kubepods-cgroup",
+                &self.kubepods.rel,
+                "--allocatable-memory",
+                Self::ALLOCATABLE,
+                "--config",
+                &path(&self.config),
+                "--output",
+                "json",
+            ]
+            .iter()
+            .map(ToString::to_string),
+        );
         if !extra.contains(&"--checkpoint-dir") {
             args.extend(["--checkpoint-dir".into(), path(&self.checkpoint.path)]);
         }

@@ -201,3 +201,67 @@ fn bad_manifests_are_skipped_and_a_pod_without_a_cgroup_is_passed_over() {
     );
     agent.stop();
 }
+
+/// `--pods` a symbolic link swapped to another directory, as Kubernetes' atomic writer and
+/// release tools switch directories: the agent follows the path. Before, it stayed on the
+/// directory the link first named, so a hog listed only in the new one was unknown and the
+/// pods it knew were evicted for it.
+#[test]
+fn a_pods_symlink_swapped_to_another_directory_is_followed() {
+    if !running_as_root("a_pods_symlink_swapped_to_another_directory_is_followed") {
+        return;
+    }
+    let scene = AgentScene::new("agent-pods-symlink", "1s", "5s");
+    let releases = scene.manifests.join("releases");
+    let (old, new) = (releases.join("1"), releases.join("2"));
+    let link = scene.manifests.join("current");
+    for dir in [&old, &new] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    std::os::unix::fs::symlink(&old, &link).unwrap();
+    let calm: Vec<TestPod> = (0..2)
+        .map(|i| TestPod::new(&format!("calm-{i}")).request_mib(10))
+        .collect();
+    let hog = TestPod::new("hog").request_mib(10);
+    for pod in &calm {
+        pod.write_to(&old);
+        pod.write_to(&new);
+    }
+    hog.write_to(&new);
+    let mut calm_procs: Vec<_> = calm.iter().map(|pod| scene.run_pod(pod)).collect();
+    for process in &mut calm_procs {
+        process.alloc(30);
+    }
+    let link_arg = link.display().to_string();
+    let mut agent = scene.start_agent(&["--pods", &link_arg]);
+    expect_log(&agent, NOTICE, &["pods: 2 added, 0 removed, 2 known"]);
+
+    // The release switch: a new link renamed over the old one, in one step.
+    let staged = scene.manifests.join("current.new");
+    std::os::unix::fs::symlink(&new, &staged).unwrap();
+    fs::rename(&staged, &link).unwrap();
+    // Well past the agent's 1 s check of the path, well before the kubelet's 20 s re-list.
+    std::thread::sleep(Duration::from_secs(3));
+
+    let mut hog_proc = scene.run_pod(&hog);
+    // Killed before it answers, when the agent knows it.
+    hog_proc.command("alloc 220");
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(
+        decision["name"],
+        "hog",
+        "the pod listed in the directory the link names now: {decision:#}\n{}",
+        agent.stderr()
+    );
+    assert!(
+        agent
+            .stderr()
+            .contains("names another directory now: watching and reading that one"),
+        "{}",
+        agent.stderr()
+    );
+    for (pod, process) in calm.iter().zip(&calm_procs) {
+        assert!(process_alive(process.pid()), "{} was killed", pod.name);
+    }
+    agent.stop();
+}

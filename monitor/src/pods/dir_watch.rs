@@ -9,6 +9,12 @@
 //!
 //! A reload reads and parses on tokio's blocking pool, off the agent's event loop: however
 //! long the manifests take to parse, the agent keeps reading memory and deciding meanwhile.
+//!
+//! The watch follows the path, not the directory it once named: a path that is a symbolic
+//! link swapped to another directory (how Kubernetes' atomic writer updates projected volumes,
+//! and how many deploy tools switch releases) is checked every second, watched anew and read
+//! at once when it names another directory. Whatever inotify says, the directory is read
+//! again every 20 s, as the kubelet's file source does.
 use std::{
     ffi::CString,
     io,
@@ -17,11 +23,13 @@ use std::{
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use tokio::{
     io::{Interest, unix::AsyncFd},
     task::JoinHandle,
+    time::{Instant, Interval, MissedTickBehavior},
 };
 
 use super::{
@@ -63,10 +71,24 @@ const CHANGE_MASK: u32 = libc::IN_CLOSE_WRITE
 const GONE_MASK: u32 =
     libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED | libc::IN_UNMOUNT;
 
+/// How often the path is checked for naming another directory than the one watched.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+/// How often the directory is read whatever inotify says (the kubelet's file source period).
+const RELIST_EVERY: Duration = Duration::from_secs(20);
+
+/// A directory as the kernel knows it: device and inode.
+type DirIdentity = (u64, u64);
+
 /// Watches one manifests directory.
 pub struct ManifestWatcher {
     dir: PathBuf,
     inotify: AsyncFd<OwnedFd>,
+    /// The directory the watch is on; the path may come to name another.
+    watched: DirIdentity,
+    /// Ticks of the path check and of the periodic re-list.
+    checks: Interval,
+    /// When the directory was last read.
+    last_read: Instant,
     /// The pod set last handed out, to recognise changes that change nothing.
     last: Vec<NodePod>,
     /// The reasons files and pods were skipped at the last reload, likewise.
@@ -79,36 +101,15 @@ impl ManifestWatcher {
     /// Starts watching `dir`, then reads it; the watch comes first so no change between the
     /// two is lost. Must be called inside a tokio runtime.
     pub fn start(dir: &Path) -> Result<(Self, Loaded<NodePod>), WatchError> {
-        let watch_error = |source| WatchError::Watch {
-            dir: dir.to_path_buf(),
-            source,
-        };
-        let path = CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| watch_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
-        // SAFETY: no pointers passed; the result is checked.
-        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if raw < 0 {
-            return Err(watch_error(io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a new descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
-        let watch = unsafe {
-            libc::inotify_add_watch(
-                fd.as_raw_fd(),
-                path.as_ptr(),
-                CHANGE_MASK | libc::IN_ONLYDIR,
-            )
-        };
-        if watch < 0 {
-            return Err(watch_error(io::Error::last_os_error()));
-        }
-        // SAFETY: the AsyncFd owns the OwnedFd, which stays open until both are dropped.
-        let inotify = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| watch_error(e.into()))?;
+        let (inotify, watched) = watch(dir)?;
+        let mut checks = tokio::time::interval_at(Instant::now() + FOLLOW_EVERY, FOLLOW_EVERY);
+        checks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut watcher = Self {
             dir: dir.to_path_buf(),
             inotify,
+            watched,
+            checks,
+            last_read: Instant::now(),
             last: Vec::new(),
             last_errors: Vec::new(),
             reloading: None,
@@ -134,7 +135,8 @@ impl ManifestWatcher {
             let reload = if let Some(reload) = &mut self.reloading {
                 reload
             } else {
-                self.wait_for_events().await?;
+                self.wait_for_reason_to_read().await?;
+                self.last_read = Instant::now();
                 let dir = self.dir.clone();
                 self.reloading
                     .insert(tokio::task::spawn_blocking(move || load_nodes(&dir)))
@@ -169,42 +171,133 @@ impl ManifestWatcher {
         Some(loaded)
     }
 
-    /// Waits until events are queued, then drains all of them so a burst leads to one reload.
-    async fn wait_for_events(&self) -> Result<(), WatchError> {
-        let events_error = |source| WatchError::Events {
-            dir: self.dir.clone(),
-            source,
-        };
-        let mut buffer = [0u8; 4096];
-        let mut drained_any = false;
+    /// Waits until the directory should be read again: a change reported by inotify, the path
+    /// naming another directory (watched from now on), or the periodic re-list. Cancel-safe:
+    /// the only waits are for readiness and for a tick.
+    async fn wait_for_reason_to_read(&mut self) -> Result<(), WatchError> {
         loop {
-            let mut guard = self.inotify.readable().await.map_err(events_error)?;
-            loop {
-                let read = guard.try_io(|fd| {
-                    // SAFETY: reads into a buffer we own, at most its length.
-                    let n = unsafe {
-                        libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len())
-                    };
-                    if n < 0 {
-                        Err(io::Error::last_os_error())
-                    } else {
-                        Ok(n as usize)
+            let reason = tokio::select! {
+                events = wait_for_events(&self.inotify, &self.dir) => Some(events),
+                _ = self.checks.tick() => None,
+            };
+            match reason {
+                Some(Ok(())) => return Ok(()),
+                // The directory watched went; the path may name another one already.
+                Some(Err(WatchError::DirectoryGone { dir })) => {
+                    if !self.follow_path()? {
+                        return Err(WatchError::DirectoryGone { dir });
                     }
-                });
-                match read {
-                    Ok(Ok(n)) => {
-                        if event_masks(&buffer[..n]).any(|mask| mask & GONE_MASK != 0) {
-                            return Err(WatchError::DirectoryGone {
-                                dir: self.dir.clone(),
-                            });
-                        }
-                        drained_any = true;
-                    }
-                    Ok(Err(error)) => return Err(events_error(error)),
-                    // Queue empty: readiness was cleared by try_io.
-                    Err(_would_block) if drained_any => return Ok(()),
-                    Err(_would_block) => break,
+                    return Ok(());
                 }
+                Some(Err(e)) => return Err(e),
+                None if self.follow_path()? => return Ok(()),
+                None if self.last_read.elapsed() >= RELIST_EVERY => return Ok(()),
+                None => {}
+            }
+        }
+    }
+
+    /// Watches the directory the path names now, when it is not the one watched; whether it
+    /// did. A path that names no directory is left to the events (or the next check).
+    fn follow_path(&mut self) -> Result<bool, WatchError> {
+        match identity(&self.dir) {
+            Ok(now) if now != self.watched => {}
+            _ => return Ok(false),
+        }
+        let (inotify, watched) = watch(&self.dir)?;
+        tracing::info!(
+            "{} names another directory now: watching and reading that one",
+            self.dir.display()
+        );
+        self.inotify = inotify;
+        self.watched = watched;
+        Ok(true)
+    }
+}
+
+/// Sets up inotify on the directory `dir` names, and says which directory that is. The path
+/// is looked up before and after adding the watch, so a swap in between is not missed.
+fn watch(dir: &Path) -> Result<(AsyncFd<OwnedFd>, DirIdentity), WatchError> {
+    let watch_error = |source| WatchError::Watch {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let path = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| watch_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    loop {
+        let before = identity(dir).map_err(watch_error)?;
+        // SAFETY: no pointers passed; the result is checked.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return Err(watch_error(io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a new descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+        let watch = unsafe {
+            libc::inotify_add_watch(
+                fd.as_raw_fd(),
+                path.as_ptr(),
+                CHANGE_MASK | libc::IN_ONLYDIR,
+            )
+        };
+        if watch < 0 {
+            return Err(watch_error(io::Error::last_os_error()));
+        }
+        if identity(dir).map_err(watch_error)? != before {
+            continue;
+        }
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open until both are dropped.
+        let inotify = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|e| watch_error(e.into()))?;
+        return Ok((inotify, before));
+    }
+}
+
+/// The directory `dir` names now, symbolic links followed.
+fn identity(dir: &Path) -> io::Result<DirIdentity> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::from(io::ErrorKind::NotADirectory));
+    }
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Waits until events are queued, then drains all of them so a burst leads to one reload.
+async fn wait_for_events(inotify: &AsyncFd<OwnedFd>, dir: &Path) -> Result<(), WatchError> {
+    let events_error = |source| WatchError::Events {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let mut buffer = [0u8; 4096];
+    let mut drained_any = false;
+    loop {
+        let mut guard = inotify.readable().await.map_err(events_error)?;
+        loop {
+            let read = guard.try_io(|fd| {
+                // SAFETY: reads into a buffer we own, at most its length.
+                let n =
+                    unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match read {
+                Ok(Ok(n)) => {
+                    if event_masks(&buffer[..n]).any(|mask| mask & GONE_MASK != 0) {
+                        return Err(WatchError::DirectoryGone {
+                            dir: dir.to_path_buf(),
+                        });
+                    }
+                    drained_any = true;
+                }
+                Ok(Err(error)) => return Err(events_error(error)),
+                // Queue empty: readiness was cleared by try_io.
+                Err(_would_block) if drained_any => return Ok(()),
+                Err(_would_block) => break,
             }
         }
     }
@@ -234,7 +327,7 @@ fn event_masks(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
 
 #[cfg(test)]
 mod tests {
-    use std::{fs, time::Duration};
+    use std::fs;
 
     use super::*;
 
@@ -389,6 +482,67 @@ mod tests {
         assert!(
             matches!(ended, Err(WatchError::DirectoryGone { .. })),
             "{ended:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_symlink_swapped_to_another_directory_is_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (old, new) = (tmp.path().join("1"), tmp.path().join("2"));
+        for dir in [&old, &new] {
+            fs::create_dir(dir).unwrap();
+        }
+        fs::write(old.join("a.yaml"), pod("a")).unwrap();
+        fs::write(new.join("b.yaml"), pod("b")).unwrap();
+        let link = tmp.path().join("current");
+        std::os::unix::fs::symlink(&old, &link).unwrap();
+        let (mut watcher, first) = ManifestWatcher::start(&link).unwrap();
+        assert_eq!(uids(&first), ["a"]);
+
+        let staged = tmp.path().join("current.new");
+        std::os::unix::fs::symlink(&new, &staged).unwrap();
+        fs::rename(&staged, &link).unwrap();
+        let followed = tokio::time::timeout(FOLLOW_EVERY * 3, watcher.next_change())
+            .await
+            .expect("followed within three checks")
+            .unwrap();
+        assert_eq!(uids(&followed), ["b"]);
+
+        // The new directory is the one watched now, through inotify; the old one is not.
+        fs::write(old.join("c.yaml"), pod("c")).unwrap();
+        fs::write(new.join("d.yaml"), pod("d")).unwrap();
+        assert_eq!(uids(&change(&mut watcher).await), ["b", "d"]);
+
+        // The old directory removed, as the atomic writer does: nothing ends.
+        fs::remove_dir_all(&old).unwrap();
+        let quiet = tokio::time::timeout(FOLLOW_EVERY * 2, watcher.next_change()).await;
+        assert!(quiet.is_err(), "{quiet:?}");
+    }
+
+    #[tokio::test]
+    async fn the_directory_is_read_again_every_twenty_seconds_whatever_inotify_says() {
+        // A manifest that is a link to a file elsewhere: its change raises no event here.
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, elsewhere) = (tmp.path().join("pods"), tmp.path().join("store"));
+        fs::create_dir(&dir).unwrap();
+        fs::create_dir(&elsewhere).unwrap();
+        fs::write(elsewhere.join("p.yaml"), pod("a")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("p.yaml"), dir.join("p.yaml")).unwrap();
+        let (mut watcher, first) = ManifestWatcher::start(&dir).unwrap();
+        assert_eq!(uids(&first), ["a"]);
+        fs::write(elsewhere.join("p.yaml"), pod("b")).unwrap();
+
+        tokio::time::pause();
+        let started = Instant::now();
+        let relisted = tokio::time::timeout(RELIST_EVERY * 2, watcher.next_change())
+            .await
+            .expect("read again")
+            .unwrap();
+        assert_eq!(uids(&relisted), ["b"]);
+        let after = started.elapsed();
+        assert!(
+            after + FOLLOW_EVERY >= RELIST_EVERY && after <= RELIST_EVERY + FOLLOW_EVERY,
+            "read again after {after:?}"
         );
     }
 

@@ -24,6 +24,7 @@ pub(crate) static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max
 /// stat programs consult this map before creating an entry, so a dying cgroup does not come
 /// back into [`CGROUP_STATS`] after its rmdir. LRU, so it never fills; a dying cgroup that
 /// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
+/// Userspace sizes it to the node at load, a quarter of `CGROUP_STATS`.
 #[map]
 pub(crate) static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);
 
@@ -50,8 +51,10 @@ pub(crate) static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entri
 
 /// When each task entered reclaim, keyed by `reclaim_stall::start_key`. LRU because a task
 /// killed inside reclaim never reaches the end tracepoint and would otherwise leak its entry.
+/// 4,096 tasks in reclaim at once is far more than a node sees; the map's memory is charged
+/// to the agent's cgroup.
 #[map]
-pub(crate) static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(4096, 0);
 
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]

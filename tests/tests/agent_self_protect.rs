@@ -4,8 +4,8 @@
 use std::{fs, time::Duration};
 
 use tests::{
-    AgentScene, MonitorProcess, Reason, TestPod, cannot_run, has_cap_sys_resource, process_alive,
-    running_as_root,
+    AgentScene, MonitorProcess, Reason, TestPod, cannot_run, has_cap_sys_resource, http_get,
+    metrics_addr, process_alive, running_as_root, set_memory_limit,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -109,4 +109,78 @@ fn oom_score_adj_and_memory_locking_follow_the_flags() {
         .wait(Duration::from_secs(10))
         .expect("the agent exits");
     assert!(status.success(), "{status}: {}", agent.stderr());
+}
+
+/// The value of a metric without labels in an exposition, if present.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The kernel charges the agent's cgroup for more than its RSS (its kernel maps, locked
+/// pages, page cache); the agent publishes that charge and its limit and says loudly, once,
+/// when the charge nears the limit, and again when it is back within.
+#[test]
+fn the_agent_publishes_its_own_memory_charge_and_says_when_it_nears_its_limit() {
+    if !running_as_root("the_agent_publishes_its_own_memory_charge") {
+        return;
+    }
+    const ROOMY: u64 = 256 << 20;
+    let scene = AgentScene::new("own-memory", "10s", "10s");
+    let own = scene.cgroup.child("agent");
+    set_memory_limit(&own, ROOMY).unwrap();
+    let mut agent = scene.start_agent_in(
+        &["--metrics-addr", "127.0.0.1:0", "--resync-interval", "1s"],
+        &own,
+    );
+    let addr = metrics_addr(&agent);
+    let metrics = http_get(addr, "/metrics");
+    let charged = metric(&metrics, "monitor_own_memory_charged_bytes")
+        .unwrap_or_else(|| panic!("no charge published:\n{metrics}"));
+    assert_eq!(
+        metric(&metrics, "monitor_own_memory_limit_bytes"),
+        Some(ROOMY)
+    );
+    let charged_by_kernel: u64 = fs::read_to_string(own.join("memory.usage_in_bytes"))
+        .or_else(|_| fs::read_to_string(own.join("memory.current")))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        charged > 4 << 20 && charged.abs_diff(charged_by_kernel) < 8 << 20,
+        "published {charged}, the cgroup says {charged_by_kernel}"
+    );
+    assert!(
+        !agent.stderr().contains("memory cgroup"),
+        "{}",
+        agent.stderr()
+    );
+
+    // A limit the charge is 82% of: near it, with room left for the agent to run on.
+    let tight = (charged_by_kernel * 100 / 82).next_multiple_of(4096);
+    set_memory_limit(&own, tight).unwrap();
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("ERROR") && l.contains("memory cgroup") && l.contains("of its")
+        })
+        .unwrap_or_else(|| panic!("no error near the limit:\n{}", agent.stderr()));
+    set_memory_limit(&own, ROOMY).unwrap();
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("again, within its limit")
+        })
+        .unwrap_or_else(|| panic!("not said back within:\n{}", agent.stderr()));
+    assert_eq!(
+        agent
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains("memory cgroup"))
+            .count(),
+        1,
+        "once per episode:\n{}",
+        agent.stderr()
+    );
+    assert!(agent.running(), "{}", agent.stderr());
 }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use monitor::source::{
-    ebpf::{KernelSource, LoadOptions, MemcgHook},
+    ebpf::{KernelSource, LoadOptions, MemcgHook, cgroup_map_entries_at},
     event::KernelEvent,
 };
 use monitor_common::Stat;
@@ -55,6 +55,7 @@ fn load_budgeted(
         hierarchy_id: cgroup.hierarchy.hierarchy_id,
         memcg_hook,
         budget_pages,
+        cgroup_map_entries: cgroup_map_entries_at(&cgroup.hierarchy.mount),
     })
     .expect("loading the kernel programs")
 }

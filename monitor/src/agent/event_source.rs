@@ -7,7 +7,10 @@ use super::args::{AgentArgs, SourceMode};
 use crate::{
     cgroupfs::MemoryHierarchy,
     source::{
-        ebpf::{IncidentOptions, KernelSource, LoadOptions},
+        ebpf::{
+            CGROUP_MAP_ENTRY_BYTES, IncidentOptions, KernelSource, LoadOptions,
+            cgroup_map_entries_at,
+        },
         event::{DecodeError, KernelEvent},
         probe::EventSource,
     },
@@ -21,6 +24,8 @@ pub(super) struct Source {
     pub kind: EventSource,
     /// The loaded kernel programs; `None` when polling alone.
     pub kernel: Option<KernelSource>,
+    /// Why `--source auto` polls: the kernel programs could not load.
+    pub fallback: Option<String>,
 }
 
 impl Source {
@@ -35,6 +40,7 @@ impl Source {
             hierarchy_id: hierarchy.hierarchy_id,
             memcg_hook: args.memcg_hook,
             budget_pages: args.per_cpu_budget,
+            cgroup_map_entries: cgroup_map_entries_at(&hierarchy.mount),
         };
         // Reclaim stalls of at least 1 ms are kept to explain decisions, as `monitor trace`
         // shows them.
@@ -43,6 +49,12 @@ impl Source {
         };
         match KernelSource::load_with_incidents(options, incidents) {
             Ok(kernel) => {
+                tracing::info!(
+                    "per-cgroup kernel map: {} entries ({} KiB, preallocated), sized to the \
+                     cgroups on the node now",
+                    options.cgroup_map_entries,
+                    u64::from(options.cgroup_map_entries) * CGROUP_MAP_ENTRY_BYTES / 1024
+                );
                 for skipped in kernel.skipped() {
                     tracing::warn!(
                         "not attached: {} ({}); {}",
@@ -59,11 +71,23 @@ impl Source {
                 Ok(Source {
                     kind,
                     kernel: Some(kernel),
+                    fallback: None,
                 })
             }
             Err(e) if args.source == SourceMode::Auto => {
-                tracing::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
-                Ok(Source::polling())
+                if out_of_memory(&e) {
+                    tracing::error!(
+                        "kernel programs could not load, polling cgroupfs instead: {e}: their \
+                         maps are charged to this agent's memory cgroup, whose limit is too \
+                         low (docs/operating.md: \"Memory\")"
+                    );
+                } else {
+                    tracing::warn!("kernel programs unavailable, polling cgroupfs instead: {e}");
+                }
+                Ok(Source {
+                    fallback: Some(e.to_string()),
+                    ..Source::polling()
+                })
             }
             Err(e) => Err(e.into()),
         }
@@ -73,6 +97,7 @@ impl Source {
         Source {
             kind: EventSource::Poll,
             kernel: None,
+            fallback: None,
         }
     }
 
@@ -121,7 +146,54 @@ impl Source {
             (EventSource::EbpfPoll, Some(k)) => {
                 format!("ebpf+poll ({}; memory polled every {poll:?})", programs(k))
             }
-            _ => format!("poll (cgroupfs every {poll:?})"),
+            _ => match &self.fallback {
+                Some(why) => format!(
+                    "poll (cgroupfs every {poll:?}; the kernel programs could not load: {why})"
+                ),
+                None => format!("poll (cgroupfs every {poll:?})"),
+            },
         }
+    }
+}
+
+/// Whether an error comes from the kernel refusing memory (ENOMEM), as map creation does when
+/// the agent's memory cgroup is at its limit.
+fn out_of_memory(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(|e| {
+        e.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOMEM))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_enomem_anywhere_in_the_chain_is_out_of_memory() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("creating map CGROUP_STATS")]
+        struct Create(#[source] io::Error);
+        let enomem = Create(io::Error::from_raw_os_error(libc::ENOMEM));
+        assert!(out_of_memory(&enomem));
+        let eperm = Create(io::Error::from_raw_os_error(libc::EPERM));
+        assert!(!out_of_memory(&eperm));
+    }
+
+    #[test]
+    fn a_fallback_says_why_the_agent_polls() {
+        let source = Source {
+            fallback: Some("creating map CGROUP_STATS: Cannot allocate memory".into()),
+            ..Source::polling()
+        };
+        assert_eq!(
+            source.describe(Duration::from_secs(1)),
+            "poll (cgroupfs every 1s; the kernel programs could not load: creating map \
+             CGROUP_STATS: Cannot allocate memory)"
+        );
+        assert_eq!(
+            Source::polling().describe(Duration::from_secs(1)),
+            "poll (cgroupfs every 1s)"
+        );
     }
 }

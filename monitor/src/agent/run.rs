@@ -28,7 +28,7 @@ use super::{
     reader::{Cgroupfs, ReadFailures},
     realtime,
     resync::ResyncSchedule,
-    self_protect::{self, OwnPod},
+    self_protect::{self, OwnMemory, OwnPod},
     stat_programs::GUARD_READ_EVERY,
 };
 use crate::{
@@ -148,6 +148,8 @@ pub(super) struct Agent {
     pub(super) persisted: Option<(EvictionState, Vec<NodeCondition>)>,
     /// The pod that runs this agent, never a candidate.
     pub(super) own_pod: OwnPod,
+    /// The agent's own memory cgroup against its limit.
+    pub(super) own_memory: OwnMemory,
     /// With --kube: the agent's own node conditions, published on the Node.
     pub(super) node_status: Option<NodeStatusPublisher>,
     /// The stat programs could not be attached at the last try (logged once per episode).
@@ -197,6 +199,7 @@ impl Agent {
         // Records held while start-up read cgroupfs.
         self.read_waiting(&mut batch);
         self.move_stat_gate();
+        self.check_own_memory();
         loop {
             tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {
@@ -217,6 +220,7 @@ impl Agent {
                     self.evaluate(None);
                 }
                 _ = reads.tick() => {
+                    self.check_own_memory();
                     self.resync.tick(self.source.memory_from_kernel());
                     self.read_unprompted();
                     self.sweep_kernel_map();

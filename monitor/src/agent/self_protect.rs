@@ -9,8 +9,10 @@
 use std::{fs, io};
 
 use crate::{
-    cgroupfs::CgroupVersion,
+    cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
     engine::{eviction_machine::AgentCore, ids::is_within},
+    node::{MemoryLimit, read::read_memory_limit},
+    units::bytes,
 };
 
 /// `oom_score_adj` the agent gives itself unless told otherwise.
@@ -86,6 +88,65 @@ pub fn memory_cgroup_in(proc_cgroup: &str, version: CgroupVersion) -> Option<Str
     })
 }
 
+/// Share of its own memory limit above which the agent says it may be OOM-killed.
+const OWN_LIMIT_NEAR: f64 = 0.8;
+
+/// The agent's own memory cgroup, as the kernel charges it: the heap, locked pages, the
+/// kernel maps and ring buffer, and the binary's page cache all count against its limit, so
+/// a limit sized from RSS alone gets the agent OOM-killed at start-up on a busy node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnCharge {
+    pub charged: u64,
+    /// `None`: no limit.
+    pub limit: Option<u64>,
+}
+
+impl OwnCharge {
+    /// Whether the charge is within [`OWN_LIMIT_NEAR`] of the limit.
+    pub fn near_limit(&self) -> bool {
+        self.limit
+            .is_some_and(|limit| self.charged as f64 >= limit as f64 * OWN_LIMIT_NEAR)
+    }
+}
+
+/// Watches the agent's own charge against its limit; logs once per episode near it.
+#[derive(Debug, Default)]
+pub struct OwnMemory {
+    near: bool,
+}
+
+impl OwnMemory {
+    /// Reads the charge of the agent's memory cgroup (`None` when it cannot be read, or the
+    /// agent is in the root cgroup) and says loudly when it nears the limit.
+    pub fn check(&mut self, hierarchy: &MemoryHierarchy, own: &OwnPod) -> Option<OwnCharge> {
+        let rel = own.cgroup.as_deref().filter(|rel| *rel != "/")?;
+        let dir = hierarchy.dir(rel);
+        let charged = stats::read(&dir, hierarchy.version).ok()?.usage;
+        let limit = match read_memory_limit(&dir, hierarchy.version).ok()? {
+            MemoryLimit::Bytes(limit) => Some(limit),
+            MemoryLimit::Unlimited => None,
+        };
+        let charge = OwnCharge { charged, limit };
+        let near = charge.near_limit();
+        if near && !self.near {
+            tracing::error!(
+                "this agent's memory cgroup {rel} is charged {} of its {} limit: the kernel \
+                 may OOM-kill it or refuse its kernel maps, and the node loses its eviction \
+                 agent; raise the limit (docs/operating.md: \"Memory\")",
+                bytes(charged as i64),
+                bytes(limit.unwrap_or(0) as i64)
+            );
+        } else if !near && self.near {
+            tracing::info!(
+                "this agent's memory cgroup is charged {} again, within its limit",
+                bytes(charged as i64)
+            );
+        }
+        self.near = near;
+        Some(charge)
+    }
+}
+
 /// The pod whose cgroup holds the agent, kept out of the rankings.
 #[derive(Debug, Default)]
 pub struct OwnPod {
@@ -149,6 +210,15 @@ impl OwnPod {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_charge_is_near_the_limit_from_four_fifths_of_it() {
+        let charge = |charged, limit| OwnCharge { charged, limit };
+        assert!(!charge(79, Some(100)).near_limit());
+        assert!(charge(80, Some(100)).near_limit());
+        assert!(charge(120, Some(100)).near_limit());
+        assert!(!charge(u64::MAX, None).near_limit(), "no limit, never near");
+    }
+
     use super::*;
 
     #[test]

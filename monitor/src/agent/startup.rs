@@ -17,7 +17,7 @@ use super::{
     reader::{Cgroupfs, ReadFailures},
     resync::ResyncSchedule,
     run::Agent,
-    self_protect::OwnPod,
+    self_protect::{OwnMemory, OwnPod},
 };
 use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
@@ -185,6 +185,7 @@ impl Agent {
             causes: CauseLog::default(),
             persisted: None,
             own_pod,
+            own_memory: OwnMemory::default(),
             node_status,
             stat_attach_failing: false,
             grace_running: None,

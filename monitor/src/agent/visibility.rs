@@ -38,6 +38,7 @@ impl Agent {
         }
         m.pods_ranked = self.core.pod_count() as u64;
         m.stat_programs_attached = self.source.memory_from_kernel();
+        m.source_fallback = self.source.fallback.is_some();
         m.pod_read_failures = self.core.read_failures();
         m.action_failures = self.action_failures;
         m.log_write_failures = logging::log_write_failures();
@@ -53,6 +54,14 @@ impl Agent {
             }
         }
         self.publish();
+    }
+
+    /// Reads the agent's own memory charge for `/metrics`, saying loudly when it nears the
+    /// limit.
+    pub(super) fn check_own_memory(&mut self) {
+        let charge = self.own_memory.check(&self.hierarchy, &self.own_pod);
+        self.metrics.own_memory_charged = charge.map(|c| c.charged);
+        self.metrics.own_memory_limit = charge.and_then(|c| c.limit);
     }
 
     /// Publishes what readers see; never waits for them.

@@ -140,6 +140,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             hierarchy_id: hierarchy.hierarchy_id,
             memcg_hook: MemcgHook::Auto,
             budget_pages: None,
+            cgroup_map_entries: crate::source::ebpf::cgroup_map_entries_at(&hierarchy.mount),
         },
         IncidentOptions {
             min_stall: args.min_stall,

@@ -76,6 +76,12 @@ pub struct Metrics {
     pub action_failures: u64,
     /// Log lines lost because stderr could not be written.
     pub log_write_failures: u64,
+    /// Whether `--source auto` found the kernel programs unloadable and polls instead.
+    pub source_fallback: bool,
+    /// The agent's own memory cgroup: bytes charged, and its limit (`None`: none, or not
+    /// read).
+    pub own_memory_charged: Option<u64>,
+    pub own_memory_limit: Option<u64>,
     pub decision_latency_seconds: Histogram,
 }
 
@@ -96,6 +102,9 @@ impl Default for Metrics {
             pod_read_failures: 0,
             action_failures: 0,
             log_write_failures: 0,
+            source_fallback: false,
+            own_memory_charged: None,
+            own_memory_limit: None,
             decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
         }
     }
@@ -234,9 +243,32 @@ impl Metrics {
                 "Log lines lost because stderr could not be written (the agent runs on).",
                 self.log_write_failures,
             ),
+            (
+                "monitor_event_source_fallback",
+                "gauge",
+                "1 when --source auto could not load the kernel programs and the agent polls cgroupfs instead (/readyz says why).",
+                u64::from(self.source_fallback),
+            ),
         ] {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
+        }
+        for (name, help, value) in [
+            (
+                "monitor_own_memory_charged_bytes",
+                "Bytes the agent's own memory cgroup is charged (heap, locked pages, kernel maps, page cache of its binary).",
+                self.own_memory_charged,
+            ),
+            (
+                "monitor_own_memory_limit_bytes",
+                "The memory limit of the agent's own cgroup; absent without one.",
+                self.own_memory_limit,
+            ),
+        ] {
+            if let Some(value) = value {
+                header(&mut out, name, "gauge", help);
+                let _ = writeln!(out, "{name} {value}");
+            }
         }
         let name = "monitor_event_to_decision_seconds";
         header(
@@ -290,6 +322,8 @@ mod tests {
         m.events_received = 10;
         m.events_lost = 1;
         m.pods_ranked = 40;
+        m.source_fallback = true;
+        m.own_memory_charged = Some(30 << 20);
         let text = m.render();
         for line in [
             "monitor_evictions_total{eviction_signal=\"memory.available\"} 2",
@@ -300,6 +334,8 @@ mod tests {
             "monitor_events_received_total 10",
             "monitor_events_lost_total 1",
             "monitor_event_to_decision_seconds_count 0",
+            "monitor_event_source_fallback 1",
+            "monitor_own_memory_charged_bytes 31457280",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -307,7 +343,10 @@ mod tests {
             );
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!(types, 17, "one TYPE line per family");
+        assert_eq!(
+            types, 19,
+            "one TYPE line per family (no limit: no limit family)"
+        );
         let build = format!(
             "monitor_build_info{{version=\"{}\",arch=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION"),

@@ -58,6 +58,36 @@ pub struct LoadOptions {
     /// Pages a CPU may hold back per cgroup and stat before adding them to the cgroup's
     /// total (`Config::budget_pages`); `None`: [`default_budget_pages`].
     pub budget_pages: Option<u32>,
+    /// Entries of the per-cgroup map (see [`cgroup_map_entries`]).
+    pub cgroup_map_entries: u32,
+}
+
+/// Bounds of the per-cgroup map's size. The map is preallocated (tracing programs on kernels
+/// before 6.1 may only use preallocated hash maps), about 140 bytes an entry, charged to the
+/// agent's memory cgroup: 65,536 entries are 9 MiB, 4,096 are 0.6 MiB.
+pub const CGROUP_MAP_MIN_ENTRIES: u32 = 4096;
+/// Kernel memory an entry of the per-cgroup map takes, measured (memory cgroup kmem charge of
+/// the largest map against the smallest, 6.18).
+pub const CGROUP_MAP_ENTRY_BYTES: u64 = 144;
+pub const CGROUP_MAP_MAX_ENTRIES: u32 = 65536;
+
+/// Entries of the per-cgroup map for a node whose memory hierarchy holds `cgroups` now: four
+/// times as many, for the pods yet to come, within the bounds. A cgroup that finds the map
+/// full gets no records and is counted (`monitor_cgroup_map_full_total`).
+pub fn cgroup_map_entries(cgroups: usize) -> u32 {
+    let wanted = u32::try_from(cgroups.saturating_mul(4)).unwrap_or(u32::MAX);
+    wanted
+        .checked_next_power_of_two()
+        .unwrap_or(CGROUP_MAP_MAX_ENTRIES)
+        .clamp(CGROUP_MAP_MIN_ENTRIES, CGROUP_MAP_MAX_ENTRIES)
+}
+
+/// [`cgroup_map_entries`] for the memory hierarchy mounted at `mount`, as it is now; the
+/// largest map when it cannot be walked.
+pub fn cgroup_map_entries_at(mount: &Path) -> u32 {
+    CgroupPaths::scan(mount).map_or(CGROUP_MAP_MAX_ENTRIES, |paths| {
+        cgroup_map_entries(paths.len())
+    })
 }
 
 /// The per-CPU budget for a step: all CPUs together hold back less than a quarter of the step
@@ -248,7 +278,7 @@ impl KernelSource {
         drop(btf);
         // The programs read tracepoint offsets (from tracefs) and struct offsets (from BTF) from
         // their maps and need no CO-RE relocation, so aya gets no copy of the kernel's BTF.
-        let mut ebpf = without_kernel_btf::load(OBJECT)?;
+        let mut ebpf = without_kernel_btf::load(OBJECT, options.cgroup_map_entries)?;
         super::kernel_log::forward(&mut ebpf);
         Array::<_, Config>::try_from(map(&mut ebpf, "CONFIG")?)
             .and_then(|mut array| array.set(0, config, 0))
@@ -979,6 +1009,21 @@ fn write_fields(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProgramSpec) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cgroup_map_is_sized_to_four_times_the_node_s_cgroups_within_bounds() {
+        for (cgroups, entries) in [
+            (0, CGROUP_MAP_MIN_ENTRIES),
+            (300, 4096),
+            (1100, 8192),
+            (4200, 32768),
+            (16384, 65536),
+            (1_000_000, CGROUP_MAP_MAX_ENTRIES),
+            (usize::MAX, CGROUP_MAP_MAX_ENTRIES),
+        ] {
+            assert_eq!(cgroup_map_entries(cgroups), entries, "{cgroups} cgroups");
+        }
+    }
 
     #[test]
     fn the_default_budget_holds_back_less_than_a_quarter_step_on_all_cpus() {

@@ -17,7 +17,7 @@ use std::{
 };
 
 use monitor::source::{
-    ebpf::{KernelSource, LoadOptions, MemcgHook},
+    ebpf::{KernelSource, LoadOptions, MemcgHook, cgroup_map_entries},
     run_stats::{self, ProgramRuns, RunStatsWindow},
 };
 use serde_json::{Value, json};
@@ -96,6 +96,7 @@ fn measure(hook: Hook, cgroup: &TestCgroup, dir: &std::path::Path, rounds: usize
         hierarchy_id: cgroup.hierarchy.hierarchy_id,
         memcg_hook,
         budget_pages,
+        cgroup_map_entries: cgroup_map_entries(0),
     });
     let mut source = match loaded {
         Ok(source) => source,

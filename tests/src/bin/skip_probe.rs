@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use monitor::{
     cgroupfs::CgroupVersion,
     source::{
-        ebpf::{KernelSource, LoadOptions, MemcgHook},
+        ebpf::{KernelSource, LoadOptions, MemcgHook, cgroup_map_entries},
         probe::{KernelFeatures, MemcgMethod},
     },
 };
@@ -123,6 +123,7 @@ fn fentry_refusal(features: &KernelFeatures) -> Option<String> {
         hierarchy_id: memory.hierarchy_id,
         memcg_hook: MemcgHook::Fentry,
         budget_pages: None,
+        cgroup_map_entries: cgroup_map_entries(0),
     })
     .inspect_err(|e| eprintln!("skip_probe: loading the kernel programs: {e}"))
     .ok()?;

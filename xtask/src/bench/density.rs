@@ -7,7 +7,15 @@
 //! pod's memory goes up and down by 2 MiB once a second. The churn runs throughout; each
 //! agent is started, given a warm-up, then measured over a window: CPU from utime+stime in
 //! /proc/<pid>/stat, peak RSS from VmHWM (which includes start-up).
+//!
+//! Memory is also measured as the kernel charges it: each agent runs in a cgroup of its own,
+//! from a copy of the binary whose pages are in no cache, as in a pod started from a freshly
+//! pulled image; the cgroup's peak charge holds the heap, the locked pages, the binary's page
+//! cache and the kernel maps and ring buffer, which VmHWM does not show.
 use std::{
+    fs,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
     process::{Child, Command},
     time::{Duration, Instant},
 };
@@ -34,6 +42,10 @@ pub(super) struct Usage {
     pub peak_rss: u64,
     /// Anonymous RSS at the end of the window (the rest is mapped files and maps).
     pub rss_anon: u64,
+    /// The agent's cgroup's peak charge (`None` where the kernel keeps none: v2 before 5.19).
+    pub charged_peak: Option<u64>,
+    /// Its charge at the end of the window.
+    pub charged_end: u64,
     pub window: Duration,
     pub load: f64,
 }
@@ -61,14 +73,27 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
                 source.label()
             );
             let tag = source.label().replace(' ', "-");
-            let agent = Agent::start(bins, &tree, source, &config, "16Gi", &tag)
-                .with_context(|| format!("density {pods} pods, {}", source.label()))?;
+            let cgroup = AgentCgroup::create(&tree, &tag)?;
+            let monitor = uncached_copy(&bins.monitor, &tree.scratch.join(&tag))?;
+            let agent = Agent::start_charged(
+                bins,
+                &monitor,
+                &cgroup.dir,
+                &tree,
+                source,
+                &config,
+                "16Gi",
+                &tag,
+            )
+            .with_context(|| format!("density {pods} pods, {}", source.label()))?;
             std::thread::sleep(warmup);
             let start = (agent.cpu_ticks()?, Instant::now());
             std::thread::sleep(window);
             let end = (agent.cpu_ticks()?, Instant::now());
             let peak_rss = agent.status_bytes("VmHWM")?;
             let rss_anon = agent.status_bytes("RssAnon")?;
+            let charged_end = cgroup.charged()?;
+            let charged_peak = cgroup.peak();
             let log = agent.stop()?;
             if let Some(warning) = log.lines().find(|l| l.contains("WARN")) {
                 eprintln!("bench: agent warned: {warning}");
@@ -80,6 +105,8 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
                 cpu_percent: cpu_percent(end.0 - start.0, clock_ticks_per_sec(), elapsed),
                 peak_rss,
                 rss_anon,
+                charged_peak,
+                charged_end,
                 window: elapsed,
                 load,
             });
@@ -88,6 +115,78 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         drop(tree);
     }
     Ok(summarize(machine, &results))
+}
+
+/// The agent's memory limit while measured: far above what it takes, so only the charge is
+/// measured, never a reclaim.
+const AGENT_LIMIT: u64 = 1 << 30;
+
+/// A cgroup of the bench tree holding one agent, as its pod's cgroup would.
+struct AgentCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl AgentCgroup {
+    fn create(tree: &BenchTree, tag: &str) -> anyhow::Result<Self> {
+        let v2 = tree.hierarchy.v2;
+        let dir = test_cgroups::create_dirs(&tree.dir, &format!("agent-{tag}"), v2)
+            .with_context(|| format!("creating the agent's cgroup in {}", tree.dir.display()))?;
+        let limit = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        fs::write(dir.join(limit), AGENT_LIMIT.to_string())
+            .with_context(|| format!("limiting {}", dir.display()))?;
+        Ok(Self { dir, v2 })
+    }
+
+    fn read(&self, file: &str) -> anyhow::Result<u64> {
+        let path = self.dir.join(file);
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("{}: {text:?}", path.display()))
+    }
+
+    fn charged(&self) -> anyhow::Result<u64> {
+        self.read(if self.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        })
+    }
+
+    fn peak(&self) -> Option<u64> {
+        self.read(if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        })
+        .ok()
+    }
+}
+
+/// A copy of `binary` in `dir` whose pages are in no cache: the agent's own page faults read
+/// it in and are charged to its cgroup.
+fn uncached_copy(binary: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    fs::create_dir_all(dir)?;
+    let copy = dir.join("monitor");
+    fs::copy(binary, &copy).with_context(|| format!("copying {}", binary.display()))?;
+    let file = fs::File::open(&copy)?;
+    file.sync_all()?;
+    // SAFETY: advice about a file this process opened; no memory is passed.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        anyhow::bail!(
+            "dropping {} from the page cache: {}",
+            copy.display(),
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    Ok(copy)
 }
 
 /// Ticks over a window as percent of one core.
@@ -108,7 +207,7 @@ fn start_churn(bins: &Binaries, tree: &BenchTree) -> anyhow::Result<Vec<Child>> 
         // Each cgroup of the group once a second.
         cmd.args(["churn", &CHURN_MIB.to_string(), &group.len().to_string()])
             .args(group);
-        children.push(spawn_in(&mut cmd, std::path::Path::new(&group[0]))?);
+        children.push(spawn_in(&mut cmd, Path::new(&group[0]))?);
     }
     eprintln!(
         "bench: {churning} of {} pods churn {CHURN_MIB} MiB/s each ({} helper processes)",
@@ -152,6 +251,23 @@ pub(super) fn summarize(machine: &Machine, results: &[Usage]) -> Section {
         )
         .note("VmHWM")
         .on(machine, usage.load);
+        let charged = Figure::new(
+            "density",
+            &case,
+            "peak charged",
+            usage.charged_peak.unwrap_or(usage.charged_end) as f64 / f64::from(1 << 20),
+            "MiB",
+        )
+        .note(format!(
+            "memory cgroup {}, {:.1} MiB at the end; binary's pages and kernel maps included",
+            if usage.charged_peak.is_some() {
+                "peak"
+            } else {
+                "at the end (no peak kept)"
+            },
+            usage.charged_end as f64 / f64::from(1 << 20)
+        ))
+        .on(machine, usage.load);
         if let Some(base) = baseline {
             let base_case = format!("{} pods {}", base.pods, base.source.label());
             cpu = cpu.against(&Figure::new(
@@ -171,6 +287,7 @@ pub(super) fn summarize(machine: &Machine, results: &[Usage]) -> Section {
         }
         figures.push(cpu);
         figures.push(rss);
+        figures.push(charged);
     }
     let raw = results
         .iter()
@@ -181,6 +298,8 @@ pub(super) fn summarize(machine: &Machine, results: &[Usage]) -> Section {
                 "cpu_percent_of_core": u.cpu_percent,
                 "peak_rss_bytes": u.peak_rss,
                 "rss_anon_bytes": u.rss_anon,
+                "charged_peak_bytes": u.charged_peak,
+                "charged_end_bytes": u.charged_end,
                 "window_secs": u.window.as_secs_f64(),
                 "load": u.load,
                 "churn_share": CHURN_SHARE,
@@ -217,6 +336,8 @@ mod tests {
             cpu_percent: cpu,
             peak_rss: rss << 20,
             rss_anon: rss << 19,
+            charged_peak: Some((rss + 10) << 20),
+            charged_end: (rss + 8) << 20,
             window: Duration::from_secs(30),
             load: 0.3,
         };
@@ -231,12 +352,14 @@ mod tests {
             ],
         );
         let f = &section.figures;
-        assert_eq!(f.len(), 8);
+        assert_eq!(f.len(), 12);
         assert_eq!(f[0].case, "1000 pods ebpf");
         assert_eq!(f[0].ratio, Some((0.25, "1000 pods poll 1s".into())));
         assert_eq!(f[1].value, 16.0);
         assert_eq!(f[1].ratio, Some((0.8, "1000 pods poll 1s".into())));
-        assert_eq!(f[2].ratio, None, "the baseline has no ratio");
-        assert_eq!(f[4].ratio, Some((0.1, "5000 pods poll 1s".into())));
+        assert_eq!(f[2].metric, "peak charged");
+        assert_eq!(f[2].value, 26.0, "the cgroup's peak, not VmHWM");
+        assert_eq!(f[3].ratio, None, "the baseline has no ratio");
+        assert_eq!(f[6].ratio, Some((0.1, "5000 pods poll 1s".into())));
     }
 }

@@ -246,10 +246,10 @@ impl Drop for BenchTree {
     }
 }
 
-/// `00000000-0000-4000-8000-<i>`: valid, distinct and recognisable pod uids.
 /// Pods per PodList file of a bench tree.
 const POD_LIST_FILE_PODS: usize = 1000;
 
+/// `00000000-0000-4000-8000-<i>`: valid, distinct and recognisable pod uids.
 pub(super) fn pod_uid(i: usize) -> String {
     format!("00000000-0000-4000-8000-{i:012x}")
 }
@@ -287,6 +287,12 @@ pub(super) struct Agent {
     child: Child,
     lines: Receiver<Line>,
     log: PathBuf,
+}
+
+/// Which binary an agent runs, and in which cgroup (`None`: the bench's own).
+struct Run<'a> {
+    monitor: &'a Path,
+    cgroup: Option<&'a Path>,
 }
 
 /// How the agent reads memory.
@@ -341,10 +347,48 @@ impl Agent {
         allocatable: &str,
         tag: &str,
     ) -> anyhow::Result<Self> {
+        let run = Run {
+            monitor: &bins.monitor,
+            cgroup: None,
+        };
+        Self::launch(bins, run, tree, source, extra, config, allocatable, tag)
+    }
+
+    /// As [`Self::start`], running the `monitor` binary given inside the cgroup `cgroup`, so
+    /// the kernel charges it there as it would in its pod.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_charged(
+        bins: &Binaries,
+        monitor: &Path,
+        cgroup: &Path,
+        tree: &BenchTree,
+        source: SourceArg,
+        config: &Path,
+        allocatable: &str,
+        tag: &str,
+    ) -> anyhow::Result<Self> {
+        let run = Run {
+            monitor,
+            cgroup: Some(cgroup),
+        };
+        Self::launch(bins, run, tree, source, &[], config, allocatable, tag)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        bins: &Binaries,
+        run: Run<'_>,
+        tree: &BenchTree,
+        source: SourceArg,
+        extra: &[&str],
+        config: &Path,
+        allocatable: &str,
+        tag: &str,
+    ) -> anyhow::Result<Self> {
         let checkpoint = tree.scratch.join(format!("checkpoint-{tag}"));
         let log = tree.scratch.join(format!("agent-{tag}.log"));
         let stderr = fs::File::create(&log)?;
-        let mut cmd = Command::new(&bins.monitor);
+        let mut cmd = Command::new(run.monitor);
         cmd.arg("--dry-run")
             .arg("--pods")
             .arg(tree.pods_dir())
@@ -362,9 +406,12 @@ impl Agent {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", bins.monitor.display()))?;
+        let mut child = match run.cgroup {
+            Some(dir) => spawn_in(&mut cmd, dir)?,
+            None => cmd
+                .spawn()
+                .with_context(|| format!("starting {}", run.monitor.display()))?,
+        };
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = channel();
         std::thread::spawn(move || {

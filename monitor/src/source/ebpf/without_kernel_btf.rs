@@ -12,15 +12,21 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 
 use super::VMLINUX_BTF;
 
-/// Loads `object` with BTF relocation off, hiding the kernel's BTF from aya where possible.
-pub(super) fn load(object: &[u8]) -> Result<Ebpf, EbpfError> {
+/// Loads `object` with BTF relocation off, hiding the kernel's BTF from aya where possible,
+/// its per-cgroup map sized to `cgroup_map_entries` and the map of removed cgroups to a
+/// quarter of that.
+pub(super) fn load(object: &[u8], cgroup_map_entries: u32) -> Result<Ebpf, EbpfError> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
                 if let Err(e) = hide_kernel_btf() {
                     tracing::debug!("aya parses the kernel's BTF anyway: {e}");
                 }
-                EbpfLoader::new().btf(None).load(object)
+                EbpfLoader::new()
+                    .btf(None)
+                    .map_max_entries("CGROUP_STATS", cgroup_map_entries)
+                    .map_max_entries("REMOVED", cgroup_map_entries / 4)
+                    .load(object)
             })
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

@@ -9,7 +9,11 @@ const FORCE_FOR: Duration = Duration::from_secs(10);
 
 /// Kills the test cgroup's `pod` subtree with the given grace period, forcing for `force_for`.
 async fn kill_pod(cgroup: &TestCgroup, grace: Duration, force_for: Duration) -> KillReport {
-    let timings = KillTimings { grace, force_for };
+    let timings = KillTimings {
+        grace,
+        force_for,
+        reap_wait: Duration::ZERO,
+    };
     kill_cgroup_tree(
         &cgroup.hierarchy,
         &cgroup.child_rel("pod"),
@@ -68,6 +72,7 @@ async fn force_now_ends_the_grace_period_at_once() {
     let timings = KillTimings {
         grace: Duration::from_secs(30),
         force_for: FORCE_FOR,
+        reap_wait: Duration::ZERO,
     };
     let report = kill_cgroup_tree(
         &cgroup.hierarchy,

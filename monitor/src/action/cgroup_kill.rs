@@ -9,7 +9,12 @@
 //!   forking meanwhile; on v1, or without `cgroup.kill`, SIGKILL to every remaining process,
 //!   repeated until the subtree is empty. Each process force ended is then reaped
 //!   ([`super::reap`]): its memory comes back at once, not when its last thread exits.
-//! * It returns once every `cgroup.procs` in the subtree is empty. Force is always used once
+//! * It returns once every `cgroup.procs` in the subtree is empty and the processes it
+//!   signalled are reaped, or [`REAP_WAIT`] after the subtree emptied: an exited process
+//!   leaves its cgroup at once but stays a zombie until its parent waits for it, and zombies
+//!   count in the node's task count, so `pid.available` read earlier still shows the pod's
+//!   processes and would lead to a second eviction ([`KillTimings::reap_wait`]). Force is
+//!   always used once
 //!   the grace period is over, however long the caller is willing to wait for the pod to go:
 //!   a pod that ignores SIGTERM never outlives its eviction. Only processes that survive
 //!   force for [`KillTimings::force_for`] (stuck in the kernel) are reported as left over.
@@ -40,6 +45,10 @@ use super::reap::reap;
 
 /// How often the subtree is checked for being empty.
 const POLL: Duration = Duration::from_millis(20);
+/// How long an emptied subtree's signalled processes may stay zombies, after a decision on
+/// `pid.available`, before the kill is reported done anyway (a parent that never waits for
+/// its children).
+pub const REAP_WAIT: Duration = Duration::from_secs(5);
 
 /// How long to wait at each step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +59,10 @@ pub struct KillTimings {
     /// How long force is repeated after the grace period before the call reports the
     /// processes that are still there and returns.
     pub force_for: Duration,
+    /// How long the processes signalled may stay unreaped (zombies) once the subtree is
+    /// empty: [`REAP_WAIT`] after a decision on `pid.available`, whose next reading must
+    /// not count them; zero otherwise (a zombie holds no memory).
+    pub reap_wait: Duration,
 }
 
 /// How the kill ended.
@@ -130,6 +143,9 @@ pub async fn kill_cgroup_tree(
     };
     let mut grace_end = start + timings.grace;
     let mut terminated = HashSet::new();
+    // Every process signalled, to wait for its reaping.
+    let mut signalled = HashSet::new();
+    let mut emptied_at = None;
     let mut forced = false;
     loop {
         let pids = target.pids()?;
@@ -141,8 +157,29 @@ pub async fn kill_cgroup_tree(
             forced,
         };
         if pids.is_empty() {
-            return Ok(report(KillOutcome::Emptied));
+            let emptied = *emptied_at.get_or_insert(now);
+            signalled.retain(|&pid| is_zombie(pid));
+            if signalled.is_empty() {
+                return Ok(report(KillOutcome::Emptied));
+            }
+            if now >= emptied + timings.reap_wait {
+                let mut zombies: Vec<i32> = signalled.iter().copied().collect();
+                zombies.sort_unstable();
+                tracing::warn!(
+                    "{} processes of {rel} exited {:?} ago and are not reaped yet (zombies: \
+                     their parent has not waited for them, {:?}); they still count in \
+                     pid.available",
+                    zombies.len(),
+                    now - emptied,
+                    &zombies[..zombies.len().min(8)]
+                );
+                return Ok(report(KillOutcome::Emptied));
+            }
+            tokio::time::sleep(POLL).await;
+            continue;
         }
+        emptied_at = None;
+        signalled.extend(pids.iter().copied());
         if now < grace_end {
             for pid in pids {
                 if !terminated.contains(&pid) && target.signal(pid, libc::SIGTERM)? {
@@ -272,6 +309,18 @@ fn member_path(proc_cgroup: &str, version: CgroupVersion) -> Option<&str> {
     })
 }
 
+/// Whether `pid` has exited but is not reaped: state `Z` in /proc/<pid>/stat. A pid reused
+/// since by a live process is not.
+fn is_zombie(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat_state(&stat) == Some('Z'))
+}
+
+/// The state field of /proc/<pid>/stat text: after the command, which is in parentheses and
+/// may itself hold `)`.
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// Sends `signal` through a pidfd; false when the process has already exited.
 fn send(pidfd: &OwnedFd, signal: i32) -> io::Result<bool> {
     // SAFETY: a valid pidfd, a null siginfo (as for kill(2)), no flags.
@@ -313,6 +362,27 @@ fn pidfd_open(pid: i32) -> io::Result<Option<OwnedFd>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_is_read_after_the_command_whatever_it_holds() {
+        assert_eq!(stat_state("42 (sleep) Z 1 42 42 0"), Some('Z'));
+        assert_eq!(stat_state("42 (a) b) (c) S 1 42"), Some('S'));
+        assert_eq!(stat_state("42 (no end"), None);
+    }
+
+    #[test]
+    fn a_live_process_is_no_zombie_and_an_unreaped_child_is() {
+        assert!(!is_zombie(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !is_zombie(pid) {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.wait().unwrap();
+        assert!(!is_zombie(pid), "reaped");
+    }
 
     #[test]
     fn membership_is_read_from_the_memory_line() {
@@ -362,6 +432,7 @@ mod tests {
         let timings = KillTimings {
             grace: Duration::ZERO,
             force_for: Duration::ZERO,
+            reap_wait: Duration::ZERO,
         };
         for root in ["/", "", "//"] {
             let refused = kill_cgroup_tree(&hierarchy, root, timings, &Notify::new()).await;

@@ -6,5 +6,7 @@ pub mod kube_event;
 pub mod kube_evict;
 pub mod reap;
 
-pub use cgroup_kill::{KillError, KillOutcome, KillReport, KillTimings, kill_cgroup_tree};
+pub use cgroup_kill::{
+    KillError, KillOutcome, KillReport, KillTimings, REAP_WAIT, kill_cgroup_tree,
+};
 pub use kube_evict::{EvictError, KubeEvictor};

@@ -47,6 +47,9 @@ pub struct ActionRequest {
     /// Notified when the node can no longer afford the rest of the grace period: a cgroup
     /// kill forces at once.
     pub force_now: Arc<Notify>,
+    /// How long a cgroup kill waits for its processes to be reaped (see
+    /// [`KillTimings::reap_wait`]).
+    pub reap_wait: Duration,
 }
 
 /// How an action ended.
@@ -206,6 +209,7 @@ impl Actuator for CgroupKiller {
                     let timings = KillTimings {
                         grace: request.grace,
                         force_for: FORCE_FOR,
+                        reap_wait: request.reap_wait,
                     };
                     match kill_cgroup_tree(&hierarchy, rel, timings, &request.force_now).await {
                         Ok(report) => ActionOutcome::Killed(report),
@@ -292,6 +296,7 @@ mod tests {
             hard: true,
             span: tracing::Span::none(),
             force_now: Arc::default(),
+            reap_wait: Duration::ZERO,
         }
     }
 

@@ -20,6 +20,7 @@ use super::{
     run::{Agent, RunningGrace},
 };
 use crate::{
+    action::REAP_WAIT,
     cgroupfs::procs::subtree_pids,
     checkpoint::read_now,
     engine::{
@@ -28,6 +29,7 @@ use crate::{
         instant::{Clock as _, ManualClock},
         oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
+        signal::Signal,
         threshold::ThresholdKind,
     },
     flags::OutputFormat,
@@ -38,6 +40,16 @@ use crate::{
 /// A decision's grace period as a duration (negative: none).
 pub(super) fn grace_secs(seconds: i64) -> u64 {
     u64::try_from(seconds).unwrap_or(0)
+}
+
+/// What an action carries from its decision besides the pod and its grace.
+pub(super) struct ActOn {
+    /// The decision's message in the kubelet's words.
+    message: String,
+    /// Decided on a hard threshold.
+    hard: bool,
+    /// See [`crate::action::KillTimings::reap_wait`].
+    reap_wait: Duration,
 }
 
 impl Agent {
@@ -76,8 +88,16 @@ impl Agent {
                 eviction.pod.clone(),
                 grace.duration(),
                 seconds,
-                eviction.reason.clone(),
-                eviction.threshold.kind == ThresholdKind::Hard,
+                ActOn {
+                    message: eviction.reason.clone(),
+                    hard: eviction.threshold.kind == ThresholdKind::Hard,
+                    // The next pid.available reading must not count the victim's zombies.
+                    reap_wait: if eviction.signal == Signal::PidAvailable {
+                        REAP_WAIT
+                    } else {
+                        Duration::ZERO
+                    },
+                },
                 span.clone(),
             );
         }
@@ -224,10 +244,14 @@ impl Agent {
         pod: PodRef,
         grace: Duration,
         grace_period_seconds: i64,
-        message: String,
-        hard: bool,
+        on: ActOn,
         span: tracing::Span,
     ) {
+        let ActOn {
+            message,
+            hard,
+            reap_wait,
+        } = on;
         let force_now = Arc::new(Notify::new());
         let request = ActionRequest {
             cgroup: self
@@ -243,6 +267,7 @@ impl Agent {
             hard,
             span: span.clone(),
             force_now: force_now.clone(),
+            reap_wait,
         };
         let local = self
             .actuator
@@ -312,8 +337,13 @@ impl Agent {
             pod,
             left,
             grace_period_seconds,
-            "resumed after a restart".into(),
-            true,
+            ActOn {
+                message: "resumed after a restart".into(),
+                hard: true,
+                // The checkpoint does not say which signal: done once the cgroup is empty,
+                // as for memory.
+                reap_wait: Duration::ZERO,
+            },
             span.clone(),
         );
     }

@@ -333,7 +333,10 @@ pub struct IncidentConfig {
     pub cgroup_kn: u32,
     /// Byte offset of `kernfs_node::id`, the cgroup id.
     pub kernfs_id: u32,
-    pub _pad: u32,
+    /// Byte offset of `task_struct::pid`; 0 until userspace resolved the offsets above on
+    /// either cgroup version, which the OOM victim's raw program needs (it reads the victim's
+    /// task, not the current one).
+    pub task_pid: u32,
 }
 
 impl IncidentConfig {
@@ -347,7 +350,7 @@ impl IncidentConfig {
         css_cgroup: 0,
         cgroup_kn: 0,
         kernfs_id: 0,
-        _pad: 0,
+        task_pid: 0,
     };
 }
 

@@ -56,6 +56,12 @@ pub(crate) static INCIDENT_CONFIG: Array<IncidentConfig> = Array::with_max_entri
 #[map]
 pub(crate) static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(4096, 0);
 
+/// The memory cgroup id of each OOM victim, keyed by pid, written by `raw_mark_victim` as the
+/// killer chooses it: the victim leaves its cgroup as it exits, often before userspace could
+/// read `/proc/PID/cgroup`. LRU, so it never fills; 1,024 victims is a long storm.
+#[map]
+pub(crate) static VICTIM_CGROUPS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
+
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]
 pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);

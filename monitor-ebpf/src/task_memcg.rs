@@ -1,6 +1,7 @@
 //! The memory cgroup of the current task, for the incident programs.
 //!
-//! Not a hook itself: used by `reclaim_stall` and `oom_victim`. On cgroup v2,
+//! Not a hook itself: used by `reclaim_stall` and `oom_victim` (which also reads the OOM
+//! victim's own task this way, on either cgroup version). On cgroup v2,
 //! `bpf_get_current_cgroup_id()` (kernel 4.18) names it. On cgroup v1 that helper names the
 //! task's cgroup in the unified hierarchy, which is not the memory controller's, so we follow
 //! `task->cgroups->subsys[memory_cgrp_id]->cgroup->kn->id` with `bpf_probe_read_kernel`
@@ -16,14 +17,17 @@ pub(crate) fn current_memcg_id(cfg: &IncidentConfig) -> u64 {
         // SAFETY: helper without preconditions.
         return unsafe { bpf_get_current_cgroup_id() };
     }
-    v1_memcg_id(cfg).unwrap_or(0)
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    task_memcg_id(task, cfg).unwrap_or(0)
 }
 
-fn v1_memcg_id(cfg: &IncidentConfig) -> Result<u64, i32> {
+/// The memory cgroup id of the task at `task`, through the offsets in `cfg` (on cgroup v2 the
+/// memory controller's css names the same cgroup a pod's processes live in).
+pub(crate) fn task_memcg_id(task: *const u8, cfg: &IncidentConfig) -> Result<u64, i32> {
     // SAFETY: every pointer is only handed to bpf_probe_read_kernel, which checks the access;
     // a stale or wrong offset yields an error or a wrong id, never a fault.
     unsafe {
-        let task = bpf_get_current_task() as *const u8;
         let css_set = read_ptr(task, cfg.task_cgroups as usize)?;
         let slot = cfg.css_set_subsys as usize + cfg.memory_subsys as usize * size_of::<u64>();
         let css = read_ptr(css_set, slot)?;

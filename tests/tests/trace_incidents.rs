@@ -371,3 +371,73 @@ fn trace_kube_attributes_events_to_the_pods_the_api_server_lists() {
         "the pods were listed"
     );
 }
+
+/// An OOM storm: 40 cgroups of 16 MiB, each with a process that allocates 64 MiB at once, so
+/// 40 OOM kills land within a second or two. A victim leaves its cgroup as it exits (its
+/// `/proc/PID/cgroup` then names the root until it is reaped), often before the trace reads
+/// it: every kill must still name its own cgroup, which the kernel program records at the kill.
+#[test]
+fn every_kill_of_an_oom_storm_names_its_own_cgroup() {
+    if !running_as_root("every_kill_of_an_oom_storm_names_its_own_cgroup") {
+        return;
+    }
+    const VICTIMS: usize = 40;
+    let _serial = serial();
+    let cgroup = TestCgroup::create("storm");
+    let dirs: Vec<_> = (0..VICTIMS)
+        .map(|i| {
+            let dir = cgroup.child(&format!("c{i}"));
+            set_memory_limit(&dir, 16 << 20).expect("setting the memory limit");
+            dir
+        })
+        .collect();
+    let secs = trace_secs(8);
+    let trace = start_trace(&["--duration", &secs, "--cgroup", &cgroup.rel]);
+    let alloc = binary("alloc", "MONITOR_ALLOC_BIN");
+    let mut victims: Vec<(u32, String, Child)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let mut cmd = Command::new(&alloc);
+            cmd.stdin(Stdio::piped()).stdout(Stdio::null());
+            let child = spawn_in(&mut cmd, dir).expect("starting a victim");
+            (child.id(), cgroup.child_rel(&format!("c{i}")), child)
+        })
+        .collect();
+    // All start allocating together.
+    for (_, _, child) in &mut victims {
+        use std::io::Write as _;
+        let _ = child.stdin.take().unwrap().write_all(b"alloc 64\n");
+    }
+    // Reaped only after the trace: a parent slow to reap (a shell, a container shim) leaves
+    // each victim a zombie, whose `/proc/PID/cgroup` names the root.
+    let (lines, stderr) = finish(trace);
+    for (_, _, child) in &mut victims {
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "a victim outlived its limit: {status:?}");
+    }
+    let kills = of_type(&lines, "oom_kill");
+    let mut wrong = Vec::new();
+    for (pid, rel, _) in &victims {
+        let named: Vec<_> = kills.iter().filter(|k| k["pid"] == *pid).collect();
+        if named.len() != 1 || named[0]["cgroup_path"] != rel.as_str() {
+            wrong.push(format!("pid {pid} of {rel}: {named:?}"));
+        }
+    }
+    let mut sources = std::collections::BTreeMap::new();
+    for kill in &kills {
+        *sources
+            .entry(kill["cgroup_source"].as_str().unwrap_or("?"))
+            .or_insert(0) += 1;
+    }
+    eprintln!(
+        "observed: {} kills, by cgroup source {sources:?}",
+        kills.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {VICTIMS} kills missing or named elsewhere:\n{}\nstderr: {stderr}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

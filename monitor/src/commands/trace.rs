@@ -255,7 +255,8 @@ impl<W: io::Write> Printer<W> {
     }
 }
 
-/// The system behind [`Lookups`]: cgroupfs for baselines, /proc for OOM victims.
+/// The system behind [`Lookups`]: cgroupfs for baselines, the kernel's record and /proc for
+/// OOM victims.
 struct SystemLookups<'a> {
     hierarchy: &'a MemoryHierarchy,
     source: &'a KernelSource,
@@ -265,6 +266,10 @@ impl Lookups for SystemLookups<'_> {
     fn baseline(&mut self, cgroup_id: u64, path: &str, stat: Stat) -> Option<i64> {
         let own = stats::read_own(&self.hierarchy.dir(path), self.hierarchy.version, stat).ok()?;
         Some(own as i64 - self.source.running_total(cgroup_id, stat).unwrap_or(0))
+    }
+
+    fn victim_cgroup_id(&mut self, pid: u32) -> Option<u64> {
+        self.source.oom_victim_cgroup(pid)
     }
 
     fn cgroup_of_pid(&mut self, pid: u32) -> Option<String> {

@@ -274,6 +274,7 @@ impl KernelSource {
         } else {
             Err("not asked for".to_string())
         };
+        let victim_check = victim_prototype(&types);
         drop(types);
         drop(btf);
         // The programs read tracepoint offsets (from tracefs) and struct offsets (from BTF) from
@@ -321,6 +322,11 @@ impl KernelSource {
             tracepoints.chain(incident_programs),
             &mut stat_links,
         )?;
+        if attached.iter().any(|p| p.name == VICTIM_PROGRAM.1)
+            && let Err(reason) = attach_victim_cgroups(&mut ebpf, victim_check)
+        {
+            tracing::info!("OOM victims' cgroups read from /proc only: {reason}");
+        }
         if raw.is_ok() {
             tracing::info!("memory stats come from raw tracepoints on the memcg tracepoints");
             attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
@@ -590,6 +596,16 @@ impl KernelSource {
         let counters = stats.get(&cgroup_id, 0).ok()?;
         let held = self.held_back(cgroup_id, stat).unwrap_or(0);
         Some(counters.pages[stat as usize] * self.page_size as i64 + held)
+    }
+
+    /// The memory cgroup id the kernel recorded for OOM victim `pid` as it was chosen, while
+    /// the victim was still in its cgroup (`None` without the record, e.g. before 6.8).
+    pub fn oom_victim_cgroup(&self, pid: u32) -> Option<u64> {
+        let map = self.ebpf.map("VICTIM_CGROUPS")?;
+        HashMap::<_, u32, u64>::try_from(map)
+            .ok()?
+            .get(&pid, 0)
+            .ok()
     }
 
     /// Bytes of `stat` the CPUs hold back for a cgroup, not yet in its total (see
@@ -906,7 +922,8 @@ fn config_for(btf: &Types<'_>, options: LoadOptions) -> Result<Config, LoadError
 }
 
 /// The incident programs' settings. A memory controller on its own v1 hierarchy (id > 0) needs
-/// the task -> memory cgroup offsets; on v2 the programs ask the kernel for the cgroup id.
+/// the task -> memory cgroup offsets for the current task; on v2 the programs ask the kernel
+/// for its cgroup id. The OOM victim's program needs them on both.
 fn incident_config_for(
     btf: &Types<'_>,
     options: LoadOptions,
@@ -916,10 +933,51 @@ fn incident_config_for(
     config.min_stall_ns = u64::try_from(incidents.min_stall.as_nanos())
         .unwrap_or(u64::MAX)
         .max(1);
-    if options.hierarchy_id > 0 {
-        config = task_memcg::v1_offsets(btf, config)?;
+    Ok(task_memcg::task_offsets(
+        btf,
+        config,
+        options.hierarchy_id > 0,
+    )?)
+}
+
+/// The raw program that records each OOM victim's memory cgroup, and the tracepoint
+/// arguments it reads (6.8+).
+const VICTIM_PROGRAM: (&str, &str) = ("raw_mark_victim", "mark_victim");
+const VICTIM_PARAMS: [&str; 2] = ["struct task_struct *", "uid_t"];
+
+/// Whether BTF gives `oom/mark_victim` the arguments `raw_mark_victim` reads.
+fn victim_prototype(types: &Types<'_>) -> Result<(), String> {
+    let (_, tracepoint) = VICTIM_PROGRAM;
+    match types
+        .tracepoint_params(tracepoint)
+        .map_err(|e| e.to_string())?
+    {
+        Some(params) if params == VICTIM_PARAMS => Ok(()),
+        Some(params) => Err(format!(
+            "tracepoint {tracepoint} has arguments ({}), the program reads ({})",
+            params.join(", "),
+            VICTIM_PARAMS.join(", ")
+        )),
+        None => Err(format!("the kernel's BTF has no tracepoint {tracepoint}")),
     }
-    Ok(config)
+}
+
+/// Attaches `raw_mark_victim` beside the classic `mark_victim` program. Without it an OOM
+/// kill names its victim's cgroup from /proc, which a victim that exits first no longer shows.
+fn attach_victim_cgroups(ebpf: &mut Ebpf, prototype: Result<(), String>) -> Result<(), String> {
+    prototype?;
+    let (name, tracepoint) = VICTIM_PROGRAM;
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} is not in the embedded object"))?
+        .try_into()
+        .map_err(|e| format!("program {name}: {e}"))?;
+    program.load().map_err(|e| format!("loading {name}: {e}"))?;
+    // The program keeps its link until the object is dropped.
+    program
+        .attach(tracepoint)
+        .map(drop)
+        .map_err(|e| format!("attaching {name} to {tracepoint}: {e}"))
 }
 
 fn item(value: i64) -> i32 {

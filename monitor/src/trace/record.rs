@@ -65,8 +65,9 @@ pub enum TraceRecord {
         monotonic_ns: u64,
         #[serde(flatten)]
         subject: Subject,
-        /// `proc` when the victim's cgroup was read from /proc/<pid>/cgroup, `trigger` when the
-        /// victim was already gone and the subject is the cgroup whose task invoked the killer.
+        /// `kernel` when the victim's cgroup was recorded by the kernel program as the killer
+        /// chose it (6.8+), `proc` when read from /proc/<pid>/cgroup, `trigger` when neither
+        /// named it and the subject is the cgroup whose task invoked the killer.
         cgroup_source: &'static str,
         pid: u32,
         comm: String,

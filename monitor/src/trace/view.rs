@@ -29,6 +29,8 @@ pub trait Lookups {
     /// The cgroup's own value of `stat` minus the kernel's running sum, both read now; asked
     /// once per cgroup and stat that existed before the trace.
     fn baseline(&mut self, cgroup_id: u64, path: &str, stat: Stat) -> Option<i64>;
+    /// The memory cgroup id the kernel recorded for OOM victim `pid` when it was chosen.
+    fn victim_cgroup_id(&mut self, pid: u32) -> Option<u64>;
     /// The memory cgroup path of a process that still exists.
     fn cgroup_of_pid(&mut self, pid: u32) -> Option<String>;
 }
@@ -219,13 +221,20 @@ impl TraceView {
                 oom_score_adj,
             } => {
                 let trigger = self.subject(trigger_cgroup_id);
-                let victim = lookups
-                    .cgroup_of_pid(pid)
-                    .and_then(|path| self.paths.id_of(&path))
-                    .map(|id| self.subject(id));
-                let (subject, cgroup_source) = match victim {
-                    Some(victim) => (victim, "proc"),
-                    None => (trigger.clone(), "trigger"),
+                // The kernel's record first: /proc names the root once the victim has exited
+                // (on v1 already while it is a zombie), which a storm of kills often beats us to.
+                let recorded = lookups
+                    .victim_cgroup_id(pid)
+                    .filter(|id| self.paths.get(*id).is_some());
+                let (subject, cgroup_source) = match recorded {
+                    Some(id) => (self.subject(id), "kernel"),
+                    None => match lookups
+                        .cgroup_of_pid(pid)
+                        .and_then(|path| self.paths.id_of(&path))
+                    {
+                        Some(id) => (self.subject(id), "proc"),
+                        None => (trigger.clone(), "trigger"),
+                    },
                 };
                 if !self.shown(&subject) {
                     return Vec::new();
@@ -355,15 +364,28 @@ mod tests {
     }
 
     /// /pods/a held 100 bytes of anon more than the kernel's running sum; pid 5 lives in
-    /// /pods/a/c, every other pid is gone.
+    /// /pods/a/c, pid 7 was recorded there by the kernel and is a zombie now, pid 8 was
+    /// recorded in a cgroup the trace never saw, every other pid is gone.
     struct Fake;
 
     impl Lookups for Fake {
         fn baseline(&mut self, _id: u64, path: &str, _stat: Stat) -> Option<i64> {
             (path == "/pods/a").then_some(100)
         }
+        fn victim_cgroup_id(&mut self, pid: u32) -> Option<u64> {
+            match pid {
+                7 => Some(12),
+                8 => Some(999),
+                _ => None,
+            }
+        }
         fn cgroup_of_pid(&mut self, pid: u32) -> Option<String> {
-            (pid == 5).then(|| "/pods/a/c".into())
+            match pid {
+                5 => Some("/pods/a/c".into()),
+                // A zombie on cgroup v1.
+                7 => Some("/".into()),
+                _ => None,
+            }
         }
     }
 
@@ -541,7 +563,19 @@ mod tests {
             "container cgroup -> pod"
         );
         assert_eq!(*reclaimed_bytes, 8192);
-        let cases: [(&str, KernelEvent, &str, Option<&str>); 2] = [
+        let cases: [(&str, KernelEvent, &str, Option<&str>); 4] = [
+            (
+                "the kernel's record, though /proc already names the root",
+                oom(7, 20),
+                "kernel",
+                Some("/pods/a/c"),
+            ),
+            (
+                "a recorded cgroup the trace does not know: the next source",
+                oom(8, 20),
+                "trigger",
+                Some("/pods/b"),
+            ),
             (
                 "victim still in /proc",
                 oom(5, 20),
@@ -579,7 +613,7 @@ mod tests {
             panic!()
         };
         assert_eq!(report.most_stalled[0].subject, "shop/web");
-        assert_eq!(report.oom_kills.len(), 2);
+        assert_eq!(report.oom_kills.len(), 4);
         assert_eq!(v.recent().involving(12, 100_000_000, 100_000_000).len(), 1);
     }
 

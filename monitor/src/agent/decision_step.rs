@@ -4,6 +4,7 @@
 use std::{
     collections::HashSet,
     io::{self, Write as _},
+    path::PathBuf,
     sync::Arc,
     time::Duration,
 };
@@ -14,7 +15,7 @@ use tracing::Instrument as _;
 use super::{
     actuator::ActionRequest,
     args::GraceProjection,
-    decision_log, persist,
+    decision_log, kernel_victim, persist,
     reader::MachineReader as _,
     report::{DecisionContext, DecisionReport},
     run::{Agent, RunningGrace},
@@ -100,6 +101,9 @@ impl Agent {
                 },
                 span.clone(),
             );
+            if eviction.signal != Signal::PidAvailable {
+                self.name_kernel_victim(span.clone());
+            }
         }
         if let Some(node_status) = &self.node_status {
             node_status.set(&decision.node_conditions);
@@ -135,6 +139,48 @@ impl Agent {
                 .record_grace_period(grace_given.unwrap_or(eviction.grace_period_seconds));
         }
         self.writer.save(&self.saved, Instant::now());
+    }
+
+    /// Logs, in the decision's span, whom the kernel's OOM killer would kill without this
+    /// eviction (see [`kernel_victim`]); read off the agent's thread, after the action began.
+    fn name_kernel_victim(&self, span: tracing::Span) {
+        let (domain, domain_bytes) = self.core.nearest_oom_point();
+        let question = kernel_victim::Question {
+            domain,
+            domain_bytes,
+            kubepods_dir: self.hierarchy.dir(self.kubepods.rel.as_str()),
+            version: self.hierarchy.version,
+            pods: self
+                .core
+                .pods()
+                .filter_map(|row| {
+                    let pod = &row.facts.pod;
+                    let rel = row.cgroup.as_ref()?.rel.as_str().to_string();
+                    Some((rel, format!("{}/{}", pod.namespace, pod.name)))
+                })
+                .collect(),
+            proc_root: PathBuf::from("/proc"),
+        };
+        tokio::task::spawn_blocking(move || {
+            let _in_decision = span.enter();
+            if let Some(victim) = question.answer() {
+                tracing::info!(
+                    kernel_victim.pid = victim.pid,
+                    kernel_victim.comm = %victim.comm,
+                    kernel_victim.pod = victim.pod.as_deref(),
+                    kernel_victim.points = victim.points,
+                    oom_domain = domain.as_str(),
+                    "{}",
+                    victim.text(domain)
+                );
+            } else {
+                tracing::info!(
+                    oom_domain = domain.as_str(),
+                    "without it, the OOM killer would find no process it may kill ({})",
+                    domain.as_str()
+                );
+            }
+        });
     }
 
     /// The grace period the node can afford for a decision taken at `decided_ns`: on a hard

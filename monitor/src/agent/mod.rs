@@ -13,6 +13,7 @@ pub mod decision_log;
 mod decision_step;
 mod event_source;
 mod intake;
+mod kernel_victim;
 pub mod local_first;
 pub mod node_status;
 pub mod persist;

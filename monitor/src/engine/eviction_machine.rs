@@ -15,7 +15,7 @@ use crate::{
         headroom::memory_headroom,
         ids::{CgroupRel, PodId, PodUid},
         instant::{Clock, MonoInstant},
-        oom_projection::{GrowthWindow, OomPoints, Projection},
+        oom_projection::{GrowthWindow, OomDomain, OomPoints, Projection},
         pod_facts::{PodFacts, PodRef},
         rank::{FsLayout, RankPolicy},
         rank_index::{RankIndex, RankIndexSet},
@@ -616,6 +616,16 @@ impl AgentCore {
             node_memory: self.capacity.memory_bytes,
         };
         self.growth.project(points, now_ns)
+    }
+
+    /// The OOM point the working sets are nearest, and the memory the kernel scales
+    /// `oom_score_adj` by there.
+    pub fn nearest_oom_point(&self) -> (OomDomain, u64) {
+        OomPoints {
+            kubepods_limit: self.capacity.kubepods_limit,
+            node_memory: self.capacity.memory_bytes,
+        }
+        .nearest(self.usage.kubepods(), self.usage.node())
     }
 
     /// How much the working sets may grow before a memory threshold could be met.

@@ -37,6 +37,37 @@ pub struct OomPoints {
     pub node_memory: u64,
 }
 
+/// Where the kernel's OOM killer would act first: in the kubepods cgroup (a memory cgroup
+/// OOM among the pods' processes) or on the whole node (every process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OomDomain {
+    Kubepods,
+    Node,
+}
+
+impl OomDomain {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OomDomain::Kubepods => "kubepods",
+            OomDomain::Node => "node",
+        }
+    }
+}
+
+impl OomPoints {
+    /// The OOM point fewer bytes away for these working sets, and the memory the kernel
+    /// scales `oom_score_adj` by there (the cgroup's limit, or the node's memory).
+    pub fn nearest(&self, kubepods: u64, node: u64) -> (OomDomain, u64) {
+        let node_left = self.node_memory.saturating_sub(node);
+        match self.kubepods_limit {
+            Some(limit) if limit.saturating_sub(kubepods) <= node_left => {
+                (OomDomain::Kubepods, limit)
+            }
+            _ => (OomDomain::Node, self.node_memory),
+        }
+    }
+}
+
 /// The last [`WINDOW_NS`] of the node and kubepods working sets.
 #[derive(Clone, Debug, Default)]
 pub struct GrowthWindow {
@@ -193,6 +224,45 @@ impl fmt::Display for Grace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nearest_oom_point_names_the_domain() {
+        let gib = 1 << 30;
+        let with_limit = OomPoints {
+            kubepods_limit: Some(4 * gib),
+            node_memory: 8 * gib,
+        };
+        let cases = [
+            (
+                "pods near their limit",
+                with_limit,
+                3 * gib,
+                5 * gib,
+                OomDomain::Kubepods,
+            ),
+            (
+                "the node nearer",
+                with_limit,
+                gib,
+                7 * gib + gib / 2,
+                OomDomain::Node,
+            ),
+            (
+                "no kubepods limit",
+                OomPoints {
+                    kubepods_limit: None,
+                    node_memory: 8 * gib,
+                },
+                3 * gib,
+                5 * gib,
+                OomDomain::Node,
+            ),
+        ];
+        for (name, points, kubepods, node, expected) in cases {
+            assert_eq!(points.nearest(kubepods, node).0, expected, "{name}");
+        }
+        assert_eq!(with_limit.nearest(3 * gib, 5 * gib).1, 4 * gib);
+    }
 
     const MS: u64 = 1_000_000;
     const MIB: u64 = 1 << 20;

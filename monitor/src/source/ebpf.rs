@@ -34,6 +34,7 @@ use stat_links::StatLinks;
 
 use super::{
     btf::{self, BtfError, Types},
+    btf_bytes::BtfBytes,
     event::{DecodeError, KernelEvent, decode},
     fentry::{self as fentry_targets, FentryTarget},
     hook_plan,
@@ -260,7 +261,8 @@ impl KernelSource {
         if unsafe { libc::geteuid() } != 0 {
             return Err(LoadError::NotRoot);
         }
-        let btf = std::fs::read(VMLINUX_BTF).map_err(|_| LoadError::NoBtf)?;
+        let btf = BtfBytes::open(Path::new(VMLINUX_BTF)).map_err(|_| LoadError::NoBtf)?;
+        tracing::debug!("kernel BTF mapped, not copied: {}", btf.is_mapped());
         // Parsed once for every lookup, and freed before the programs are loaded.
         let types = Types::parse(&btf)?;
         let config = config_for(&types, options)?;

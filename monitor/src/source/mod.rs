@@ -1,6 +1,7 @@
 //! Where memory numbers come from: the kernel programs (ring buffer) or, where they cannot
 //! load, cgroupfs polling; and PSI triggers, the kernel's word that tasks stall on memory.
 pub mod btf;
+pub(crate) mod btf_bytes;
 pub mod ebpf;
 pub mod event;
 pub mod fentry;

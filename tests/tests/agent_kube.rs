@@ -808,6 +808,46 @@ fn a_soft_threshold_goes_through_the_api_alone() {
     );
 }
 
+/// With `--kube-hard-action api` the agent cannot stop a pod in time for a node racing to its
+/// OOM point: it says so, with the projection, instead of losing in silence.
+#[test]
+fn the_api_only_path_says_when_the_oom_point_is_nearer_than_the_kubelet_can_act() {
+    if !running_as_root("the_api_only_path_says_when_the_oom_point_is_nearer") {
+        return;
+    }
+    let kube = KubeScene::new("kube-api-race");
+    // The kernel's OOM point 48 MiB past the threshold.
+    set_memory_limit(
+        &kube.scene.kubepods.dir,
+        (AgentScene::PRESSURE_ABOVE_MIB + 48) << 20,
+    )
+    .expect("limiting kubepods");
+    let mut hog = kube.scene.run_pod(&kube.hog);
+    let agent = start_kube_agent(
+        &kube.scene,
+        &kube.kubeconfig,
+        &["--kube-hard-action", "api"],
+    );
+    if !agent.stderr().contains(" source ebpf (") {
+        tests::cannot_run(
+            tests::Reason::MemcgPrograms,
+            "the projection needs the kernel programs' growth records",
+        );
+        return;
+    }
+    // Far past the limit at full speed: the kernel's OOM killer ends it, the mock's pod stays.
+    hog.command("alloc 1024");
+    let decision = next_decision(&agent);
+    assert_decides_on_hog(&decision, "evict");
+    assert_eq!(decision["path"], "api", "{decision:#}");
+    let line = agent
+        .wait_stderr(WITHIN, |l| l.contains("through the API alone"))
+        .unwrap_or_else(|| panic!("no word of the race: {}", agent.stderr()));
+    assert!(line.contains("the OOM point is "), "{line}");
+    assert!(line.contains("--kube-hard-action kill"), "{line}");
+    let _ = hog.wait();
+}
+
 /// A Summary API answer for `node` with each pod's working set in MiB.
 fn summary_json(node: &str, pods: &[(&TestPod, u64)]) -> String {
     let pods: Vec<Value> = pods

@@ -13,9 +13,12 @@ use tokio::{sync::Notify, time::Instant};
 use tracing::Instrument as _;
 
 use super::{
+    action_path::Route,
     actuator::ActionRequest,
     args::GraceProjection,
-    decision_log, kernel_victim, persist,
+    decision_log, kernel_victim,
+    local_first::API_TIMEOUT,
+    persist,
     reader::MachineReader as _,
     report::{DecisionContext, DecisionReport},
     run::{Agent, RunningGrace},
@@ -85,6 +88,13 @@ impl Agent {
                 Grace::Cut { to, .. } => i64::try_from(to.as_secs()).unwrap_or(0),
             };
             grace_given = Some(seconds);
+            if self
+                .actuator
+                .route(eviction.threshold.kind == ThresholdKind::Hard)
+                == Some(Route::Api)
+            {
+                self.warn_api_may_lose(grace.duration(), decided_ns);
+            }
             self.act(
                 eviction.pod.clone(),
                 grace.duration(),
@@ -139,6 +149,24 @@ impl Agent {
                 .record_grace_period(grace_given.unwrap_or(eviction.grace_period_seconds));
         }
         self.writer.save(&self.saved, Instant::now());
+    }
+
+    /// On the API-only route the pod stops once the API server deleted it and the kubelet
+    /// acted, which the agent neither controls nor sees: says so when the OOM point is
+    /// projected nearer than the grace period plus the time the API may take to answer, so
+    /// an operator sees why the kernel may win.
+    fn warn_api_may_lose(&self, grace: Duration, decided_ns: u64) {
+        let Some(projection) = self.core.oom_projection(decided_ns) else {
+            return;
+        };
+        if projection.until_oom < grace + API_TIMEOUT {
+            tracing::warn!(
+                oom_in_ms = u64::try_from(projection.until_oom.as_millis()).unwrap_or(u64::MAX),
+                "{projection}: through the API alone the pod stops only once the kubelet acts \
+                 on the Eviction, and the kernel's OOM killer may act first \
+                 (--kube-hard-action kill stops a pod on a hard threshold here at once)"
+            );
+        }
     }
 
     /// Logs, in the decision's span, whom the kernel's OOM killer would kill without this
@@ -315,10 +343,7 @@ impl Agent {
             force_now: force_now.clone(),
             reap_wait,
         };
-        let local = self
-            .actuator
-            .route(hard)
-            .is_some_and(super::action_path::Route::kills);
+        let local = self.actuator.route(hard).is_some_and(Route::kills);
         let uid = request.pod.uid.clone();
         let pod = request.pod.to_string();
         if let Some(task) = self.actuator.start(request) {

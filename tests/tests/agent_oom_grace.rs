@@ -20,16 +20,25 @@ const MARGIN_MIB: u64 = 48;
 /// other's kill, which is the OOM race's business, not these tests'.
 static ONE_RACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The kubepods limit `MARGIN_MIB` above the threshold.
+const LIMIT: u64 = (AgentScene::PRESSURE_ABOVE_MIB + MARGIN_MIB) << 20;
+
 /// A scene whose kubepods cgroup is limited `MARGIN_MIB` above the threshold, and its agent;
 /// `None` (reported as not run) when the kernel programs are not the agent's source.
 fn scene_and_agent(name: &str) -> Option<(AgentScene, MonitorProcess)> {
+    scene_and_agent_with(name, LIMIT, &[])
+}
+
+/// As [`scene_and_agent`], with the kubepods cgroup limited to `limit` and the agent given
+/// `extra` arguments.
+fn scene_and_agent_with(
+    name: &str,
+    limit: u64,
+    extra: &[&str],
+) -> Option<(AgentScene, MonitorProcess)> {
     let scene = AgentScene::new(name, "1s", "5s");
-    set_memory_limit(
-        &scene.kubepods.dir,
-        (AgentScene::PRESSURE_ABOVE_MIB + MARGIN_MIB) << 20,
-    )
-    .expect("limiting kubepods");
-    let mut agent = scene.start_agent(&[]);
+    set_memory_limit(&scene.kubepods.dir, limit).expect("limiting kubepods");
+    let mut agent = scene.start_agent(extra);
     let source = agent
         .stderr()
         .lines()
@@ -185,4 +194,48 @@ fn grow_slowly_until_decided(proc: &mut Allocator, agent: &MonitorProcess) -> se
     assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
     assert_eq!(decision["grace"]["given_ms"], 1000, "{decision:#}");
     decision
+}
+
+/// The kubelet sets the kubepods limit from the node's allocatable memory, which changes with
+/// its reservations: a limit lowered while the agent runs is the OOM point it projects from
+/// its next resync on, and a hog racing to it is forced in time.
+#[test]
+fn a_kubepods_limit_lowered_while_the_agent_runs_is_the_oom_point_it_projects() {
+    if !running_as_root("a_kubepods_limit_lowered_while_the_agent_runs_is_the_oom_point") {
+        return;
+    }
+    let _one = ONE_RACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Far from any OOM point at start: no grace would be cut.
+    let Some((scene, mut agent)) =
+        scene_and_agent_with("oom-grace-relimit", 8 << 30, &["--resync-interval", "1s"])
+    else {
+        return;
+    };
+    set_memory_limit(&scene.kubepods.dir, LIMIT).expect("lowering the kubepods limit");
+    let line = agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("node capacity changed")
+        })
+        .unwrap_or_else(|| panic!("the new limit was never read: {}", agent.stderr()));
+    assert!(line.contains("kubepods limit 8.0Gi -> 248.0Mi"), "{line}");
+    let hog = TestPod::new("hog");
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = oom_kills_in(&scene.kubepods.dir);
+    hog_proc.command("alloc 1024");
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let status = hog_proc.wait();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired before the agent's force"
+    );
+    agent.stop();
 }

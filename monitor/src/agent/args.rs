@@ -112,7 +112,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = positive_duration)]
     pub poll_interval: Duration,
     /// How often the eBPF source's working sets are re-read from cgroupfs, correcting drift
-    /// and lost events.
+    /// and lost events; the node's memory and the kubepods cgroup's limit are read again then
+    /// too.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
     pub resync_interval: Duration,
     /// While memory is polled (no memcg tracepoints, or --source poll), read cgroupfs at once

@@ -221,6 +221,7 @@ impl Agent {
                 }
                 _ = reads.tick() => {
                     self.check_own_memory();
+                    self.refresh_capacity();
                     self.resync.tick(self.source.memory_from_kernel());
                     self.read_unprompted();
                     self.sweep_kernel_map();

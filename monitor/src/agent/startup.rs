@@ -38,7 +38,53 @@ use crate::{
     units::bytes,
 };
 
+/// The totals the signals are computed against: `--allocatable-memory` when given, else the
+/// kubepods cgroup's limit, else the node's memory.
+fn node_capacity(
+    allocatable: Option<u64>,
+    memory: u64,
+    kubepods_limit: MemoryLimit,
+) -> NodeCapacity {
+    NodeCapacity {
+        memory_bytes: memory,
+        allocatable_memory_bytes: allocatable_bytes(allocatable, kubepods_limit, memory),
+        kubepods_limit: match kubepods_limit {
+            MemoryLimit::Bytes(bytes) => Some(bytes),
+            MemoryLimit::Unlimited => None,
+        },
+    }
+}
+
 impl Agent {
+    /// Reads the node's memory and the kubepods cgroup's limit again (at each resync): the
+    /// kubelet sets that limit from the node's allocatable memory, which changes with its
+    /// reservations, and the grace projection and the kernel's choice follow it. A failed
+    /// read keeps the last values.
+    pub(super) fn refresh_capacity(&mut self) {
+        let dir = self.hierarchy.dir(&self.kubepods.rel);
+        let (Ok(memory), Ok(limit)) = (
+            read_mem_total(),
+            read_memory_limit(&dir, self.hierarchy.version),
+        ) else {
+            return;
+        };
+        let capacity = node_capacity(self.args.allocatable_memory, memory, limit);
+        let old = self.core.capacity();
+        if capacity != old {
+            let limit = |l: Option<u64>| l.map_or_else(|| "none".into(), |b| bytes(b as i64));
+            tracing::info!(
+                "node capacity changed: memory {} -> {}, kubepods limit {} -> {}, allocatable {} -> {}",
+                bytes(old.memory_bytes as i64),
+                bytes(capacity.memory_bytes as i64),
+                limit(old.kubepods_limit),
+                limit(capacity.kubepods_limit),
+                bytes(old.allocatable_memory_bytes as i64),
+                bytes(capacity.allocatable_memory_bytes as i64),
+            );
+            self.core.set_capacity(capacity);
+        }
+    }
+
     pub(super) async fn start(
         args: AgentArgs,
         evictor: Option<KubeEvictor>,
@@ -55,18 +101,7 @@ impl Agent {
         }
         let memory = read_mem_total()?;
         let kubepods_limit = read_memory_limit(&kubepods_dir, hierarchy.version)?;
-        let capacity = NodeCapacity {
-            memory_bytes: memory,
-            allocatable_memory_bytes: allocatable_bytes(
-                args.allocatable_memory,
-                kubepods_limit,
-                memory,
-            ),
-            kubepods_limit: match kubepods_limit {
-                MemoryLimit::Bytes(bytes) => Some(bytes),
-                MemoryLimit::Unlimited => None,
-            },
-        };
+        let capacity = node_capacity(args.allocatable_memory, memory, kubepods_limit);
         let if_unusable = if args.reset_state {
             IfUnusable::Reset
         } else {

@@ -618,6 +618,16 @@ impl AgentCore {
         self.growth.project(points, now_ns)
     }
 
+    pub fn capacity(&self) -> NodeCapacity {
+        self.capacity
+    }
+
+    /// New node totals (the kubepods limit re-read): the signals follow from the next
+    /// observation on.
+    pub fn set_capacity(&mut self, capacity: NodeCapacity) {
+        self.capacity = capacity;
+    }
+
     /// The OOM point the working sets are nearest, and the memory the kernel scales
     /// `oom_score_adj` by there.
     pub fn nearest_oom_point(&self) -> (OomDomain, u64) {

@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use serde_json::Value;
 use tests::{
     AgentScene, Allocator, MonitorProcess, Reason, TestPod, cannot_run, oom_kills_in,
     running_as_root, set_memory_limit,
@@ -55,6 +56,35 @@ fn scene_and_agent_with(
     Some((scene, agent))
 }
 
+/// A hog that handles SIGTERM and allocates on for a minute after it races past the kubepods
+/// limit at full speed: asserts that it was decided on with its grace cut and forced before
+/// the kernel's OOM killer fired. Returns the decision.
+fn forced_before_the_oom_killer(scene: &AgentScene, agent: &MonitorProcess) -> Value {
+    let hog = TestPod::new("hog");
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = oom_kills_in(&scene.kubepods.dir);
+    // Far past the limit in one go, at full speed.
+    hog_proc.command("alloc 1024");
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let status = hog_proc.wait();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the hog was forced: {status:?}"
+    );
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired before the agent's force"
+    );
+    decision
+}
+
 #[test]
 fn a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords() {
     if !running_as_root("a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords") {
@@ -66,17 +96,7 @@ fn a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords() {
     let Some((scene, mut agent)) = scene_and_agent("oom-grace-cut") else {
         return;
     };
-    let hog = TestPod::new("hog");
-    let mut hog_proc = scene.start_pod(&hog);
-    // Handles SIGTERM and allocates on for a minute after it: only force stops it.
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    let before = oom_kills_in(&scene.kubepods.dir);
-    // Far past the limit in one go, at full speed.
-    hog_proc.command("alloc 1024");
-    let decision = agent.next_decision(Duration::from_secs(20));
-    assert_eq!(decision["name"], "hog", "{decision:#}");
-    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
+    let decision = forced_before_the_oom_killer(&scene, &agent);
     let given = decision["grace"]["given_ms"]
         .as_u64()
         .expect("grace.given_ms");
@@ -93,18 +113,6 @@ fn a_hog_that_drains_while_allocating_gets_only_the_grace_the_node_affords() {
         .expect("the decision's log names the cut grace period");
     assert!(line.contains("the OOM point is "), "{line}");
     eprintln!("{line}");
-    scene.wait_until_empty(&hog, Duration::from_secs(15));
-    let status = hog_proc.wait();
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "the hog was forced: {status:?}"
-    );
-    assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
-        before,
-        "the kernel's OOM killer fired before the agent's force"
-    );
     agent.stop();
 }
 
@@ -180,7 +188,7 @@ fn a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once() {
 /// Grows `proc` to just below the threshold, lets the growth window go quiet, then by 1 MiB
 /// every 100 ms (10 MiB/s, seconds from the OOM point) until the agent decides; the decision
 /// must keep the whole grace period.
-fn grow_slowly_until_decided(proc: &mut Allocator, agent: &MonitorProcess) -> serde_json::Value {
+fn grow_slowly_until_decided(proc: &mut Allocator, agent: &MonitorProcess) -> Value {
     proc.alloc(usize::try_from(AgentScene::PRESSURE_ABOVE_MIB).unwrap() - 8);
     std::thread::sleep(Duration::from_millis(300));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -188,7 +196,7 @@ fn grow_slowly_until_decided(proc: &mut Allocator, agent: &MonitorProcess) -> se
         assert!(Instant::now() < deadline, "no decision within 10 s");
         proc.alloc(1);
         if let Some(line) = agent.next_line(Duration::from_millis(100)) {
-            break serde_json::from_str::<serde_json::Value>(&line).expect("a JSON decision");
+            break serde_json::from_str::<Value>(&line).expect("a JSON decision");
         }
     };
     assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
@@ -220,22 +228,6 @@ fn a_kubepods_limit_lowered_while_the_agent_runs_is_the_oom_point_it_projects() 
         })
         .unwrap_or_else(|| panic!("the new limit was never read: {}", agent.stderr()));
     assert!(line.contains("kubepods limit 8.0Gi -> 248.0Mi"), "{line}");
-    let hog = TestPod::new("hog");
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    let before = oom_kills_in(&scene.kubepods.dir);
-    hog_proc.command("alloc 1024");
-    let decision = agent.next_decision(Duration::from_secs(20));
-    assert_eq!(decision["name"], "hog", "{decision:#}");
-    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
-    scene.wait_until_empty(&hog, Duration::from_secs(15));
-    let status = hog_proc.wait();
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-    assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
-        before,
-        "the kernel's OOM killer fired before the agent's force"
-    );
+    forced_before_the_oom_killer(&scene, &agent);
     agent.stop();
 }

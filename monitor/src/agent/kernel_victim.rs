@@ -14,6 +14,7 @@ use crate::{
         oom_badness::{ProcessMemory, kernel_choice},
         oom_projection::OomDomain,
     },
+    node::read::page_size,
     printable::printable,
     trace::attribution::memory_cgroup_in_proc,
 };
@@ -131,12 +132,6 @@ impl KernelVictim {
             printable(&self.comm)
         )
     }
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).unwrap_or(4096).max(1)
 }
 
 #[cfg(test)]

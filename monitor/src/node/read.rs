@@ -16,6 +16,13 @@ use crate::{
     engine::threshold::SignalObservation,
 };
 
+/// The kernel's page size, the unit of its memory counters.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).unwrap_or(4096).max(1)
+}
+
 /// Why a node signal's input could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {

@@ -27,7 +27,7 @@ use monitor_common::{
 };
 use tokio::io::{Interest, unix::AsyncFd};
 
-use crate::cgroupfs::CgroupPaths;
+use crate::{cgroupfs::CgroupPaths, node::read::page_size};
 
 pub use stat_links::StatLinkError;
 use stat_links::StatLinks;
@@ -990,12 +990,6 @@ fn item(value: i64) -> i32 {
 /// costs speed, never accuracy).
 fn possible_cpus() -> usize {
     aya::util::nr_cpus().unwrap_or(1)
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).unwrap_or(4096)
 }
 
 /// Loads the given programs and attaches those whose tracepoint exists with the fields the

@@ -66,34 +66,33 @@ pub(crate) fn run(
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
+    // One release build for every helper, the ranking benchmark among them.
+    let mut build = crate::process::cargo();
+    build.args([
+        "build",
+        "--release",
+        "--quiet",
+        "--package",
+        "tests",
+        "--bin",
+        "ranking",
+    ]);
     if needs_root {
-        eprintln!("bench: building the agent and the load helper (release)");
-        status(crate::process::cargo().args([
-            "build",
-            "--release",
-            "--quiet",
-            "--package",
-            "monitor",
-            "--bin",
-            "monitor",
-            "--package",
-            "tests",
-            "--bin",
+        eprintln!("bench: building the agent and the load helpers (release)");
+        build.args(["--package", "monitor", "--bin", "monitor"]);
+        for helper in [
             "bench_load",
-            "--bin",
             "hook_cost",
-            "--bin",
             "hook_floor",
-            "--bin",
             "oom_race",
-            "--bin",
             "reap_time",
-            "--bin",
             "oom_peers",
-            "--bin",
             "alloc",
-        ]))?;
+        ] {
+            build.args(["--bin", helper]);
+        }
     }
+    status(&mut build)?;
     let bins = env::Binaries::locate(agent_flags)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
@@ -119,7 +118,7 @@ pub(crate) fn run(
     run_one(Name::Density, &mut || density::run(&bins, &machine, quick))?;
     run_one(Name::Kernel, &mut || kernel::run(&bins, &machine, quick))?;
     run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
-    run_one(Name::Ranking, &mut || ranking::run(&machine, quick))?;
+    run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, quick))?;
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
     if name == Some(Name::OomPeers) {
         run_one(Name::OomPeers, &mut || {

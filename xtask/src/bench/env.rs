@@ -92,6 +92,8 @@ pub(super) struct Binaries {
     pub hook_cost: PathBuf,
     /// The empty program on the memcg raw tracepoints (see `kernel`).
     pub hook_floor: PathBuf,
+    /// The ranking micro-benchmark (see `ranking`).
+    pub ranking: PathBuf,
     /// Flags added to every agent started (`cargo xtask bench --agent-flag`).
     pub agent_flags: Vec<String>,
 }
@@ -110,6 +112,7 @@ impl Binaries {
             load: release.join("bench_load"),
             hook_cost: release.join("hook_cost"),
             hook_floor: release.join("hook_floor"),
+            ranking: release.join("ranking"),
             agent_flags,
         })
     }

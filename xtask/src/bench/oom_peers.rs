@@ -250,7 +250,7 @@ const AGENT_EARLIER: &str = "agent:20%";
 /// Runs the peers' trials in the VM and reports them.
 pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     // The kernel alone: how long the hog takes, and that the kernel does stop it.
-    let (trials, baseline) = if quick { (3, 1) } else { (10, 3) };
+    let (trials, baseline) = if quick { (2, 1) } else { (10, 3) };
     let release = bins
         .monitor
         .parent()

@@ -1,31 +1,20 @@
-//! The ranking micro-benchmark (`cargo bench -p monitor --bench ranking`), run through cargo
-//! and its JSON line turned into figures: the incremental index against the fastest of its
-//! baselines (comparator re-sort, full sort of precomputed keys, minimum scan).
-use std::process::Stdio;
+//! The ranking micro-benchmark (the tests crate's `ranking` binary), run and its JSON line turned
+//! into figures: the incremental index against the fastest of its baselines (comparator
+//! re-sort, full sort of precomputed keys, minimum scan).
+use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::process::cargo;
-
 use super::{
-    env::{Machine, loadavg},
+    env::{Binaries, Machine, loadavg},
     report::{Figure, Section},
 };
 
-pub(super) fn run(machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
     let load = loadavg();
-    let mut cmd = cargo();
-    cmd.args([
-        "bench",
-        "--quiet",
-        "--package",
-        "monitor",
-        "--bench",
-        "ranking",
-        "--",
-        "--json",
-    ]);
+    let mut cmd = Command::new(&bins.ranking);
+    cmd.arg("--json");
     if quick {
         cmd.arg("--quick");
     }

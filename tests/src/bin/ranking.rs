@@ -8,8 +8,10 @@
 //!
 //! The incremental index's speedup is stated against the fastest baseline at each size.
 //!
-//! `cargo bench -p monitor --bench ranking [-- --quick] [-- --json]`: `--quick` runs fewer
-//! iterations; `--json` adds one JSON object as the last line of output.
+//! `cargo xtask bench ranking`, or `cargo run --release -p tests --bin ranking -- [--quick] [--json]`:
+//! `--quick` runs fewer iterations; `--json` adds one JSON object as the last line of output.
+//! A binary of this crate rather than a cargo bench, so it is built with the other bench helpers
+//! and not again with the agent's dev-dependencies.
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;

@@ -223,6 +223,16 @@ fn metrics_parse_strictly_and_follow_the_naming_conventions() {
             ),
             1.0
         );
+        // The level in force beside the signal, so a rule can say how near a node is.
+        let hard = families["monitor_eviction_threshold_bytes"]
+            .samples
+            .iter()
+            .find(|(_, l, _)| {
+                l["eviction_signal"] == "allocatableMemory.available"
+                    && l["threshold_kind"] == "hard"
+            })
+            .map(|s| s.2);
+        assert_eq!(hard, Some(100.0 * 1024.0 * 1024.0), "{body}");
         assert_eq!(
             families["monitor_event_to_decision_seconds"]
                 .kind

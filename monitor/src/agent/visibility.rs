@@ -9,7 +9,7 @@ use super::{
     run::Agent,
 };
 use crate::{
-    engine::{decide::Eviction, signal::Signal},
+    engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
     metrics::snapshot::{DebugRanking, Readiness, Snapshot, SourceView},
     system_clock::monotonic_ns,
@@ -35,6 +35,21 @@ impl Agent {
             *m.threshold_met
                 .entry(threshold.signal.as_str())
                 .or_default() |= met;
+        }
+        // Levels only for the signals observed: a percentage needs the signal's capacity.
+        m.threshold_levels.clear();
+        for view in publish::signals(&self.core) {
+            for threshold in &view.thresholds {
+                let kind = match threshold.kind {
+                    ThresholdKind::Hard => "hard",
+                    ThresholdKind::Soft => "soft",
+                };
+                let level = m
+                    .threshold_levels
+                    .entry((view.signal.as_str(), kind))
+                    .or_insert(f64::MIN);
+                *level = level.max(threshold.value as f64);
+            }
         }
         m.pods_ranked = self.core.pod_count() as u64;
         m.stat_programs_attached = self.source.memory_from_kernel();

@@ -57,6 +57,9 @@ pub struct Metrics {
     pub signal_observations: BTreeMap<&'static str, f64>,
     /// 1 while a threshold of the signal is met.
     pub threshold_met: BTreeMap<&'static str, bool>,
+    /// Each signal's threshold levels in force, resolved against its capacity, by kind
+    /// (`hard`, `soft`): the highest where a signal has several of a kind.
+    pub threshold_levels: BTreeMap<(&'static str, &'static str), f64>,
     pub pods_ranked: u64,
     pub events_received: u64,
     pub events_lost: u64,
@@ -91,6 +94,7 @@ impl Default for Metrics {
             evictions_by_signal: BTreeMap::new(),
             signal_observations: BTreeMap::new(),
             threshold_met: BTreeMap::new(),
+            threshold_levels: BTreeMap::new(),
             pods_ranked: 0,
             events_received: 0,
             events_lost: 0,
@@ -159,6 +163,31 @@ impl Metrics {
             header(&mut out, name, "gauge", help);
             for (signal, v) in observations {
                 let _ = writeln!(out, "{name}{{eviction_signal=\"{}\"}} {v}", escape(signal));
+            }
+        }
+        let (pids, bytes): (Vec<_>, Vec<_>) = self
+            .threshold_levels
+            .iter()
+            .partition(|((signal, _), _)| *signal == PID_SIGNAL);
+        for (name, help, levels) in [
+            (
+                "monitor_eviction_threshold_bytes",
+                "Level of each memory eviction threshold in force, in bytes, resolved against the signal's capacity; the signal's threshold is met below it.",
+                bytes,
+            ),
+            (
+                "monitor_eviction_threshold_pids",
+                "Level of each pid.available threshold in force, in process IDs.",
+                pids,
+            ),
+        ] {
+            header(&mut out, name, "gauge", help);
+            for ((signal, kind), v) in levels {
+                let _ = writeln!(
+                    out,
+                    "{name}{{eviction_signal=\"{}\",threshold_kind=\"{kind}\"}} {v}",
+                    escape(signal)
+                );
             }
         }
         let name = "monitor_eviction_threshold_met";
@@ -319,6 +348,9 @@ mod tests {
         m.signal_observations.insert("memory.available", 1048576.0);
         m.signal_observations.insert("pid.available", 4000.0);
         m.threshold_met.insert("memory.available", true);
+        m.threshold_levels
+            .insert(("memory.available", "hard"), 104857600.0);
+        m.threshold_levels.insert(("pid.available", "soft"), 1000.0);
         m.events_received = 10;
         m.events_lost = 1;
         m.pods_ranked = 40;
@@ -330,6 +362,8 @@ mod tests {
             "monitor_eviction_signal_available_bytes{eviction_signal=\"memory.available\"} 1048576",
             "monitor_eviction_signal_available_pids{eviction_signal=\"pid.available\"} 4000",
             "monitor_eviction_threshold_met{eviction_signal=\"memory.available\"} 1",
+            "monitor_eviction_threshold_bytes{eviction_signal=\"memory.available\",threshold_kind=\"hard\"} 104857600",
+            "monitor_eviction_threshold_pids{eviction_signal=\"pid.available\",threshold_kind=\"soft\"} 1000",
             "monitor_pods_ranked 40",
             "monitor_events_received_total 10",
             "monitor_events_lost_total 1",
@@ -344,7 +378,7 @@ mod tests {
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!(
-            types, 19,
+            types, 21,
             "one TYPE line per family (no limit: no limit family)"
         );
         let build = format!(

@@ -35,6 +35,11 @@ impl Agent {
             *m.threshold_met
                 .entry(threshold.signal.as_str())
                 .or_default() |= met;
+            // A counter born at 1 hides its first increase from `increase()`: each signal
+            // that can evict is exported at 0 from the start.
+            m.evictions_by_signal
+                .entry(threshold.signal.as_str())
+                .or_insert(0);
         }
         // Levels only for the signals observed: a percentage needs the signal's capacity.
         m.threshold_levels.clear();

@@ -49,11 +49,13 @@ pub enum Reason {
     Image,
     /// kubernetes-validate is not installed.
     KubernetesValidate,
+    /// Debian's Prometheus (the server and promtool) is not at hand.
+    Prometheus,
 }
 
 impl Reason {
     /// Every reason, in the order of the summary.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Root,
         Reason::Fentry,
         Reason::MemcgTracepoints,
@@ -68,6 +70,7 @@ impl Reason {
         Reason::Tmux,
         Reason::Image,
         Reason::KubernetesValidate,
+        Reason::Prometheus,
     ];
 
     /// The name [`ALLOW_VAR`] uses.
@@ -87,6 +90,7 @@ impl Reason {
             Reason::Tmux => "tmux",
             Reason::Image => "image",
             Reason::KubernetesValidate => "kubernetes-validate",
+            Reason::Prometheus => "prometheus",
         }
     }
 
@@ -107,6 +111,7 @@ impl Reason {
             Reason::Tmux => "tmux is not installed",
             Reason::Image => "no container image or podman",
             Reason::KubernetesValidate => "kubernetes-validate is not installed",
+            Reason::Prometheus => "Debian's prometheus package (server, promtool) is not at hand",
         }
     }
 }

@@ -37,6 +37,8 @@ pub(crate) fn test(with_vm: bool) -> anyhow::Result<()> {
     let image = crate::image::build()?;
     crate::setup::ensure_debian_packages(&["podman", "runc"].map(String::from))?;
     let validator = crate::setup::ensure_kubernetes_validate(&target_dir()?)?;
+    // The monitoring test runs Debian's Prometheus server and promtool, unpacked, not installed.
+    let prometheus = crate::vm::debian_package("prometheus")?;
     // A test that cannot run fails, unless the machine (or the developer) gives it a reason.
     let allowed = crate::skips::Allowed::here()?;
     let skip_log = target_dir()?.join("test-skips.log");
@@ -44,7 +46,8 @@ pub(crate) fn test(with_vm: bool) -> anyhow::Result<()> {
     let mut cmd = cargo();
     cmd.args(["test"])
         .env("MONITOR_IMAGE", image)
-        .env("KUBERNETES_VALIDATE", validator);
+        .env("KUBERNETES_VALIDATE", validator)
+        .env("MONITOR_PROMETHEUS_DIR", prometheus);
     allowed.apply(&mut cmd, &skip_log)?;
     let tested = status(&mut cmd);
     for line in crate::skips::summary(&skip_log) {

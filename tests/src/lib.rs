@@ -31,6 +31,6 @@ pub use monitor_process::MonitorProcess;
 pub use netns::{add_loopback_alias, in_own_network_namespace};
 pub use pods::{TestPod, uid_for};
 pub use scene::AgentScene;
-pub use skip::{Reason, cannot_run, has_cap_sys_resource, running_as_root};
+pub use skip::{Reason, cannot_run, has_cap_sys_resource, on_the_host, running_as_root};
 pub use temp_dir::TempDir;
 pub use trace::Trace;

@@ -38,3 +38,16 @@ pub fn has_cap_sys_resource() -> bool {
         })
         .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
 }
+
+/// True outside the test VM, which runs the test executables without the repository's files;
+/// in it the test (`test`: its name) is reported as skipped for `host-only`.
+pub fn on_the_host(test: &str) -> bool {
+    let in_vm = std::env::var_os("MONITOR_VM").is_some();
+    if in_vm {
+        cannot_run(
+            Reason::HostOnly,
+            &format!("{test} checks the repository's files"),
+        );
+    }
+    !in_vm
+}

@@ -8,19 +8,7 @@ use std::{
     process::Command,
 };
 
-use tests::TempDir;
-
-/// The repository's files are on the host only; the VM runs this executable without them.
-fn on_the_host(test: &str) -> bool {
-    let in_vm = std::env::var_os("MONITOR_VM").is_some();
-    if in_vm {
-        tests::cannot_run(
-            tests::Reason::HostOnly,
-            &format!("{test} checks the repository's files"),
-        );
-    }
-    !in_vm
-}
+use tests::{TempDir, on_the_host};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

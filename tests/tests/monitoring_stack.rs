@@ -16,21 +16,9 @@ use std::{
 
 use serde_json::Value;
 use tests::{
-    AgentScene, TempDir, TestPod, in_own_network_namespace, metrics_addr, running_as_root,
-    set_memory_limit,
+    AgentScene, TempDir, TestPod, in_own_network_namespace, metrics_addr, on_the_host,
+    running_as_root, set_memory_limit,
 };
-
-/// The repository's files are on the host only; the VM runs this executable without them.
-fn on_the_host(test: &str) -> bool {
-    let in_vm = std::env::var_os("MONITOR_VM").is_some();
-    if in_vm {
-        tests::cannot_run(
-            tests::Reason::HostOnly,
-            &format!("{test} checks the repository's files"),
-        );
-    }
-    !in_vm
-}
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -65,7 +65,9 @@ impl Agent {
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
         self.recheck_running_grace(decided_ns);
-        let decision = self.core.decide(&ManualClock::new(BootClock.now()));
+        let decision = self
+            .core
+            .decide_at(&ManualClock::new(BootClock.now()), Some(decided_ns));
         if self.args.dry_run
             && decision.eviction().is_some()
             && let Some(pending) = &mut self.core.state.awaiting_cleanup
@@ -290,6 +292,10 @@ impl Agent {
                     .actuator
                     .route(eviction.threshold.kind == ThresholdKind::Hard),
                 grace,
+                prediction: self
+                    .core
+                    .prediction()
+                    .filter(|p| p.signal == eviction.signal),
             },
         );
         decision_log::decided(&report);

@@ -10,7 +10,7 @@ use std::{fs, path::PathBuf};
 use crate::{
     cgroupfs::{CgroupVersion, procs::subtree_pids},
     engine::{
-        ids::is_within,
+        ids::deepest_within,
         oom_badness::{ProcessMemory, kernel_choice},
         oom_projection::OomDomain,
     },
@@ -106,11 +106,7 @@ impl Question {
     fn pod_of(&self, pid: i32) -> Option<String> {
         let text = fs::read_to_string(self.proc_root.join(format!("{pid}/cgroup"))).ok()?;
         let cgroup = memory_cgroup_in_proc(&text, self.version)?;
-        self.pods
-            .iter()
-            .filter(|(root, _)| is_within(&cgroup, root))
-            .max_by_key(|(root, _)| root.len())
-            .map(|(_, pod)| pod.clone())
+        deepest_within(&self.pods, &cgroup).cloned()
     }
 }
 

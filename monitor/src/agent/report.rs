@@ -6,6 +6,7 @@ use super::{action_path::Route, cause::Cause};
 use crate::{
     engine::{
         decide::Eviction,
+        eviction_machine::Prediction,
         oom_projection::Grace,
         pod_facts::PodFacts,
         quantity::Quantity,
@@ -35,7 +36,7 @@ pub struct DecisionReport {
     pub threshold_kind: ThresholdKind,
     /// The threshold level in the signal's unit.
     pub threshold: i64,
-    /// What was available.
+    /// What was available; with `--predict`, as projected (see `predicted`).
     pub observed: i64,
     pub grace_period_seconds: i64,
     pub priority: i32,
@@ -49,6 +50,10 @@ pub struct DecisionReport {
     pub path: Option<&'static str>,
     /// The grace period given, and why it was cut when it was.
     pub grace: GraceFields,
+    /// With `--predict`, when the decision was taken before the crossing: what was available
+    /// then, and the projection that led to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<PredictedFields>,
     #[serde(skip)]
     grace_text: Option<String>,
     #[serde(skip)]
@@ -93,6 +98,26 @@ impl GraceFields {
     }
 }
 
+/// A decision taken before its crossing (see [`Prediction`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct PredictedFields {
+    pub available_now: i64,
+    pub lead_ms: u64,
+    // Rounded to whole bytes: a rate, not a count.
+    pub growth_bytes_per_second: u64,
+}
+
+impl PredictedFields {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn new(p: Prediction) -> Self {
+        Self {
+            available_now: p.available_now,
+            lead_ms: u64::try_from(p.lead.as_millis()).unwrap_or(u64::MAX),
+            growth_bytes_per_second: p.bytes_per_s as u64,
+        }
+    }
+}
+
 /// Inputs describing the moment of the decision.
 pub struct DecisionContext<'a> {
     pub dry_run: bool,
@@ -108,6 +133,8 @@ pub struct DecisionContext<'a> {
     pub route: Option<Route>,
     /// The grace period the node could afford.
     pub grace: Grace,
+    /// The projection the decision acted on, with `--predict`.
+    pub prediction: Option<Prediction>,
 }
 
 impl DecisionReport {
@@ -132,6 +159,7 @@ impl DecisionReport {
             path: ctx.route.map(Route::as_str),
             path_text: ctx.route.map(Route::describe),
             grace: GraceFields::new(ctx.grace),
+            predicted: ctx.prediction.map(PredictedFields::new),
             grace_text: matches!(ctx.grace, Grace::Cut { .. }).then(|| ctx.grace.to_string()),
         }
     }
@@ -181,8 +209,20 @@ impl DecisionReport {
                 format!("{side}, priority {}, {margin}", self.priority)
             }
         };
+        let predicted = self
+            .predicted
+            .as_ref()
+            .map(|p| {
+                format!(
+                    " in {} ms at {:.1} GiB/s (now {}, predicted)",
+                    p.lead_ms,
+                    p.growth_bytes_per_second as f64 / f64::from(1u32 << 30),
+                    unit(p.available_now)
+                )
+            })
+            .unwrap_or_default();
         format!(
-            "{verb} {}/{}{}: {} {} < {}; {keys}{}{}",
+            "{verb} {}/{}{}: {} {}{predicted} < {}; {keys}{}{}",
             printable(&self.namespace),
             printable(&self.name),
             self.path_text
@@ -253,6 +293,7 @@ mod tests {
                 cause: Cause::default(),
                 route: (!dry_run).then_some(Route::LocalFirst),
                 grace: Grace::Full(std::time::Duration::from_secs(1)),
+                prediction: None,
             },
         )
     }
@@ -304,6 +345,31 @@ mod tests {
         assert_eq!(json["signal"], "allocatableMemory.available");
         assert_eq!(json["rank"]["exceedsRequest"], true);
         assert!(json["path"].is_null(), "nothing is done in dry-run");
+    }
+
+    #[test]
+    fn a_predicted_decision_says_so_with_what_is_available_now() {
+        let mut predicted = report(true, Some(612 << 20));
+        predicted.predicted = Some(PredictedFields::new(Prediction {
+            signal: Signal::AllocatableMemoryAvailable,
+            available_now: 300 * MI,
+            available_then: 180 * MI,
+            lead: std::time::Duration::from_millis(100),
+            bytes_per_s: 1200.0 * MI as f64,
+        }));
+        assert!(
+            predicted.text().starts_with(
+                "would evict default/web-1: allocatableMemory.available 180.0Mi in 100 ms at \
+                 1.2 GiB/s (now 300.0Mi, predicted) < 200.0Mi; "
+            ),
+            "{}",
+            predicted.text()
+        );
+        let json = serde_json::to_value(&predicted).unwrap();
+        assert_eq!(json["predicted"]["available_now"], 300 * MI);
+        assert_eq!(json["predicted"]["lead_ms"], 100);
+        let plain = serde_json::to_value(report(true, Some(612 << 20))).unwrap();
+        assert!(plain.get("predicted").is_none(), "{plain}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::{fs, io};
 use crate::{
     cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
     engine::{eviction_machine::AgentCore, ids::is_within},
-    node::{MemoryLimit, read::read_memory_limit},
+    node::read::read_memory_limit,
     units::bytes,
 };
 
@@ -122,10 +122,7 @@ impl OwnMemory {
         let rel = own.cgroup.as_deref().filter(|rel| *rel != "/")?;
         let dir = hierarchy.dir(rel);
         let charged = stats::read(&dir, hierarchy.version).ok()?.usage;
-        let limit = match read_memory_limit(&dir, hierarchy.version).ok()? {
-            MemoryLimit::Bytes(limit) => Some(limit),
-            MemoryLimit::Unlimited => None,
-        };
+        let limit = read_memory_limit(&dir, hierarchy.version).ok()?.bytes();
         let charge = OwnCharge { charged, limit };
         let near = charge.near_limit();
         if near && !self.near {

@@ -48,10 +48,7 @@ fn node_capacity(
     NodeCapacity {
         memory_bytes: memory,
         allocatable_memory_bytes: allocatable_bytes(allocatable, kubepods_limit, memory),
-        kubepods_limit: match kubepods_limit {
-            MemoryLimit::Bytes(bytes) => Some(bytes),
-            MemoryLimit::Unlimited => None,
-        },
+        kubepods_limit: kubepods_limit.bytes(),
     }
 }
 
@@ -148,7 +145,15 @@ impl Agent {
             tracing::info!("metrics at http://{addr}/metrics");
             tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
         }
-        let core = AgentCore::new(config, capacity, kubepods.rel.clone(), state);
+        let mut core = AgentCore::new(config, capacity, kubepods.rel.clone(), state);
+        core.set_predict_lead(args.predict);
+        if let Some(lead) = args.predict {
+            tracing::info!(
+                "--predict {}ms: a hard memory threshold is acted on when the last 50ms of \
+                 growth would cross it within that time, before it is met",
+                lead.as_millis()
+            );
+        }
         let unobserved = core.unobserved_signals();
         if !unobserved.is_empty() {
             let names: Vec<String> = unobserved.iter().map(ToString::to_string).collect();

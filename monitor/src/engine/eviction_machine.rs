@@ -1,7 +1,10 @@
 //! The agent's pure state machine: pods, their cgroups, working sets kept current from kernel
 //! events, the incremental rankings, and the decision step. Everything here takes plain data
 //! (and a clock), so the whole pipeline from event to decision is tested without root.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    time::Duration,
+};
 
 use super::{
     pod_table::{PodRow, PodTable},
@@ -21,7 +24,7 @@ use crate::{
         rank_index::{RankIndex, RankIndexSet},
         signal::Signal,
         summary::PodUsage,
-        threshold::SignalObservation,
+        threshold::{SignalObservation, ThresholdKind},
     },
     node::memory::{allocatable_memory_available, memory_available},
     pods::PodCgroup,
@@ -105,7 +108,25 @@ pub struct AgentCore {
     read_failures: u64,
     /// Pods whose eviction was refused, held out for a while.
     refusals: Refusals,
+    /// Uids of the rows no longer listed (their eviction in flight), so a decision need not
+    /// walk every row to find them.
+    unlisted: BTreeSet<String>,
+    /// How far ahead a memory signal is projected before deciding (`--predict`); `None`:
+    /// decisions rest on what is, as the kubelet's.
+    predict_lead: Option<Duration>,
+    /// The projection the last decision acted on, if it did.
+    prediction: Option<Prediction>,
     pub state: EvictionState,
+}
+
+/// A hard threshold acted on before its crossing: the signal now and as projected.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prediction {
+    pub signal: Signal,
+    pub available_now: i64,
+    pub available_then: i64,
+    pub lead: Duration,
+    pub bytes_per_s: f64,
 }
 
 /// A ranking for each signal the configuration's thresholds watch that the agent observes.
@@ -139,6 +160,9 @@ impl AgentCore {
             pids: None,
             read_failures: 0,
             refusals: Refusals::default(),
+            unlisted: BTreeSet::new(),
+            predict_lead: None,
+            prediction: None,
             state,
         }
     }
@@ -191,6 +215,7 @@ impl AgentCore {
                 let row = self.pods.by_uid_mut(&uid).expect("listed uid");
                 row.listed = false;
                 self.rankings.remove(&uid);
+                self.unlisted.insert(uid.clone());
             } else {
                 self.remove_pod(&uid);
             }
@@ -204,6 +229,7 @@ impl AgentCore {
                     // Listed again with the same uid while its eviction is in flight: the
                     // same pod, still being stopped, not a new candidate.
                     row.listed = true;
+                    self.unlisted.remove(uid.as_str());
                     changes.added.push(uid.to_string());
                     if row.ranked() {
                         self.rankings.upsert_pod_shared(&row.facts);
@@ -251,6 +277,7 @@ impl AgentCore {
         }
         self.rankings.remove(uid);
         self.refusals.forget(uid);
+        self.unlisted.remove(uid);
     }
 
     /// Whether the eviction of `uid` is in flight: it is the pod the decision step waits
@@ -269,9 +296,9 @@ impl AgentCore {
     /// The pods that left the pod set while their eviction was in flight, with their
     /// cgroups (`None`: gone), to find out when their processes are gone.
     pub fn unlisted_in_flight(&self) -> Vec<(PodRef, Option<CgroupRel>)> {
-        self.pods
-            .rows()
-            .filter(|row| !row.listed)
+        self.unlisted
+            .iter()
+            .filter_map(|uid| self.pods.by_uid(uid))
             .map(|row| {
                 let rel = row.cgroup.as_ref().map(|c| c.rel.clone());
                 (row.facts.pod.clone(), rel)
@@ -294,11 +321,10 @@ impl AgentCore {
     /// out and nothing of this agent is stopping it).
     fn forget_settled_unlisted(&mut self) {
         let settled: Vec<String> = self
-            .pods
-            .rows()
-            .filter(|row| !row.listed)
-            .map(|row| row.facts.pod.uid.clone())
+            .unlisted
+            .iter()
             .filter(|uid| !self.in_flight(uid))
+            .cloned()
             .collect();
         for uid in settled {
             self.remove_pod(&uid);
@@ -580,7 +606,30 @@ impl AgentCore {
     /// without a cgroup, or whose usage could never be read, keeps its place in the ranking
     /// but the next candidate is taken.
     pub fn decide(&mut self, clock: &impl Clock) -> Decision {
-        let observations = self.observations();
+        self.decide_at(clock, None)
+    }
+
+    /// Projects the memory signals `lead` ahead at the growth of the last tens of
+    /// milliseconds before each decision from now on; `None`: no projection.
+    pub fn set_predict_lead(&mut self, lead: Option<Duration>) {
+        self.predict_lead = lead;
+    }
+
+    /// The projection the last decision acted on, if it did.
+    pub fn prediction(&self) -> Option<Prediction> {
+        self.prediction
+    }
+
+    /// [`Self::decide`] at `now_ns` (CLOCK_MONOTONIC, as the kernel's records): with a
+    /// prediction lead set, a memory signal whose projection crosses one of its hard
+    /// thresholds within the lead is taken at its projected value, so the eviction starts
+    /// before the crossing instead of after it.
+    pub fn decide_at(&mut self, clock: &impl Clock, now_ns: Option<u64>) -> Decision {
+        let mut observations = self.observations();
+        self.prediction = match (self.predict_lead, now_ns) {
+            (Some(lead), Some(now_ns)) => self.predict(&mut observations, lead, now_ns),
+            _ => None,
+        };
         self.refusals.expire(clock.now());
         let previous_eviction = self.state.last_eviction;
         let mut state = std::mem::take(&mut self.state);
@@ -598,6 +647,53 @@ impl AgentCore {
             self.refusals.decided(&eviction.pod.uid, previous_eviction);
         }
         decision
+    }
+
+    /// Replaces each memory signal whose projection `lead` ahead meets a hard threshold that
+    /// it does not meet now by that projection; the first such signal's figures.
+    fn predict(
+        &self,
+        observations: &mut BTreeMap<Signal, SignalObservation>,
+        lead: Duration,
+        now_ns: u64,
+    ) -> Option<Prediction> {
+        let ahead = self.growth.growth_ahead(lead, now_ns);
+        let mut first = None;
+        for (signal, grown, bytes_per_s) in [
+            (Signal::MemoryAvailable, ahead.node, ahead.node_bps),
+            (
+                Signal::AllocatableMemoryAvailable,
+                ahead.kubepods,
+                ahead.kubepods_bps,
+            ),
+        ] {
+            let Some(now) = observations.get_mut(&signal) else {
+                continue;
+            };
+            let then = SignalObservation {
+                available: now
+                    .available
+                    .saturating_sub(i64::try_from(grown).unwrap_or(i64::MAX)),
+                ..*now
+            };
+            let crosses = self.config.thresholds.iter().any(|t| {
+                t.signal == signal
+                    && t.kind() == ThresholdKind::Hard
+                    && !t.is_met(*now, false)
+                    && t.is_met(then, false)
+            });
+            if crosses {
+                first.get_or_insert(Prediction {
+                    signal,
+                    available_now: now.available,
+                    available_then: then.available,
+                    lead,
+                    bytes_per_s,
+                });
+                *now = then;
+            }
+        }
+        first
     }
 
     /// The API server refused to evict `uid` (a PodDisruptionBudget): the pod is held out
@@ -792,6 +888,93 @@ mod tests {
         ManualClock::new(MonoInstant::from_millis(1_000))
     }
 
+    /// Records of cgroup 11 (big-low's container): 600 MiB at once, then 2 MiB every ms for
+    /// 50 ms (2000 MiB/s), the last at 50 ms after the fixture's reads.
+    fn racing() -> Vec<StatChange> {
+        const MS: u64 = 1_000_000;
+        let mut records = vec![StatChange {
+            cgroup_id: 11,
+            stat: Stat::Anon,
+            bytes: 600 * MI,
+            sent_ns: READ_NS + 1,
+        }];
+        records.extend((1..=50).map(|t| StatChange {
+            cgroup_id: 11,
+            stat: Stat::Anon,
+            bytes: 2 * MI,
+            sent_ns: READ_NS + t * MS,
+        }));
+        records
+    }
+
+    #[test]
+    fn predict_acts_on_a_hard_crossing_projected_within_its_lead_and_only_then() {
+        const LAST_NS: u64 = READ_NS + 50_000_000;
+        let ms = Duration::from_millis;
+        // 700 MiB of 1 GiB: 324 MiB left against 200Mi; at 2000 MiB/s, 100 ms is 200 MiB
+        // more (124 MiB left: met), 10 ms is 20 MiB (304 MiB: not met).
+        struct Case {
+            name: &'static str,
+            config: &'static str,
+            lead: Option<Duration>,
+            evicts: bool,
+        }
+        let hard = "evictionHard:\n  allocatableMemory.available: 200Mi\n";
+        let cases = [
+            Case {
+                name: "no lead: the kubelet's rule, not met yet",
+                config: hard,
+                lead: None,
+                evicts: false,
+            },
+            Case {
+                name: "the crossing is 62 ms away, within a 100 ms lead",
+                config: hard,
+                lead: Some(ms(100)),
+                evicts: true,
+            },
+            Case {
+                name: "the crossing is beyond a 10 ms lead",
+                config: hard,
+                lead: Some(ms(10)),
+                evicts: false,
+            },
+            Case {
+                name: "a soft threshold keeps its grace period: never projected",
+                config: "evictionSoft:\n  allocatableMemory.available: 200Mi\n\
+                         evictionSoftGracePeriod:\n  allocatableMemory.available: 30s\n",
+                lead: Some(ms(100)),
+                evicts: false,
+            },
+        ];
+        for case in cases {
+            let mut c = core();
+            c.reconfigure(EvictionConfig::from_yaml(case.config).unwrap());
+            c.set_predict_lead(case.lead);
+            c.apply_stats(&racing());
+            let decision = c.decide_at(&clock(), Some(LAST_NS));
+            assert_eq!(decision.eviction().is_some(), case.evicts, "{}", case.name);
+            let prediction = c.prediction();
+            assert_eq!(prediction.is_some(), case.evicts, "{}", case.name);
+            if let Some(p) = prediction {
+                assert_eq!(p.signal, Signal::AllocatableMemoryAvailable);
+                assert_eq!(p.available_now, 324 * MI, "{}", case.name);
+                // The first record is 1 ns after the reads: the rate is a hair above.
+                assert!(
+                    (p.available_then - 124 * MI).abs() < 1024,
+                    "{}: {p:?}",
+                    case.name
+                );
+                assert!((p.bytes_per_s / (2000.0 * MI as f64) - 1.0).abs() < 1e-6);
+            }
+            // What is observed stays what is: the projection lives in the decision only.
+            assert_eq!(
+                c.observations()[&Signal::AllocatableMemoryAvailable].available,
+                324 * MI
+            );
+        }
+    }
+
     #[test]
     fn container_events_count_for_their_pod_and_kubepods() {
         let mut c = core();
@@ -956,7 +1139,7 @@ mod tests {
             c.decide(&clock).action,
             Action::Idle(Idle::WaitingForInterval)
         ));
-        clock.advance(std::time::Duration::from_secs(10));
+        clock.advance(Duration::from_secs(10));
         assert_eq!(
             c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
             Some("big-low".into())
@@ -981,7 +1164,7 @@ mod tests {
         // big-low goes; the refused pod keeps its place and is tried again after an interval.
         c.set_pod_reading("uid-big-low", PodReading::Gone, READ_NS + 10);
         c.state.pod_cleaned_up("uid-big-low");
-        clock.advance(std::time::Duration::from_secs(10));
+        clock.advance(Duration::from_secs(10));
         assert_eq!(
             c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
             Some("over-high".into())
@@ -1024,7 +1207,7 @@ mod tests {
             ),
         ]);
         c.apply_stats(&stats(&[(11, Stat::Anon, 300 * MI)]));
-        clock.advance(std::time::Duration::from_secs(10));
+        clock.advance(Duration::from_secs(10));
         let names = |c: &AgentCore| -> Vec<String> {
             c.ranking(Signal::AllocatableMemoryAvailable)
                 .iter()
@@ -1098,7 +1281,7 @@ mod tests {
         let (mut c, clock) = over_high_being_killed();
         let changes = c.set_pods(pod_set(false));
         assert_eq!(changes.removed, ["uid-over-high"]);
-        clock.advance(std::time::Duration::from_secs(12));
+        clock.advance(Duration::from_secs(12));
         assert!(
             matches!(
                 c.decide(&clock).action,
@@ -1137,7 +1320,7 @@ mod tests {
         let changes = c.set_pods(pod_set(true));
         assert_eq!(changes.added, ["uid-over-high"]);
         assert!(c.unlisted_in_flight().is_empty(), "listed again");
-        clock.advance(std::time::Duration::from_secs(12));
+        clock.advance(Duration::from_secs(12));
         assert!(matches!(
             c.decide(&clock).action,
             Action::Idle(Idle::WaitingForCleanup(_))
@@ -1161,7 +1344,7 @@ mod tests {
         assert_eq!(decided(&mut c, &clock), Some("over-high".into()));
         c.set_pods(pod_set(false));
         assert_eq!(c.unlisted_in_flight().len(), 1);
-        clock.advance(std::time::Duration::from_secs(32));
+        clock.advance(Duration::from_secs(32));
         assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
         assert!(c.pod("uid-over-high").is_none());
 
@@ -1170,7 +1353,7 @@ mod tests {
         let (mut c, clock) = over_high_being_killed();
         c.set_pods(pod_set(false));
         c.state.pod_cleaned_up("uid-over-high");
-        clock.advance(std::time::Duration::from_secs(12));
+        clock.advance(Duration::from_secs(12));
         assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
         assert_eq!(c.unlisted_in_flight().len(), 1, "still being killed");
     }

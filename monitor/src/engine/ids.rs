@@ -173,6 +173,16 @@ pub fn is_within(path: &str, root: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// The value of the root that holds `path`, the deepest where roots nest (see
+/// [`is_within`]).
+pub fn deepest_within<'a, T>(roots: &'a [(String, T)], path: &str) -> Option<&'a T> {
+    roots
+        .iter()
+        .filter(|(root, _)| is_within(path, root))
+        .max_by_key(|(root, _)| root.len())
+        .map(|(_, value)| value)
+}
+
 /// A pod's uid as the kubelet knows it (for a mirror pod, its static pod's uid), the key of
 /// every per-pod table. Any string the API server accepts is one; what a uid may not do
 /// inside a cgroup path is checked where the path is built.

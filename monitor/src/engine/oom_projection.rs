@@ -83,6 +83,15 @@ pub struct Projection {
     pub bytes_per_s: f64,
 }
 
+/// Growth of the working sets over a lead time (see [`GrowthWindow::growth_ahead`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GrowthAhead {
+    pub kubepods: u64,
+    pub node: u64,
+    pub kubepods_bps: f64,
+    pub node_bps: f64,
+}
+
 /// The grace period a victim gets.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Grace {
@@ -123,9 +132,10 @@ impl GrowthWindow {
         }
     }
 
-    /// The nearest OOM point at the growth over the window, as of `now_ns`; `None` when
-    /// nothing that has an OOM point grows (or the window is too short to tell).
-    pub fn project(&self, points: OomPoints, now_ns: u64) -> Option<Projection> {
+    /// The kubepods and node working sets' growth over the window in bytes per second (0
+    /// for one that did not grow), and the last sample; `None` when the window is too short
+    /// to tell a rate.
+    fn rates(&self) -> Option<(f64, f64, Sample)> {
         let (first, last) = (self.samples.front()?, self.samples.back()?);
         // No record between the two means nothing moved by a step: a sample older than the
         // window stands for the window's start, so a pod that starts allocating after a quiet
@@ -134,10 +144,38 @@ impl GrowthWindow {
         if span_ns < MIN_SPAN_NS {
             return None;
         }
+        let rate = |then: u64, now: u64| now.saturating_sub(then) as f64 * 1e9 / span_ns as f64;
+        Some((
+            rate(first.kubepods, last.kubepods),
+            rate(first.node, last.node),
+            *last,
+        ))
+    }
+
+    /// How much the kubepods and node working sets will have grown `lead` after `now_ns`,
+    /// counted from the last record at the window's rate; nothing while nothing grows.
+    pub fn growth_ahead(&self, lead: Duration, now_ns: u64) -> GrowthAhead {
+        let Some((kubepods_bps, node_bps, last)) = self.rates() else {
+            return GrowthAhead::default();
+        };
+        let ahead = Duration::from_nanos(now_ns.saturating_sub(last.at_ns)) + lead;
+        GrowthAhead {
+            kubepods: (kubepods_bps * ahead.as_secs_f64()) as u64,
+            node: (node_bps * ahead.as_secs_f64()) as u64,
+            kubepods_bps,
+            node_bps,
+        }
+    }
+
+    /// The nearest OOM point at the growth over the window, as of `now_ns`; `None` when
+    /// nothing that has an OOM point grows (or the window is too short to tell).
+    pub fn project(&self, points: OomPoints, now_ns: u64) -> Option<Projection> {
+        let (kubepods_bps, node_bps, last) = self.rates()?;
         let since_last = Duration::from_nanos(now_ns.saturating_sub(last.at_ns));
-        let scope = |limit: u64, then: u64, now: u64| {
-            let growth = now.checked_sub(then).filter(|g| *g > 0)?;
-            let bytes_per_s = growth as f64 * 1e9 / span_ns as f64;
+        let scope = |limit: u64, bytes_per_s: f64, now: u64| {
+            if bytes_per_s <= 0.0 {
+                return None;
+            }
             let bytes_left = limit.saturating_sub(now);
             let until = Duration::from_secs_f64(bytes_left as f64 / bytes_per_s);
             Some(Projection {
@@ -148,8 +186,8 @@ impl GrowthWindow {
         };
         let kubepods = points
             .kubepods_limit
-            .and_then(|limit| scope(limit, first.kubepods, last.kubepods));
-        let node = scope(points.node_memory, first.node, last.node);
+            .and_then(|limit| scope(limit, kubepods_bps, last.kubepods));
+        let node = scope(points.node_memory, node_bps, last.node);
         [kubepods, node]
             .into_iter()
             .flatten()
@@ -409,6 +447,22 @@ mod tests {
                 (got, want) => panic!("{}: got {got:?}, want {want:?} ms", case.name),
             }
         }
+    }
+
+    #[test]
+    fn growth_ahead_per_case() {
+        // 2 MiB/ms of kubepods and node growth for 50 ms, asked 10 ms after the last record
+        // for 40 ms more: 50 ms at 2 GiB/s (2 MiB/ms is 2000 MiB/s).
+        let ahead = grown(100 * MIB, 2 * MIB, 50).growth_ahead(Duration::from_millis(40), 60 * MS);
+        assert_eq!(ahead.kubepods, 100 * MIB, "{ahead:?}");
+        assert_eq!(ahead.node, 100 * MIB, "{ahead:?}");
+        assert_eq!(ahead.kubepods_bps, 2000.0 * MIB as f64);
+        // Nothing grows: nothing ahead.
+        let flat = grown(100 * MIB, 0, 50).growth_ahead(Duration::from_millis(40), 60 * MS);
+        assert_eq!(flat, GrowthAhead::default());
+        // Too short a window to tell a rate: nothing ahead either.
+        let short = grown(100 * MIB, 2 * MIB, 3).growth_ahead(Duration::from_millis(40), 3 * MS);
+        assert_eq!(short, GrowthAhead::default());
     }
 
     #[test]

@@ -19,6 +19,16 @@ pub enum MemoryLimit {
     Unlimited,
 }
 
+impl MemoryLimit {
+    /// The limit in bytes, `None` when there is none.
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            MemoryLimit::Bytes(bytes) => Some(bytes),
+            MemoryLimit::Unlimited => None,
+        }
+    }
+}
+
 /// Parses v1 `memory.limit_in_bytes` or v2 `memory.max`.
 pub fn parse_memory_limit(text: &str) -> Option<MemoryLimit> {
     match text.trim() {

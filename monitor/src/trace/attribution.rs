@@ -5,7 +5,7 @@
 //! and testable.
 use serde::Serialize;
 
-use crate::{cgroupfs::CgroupVersion, engine::ids::is_within, printable::printable};
+use crate::{cgroupfs::CgroupVersion, engine::ids::deepest_within, printable::printable};
 
 /// A pod, as an SRE names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -42,11 +42,7 @@ impl PodCgroups {
 impl PodLookup for PodCgroups {
     fn pod_of(&self, cgroup_path: &str) -> Option<&PodIdentity> {
         // The deepest match wins, should pod cgroups ever nest.
-        self.pods
-            .iter()
-            .filter(|(root, _)| is_within(cgroup_path, root))
-            .max_by_key(|(root, _)| root.len())
-            .map(|(_, pod)| pod)
+        deepest_within(&self.pods, cgroup_path)
     }
 }
 

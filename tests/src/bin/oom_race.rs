@@ -5,15 +5,15 @@
 //! chose) before the kernel's OOM killer fired in the tree.
 //!
 //!     oom_race SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
-//!              [--draining-hog] [--grace-projection on|off]
+//!              [--draining-hog] [--grace-projection on|off] [--predict MS]
 //!
 //! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
 //! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
 //! (`api`: the agent only posts the Eviction; `kill`: the agent kills on the node first).
 //! `--other-victim` adds a best-effort pod of lower priority that the kubelet's order evicts
 //! before the allocating pod. `--draining-hog`: the hog handles SIGTERM and keeps allocating
-//! until SIGKILL, as a server draining its requests would; `--grace-projection` is passed to
-//! the agent. One JSON object per trial on stdout.
+//! until SIGKILL, as a server draining its requests would; `--grace-projection` and
+//! `--predict` (as a lead in ms) are passed to the agent. One JSON object per trial on stdout.
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -38,12 +38,13 @@ struct Args {
     other_victim: bool,
     draining_hog: bool,
     grace_projection: Option<String>,
+    predict: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
     let usage = "usage: oom_race ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
                  [--kubelet-delay MS] [--other-victim] [--draining-hog] \
-                 [--grace-projection on|off]";
+                 [--grace-projection on|off] [--predict MS]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [source, margin, trials, rest @ ..] = args.as_slice() else {
         return Err(usage.into());
@@ -68,6 +69,7 @@ fn parse() -> Result<Args, String> {
         other_victim: false,
         draining_hog: false,
         grace_projection: None,
+        predict: None,
     };
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
@@ -83,6 +85,10 @@ fn parse() -> Result<Args, String> {
             ("--draining-hog", _) => parsed.draining_hog = true,
             ("--grace-projection", Some(mode)) if mode == "on" || mode == "off" => {
                 parsed.grace_projection = rest.next().cloned();
+            }
+            ("--predict", Some(ms)) => {
+                parsed.predict = Some(format!("{}ms", number(ms)?));
+                rest.next();
             }
             _ => return Err(format!("{flag}: unexpected; {usage}")),
         }
@@ -157,6 +163,9 @@ fn main() {
     let mut extra: Vec<&str> = args.source.iter().map(String::as_str).collect();
     if let Some(mode) = &args.grace_projection {
         extra.extend(["--grace-projection", mode]);
+    }
+    if let Some(lead) = &args.predict {
+        extra.extend(["--predict", lead]);
     }
     let agent: MonitorProcess = match (&pods, &args.kube) {
         (Pods::Kube { files, .. }, Some(mode)) => {

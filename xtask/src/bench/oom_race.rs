@@ -12,7 +12,8 @@
 //! stops the pod after a reaction delay) against local-first (the agent kills, then posts).
 //! One more case: a bystander of lower priority that the kubelet's order evicts first. And a
 //! hog that handles SIGTERM and keeps allocating until SIGKILL, with its grace period cut to
-//! what the node affords (`--grace-projection on`, the default) and with the whole second.
+//! what the node affords (`--grace-projection on`, the default) and with the whole second, and
+//! the same with the opt-in `--predict 100ms` (acting before the crossing).
 //! Then the peers on whole-node memory, in a VM (see [`super::oom_peers`]).
 use std::process::{Command, Stdio};
 
@@ -66,6 +67,16 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
         c.margins = Some(margins);
         c
     };
+    // The draining hog with the opt-in prediction on top of the grace projection: acting
+    // the lead before the crossing.
+    let predicting = |margins: Vec<u64>| {
+        let mut c = case(
+            "ebpf, draining hog, predict 100ms",
+            &["ebpf", "--draining-hog", "--predict", "100"],
+        );
+        c.margins = Some(margins);
+        c
+    };
     if quick {
         // CI's run: the eBPF source at both margins, every other case at the wider one only.
         let at_48 = |mut c: Case| {
@@ -80,6 +91,7 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             other,
             draining("on", vec![48]),
             draining("off", vec![48]),
+            predicting(vec![16]),
         ];
         (vec![16, 48], 3, cases)
     } else {
@@ -94,6 +106,7 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             other,
             draining("on", vec![16, 48, 100]),
             draining("off", vec![16, 48, 100]),
+            predicting(vec![16, 48, 100]),
         ];
         (vec![16, 32, 48, 100, 200], 10, cases)
     }

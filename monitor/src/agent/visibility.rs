@@ -11,7 +11,7 @@ use super::{
 use crate::{
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
-    metrics::snapshot::{DebugRanking, Readiness, Snapshot, SourceView},
+    metrics::snapshot::{DebugRanking, Readiness, SignalView, Snapshot, SourceView},
     system_clock::monotonic_ns,
     units::bytes,
 };
@@ -42,8 +42,10 @@ impl Agent {
                 .or_insert(0);
         }
         // Levels only for the signals observed: a percentage needs the signal's capacity.
+        // The same views are published for /debug/ranking, so they are built once.
+        let signals = publish::signals(&self.core);
         m.threshold_levels.clear();
-        for view in publish::signals(&self.core) {
+        for view in &signals {
             for threshold in &view.thresholds {
                 let kind = match threshold.kind {
                     ThresholdKind::Hard => "hard",
@@ -73,7 +75,7 @@ impl Agent {
                     .observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);
             }
         }
-        self.publish();
+        self.publish(signals);
     }
 
     /// Reads the agent's own memory charge for `/metrics`, saying loudly when it nears the
@@ -84,8 +86,8 @@ impl Agent {
         self.metrics.own_memory_limit = charge.and_then(|c| c.limit);
     }
 
-    /// Publishes what readers see; never waits for them.
-    pub(super) fn publish(&self) {
+    /// Publishes what readers see, with the signal views just built; never waits for them.
+    pub(super) fn publish(&self, signals: Vec<SignalView>) {
         let description = self.source.describe(self.args.poll_interval);
         let snapshot = Snapshot {
             metrics: self.metrics.clone(),
@@ -98,7 +100,7 @@ impl Agent {
                 checkpoint: Some(self.writer.health(Instant::now())),
             },
             ranking: DebugRanking {
-                signals: publish::signals(&self.core),
+                signals,
                 rankings: publish::rankings(&self.core),
                 decisions: self.decisions.to_vec(),
                 source: SourceView {

@@ -1,9 +1,9 @@
 //! `monitor trace` running as a subprocess while a test makes the kernel events it traces.
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Read as _},
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use crate::monitor_bin;
@@ -13,6 +13,8 @@ use crate::monitor_bin;
 /// handed back with the exit status by [`Trace::finish`].
 pub struct Trace {
     child: Child,
+    // Both read as they come, so a trace that prints a lot never blocks on a full pipe.
+    stdout: std::thread::JoinHandle<String>,
     stderr: std::thread::JoinHandle<String>,
 }
 
@@ -25,6 +27,12 @@ impl Trace {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting monitor trace");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let stdout = std::thread::spawn(move || {
+            let mut all = String::new();
+            let _ = stdout.read_to_string(&mut all);
+            all
+        });
         let (ready_tx, ready_rx) = mpsc::channel();
         let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
         let stderr = std::thread::spawn(move || {
@@ -47,20 +55,47 @@ impl Trace {
                 stderr.join().unwrap_or_default()
             );
         }
-        Self { child, stderr }
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Ends the trace as an operator's Ctrl-C does, once the `settle` the kernel's last
+    /// records need to reach it has passed; its exit status, stdout and stderr. Fails when the
+    /// trace is still running 30 s after the signal: Ctrl-C must end it, whatever it is doing.
+    pub fn interrupt(mut self, settle: Duration) -> (ExitStatus, String, String) {
+        std::thread::sleep(settle);
+        // SAFETY: kill(2) on the pid of a child this handle has not reaped yet.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self
+            .child
+            .try_wait()
+            .expect("waiting for monitor trace")
+            .is_none()
+        {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "monitor trace still ran 30 s after SIGINT: {}",
+                    self.stderr.join().unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.finish()
     }
 
     /// Waits for the trace to end; its exit status, stdout and stderr.
-    pub fn finish(self) -> (ExitStatus, String, String) {
-        let out = self
-            .child
-            .wait_with_output()
-            .expect("waiting for monitor trace");
-        let stderr = self.stderr.join().unwrap_or_default();
+    pub fn finish(mut self) -> (ExitStatus, String, String) {
+        let status = self.child.wait().expect("waiting for monitor trace");
         (
-            out.status,
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr,
+            status,
+            self.stdout.join().unwrap_or_default(),
+            self.stderr.join().unwrap_or_default(),
         )
     }
 }

@@ -395,10 +395,11 @@ fn per_cpu_sums_add_up_exactly_and_hold_back_less_than_the_budget() {
             "anon counted {} bytes for 64 MiB; {held} bytes held back by the CPUs (bound {bound})",
             after - before
         );
-        // Slack for pages the helper itself may add meanwhile: none on Linux 6.18 and 6.1; on
-        // 6.12 (fentry) 20 pages more were counted once, why is not established. A CPU that
-        // dropped what it held back on moving to the other cgroup lost 1.7-2.3 MiB here.
-        let slack = 32 * page;
+        // Slack for pages the helper itself may add meanwhile (its stdio buffers, stack and
+        // allocator metadata): usually none; 20 pages more were counted once on 6.12 (fentry)
+        // and 34 once on 6.18 in CI. A CPU that dropped what it held back on moving to the
+        // other cgroup lost 1.7-2.3 MiB here, seven times this slack and more.
+        let slack = 64 * page;
         assert!(
             (after - before - 64 * MIB).abs() <= slack,
             "the kernel counted {} bytes of anon for a 64 MiB allocation",

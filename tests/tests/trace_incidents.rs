@@ -7,6 +7,7 @@ use std::{
     fs,
     path::Path,
     process::{Child, Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use serde_json::Value;
@@ -25,15 +26,20 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Starts `monitor trace --output json` with extra arguments.
-/// A trace's `--duration` for a workload that takes about `host_secs` here: five times that
-/// on the emulated VM, where two overruns take over 30 s with the stat programs attached.
-fn trace_secs(host_secs: u32) -> String {
-    let factor = if std::env::var_os("MONITOR_VM").is_some() {
-        5
+/// The `--duration` cap of every trace: each test interrupts its trace once its workload is
+/// over, so the cap only ends a trace whose test hangs. The emulated VM takes tens of seconds
+/// for what takes one or two here.
+const TRACE_CAP_SECS: &str = "300";
+
+/// How long the last events may take to reach the trace after the workload ended: a PSI
+/// trigger reports within its 2 s window, and the emulated VM runs the tracer seconds behind
+/// when the stat programs are busy.
+fn settle() -> Duration {
+    if std::env::var_os("MONITOR_VM").is_some() {
+        Duration::from_secs(6)
     } else {
-        1
-    };
-    (host_secs * factor).to_string()
+        Duration::from_secs(3)
+    }
 }
 
 fn start_trace(args: &[&str]) -> Trace {
@@ -42,8 +48,10 @@ fn start_trace(args: &[&str]) -> Trace {
     Trace::start(&all)
 }
 
+/// Ends `trace` with Ctrl-C once the last records had time to arrive; its JSON lines (the
+/// summary last) and its stderr.
 fn finish(trace: Trace) -> (Vec<Value>, String) {
-    let (status, stdout, stderr) = trace.finish();
+    let (status, stdout, stderr) = trace.interrupt(settle());
     assert!(status.success(), "monitor trace failed: {stderr}");
     let lines = stdout
         .lines()
@@ -78,6 +86,23 @@ fn overrun(cgroup_dir: &Path, scratch: &Path) -> Child {
     spawn_in(&mut cmd, cgroup_dir).expect("starting the overrun")
 }
 
+/// Waits until `pid` has exited without being reaped: the state `/proc/PID/stat` gives
+/// after the command's closing parenthesis is then `Z`.
+fn wait_until_zombie(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if state == Some('Z') {
+            return;
+        }
+        assert!(Instant::now() < deadline, "pid {pid} still runs: {stat}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn limited_child(cgroup: &TestCgroup, name: &str) -> std::path::PathBuf {
     let dir = cgroup.child(name);
     set_memory_limit(&dir, LIMIT).expect("setting the memory limit");
@@ -101,10 +126,9 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
     // Per-cgroup PSI lives in cgroup2: the limited cgroup has it when the memory controller
     // is on cgroup2 (the test VM), not on a host with the memory controller on v1.
     let cgroup_psi = dir.join("memory.pressure").exists();
-    let secs = trace_secs(10);
     let trace = start_trace(&[
         "--duration",
-        &secs,
+        TRACE_CAP_SECS,
         "--cgroup",
         &cgroup.rel,
         "--psi-stall",
@@ -213,8 +237,7 @@ fn cgroup_filter_selects_exactly_the_requested_cgroup() {
     let other = limited_child(&cgroup, "other");
     let (watched_rel, other_rel) = (cgroup.child_rel("watched"), cgroup.child_rel("other"));
     let scratch = tempdir("filter");
-    let secs = trace_secs(12);
-    let trace = start_trace(&["--duration", &secs, "--cgroup", &watched_rel]);
+    let trace = start_trace(&["--duration", TRACE_CAP_SECS, "--cgroup", &watched_rel]);
     let (a, b) = (scratch.join("a"), scratch.join("b"));
     fs::create_dir_all(&a).unwrap();
     fs::create_dir_all(&b).unwrap();
@@ -272,10 +295,9 @@ fn pod_attribution_and_pod_filter_name_the_pod() {
     )
     .unwrap();
     let kubepods = format!("{}/kubepods", cgroup.rel);
-    let secs = trace_secs(12);
     let trace = start_trace(&[
         "--duration",
-        &secs,
+        TRACE_CAP_SECS,
         "--pods",
         manifests.to_str().unwrap(),
         "--kubepods-cgroup",
@@ -337,7 +359,7 @@ fn trace_kube_attributes_events_to_the_pods_the_api_server_lists() {
     // No manifests directory: the pods come from the API.
     let trace = start_trace(&[
         "--duration",
-        "12",
+        TRACE_CAP_SECS,
         "--kube",
         "--node-name",
         "node-a",
@@ -391,8 +413,7 @@ fn every_kill_of_an_oom_storm_names_its_own_cgroup() {
             dir
         })
         .collect();
-    let secs = trace_secs(8);
-    let trace = start_trace(&["--duration", &secs, "--cgroup", &cgroup.rel]);
+    let trace = start_trace(&["--duration", TRACE_CAP_SECS, "--cgroup", &cgroup.rel]);
     let alloc = binary("alloc", "MONITOR_ALLOC_BIN");
     let mut victims: Vec<(u32, String, Child)> = dirs
         .iter()
@@ -411,6 +432,9 @@ fn every_kill_of_an_oom_storm_names_its_own_cgroup() {
     }
     // Reaped only after the trace: a parent slow to reap (a shell, a container shim) leaves
     // each victim a zombie, whose `/proc/PID/cgroup` names the root.
+    for (pid, _, _) in &victims {
+        wait_until_zombie(*pid);
+    }
     let (lines, stderr) = finish(trace);
     for (_, _, child) in &mut victims {
         let status = child.wait().unwrap();

@@ -84,8 +84,13 @@ enum Task {
     /// only when the binary changed). Push it with
     /// `skopeo copy oci-archive:target/image/monitor.oci.tar docker://REGISTRY/monitor:TAG`.
     Image,
-    /// Boot Debian's 6.1 kernel under qemu with cgroup v2 and run the end-to-end tests there.
-    VmTest,
+    /// Boot Debian's 6.1 and 6.12 kernels under qemu with cgroup v2 and run the end-to-end
+    /// tests there (`monitor doctor` first).
+    VmTest {
+        /// Only these test executables of the tests crate, by file name, e.g.
+        /// `trace_incidents agent_kube` (default: all of them).
+        only: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -105,7 +110,7 @@ fn main() -> ExitCode {
             agent_flags,
         } => setup::run().and_then(|()| bench::run(name, quick, json, agent_flags)),
         Task::Image => setup::run().and_then(|()| image::build().map(drop)),
-        Task::VmTest => setup::run().and_then(|()| vm::run()),
+        Task::VmTest { only } => setup::run().and_then(|()| vm::run(&only)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -55,7 +55,7 @@ pub(crate) fn test(with_vm: bool) -> anyhow::Result<()> {
     }
     tested?;
     if with_vm {
-        crate::vm::run()?;
+        crate::vm::run(&[])?;
     }
     crate::bench::run(None, true, false, Vec::new())?;
     Ok(())

@@ -33,7 +33,9 @@ const TIMEOUT: Duration = Duration::from_secs(25 * 60);
 /// The target directory's place in the VM.
 const GUEST_TARGET: &str = "/target";
 
-pub(crate) fn run() -> anyhow::Result<()> {
+/// Runs the tests crate's test executables in the VMs: those named in `only` (their file
+/// names up to the hash cargo appends), or all when it is empty.
+pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
     let target = target_dir()?;
     let work = prepare(&target)?;
     let kernels = kernel::SERIES
@@ -44,8 +46,12 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let tests = built
         .tests
         .iter()
+        .filter(|test| only.is_empty() || only.iter().any(|name| is_named(test, name)))
         .map(|test| in_guest(&target, test))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if tests.is_empty() {
+        anyhow::bail!("no test executable is named {}", only.join(" or "));
+    }
     let executables: Vec<&Path> = std::iter::once(&built.monitor)
         .chain(&built.tests)
         .chain(&built.helpers)
@@ -352,6 +358,14 @@ fn in_guest(target: &Path, host: &Path) -> anyhow::Result<PathBuf> {
     Ok(Path::new(GUEST_TARGET).join(relative))
 }
 
+/// Whether `test`, a test executable cargo named `NAME-HASH`, is `name`'s.
+fn is_named(test: &Path, name: &str) -> bool {
+    test.file_name()
+        .and_then(|file| file.to_str())
+        .and_then(|file| file.rsplit_once('-'))
+        .is_some_and(|(stem, _)| stem == name)
+}
+
 /// Distinguishes this run's result line from anything printed before or by the tests.
 fn nonce() -> String {
     let nanos = SystemTime::now()
@@ -363,6 +377,15 @@ fn nonce() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_executables_are_picked_by_their_name_without_the_hash() {
+        let test = Path::new("/t/debug/deps/trace_incidents-cae68c70234783b9");
+        assert!(is_named(test, "trace_incidents"));
+        assert!(!is_named(test, "trace"));
+        assert!(!is_named(test, "trace_incidents-cae68c70234783b9"));
+        assert!(!is_named(Path::new("/t/debug/deps/nohash"), "nohash"));
+    }
 
     #[test]
     fn guest_paths_keep_the_layout_below_a_fixed_root() {

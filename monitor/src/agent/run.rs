@@ -178,6 +178,9 @@ impl Agent {
         let mut status = interval(self.args.status_interval.max(Duration::from_millis(100)));
         let show_status = !self.args.status_interval.is_zero();
         let stop_at = self.args.duration.map(|d| Instant::now() + d);
+        // Registered once, before the loop: a signal that arrives while a turn is busy waits
+        // in its stream. A `ctrl_c()` future made anew at each turn missed such a SIGINT.
+        let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sighup = signal(SignalKind::hangup())?;
         // Sized for a full ring at start: no allocation when records pour in under pressure.
@@ -280,7 +283,7 @@ impl Agent {
                 _ = status.tick(), if show_status => self.print_status(),
                 // Refreshes what readers see (the checkpoint's failing time, the heartbeat).
                 _ = turn.tick() => self.update_metrics(None, None),
-                _ = tokio::signal::ctrl_c() => break,
+                _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
                 _ = sighup.recv() => {
                     self.reload_config();

@@ -187,11 +187,14 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
             .map_or(Duration::MAX / 4, Duration::from_secs_f64),
     );
     tokio::pin!(deadline);
+    // Registered once: a Ctrl-C that arrives while a batch is being printed waits here. A
+    // `ctrl_c()` future made at each turn missed it whenever records kept the loop busy.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut batch = Vec::new();
     loop {
         tokio::select! {
             () = &mut deadline => break,
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
             Some(signal) = psi_rx.recv() => {
                 if let Some(record) = view.pressure(monotonic_ns(), signal)
                     && !out.record(&record)?

@@ -81,7 +81,8 @@ pub(super) fn script(plan: &Plan<'_>) -> String {
                  echo \"=== tests may skip for: ${ALLOW_VAR}\"\n",
                 quote(probe)
             ),
-            format!("echo \"=== skipped\"\ntr '\\t' ' ' < {SKIP_LOG}\n"),
+            // The log exists only when a test skipped.
+            format!("echo \"=== skipped\"\n[ ! -f {SKIP_LOG} ] || tr '\\t' ' ' < {SKIP_LOG}\n"),
         ),
         None => (String::new(), String::new()),
     };

@@ -64,7 +64,7 @@ impl Agent {
                 if stopped {
                     self.core.eviction_over(&uid);
                 } else {
-                    self.core.state.pod_cleaned_up(&uid);
+                    self.core.eviction_failed(&uid);
                 }
             }
             ActionOutcome::Accepted => tracing::info!(
@@ -103,7 +103,7 @@ impl Agent {
                 tracing::warn!(
                     "evicting {pod} failed: {reason}; the next decision is not held back"
                 );
-                self.core.state.pod_cleaned_up(&uid);
+                self.core.eviction_failed(&uid);
             }
         }
         self.decisions.settle(&uid, done.outcome.describe());

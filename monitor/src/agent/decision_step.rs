@@ -68,13 +68,8 @@ impl Agent {
         let decision = self
             .core
             .decide_at(&ManualClock::new(BootClock.now()), Some(decided_ns));
-        if self.args.dry_run
-            && decision.eviction().is_some()
-            && let Some(pending) = &mut self.core.state.awaiting_cleanup
-        {
-            // Nothing is signalled in a dry run: there is no grace period to wait out, only
-            // the cleanup timeout, as for a pod that does not go.
-            pending.grace_period_seconds = 0;
+        if self.args.dry_run && decision.eviction().is_some() {
+            self.core.nothing_signalled();
         }
         let mut grace_given = None;
         if let Some(eviction) = decision.eviction() {
@@ -122,7 +117,7 @@ impl Agent {
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         // Most evaluations change nothing worth keeping; skip building the checkpoint then.
-        let snapshot = (self.core.state.clone(), decision.node_conditions.clone());
+        let snapshot = (self.core.state().clone(), decision.node_conditions.clone());
         if decision.eviction().is_none() && self.persisted.as_ref() == Some(&snapshot) {
             return;
         }
@@ -135,7 +130,7 @@ impl Agent {
             }
         };
         persist::save(
-            &self.core.state,
+            self.core.state(),
             &decision.node_conditions,
             &mut self.saved,
             &now,
@@ -377,7 +372,7 @@ impl Agent {
     /// deadline (SIGTERM again, force once its grace period from the decision is over),
     /// instead of being waited out for the cleanup timeout and started over.
     pub(super) fn resume_pending_eviction(&mut self) {
-        let Some(pending) = self.core.state.awaiting_cleanup.clone() else {
+        let Some(pending) = self.core.state().awaiting_cleanup.clone() else {
             return;
         };
         let pod = pending.pod.clone();

@@ -33,7 +33,7 @@ pub fn signals(core: &AgentCore) -> Vec<SignalView> {
                     kind: t.kind(),
                     value: t.value.resolve(observed.capacity).ceil_units(),
                     met: core
-                        .state
+                        .state()
                         .thresholds_first_observed
                         .iter()
                         .any(|o| o.threshold == t.id()),

@@ -28,7 +28,7 @@ impl Agent {
         for threshold in &self.core.config().thresholds {
             let met = self
                 .core
-                .state
+                .state()
                 .thresholds_first_observed
                 .iter()
                 .any(|o| o.threshold == threshold.id());

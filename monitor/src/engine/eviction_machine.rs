@@ -116,7 +116,8 @@ pub struct AgentCore {
     predict_lead: Option<Duration>,
     /// The projection the last decision acted on, if it did.
     prediction: Option<Prediction>,
-    pub state: EvictionState,
+    /// Private: the shell asks ([`Self::state`]) and the core changes itself.
+    state: EvictionState,
 }
 
 /// A hard threshold acted on before its crossing: the signal now and as projected.
@@ -304,6 +305,26 @@ impl AgentCore {
                 (row.facts.pod.clone(), rel)
             })
             .collect()
+    }
+
+    /// The eviction state the checkpoint keeps: the last eviction and the one in flight.
+    pub fn state(&self) -> &EvictionState {
+        &self.state
+    }
+
+    /// The pending eviction was decided in a dry run: nothing was signalled, so there is no
+    /// grace period to wait out, only the cleanup timeout, as for a pod that does not go.
+    pub fn nothing_signalled(&mut self) {
+        if let Some(pending) = &mut self.state.awaiting_cleanup {
+            pending.grace_period_seconds = 0;
+        }
+    }
+
+    /// The eviction of `uid` failed, or its processes outlived force: the wait for its
+    /// cleanup ends, so the next decision is not held back by it, while the pod stays a
+    /// candidate (it was not stopped).
+    pub fn eviction_failed(&mut self, uid: &str) {
+        self.state.pod_cleaned_up(uid);
     }
 
     /// The cgroup of `uid` holds no process (or is gone): its eviction is over. The wait for
@@ -1146,6 +1167,40 @@ mod tests {
         );
     }
 
+    /// The shell cannot reach into the core's state: it says what happened and the core
+    /// changes itself. A dry run leaves no grace period to wait out; a failed eviction ends
+    /// the wait for its pod, which stays a candidate.
+    #[test]
+    fn the_shell_reports_and_the_core_changes_its_own_state() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(21, Stat::Anon, 850 * MI)]));
+        let clock = clock();
+        let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
+        assert_eq!(first.as_deref(), Some("over-high"));
+        let pending = c
+            .state()
+            .awaiting_cleanup
+            .clone()
+            .expect("an eviction in flight");
+        assert!(pending.grace_period_seconds > 0, "{pending:?}");
+        c.nothing_signalled();
+        assert_eq!(
+            c.state()
+                .awaiting_cleanup
+                .as_ref()
+                .map(|p| p.grace_period_seconds),
+            Some(0)
+        );
+        c.eviction_failed("uid-other");
+        assert!(
+            c.state().awaiting_cleanup.is_some(),
+            "another pod's failure"
+        );
+        c.eviction_failed("uid-over-high");
+        assert_eq!(c.state().awaiting_cleanup, None);
+        assert_eq!(c.actionable("uid-over-high"), Ok(()));
+    }
+
     #[test]
     fn a_refused_eviction_moves_on_to_the_next_candidate_at_once() {
         let mut c = core();
@@ -1163,7 +1218,7 @@ mod tests {
         );
         // big-low goes; the refused pod keeps its place and is tried again after an interval.
         c.set_pod_reading("uid-big-low", PodReading::Gone, READ_NS + 10);
-        c.state.pod_cleaned_up("uid-big-low");
+        c.eviction_failed("uid-big-low");
         clock.advance(Duration::from_secs(10));
         assert_eq!(
             c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
@@ -1352,7 +1407,7 @@ mod tests {
         // its cgroup is empty.
         let (mut c, clock) = over_high_being_killed();
         c.set_pods(pod_set(false));
-        c.state.pod_cleaned_up("uid-over-high");
+        c.eviction_failed("uid-over-high");
         clock.advance(Duration::from_secs(12));
         assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
         assert_eq!(c.unlisted_in_flight().len(), 1, "still being killed");

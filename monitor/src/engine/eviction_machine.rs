@@ -808,10 +808,6 @@ impl AgentCore {
         self.pods.count()
     }
 
-    pub fn node_working_set(&self) -> u64 {
-        self.usage.node()
-    }
-
     pub fn pod_working_set(&self, uid: &str) -> Option<u64> {
         self.pods.by_uid(uid)?.estimate.map(Estimate::value)
     }

@@ -152,6 +152,12 @@ impl MonitorProcess {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
     }
 
+    /// Sends SIGINT, as Ctrl-C in a terminal does.
+    pub fn interrupt(&self) {
+        // SAFETY: signalling the child this value owns, which is not reaped before drop.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+    }
+
     /// Sends SIGHUP: the agent reads its configuration again and lists its pods anew.
     pub fn hangup(&self) {
         // SAFETY: signalling the child this value owns, which is not reaped before drop.

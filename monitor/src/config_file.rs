@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail};
 
-use crate::engine::config::{ConfigForm, EvictionConfig, MAX_CONFIG_BYTES, Written};
+use crate::engine::eviction_config::{ConfigForm, EvictionConfig, MAX_CONFIG_BYTES, Written};
 
 /// The configuration in `path`, decoded as the kubelet decodes its file (or a configz answer
 /// as the node's effective configuration), with what it wrote itself; the defaults without a

@@ -1,5 +1,5 @@
 //! The configuration `deploy/` ships reads as the kubelet decodes its file.
-use monitor::engine::config::{ConfigForm, EvictionConfig};
+use monitor::engine::eviction_config::{ConfigForm, EvictionConfig};
 
 #[test]
 fn the_configmaps_configuration_decodes_as_a_kubelet_configuration() {

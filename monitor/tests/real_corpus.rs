@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use monitor::engine::config::{ConfigError, EvictionConfig};
+use monitor::engine::eviction_config::{ConfigError, EvictionConfig};
 use monitor::engine::signal::Signal;
 use serde_json::Value;
 

@@ -9,7 +9,7 @@ use tracing::{Span, field::Empty};
 
 use super::{
     actuator::{ActionDone, ActionOutcome},
-    report::DecisionReport,
+    decision_report::DecisionReport,
 };
 use crate::{action::KillOutcome, engine::decide::Eviction};
 

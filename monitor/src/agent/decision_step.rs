@@ -16,11 +16,12 @@ use super::{
     action_path::Route,
     actuator::ActionRequest,
     args::GraceProjection,
-    decision_log, kernel_victim,
+    decision_log,
+    decision_report::{DecisionContext, DecisionReport},
+    kernel_victim,
     local_first::API_TIMEOUT,
     persist,
     reader::MachineReader as _,
-    report::{DecisionContext, DecisionReport},
     run::{Agent, RunningGrace},
 };
 use crate::{

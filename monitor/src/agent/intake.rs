@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use super::{event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent};
 use crate::{
-    engine::{pod_facts::PodFacts, report::left_out_lines, working_set::StatChange},
+    engine::{pod_facts::PodFacts, rank_report::left_out_lines, working_set::StatChange},
     pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
     source::event::KernelEvent,
 };

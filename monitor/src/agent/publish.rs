@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use crate::engine::eviction_machine::AgentCore;
 use crate::{
     engine::{
+        eviction_order::{DiskMeasure, RankPolicy},
         quantity::Quantity,
-        rank::{DiskMeasure, RankPolicy},
-        report::explained_head,
+        rank_report::explained_head,
     },
     metrics::snapshot::{
         DECISIONS_KEPT, DecisionView, RANKING_HEAD, RankedEntry, RankingView, SignalView,

@@ -183,8 +183,8 @@ mod tests {
     use super::*;
     use crate::{
         engine::{
-            config::EvictionConfig,
             decide::EvictionState,
+            eviction_config::EvictionConfig,
             eviction_machine::NodeCapacity,
             instant::{ManualClock, MonoInstant},
             pod_facts::PodFacts,

@@ -1,19 +1,19 @@
 //! `monitor rank`: the kubelet's eviction order for a set of pods and their stats, for
 //! postmortems, or live with `--kube`. Reads the files (or asks the API server) here; parsing
-//! and ranking live in `engine::report`.
+//! and ranking live in `engine::rank_report`.
 use crate::flags::OutputFormat;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::engine::config::EvictionConfig;
+use crate::engine::eviction_config::EvictionConfig;
+use crate::engine::eviction_order::{DiskMeasure, FsLayout, RankPolicy};
+use crate::engine::kubelet_summary::Summary;
 use crate::engine::quantity::Quantity;
-use crate::engine::rank::{DiskMeasure, FsLayout, RankPolicy};
-use crate::engine::report::{
+use crate::engine::rank_report::{
     LeftOut, RankedPod, Report, build_report, left_out_lines, threshold_verdicts,
 };
 use crate::engine::signal::Signal;
-use crate::engine::summary::Summary;
 use crate::engine::threshold::{Threshold, ThresholdKind};
 use crate::pods::{kube_query, kube_watch::api_config, manifests::parse_file};
 use crate::printable::printable;

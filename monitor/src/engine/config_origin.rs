@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::config::{EvictionConfig, Written};
+use super::eviction_config::{EvictionConfig, Written};
 use super::signal::Signal;
 use super::threshold::ThresholdKind;
 

@@ -27,14 +27,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::EvictionConfig;
+use super::eviction_config::EvictionConfig;
+use super::eviction_order::RankPolicy;
 use super::instant::{Clock, MonoInstant};
+use super::kubelet_summary::PodUsage;
 use super::pod_facts::{PodFacts, PodRef};
 use super::quantity::Quantity;
-use super::rank::RankPolicy;
 use super::rank_index::RankIndexSet;
 use super::signal::{NodeCondition, Signal};
-use super::summary::PodUsage;
 use super::threshold::{SignalObservation, Threshold, ThresholdId, ThresholdKind};
 
 /// Grace period for evictions on hard thresholds (the kubelet's
@@ -366,8 +366,8 @@ fn reason(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::eviction_order::FsLayout;
     use crate::engine::instant::ManualClock;
-    use crate::engine::rank::FsLayout;
 
     const MI: i64 = 1 << 20;
 

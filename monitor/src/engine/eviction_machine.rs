@@ -13,17 +13,17 @@ use super::{
 };
 use crate::{
     engine::{
-        config::EvictionConfig,
         decide::{Decision, EvictionState, decide_among},
+        eviction_config::EvictionConfig,
+        eviction_order::{FsLayout, RankPolicy},
         headroom::memory_headroom,
         ids::{CgroupRel, PodId, PodUid},
         instant::{Clock, MonoInstant},
+        kubelet_summary::PodUsage,
         oom_projection::{GrowthWindow, OomDomain, OomPoints, Projection},
         pod_facts::{PodFacts, PodRef},
-        rank::{FsLayout, RankPolicy},
         rank_index::{RankIndex, RankIndexSet},
         signal::Signal,
-        summary::PodUsage,
         threshold::{SignalObservation, ThresholdKind},
     },
     node::memory::{allocatable_memory_available, memory_available},

@@ -7,11 +7,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use super::eviction_order::{FsLayout, RankKey, RankPolicy};
 use super::ids::PodUid;
+use super::kubelet_summary::PodUsage;
 use super::pod_facts::PodFacts;
-use super::rank::{FsLayout, RankKey, RankPolicy};
 use super::signal::Signal;
-use super::summary::PodUsage;
 
 /// Pods ranked under one policy.
 #[derive(Debug, Clone)]
@@ -201,8 +201,10 @@ impl RankIndexSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::rank::{Candidate, DiskMeasure, DiskStats, kubelet_chain, ordered_by};
-    use crate::engine::summary::FsUsage;
+    use crate::engine::eviction_order::{
+        Candidate, DiskMeasure, DiskStats, kubelet_chain, ordered_by,
+    };
+    use crate::engine::kubelet_summary::FsUsage;
     use proptest::prelude::*;
 
     #[derive(Debug, Clone)]

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 
 use super::Metrics;
 use crate::{
-    agent::{checkpoint_writer::CheckpointHealth, report::DecisionReport},
-    engine::{report::RankedPod, signal::Signal, threshold::ThresholdKind},
+    agent::{checkpoint_writer::CheckpointHealth, decision_report::DecisionReport},
+    engine::{rank_report::RankedPod, signal::Signal, threshold::ThresholdKind},
 };
 
 /// Everything readers see, as of one evaluation.

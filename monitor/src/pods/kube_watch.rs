@@ -225,7 +225,7 @@ impl KubeWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::report::LeftOutReason;
+    use crate::engine::rank_report::LeftOutReason;
 
     fn pod(name: &str, node: Option<&str>, phase: &str) -> Pod {
         // A uid of the API server's shape, distinct per name.

@@ -11,7 +11,7 @@
 //! Files are untrusted input and bounded before parsing: at most [`MAX_FILE_BYTES`] each
 //! (read through a bounded reader, so a file growing meanwhile cannot exceed it), then within
 //! the nesting, tokens and aliases [`yaml_bounds`](crate::yaml_bounds) allows.
-use crate::engine::report::LeftOut;
+use crate::engine::rank_report::LeftOut;
 use std::{
     collections::HashMap,
     fs, io,

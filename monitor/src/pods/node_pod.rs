@@ -10,7 +10,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::kubelet_view::{Standing, standing_of};
-use crate::engine::report::{LeftOut, LeftOutReason};
+use crate::engine::rank_report::{LeftOut, LeftOutReason};
 use crate::engine::{
     pod_facts::{PodFacts, PodFactsError},
     pod_request::PodQuantityError,

@@ -17,11 +17,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use monitor::engine::eviction_order::{Candidate, RankKey, RankPolicy, kubelet_chain, ordered_by};
+use monitor::engine::kubelet_summary::PodUsage;
 use monitor::engine::pod_facts::{PodFacts, PodRef};
 use monitor::engine::quantity::Quantity;
-use monitor::engine::rank::{Candidate, RankKey, RankPolicy, kubelet_chain, ordered_by};
 use monitor::engine::rank_index::RankIndex;
-use monitor::engine::summary::PodUsage;
 
 const SIZES: [usize; 3] = [100, 1_000, 10_000];
 const MI: u64 = 1 << 20;

@@ -21,10 +21,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::kubelet_summary::{FsUsage, PodUsage};
 use super::pod_facts::PodFacts;
 use super::quantity::Quantity;
 use super::signal::Signal;
-use super::summary::{FsUsage, PodUsage};
 
 /// Whether the container runtime keeps images and writable layers on a filesystem of its
 /// own (the kubelet's `HasDedicatedImageFs`). A runtime that further splits writable layers

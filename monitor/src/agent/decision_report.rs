@@ -7,11 +7,11 @@ use crate::{
     engine::{
         decide::Eviction,
         eviction_machine::Prediction,
+        eviction_order::{Measured, RankPolicy},
+        kubelet_summary::PodUsage,
         oom_projection::Grace,
         pod_facts::PodFacts,
         quantity::Quantity,
-        rank::{Measured, RankPolicy},
-        summary::PodUsage,
         threshold::ThresholdKind,
     },
     printable::printable,

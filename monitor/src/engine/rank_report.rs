@@ -11,14 +11,14 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use super::pod_facts::{PodFacts, PodFactsError, ResizeNote, kubelet_uid};
-use super::quantity::Quantity;
-use super::rank::{
+use super::eviction_order::{
     Candidate, FsLayout, Measured, RankPolicy, RankReason, decided_by, kubelet_chain,
 };
+use super::kubelet_summary::{PodUsage, Summary};
+use super::pod_facts::{PodFacts, PodFactsError, ResizeNote, kubelet_uid};
+use super::quantity::Quantity;
 use super::rank_index::RankIndex;
 use super::signal::Signal;
-use super::summary::{PodUsage, Summary};
 use super::threshold::{SignalObservation, Threshold, ThresholdKind};
 use crate::pods::kubelet_view::{Standing, standing};
 use crate::printable::printable;

@@ -170,6 +170,8 @@ pub enum EventKind {
     KswapdSleep = 7,
     /// An [`OomEvent`].
     OomVictim = 8,
+    /// A [`ForkEvent`]: tasks were created up to the level userspace armed.
+    Forks = 9,
 }
 
 impl EventKind {
@@ -184,6 +186,7 @@ impl EventKind {
             6 => Some(EventKind::KswapdWake),
             7 => Some(EventKind::KswapdSleep),
             8 => Some(EventKind::OomVictim),
+            9 => Some(EventKind::Forks),
             _ => None,
         }
     }
@@ -227,6 +230,14 @@ pub enum WakeSlot {
     /// Set by userspace: records wake it once the growth reaches this. 0, the initial value,
     /// leaves the ring buffer's usual behaviour: every record can wake the reader.
     WakeAt = 1,
+    /// Tasks created (processes and threads, every `sched_process_fork`) since the programs
+    /// were attached (kernel-maintained; exits are not subtracted, so it only rises).
+    Forks = 2,
+    /// Set by userspace: the [`ForkEvent`] is sent, with a wake-up, once `Forks` reaches
+    /// this; the program that sends it sets it back to 0 (off), so one record per arming.
+    /// Userspace arms it at the distance of `pid.available` from its nearest threshold:
+    /// exits only add to what is available, so the record can come early, never late.
+    ForkWakeAt = 3,
 }
 
 /// Size of the `EVENTS` ring buffer in bytes. With 10,000 pods, a tenth of them churning,
@@ -240,7 +251,7 @@ pub const EVENTS_BYTES: u64 = 1024 * 1024;
 pub const MAX_RECORDS: usize = EVENTS_BYTES as usize / (size_of::<StatEvent>() + 8);
 
 /// Number of [`WakeSlot`]s.
-pub const NWAKE: u32 = 2;
+pub const NWAKE: u32 = 4;
 
 /// Longest cgroup path carried in a [`CgroupEvent`], including the NUL.
 pub const PATH_MAX: usize = 256;
@@ -394,6 +405,20 @@ pub struct KswapdEvent {
     pub ts_ns: u64,
 }
 
+/// Tasks were created up to the level userspace armed ([`WakeSlot::ForkWakeAt`]): at most
+/// one record per arming, so it never crowds the ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkEvent {
+    /// [`EventKind::Forks`].
+    pub kind: u32,
+    pub _pad: u32,
+    /// [`WakeSlot::Forks`] when the record was sent.
+    pub forks: i64,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+}
+
 /// The OOM killer chose a victim (tracepoint `oom/mark_victim`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -529,6 +554,7 @@ const _: () = assert!(size_of::<IncidentConfig>() == 40);
 const _: () = assert!(size_of::<MemcgOffsets>() == 24);
 const _: () = assert!(size_of::<StallEvent>() == 48 + COMM_LEN);
 const _: () = assert!(size_of::<KswapdEvent>() == 24);
+const _: () = assert!(size_of::<ForkEvent>() == 24);
 const _: () = assert!(size_of::<OomEvent>() == 56 + COMM_LEN);
 const _: () = assert!(size_of::<FieldOffsets>() == 4 * MAX_FIELDS + 8);
 
@@ -545,6 +571,7 @@ mod pod_impls {
     unsafe impl aya::Pod for super::MemcgOffsets {}
     unsafe impl aya::Pod for super::StallEvent {}
     unsafe impl aya::Pod for super::KswapdEvent {}
+    unsafe impl aya::Pod for super::ForkEvent {}
     unsafe impl aya::Pod for super::OomEvent {}
     unsafe impl aya::Pod for super::FieldOffsets {}
 }

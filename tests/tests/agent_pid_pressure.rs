@@ -1,7 +1,9 @@
 //! PID pressure end to end (root only): a fork bomb's pod is evicted on `pid.available`, and
 //! its processes, exited but not yet reaped by their parent, are not taken for pressure that
 //! remains. The kubelet's node e2e scenario, scaled to this machine: an innocent pod of the
-//! same priority ranks next, so a second decision on a stale reading would evict it.
+//! same priority ranks next, so a second decision on a stale reading would evict it. And the
+//! bomb is decided on when it crosses the threshold, woken by the kernel's fork counter, not
+//! at the next resync.
 use std::{
     fs,
     process::{Child, Command, Stdio},
@@ -18,6 +20,28 @@ const BOMB: usize = 500;
 const MARGIN: i64 = 250;
 /// How long the bomb's processes stay zombies before their parent reaps them.
 const UNREAPED: Duration = Duration::from_secs(3);
+
+/// One bomb at a time: each moves the node's `pid.available`, which every agent reads.
+static ONE_BOMB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_bomb_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_BOMB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Starts `count` processes in `dir` that ignore SIGTERM, so a bomb goes at force as a real
+/// one busy forking would. Their parent is this test, which reaps them when it waits.
+fn spawn_bomb(dir: &std::path::Path, count: usize) -> Vec<Child> {
+    (0..count)
+        .map(|_| {
+            // A helper of this crate: the test VM has no `sleep`.
+            let mut idle = Command::new(binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
+            idle.stdin(Stdio::null()).stdout(Stdio::null());
+            cgroup_tree::spawn_in(&mut idle, dir).expect("starting a bomb process")
+        })
+        .collect()
+}
 
 /// `pid.available` as the kubelet computes it: the lower of `pid_max` and `threads-max`,
 /// less the tasks in /proc/loadavg.
@@ -39,6 +63,7 @@ fn a_fork_bomb_is_evicted_once_and_its_unreaped_processes_evict_no_one_else() {
     if !running_as_root("a_fork_bomb_is_evicted_once_and_its_unreaped_processes") {
         return;
     }
+    let _one = one_bomb_at_a_time();
     let threshold = pid_available_now() - MARGIN;
     let scene = AgentScene::with_config(
         "pid-bomb",
@@ -53,16 +78,8 @@ fn a_fork_bomb_is_evicted_once_and_its_unreaped_processes_evict_no_one_else() {
     let innocent_proc = scene.start_pod(&innocent);
     scene.write_manifest(&bomb);
     let bomb_dir = scene.kubepods.create_pod(bomb.qos(), &bomb.uid);
-    // Their parent is this test, which reaps them only [`UNREAPED`] after they exit.
-    let mut bomb_procs: Vec<Child> = (0..BOMB)
-        .map(|_| {
-            // A helper of this crate: the test VM has no `sleep`. It ignores SIGTERM, so the
-            // bomb goes at force, as a real one busy forking would.
-            let mut idle = Command::new(binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
-            idle.stdin(Stdio::null()).stdout(Stdio::null());
-            cgroup_tree::spawn_in(&mut idle, &bomb_dir).expect("starting a bomb process")
-        })
-        .collect();
+    // Reaped only [`UNREAPED`] after they exit.
+    let mut bomb_procs = spawn_bomb(&bomb_dir, BOMB);
 
     let decision = agent.next_decision(DECIDE);
     assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
@@ -82,6 +99,58 @@ fn a_fork_bomb_is_evicted_once_and_its_unreaped_processes_evict_no_one_else() {
             "decided once the bomb was reaped: {line}\n{}",
             agent.stderr()
         );
+    }
+    assert!(
+        process_alive(innocent_proc.pid()),
+        "the innocent pod was killed"
+    );
+    assert!(agent.running(), "{}", agent.stderr());
+    agent.stop();
+}
+
+/// With the resync a minute away, the bomb is decided on as it crosses the threshold: the
+/// kernel counted its forks up to the distance the agent armed, and its record (named as the
+/// decision's trigger) made the agent read `pid.available` and the pods' process counts at
+/// once. Without the fork counter nothing would read them before the resync.
+#[test]
+fn a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync() {
+    if !running_as_root("a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync") {
+        return;
+    }
+    let _one = one_bomb_at_a_time();
+    let threshold = pid_available_now() - MARGIN;
+    let scene = AgentScene::with_config(
+        "pid-wake",
+        &format!(
+            "evictionHard:\n  pid.available: \"{threshold}\"\n\
+             monitor:\n  evictionInterval: 500ms\n  podCleanupTimeout: 20s\n"
+        ),
+    );
+    let mut agent = scene.start_agent(&["--resync-interval", "60s"]);
+    let innocent = TestPod::new("innocent").request_mib(10).priority(0);
+    let bomb = TestPod::new("bomb").request_mib(10).priority(0);
+    let innocent_proc = scene.start_pod(&innocent);
+    scene.write_manifest(&bomb);
+    let bomb_dir = scene.kubepods.create_pod(bomb.qos(), &bomb.uid);
+    // The agent takes the bomb's manifest (and reads the pods) before the bomb starts.
+    std::thread::sleep(Duration::from_secs(2));
+    if let Some(line) = agent.next_line(Duration::ZERO) {
+        panic!("decided before the bomb: {line}\n{}", agent.stderr());
+    }
+    let mut bomb_procs = spawn_bomb(&bomb_dir, BOMB);
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
+    assert_eq!(decision["signal"], "pid.available", "{decision:#}");
+    let trigger = decision["event_monotonic_ns"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("not triggered by a kernel record: {decision:#}"));
+    let decided = decision["monotonic_ns"].as_u64().unwrap();
+    eprintln!(
+        "fork record -> decision: {:.2} ms",
+        decided.saturating_sub(trigger) as f64 / 1e6
+    );
+    for child in &mut bomb_procs {
+        child.wait().expect("reaping a bomb process");
     }
     assert!(
         process_alive(innocent_proc.pid()),

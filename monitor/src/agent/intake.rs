@@ -94,9 +94,40 @@ impl Agent {
         })
     }
 
+    /// Arms the kernel's fork counter at the distance of `pid.available` from its nearest
+    /// threshold, when that changed or the counter's record came. True when the tasks were
+    /// created before it was armed: read now. A failure to arm leaves pid.available to the
+    /// resync, as without the program.
+    pub(super) fn rearm_fork_wake(&mut self) -> bool {
+        let Some(kernel) = self.source.kernel.as_mut() else {
+            return false;
+        };
+        let headroom = self.core.pid_headroom();
+        if self.forks_armed_at == Some(headroom) {
+            return false;
+        }
+        self.forks_armed_at = Some(headroom);
+        kernel.wake_after_forks(headroom).unwrap_or_else(|e| {
+            tracing::warn!("arming the kernel's fork counter: {e}");
+            false
+        })
+    }
+
+    /// The kernel counted enough new tasks to meet a pid threshold: every pod is read (its
+    /// process count with it) and `pid.available` too, so the decision rests on this moment
+    /// and not on the last resync. `trigger_ns`: the fork record's time.
+    pub(super) fn read_pids_now(&mut self, trigger_ns: Option<u64>) {
+        tracing::debug!("the kernel counted tasks enough to meet a pid threshold: reading now");
+        self.forks_armed_at = None;
+        self.read_unprompted();
+        self.evaluate(trigger_ns);
+    }
+
     /// Applies decoded kernel records; returns the newest stat event's timestamp. A record
-    /// that does not decode is counted and skipped.
+    /// that does not decode is counted and skipped. A fork record is taken after the others:
+    /// see [`Self::read_pids_now`].
     pub(super) fn apply_events(&mut self, batch: &mut Batch) -> Option<u64> {
+        let mut forks_at = None;
         let mut cgroup_created = false;
         let received = batch.len() as u64;
         let mut stats = Vec::with_capacity(batch.len());
@@ -149,6 +180,7 @@ impl Agent {
                 } => {
                     self.causes.stall(cgroup_id, reclaim, start_ns, duration_ns);
                 }
+                KernelEvent::Forks { ts_ns, .. } => forks_at = Some(ts_ns),
                 _ => {}
             }
         }
@@ -167,6 +199,9 @@ impl Agent {
         }
         if cgroup_created || stopped_pod_moved {
             self.revive_restarted_pods();
+        }
+        if forks_at.is_some() {
+            self.read_pids_now(forks_at);
         }
         newest
     }

@@ -6,7 +6,8 @@
 //! that can move a signal or the ranking, the decision step runs at once; there is no
 //! decision timer. Kernel records wake the agent only once working sets may have grown by
 //! the distance to the nearest memory threshold (see [`crate::engine::headroom`]); the rest
-//! wait in the ring and are read every second.
+//! wait in the ring and are read every second. The kernel's fork counter wakes it likewise
+//! once enough tasks were created to meet a pid threshold, and `pid.available` is read then.
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -132,6 +133,9 @@ pub(super) struct Agent {
     pub(super) undecodable_logged: bool,
     /// Kernel records taken from the ring during a cgroupfs read, applied after it.
     pub(super) held: Batch,
+    /// The pid headroom the kernel's fork counter was last armed at (`Some(None)`: disarmed);
+    /// `None` until armed, and again after its record came (the kernel disarmed it).
+    pub(super) forks_armed_at: Option<Option<u64>>,
     /// Kernel records lost (ring full) since they were last added to the checkpoint.
     pub(super) lost_unsaved: u64,
     /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
@@ -305,6 +309,10 @@ impl Agent {
                     break;
                 }
                 self.read_waiting(&mut batch);
+            }
+            if self.rearm_fork_wake() {
+                self.read_pids_now(None);
+                self.rearm_fork_wake();
             }
             self.publisher.heartbeat.beat(monotonic_ns());
         }

@@ -217,6 +217,7 @@ impl Agent {
             actions: JoinSet::new(),
             undecodable_logged: false,
             held: Vec::new(),
+            forks_armed_at: None,
             lost_unsaved: 0,
             resyncs_since_sweep: 0,
             resync: ResyncSchedule::default(),

@@ -16,7 +16,7 @@ use crate::{
         decide::{Decision, EvictionState, decide_among},
         eviction_config::EvictionConfig,
         eviction_order::{FsLayout, RankPolicy},
-        headroom::memory_headroom,
+        headroom::{memory_headroom, pid_headroom},
         ids::{CgroupRel, PodId, PodUid},
         instant::{Clock, MonoInstant},
         kubelet_summary::PodUsage,
@@ -758,6 +758,12 @@ impl AgentCore {
     /// How much the working sets may grow before a memory threshold could be met.
     pub fn memory_headroom(&self) -> Option<u64> {
         memory_headroom(&self.config.thresholds, &self.observations())
+    }
+
+    /// How many tasks may be created before a pid threshold could be met, from the last
+    /// `pid.available` reading (see [`pid_headroom`]).
+    pub fn pid_headroom(&self) -> Option<u64> {
+        pid_headroom(&self.config.thresholds, &self.observations())
     }
 
     pub fn pod(&self, uid: &str) -> Option<&PodRow> {

@@ -1,8 +1,10 @@
-//! How much memory may still be taken before a memory threshold can be met.
+//! How far the signals are from their thresholds, for the kernel's wake-ups.
 //!
 //! The kernel programs send working-set changes without waking the agent until the summed
-//! growth reaches this headroom (see `monitor_common::Wake`): below it, no memory signal can
-//! cross a threshold, so the records only refresh the ranking and can wait.
+//! growth reaches the memory headroom (see `monitor_common::WakeSlot`): below it, no memory
+//! signal can cross a threshold, so the records only refresh the ranking and can wait. The
+//! fork counter is armed the same way at the PID headroom: `pid.available` falls by at most
+//! one per task created.
 use std::collections::BTreeMap;
 
 use super::quantity::Quantity;
@@ -20,18 +22,39 @@ pub fn memory_headroom(
     thresholds
         .iter()
         .filter(|t| t.signal.node_condition() == NodeCondition::MemoryPressure)
-        .map(|t| {
-            let Some(observed) = observations.get(&t.signal) else {
-                return 0;
-            };
-            let mut level = t.value.resolve(observed.capacity);
-            if let Some(min_reclaim) = t.min_reclaim {
-                level = level.saturating_add(min_reclaim.resolve(observed.capacity));
-            }
-            let left = Quantity::from_units(observed.available).millis() - level.millis();
-            u64::try_from(left / 1000).unwrap_or(0)
-        })
+        .map(|t| observations.get(&t.signal).map_or(0, |o| distance(t, *o)))
         .min()
+}
+
+/// The least number of tasks whose creation could meet a pid threshold (one more than the
+/// distance to its level: it is met strictly below). `None` when no pid threshold is
+/// observed, or when one is met already: that reading has been decided on, and a wake-up at
+/// every fork while the pressure lasts would only read the same pressure again.
+pub fn pid_headroom(
+    thresholds: &[Threshold],
+    observations: &BTreeMap<Signal, SignalObservation>,
+) -> Option<u64> {
+    let mut met = false;
+    let nearest = thresholds
+        .iter()
+        .filter(|t| t.signal.node_condition() == NodeCondition::PidPressure)
+        .filter_map(|t| {
+            let observed = *observations.get(&t.signal)?;
+            met |= t.is_met(observed, false);
+            Some(distance(t, observed).saturating_add(1))
+        })
+        .min();
+    nearest.filter(|_| !met)
+}
+
+/// `available - level` of one threshold, in the signal's units, 0 when met.
+fn distance(threshold: &Threshold, observed: SignalObservation) -> u64 {
+    let mut level = threshold.value.resolve(observed.capacity);
+    if let Some(min_reclaim) = threshold.min_reclaim {
+        level = level.saturating_add(min_reclaim.resolve(observed.capacity));
+    }
+    let left = Quantity::from_units(observed.available).millis() - level.millis();
+    u64::try_from(left / 1000).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -146,6 +169,84 @@ mod tests {
                 case.name
             );
         }
+    }
+
+    #[test]
+    fn pid_headroom_per_case() {
+        let pids = |n: i64| ThresholdValue::Quantity(Quantity::from_units(n));
+        let observed = |available: i64| SignalObservation {
+            available,
+            capacity: 32768,
+        };
+        let pid = Signal::PidAvailable;
+        let cases = [
+            ("no thresholds", vec![], vec![(pid, observed(350))], None),
+            (
+                "only a memory threshold",
+                vec![threshold(Signal::MemoryAvailable, mib(100), None)],
+                vec![(pid, observed(350))],
+                None,
+            ),
+            (
+                "not observed: nothing to arm against",
+                vec![threshold(pid, pids(100), None)],
+                vec![],
+                None,
+            ),
+            (
+                "250 tasks to the level, met at the 251st",
+                vec![threshold(pid, pids(100), None)],
+                vec![(pid, observed(350))],
+                Some(251),
+            ),
+            (
+                "at the level, not met: the next task meets it",
+                vec![threshold(pid, pids(100), None)],
+                vec![(pid, observed(100))],
+                Some(1),
+            ),
+            (
+                "met: decided on already",
+                vec![threshold(pid, pids(100), None)],
+                vec![(pid, observed(99))],
+                None,
+            ),
+            (
+                "a percentage of pid_max, min-reclaim counted",
+                vec![threshold(pid, ThresholdValue::Fraction(0.5), Some(100))],
+                vec![(pid, observed(20000))],
+                Some(20000 - 16384 - 100 + 1),
+            ),
+        ];
+        for (name, thresholds, observations, want) in cases {
+            let observations = observations.into_iter().collect();
+            assert_eq!(pid_headroom(&thresholds, &observations), want, "{name}");
+        }
+    }
+
+    /// Creating the pid headroom's tasks meets the threshold, one task fewer does not.
+    #[test]
+    fn creating_the_pid_headroom_meets_the_threshold() {
+        let t = threshold(
+            Signal::PidAvailable,
+            ThresholdValue::Quantity(Quantity::from_units(1000)),
+            None,
+        );
+        let before = SignalObservation {
+            available: 4321,
+            capacity: 32768,
+        };
+        let tasks = pid_headroom(
+            std::slice::from_ref(&t),
+            &BTreeMap::from([(Signal::PidAvailable, before)]),
+        )
+        .unwrap() as i64;
+        let after = |created: i64| SignalObservation {
+            available: before.available - created,
+            ..before
+        };
+        assert!(!t.is_met(after(tasks - 1), false));
+        assert!(t.is_met(after(tasks), false));
     }
 
     /// Growth by the headroom is the least that meets the threshold, one byte less is not.

@@ -1,6 +1,6 @@
 //! Decoding ring-buffer records into [`KernelEvent`]s.
 use monitor_common::{
-    CgroupEvent, EventKind, KswapdEvent, OomEvent, PATH_MAX, StallEvent, Stat, StatEvent,
+    CgroupEvent, EventKind, ForkEvent, KswapdEvent, OomEvent, PATH_MAX, StallEvent, Stat, StatEvent,
 };
 
 /// A record from the kernel programs, decoded.
@@ -62,6 +62,13 @@ pub enum KernelEvent {
         file_rss_kb: u64,
         shmem_rss_kb: u64,
         oom_score_adj: i32,
+    },
+    /// Tasks were created up to the level the agent armed: `pid.available` may have reached
+    /// a threshold (see `monitor_common::WakeSlot::ForkWakeAt`).
+    Forks {
+        /// Tasks created since the programs were attached.
+        forks: i64,
+        ts_ns: u64,
     },
 }
 
@@ -164,6 +171,13 @@ pub fn decode(record: &[u8]) -> Result<KernelEvent, DecodeError> {
                 oom_score_adj: ev.oom_score_adj,
             })
         }
+        EventKind::Forks => {
+            let ev: ForkEvent = read(record)?;
+            Ok(KernelEvent::Forks {
+                forks: ev.forks,
+                ts_ns: ev.ts_ns,
+            })
+        }
     }
 }
 
@@ -218,6 +232,25 @@ mod tests {
                 growth_bytes: 9 << 20,
             })
         );
+    }
+
+    #[test]
+    fn fork_record_round_trips_and_a_short_one_is_refused() {
+        let ev = ForkEvent {
+            kind: EventKind::Forks as u32,
+            _pad: 0,
+            forks: 31_337,
+            ts_ns: 88,
+        };
+        let bytes = bytes_of(&ev);
+        assert_eq!(
+            decode(&bytes),
+            Ok(KernelEvent::Forks {
+                forks: 31_337,
+                ts_ns: 88
+            })
+        );
+        assert_eq!(decode(&bytes[..20]), Err(DecodeError::Short(20)));
     }
 
     #[test]
@@ -329,7 +362,7 @@ mod tests {
     #[test]
     fn malformed_records_are_rejected() {
         assert_eq!(decode(&[1, 0]), Err(DecodeError::Short(2)));
-        assert_eq!(decode(&[9, 0, 0, 0]), Err(DecodeError::UnknownKind(9)));
+        assert_eq!(decode(&[99, 0, 0, 0]), Err(DecodeError::UnknownKind(99)));
         assert_eq!(decode(&[1, 0, 0, 0, 0, 0]), Err(DecodeError::Short(6)));
         let bad_slot = StatEvent {
             kind: EventKind::Stat as u32,

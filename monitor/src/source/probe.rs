@@ -34,8 +34,8 @@ pub const NODE_PSI: &str = "/proc/pressure/memory";
 /// Where cgroup2 is mounted: the whole tree on unified systems, or beside the v1 controllers
 /// on hybrid ones. Only consulted when the memory controller itself is not on cgroup2.
 const CGROUP2_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
-/// Tracepoint category of the cgroup lifecycle programs.
-const LIFECYCLE_CATEGORY: &str = "cgroup";
+/// Tracepoint category of the per-cgroup memory programs, whose hook varies by kernel.
+const MEMCG_CATEGORY: &str = "memcg";
 
 /// Why tracefs could not be made available.
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +246,7 @@ impl KernelFeatures {
         let memcg: Vec<_> = self
             .programs
             .iter()
-            .filter(|p| !is_lifecycle(p.program))
+            .filter(|p| p.program.category == MEMCG_CATEGORY)
             .collect();
         let tracepoint = match memcg.iter().find(|p| !p.usable()) {
             None => Ok(()),
@@ -300,7 +300,7 @@ impl KernelFeatures {
             (EventSource::Ebpf, Some(MemcgMethod::RawTracepoint | MemcgMethod::Tracepoint)) => {
                 |_| true
             }
-            (EventSource::Ebpf | EventSource::EbpfPoll, _) => is_lifecycle,
+            (EventSource::Ebpf | EventSource::EbpfPoll, _) => is_not_memcg,
             (EventSource::Poll, _) => |_| false,
         };
         self.programs
@@ -330,8 +330,14 @@ fn probe_btf_hooks() -> (Result<Vec<FentryTarget>, String>, Result<(), String>) 
     }
 }
 
+/// The cgroup lifecycle programs, without which the kernel paths are not used.
 fn is_lifecycle(program: &ProgramSpec) -> bool {
-    program.category == LIFECYCLE_CATEGORY
+    program.category == "cgroup"
+}
+
+/// The programs attached whatever the memcg hook: the cgroup lifecycle and the fork counter.
+fn is_not_memcg(program: &ProgramSpec) -> bool {
+    program.category != MEMCG_CATEGORY
 }
 
 /// A cgroup2 root with memory PSI: the memory hierarchy itself on unified systems, else a
@@ -404,9 +410,9 @@ pub(crate) mod tests {
         true
     }
 
-    /// Kernels 6.1-6.12: the cgroup tracepoints but none of the memcg ones (6.13).
-    fn lifecycle_only(program: &ProgramSpec) -> bool {
-        program.category == "cgroup"
+    /// Kernels 6.1-6.12: the cgroup and sched tracepoints but none of the memcg ones (6.13).
+    fn without_memcg(program: &ProgramSpec) -> bool {
+        program.category != "memcg"
     }
 
     fn names(programs: Vec<&ProgramSpec>) -> Vec<&str> {
@@ -422,11 +428,11 @@ pub(crate) mod tests {
 
     #[test]
     fn kernel_6_1_without_memcg_tracepoints_polls_memory() {
-        let vm = facts(true, true, lifecycle_only);
+        let vm = facts(true, true, without_memcg);
         assert_eq!(vm.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(vm.programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir"]
+            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"]
         );
     }
 
@@ -444,12 +450,12 @@ pub(crate) mod tests {
 
     #[test]
     fn kernels_before_6_13_count_memory_with_fentry() {
-        let vm = with_fentry(facts(true, true, lifecycle_only));
+        let vm = with_fentry(facts(true, true, without_memcg));
         assert_eq!(vm.memcg_method(), Some(MemcgMethod::Fentry));
         assert_eq!(vm.source(), EventSource::Ebpf);
         assert_eq!(
             names(vm.programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir"],
+            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"],
             "the memcg programs go to functions, not tracepoints"
         );
     }
@@ -472,7 +478,7 @@ pub(crate) mod tests {
 
     #[test]
     fn one_function_missing_from_btf_polls_memory() {
-        let mut vm = with_fentry(facts(true, true, lifecycle_only));
+        let mut vm = with_fentry(facts(true, true, without_memcg));
         if let Ok(targets) = &mut vm.fentry {
             targets[1].function = Err("inlined".into());
         }
@@ -491,7 +497,7 @@ pub(crate) mod tests {
     fn no_ring_buffer_polls() {
         assert_eq!(facts(true, false, all).source(), EventSource::Poll);
         assert_eq!(
-            facts(true, false, lifecycle_only).source(),
+            facts(true, false, without_memcg).source(),
             EventSource::Poll
         );
     }
@@ -508,7 +514,7 @@ pub(crate) mod tests {
         assert_eq!(partial.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(partial.programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir"],
+            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"],
             "a lone memcg program would count what is polled anyway"
         );
     }
@@ -521,7 +527,7 @@ pub(crate) mod tests {
         assert_eq!(host.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(with_fentry(host).programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir"],
+            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"],
             "fentry stands in for tracepoints whose records do not fit"
         );
     }

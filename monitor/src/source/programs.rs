@@ -129,6 +129,16 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         fields: CGROUP_FIELDS,
         fields_slot: Some(FieldsSlot::CgroupRmdir),
     },
+    ProgramSpec {
+        name: "sched_process_fork",
+        category: "sched",
+        tracepoint: "sched_process_fork",
+        provides: "tasks created, waking the agent when pid.available may reach a threshold",
+        fallback: "read pid.available at the resync interval only",
+        since: "2.6.32",
+        fields: &[],
+        fields_slot: None,
+    },
 ];
 
 /// An fentry program standing in for a `memcg` tracepoint program on kernels before 6.13.

@@ -253,6 +253,8 @@ impl TraceView {
                     oom_score_adj,
                 }]
             }
+            // The agent's wake-up for pid.available; a trace arms none, so none come.
+            KernelEvent::Forks { .. } => Vec::new(),
         }
     }
 

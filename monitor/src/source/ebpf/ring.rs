@@ -124,4 +124,24 @@ impl KernelSource {
         let lowered = previous.is_some_and(|p| wake_at < p);
         Ok(lowered && wake.get(&(WakeSlot::Growth as u32), 0)? >= wake_at)
     }
+
+    /// Arms the fork counter: one record, with a wake-up, once `tasks` more tasks have been
+    /// created from now (`None`: disarmed). Returns true when that many were created between
+    /// reading the count and arming (a fork bomb outruns a syscall): read `pid.available` now,
+    /// for the record will not come.
+    pub fn wake_after_forks(&mut self, tasks: Option<u64>) -> Result<bool, aya::maps::MapError> {
+        let mut wake =
+            Array::<_, i64>::try_from(self.ebpf.map_mut("WAKE").ok_or_else(missing_map)?)?;
+        let Some(tasks) = tasks else {
+            wake.set(WakeSlot::ForkWakeAt as u32, 0, 0)?;
+            return Ok(false);
+        };
+        let forks = wake.get(&(WakeSlot::Forks as u32), 0)?;
+        // At least 1: 0 means disarmed.
+        let wake_at = forks
+            .saturating_add(i64::try_from(tasks).unwrap_or(i64::MAX))
+            .max(1);
+        wake.set(WakeSlot::ForkWakeAt as u32, wake_at, 0)?;
+        Ok(wake.get(&(WakeSlot::Forks as u32), 0)? >= wake_at)
+    }
 }

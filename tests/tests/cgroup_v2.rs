@@ -137,7 +137,10 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
         let expected = if hook.starts_with("memcg/") {
             has_memcg
         } else {
-            assert!(hook.starts_with("cgroup/"), "unexpected hook {hook}");
+            assert!(
+                hook.starts_with("cgroup/") || hook == "sched/sched_process_fork",
+                "unexpected hook {hook}"
+            );
             true
         };
         assert_eq!(program["present"], expected, "{hook} on {kernel}");

@@ -6,11 +6,15 @@
 //! at the next resync.
 use std::{
     fs,
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use tests::{AgentScene, TestPod, binary, cgroup_tree, process_alive, running_as_root};
+use tests::{
+    AgentScene, Allocator, MonitorProcess, TestPod, binary, cgroup_tree, process_alive,
+    running_as_root,
+};
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
 /// included).
@@ -58,26 +62,50 @@ fn pid_available_now() -> i64 {
     max - tasks
 }
 
+/// An agent with a hard `pid.available` threshold [`MARGIN`] below today's and the given
+/// resync interval, an innocent pod running, and the bomb's pod listed with an empty cgroup.
+struct Scene {
+    _scene: AgentScene,
+    agent: MonitorProcess,
+    innocent_proc: Allocator,
+    bomb_dir: PathBuf,
+}
+
+fn scene(name: &str, resync: &str) -> Scene {
+    let threshold = pid_available_now() - MARGIN;
+    let scene = AgentScene::with_config(
+        name,
+        &format!(
+            "evictionHard:\n  pid.available: \"{threshold}\"\n\
+             monitor:\n  evictionInterval: 500ms\n  podCleanupTimeout: 20s\n"
+        ),
+    );
+    let agent = scene.start_agent(&["--resync-interval", resync]);
+    let innocent = TestPod::new("innocent").request_mib(10).priority(0);
+    let bomb = TestPod::new("bomb").request_mib(10).priority(0);
+    let innocent_proc = scene.start_pod(&innocent);
+    scene.write_manifest(&bomb);
+    let bomb_dir = scene.kubepods.create_pod(bomb.qos(), &bomb.uid);
+    Scene {
+        _scene: scene,
+        agent,
+        innocent_proc,
+        bomb_dir,
+    }
+}
+
 #[test]
 fn a_fork_bomb_is_evicted_once_and_its_unreaped_processes_evict_no_one_else() {
     if !running_as_root("a_fork_bomb_is_evicted_once_and_its_unreaped_processes") {
         return;
     }
     let _one = one_bomb_at_a_time();
-    let threshold = pid_available_now() - MARGIN;
-    let scene = AgentScene::with_config(
-        "pid-bomb",
-        &format!(
-            "evictionHard:\n  pid.available: \"{threshold}\"\n\
-             monitor:\n  evictionInterval: 500ms\n  podCleanupTimeout: 20s\n"
-        ),
-    );
-    let mut agent = scene.start_agent(&["--resync-interval", "500ms"]);
-    let innocent = TestPod::new("innocent").request_mib(10).priority(0);
-    let bomb = TestPod::new("bomb").request_mib(10).priority(0);
-    let innocent_proc = scene.start_pod(&innocent);
-    scene.write_manifest(&bomb);
-    let bomb_dir = scene.kubepods.create_pod(bomb.qos(), &bomb.uid);
+    let Scene {
+        _scene,
+        mut agent,
+        innocent_proc,
+        bomb_dir,
+    } = scene("pid-bomb", "500ms");
     // Reaped only [`UNREAPED`] after they exit.
     let mut bomb_procs = spawn_bomb(&bomb_dir, BOMB);
 
@@ -118,20 +146,12 @@ fn a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync() {
         return;
     }
     let _one = one_bomb_at_a_time();
-    let threshold = pid_available_now() - MARGIN;
-    let scene = AgentScene::with_config(
-        "pid-wake",
-        &format!(
-            "evictionHard:\n  pid.available: \"{threshold}\"\n\
-             monitor:\n  evictionInterval: 500ms\n  podCleanupTimeout: 20s\n"
-        ),
-    );
-    let mut agent = scene.start_agent(&["--resync-interval", "60s"]);
-    let innocent = TestPod::new("innocent").request_mib(10).priority(0);
-    let bomb = TestPod::new("bomb").request_mib(10).priority(0);
-    let innocent_proc = scene.start_pod(&innocent);
-    scene.write_manifest(&bomb);
-    let bomb_dir = scene.kubepods.create_pod(bomb.qos(), &bomb.uid);
+    let Scene {
+        _scene,
+        mut agent,
+        innocent_proc,
+        bomb_dir,
+    } = scene("pid-wake", "60s");
     // The agent takes the bomb's manifest (and reads the pods) before the bomb starts.
     std::thread::sleep(Duration::from_secs(2));
     if let Some(line) = agent.next_line(Duration::ZERO) {

@@ -39,7 +39,12 @@ fn scene_and_agent_with(
 ) -> Option<(AgentScene, MonitorProcess)> {
     let scene = AgentScene::new(name, "1s", "5s");
     set_memory_limit(&scene.kubepods.dir, limit).expect("limiting kubepods");
-    let mut agent = scene.start_agent(extra);
+    // The grace projection measured on its own: on cgroup v2 the brake would keep the grace.
+    let args: Vec<&str> = ["--memory-brake", "off"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let mut agent = scene.start_agent(&args);
     let source = agent
         .stderr()
         .lines()

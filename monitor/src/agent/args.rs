@@ -35,6 +35,15 @@ pub enum GraceProjection {
     Off,
 }
 
+/// Whether the kubepods cgroup's growth is held back while a victim drains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MemoryBrake {
+    /// Set `memory.high` at the usage on a hard memory eviction (cgroup v2 only).
+    On,
+    /// Never touch `memory.high`.
+    Off,
+}
+
 /// Run the node agent: watch memory through the kernel and evict the pod the kubelet would
 /// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
 #[derive(Args, Debug, Clone)]
@@ -154,6 +163,17 @@ pub struct AgentArgs {
     /// OOM killer fire first. `off`: the whole grace period always.
     #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = GraceProjection::On)]
     pub grace_projection: GraceProjection,
+    /// cgroup v2: when a hard memory threshold evicts a pod, set the kubepods cgroup's
+    /// memory.high at its usage (plus 4Mi), so the pods' growth is throttled by reclaim
+    /// while the victim drains, and the victim keeps its whole grace period. memory.high
+    /// never calls the OOM killer (a limit would). Lifted once no eviction is in flight and no
+    /// memory threshold is met, after 30s at most, and when the agent stops; a value found
+    /// there (the kubelet's MemoryQoS) is restored exactly. The value is recorded in the
+    /// checkpoint directory first, so an agent killed while braking lifts it at its next
+    /// start. cgroup v1 has no memory.high: there the grace projection alone protects the
+    /// node.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = MemoryBrake::On)]
+    pub memory_brake: MemoryBrake,
     /// Opt-in, off by default: act on a hard memory threshold before it is met, when the
     /// growth of the last 50ms (as the grace projection measures it) would cross it within
     /// this lead. Set it to the time from a decision to the victim's memory being back on

@@ -32,9 +32,10 @@ use crate::{
         decide::Eviction,
         ids::CgroupRel,
         instant::{Clock as _, ManualClock},
+        memory_brake::BrakeInputs,
         oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
-        signal::Signal,
+        signal::{NodeCondition, Signal},
         threshold::ThresholdKind,
     },
     flags::OutputFormat,
@@ -76,6 +77,16 @@ impl Agent {
         if let Some(eviction) = decision.eviction() {
             let span = decision_log::open(eviction, trigger_ns);
             let _in_decision = span.enter();
+            if eviction.threshold.kind == ThresholdKind::Hard
+                && eviction.signal.node_condition() == NodeCondition::MemoryPressure
+            {
+                // Before the grace is chosen: a brake that holds lets the victim keep it.
+                self.brake.step(BrakeInputs {
+                    hard_memory_eviction: true,
+                    pressure: true,
+                    now_ns: decided_ns,
+                });
+            }
             let grace = self.affordable_grace(eviction, decided_ns);
             if let Err(e) = self.report(eviction, decided_ns, trigger_ns, grace) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
@@ -117,6 +128,7 @@ impl Agent {
             node_status.set(&decision.node_conditions);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
+        self.step_brake(decided_ns);
         // Most evaluations change nothing worth keeping; skip building the checkpoint then.
         let snapshot = (self.core.state().clone(), decision.node_conditions.clone());
         if decision.eviction().is_none() && self.persisted.as_ref() == Some(&snapshot) {
@@ -209,12 +221,30 @@ impl Agent {
         });
     }
 
+    /// Lifts the memory brake once no eviction is in flight and no memory threshold is met,
+    /// or once it was held for its bound.
+    pub(super) fn step_brake(&mut self, now_ns: u64) {
+        let state = self.core.state();
+        let pressure = state.awaiting_cleanup.is_some()
+            || state
+                .thresholds_first_observed
+                .iter()
+                .any(|met| met.threshold.signal.node_condition() == NodeCondition::MemoryPressure);
+        self.brake.step(BrakeInputs {
+            hard_memory_eviction: false,
+            pressure,
+            now_ns,
+        });
+    }
+
     /// The grace period the node can afford for a decision taken at `decided_ns`: on a hard
-    /// threshold, cut when the OOM point is nearer than the whole grace period.
+    /// threshold, cut when the OOM point is nearer than the whole grace period, unless the
+    /// memory brake holds the pods' growth back.
     fn affordable_grace(&self, eviction: &Eviction, decided_ns: u64) -> Grace {
         let full = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
         if eviction.threshold.kind != ThresholdKind::Hard
             || self.args.grace_projection == GraceProjection::Off
+            || self.brake.is_held()
         {
             return Grace::Full(full);
         }
@@ -227,6 +257,11 @@ impl Agent {
         let Some(running) = &self.grace_running else {
             return;
         };
+        // The growth measured is the one before the brake held it: it stands in for the cut
+        // while it holds, and the projection takes over again once it is lifted.
+        if self.brake.is_held() {
+            return;
+        }
         let now = Instant::now();
         if now >= running.ends {
             self.grace_running = None;

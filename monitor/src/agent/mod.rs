@@ -15,6 +15,7 @@ mod decision_step;
 mod event_source;
 mod intake;
 mod kernel_victim;
+mod kubepods_brake;
 pub mod local_first;
 pub mod node_status;
 pub mod persist;

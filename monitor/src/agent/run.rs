@@ -23,6 +23,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
     event_source::{Batch, Source},
+    kubepods_brake::KubepodsBrake,
     node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
     publish::RecentDecisions,
@@ -160,6 +161,8 @@ pub(super) struct Agent {
     pub(super) stat_attach_failing: bool,
     /// The local kill whose grace period runs now, re-checked against the OOM projection.
     pub(super) grace_running: Option<RunningGrace>,
+    /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
+    pub(super) brake: KubepodsBrake,
 }
 
 /// A grace period running on this node: SIGTERM was sent, force comes at `ends`, or when
@@ -286,7 +289,11 @@ impl Agent {
                 }
                 _ = status.tick(), if show_status => self.print_status(),
                 // Refreshes what readers see (the checkpoint's failing time, the heartbeat).
-                _ = turn.tick() => self.update_metrics(None, None),
+                _ = turn.tick() => {
+                    self.update_metrics(None, None);
+                    // A held brake's bound passes on a quiet node too.
+                    self.step_brake(monotonic_ns());
+                }
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
                 _ = sighup.recv() => {

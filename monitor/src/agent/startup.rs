@@ -6,10 +6,11 @@ use tokio::{task::JoinSet, time::Instant};
 
 use super::{
     actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
-    args::AgentArgs,
+    args::{AgentArgs, MemoryBrake},
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
     event_source::Source,
+    kubepods_brake::KubepodsBrake,
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
     persist,
@@ -21,7 +22,7 @@ use super::{
 };
 use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
-    cgroupfs::MemoryHierarchy,
+    cgroupfs::{CgroupVersion, MemoryHierarchy},
     checkpoint::{IfUnusable, StateManager, read_now},
     engine::eviction_machine::{AgentCore, NodeCapacity},
     metrics::{
@@ -113,6 +114,16 @@ impl Agent {
                 CheckpointWriter::failing_since_start(opened.manager, problem, Instant::now())
             }
         };
+        // Under the checkpoint directory's lock: no other agent holds this record.
+        let brake = KubepodsBrake::new(
+            kubepods_dir.clone(),
+            kubepods.rel.as_ref(),
+            hierarchy.version == CgroupVersion::V2
+                && args.memory_brake == MemoryBrake::On
+                && !args.dry_run,
+            &args.checkpoint_dir,
+        );
+        brake.recover();
         let state = persist::restore(&saved, &read_now()?);
         let source = Source::open(&args, &hierarchy)?;
         tracing::info!(
@@ -230,6 +241,7 @@ impl Agent {
             node_status,
             stat_attach_failing: false,
             grace_running: None,
+            brake,
         })
     }
 }

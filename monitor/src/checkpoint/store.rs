@@ -123,6 +123,16 @@ impl FileStore {
         self.sync_dir()
     }
 
+    /// Removes what is stored under `key`, durably; nothing stored is no error.
+    pub fn remove(&self, key: &Key) -> Result<(), StoreError> {
+        let path = self.path_of(key);
+        match fs::remove_file(&path) {
+            Ok(()) => self.sync_dir(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.io("remove", &path, e)),
+        }
+    }
+
     /// The stored keys, sorted; temporaries and names that are not keys are skipped.
     pub fn list(&self) -> Result<Vec<Key>, StoreError> {
         let mut keys: Vec<Key> = self

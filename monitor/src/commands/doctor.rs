@@ -91,6 +91,9 @@ struct Report {
     /// Whether the kernel has `process_mrelease` (5.15+), with which force reaps a killed
     /// pod's memory at once; unknown (null) when not probed.
     process_mrelease: Option<bool>,
+    /// Whether the memory brake can hold the kubepods cgroup while a victim drains: cgroup v2
+    /// has `memory.high`, v1 does not.
+    memory_brake: bool,
     /// Capabilities, namespaces and host paths (empty in unit tests of the kernel part).
     privileges: Vec<Requirement>,
     source: EventSource,
@@ -220,6 +223,10 @@ impl Report {
                 cgroup: features.psi.cgroup.clone(),
             },
             process_mrelease: None,
+            memory_brake: features
+                .memory
+                .as_ref()
+                .is_ok_and(|m| m.version == CgroupVersion::V2),
             privileges: Vec::new(),
             source,
             ok,
@@ -303,6 +310,15 @@ impl Report {
                 ),
             );
         }
+        line(
+            "brake",
+            yes_no(
+                self.memory_brake,
+                "memory.high on the kubepods cgroup holds the pods' growth while a victim drains",
+                "none: cgroup v1 has no memory.high; the grace projection and reap protect the \
+                 node",
+            ),
+        );
         line("memory", self.memcg_reason.clone());
         if !self.memcg_passed_over.is_empty() {
             line("passed over", self.memcg_passed_over.join("; "));
@@ -493,6 +509,24 @@ mod tests {
                 .ends_with(" present, attached: new cgroups as they appear"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_brake_is_named_on_cgroup_v2_and_its_absence_explained_on_v1() {
+        let line = |features: &KernelFeatures| {
+            let text = Report::from_features(features).to_text();
+            text.lines()
+                .find(|l| l.starts_with("brake "))
+                .map(str::to_string)
+                .unwrap_or_else(|| panic!("{text}"))
+        };
+        let v2 = vm_features();
+        assert!(line(&v2).contains("memory.high on the kubepods cgroup"), "{}", line(&v2));
+        let mut v1 = vm_features();
+        if let Ok(memory) = &mut v1.memory {
+            memory.version = CgroupVersion::V1;
+        }
+        assert!(line(&v1).contains("cgroup v1 has no memory.high"), "{}", line(&v1));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
 //! * [`stat_gate`]: whether the kernel's stat programs must run at that distance;
 //! * [`report`]: the eviction order explained, for `monitor rank`;
+//! * [`memory_brake`]: when the kubepods cgroup is throttled while a victim drains;
 //! * [`oom_badness`]: whom the kernel's OOM killer would choose, which a decision names;
 //! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
@@ -27,6 +28,7 @@ pub mod headroom;
 pub mod ids;
 pub mod instant;
 pub mod kubelet_summary;
+pub mod memory_brake;
 pub mod oom_badness;
 pub mod oom_projection;
 pub mod pod_facts;

@@ -1,0 +1,282 @@
+//! The memory brake (root, cgroup v2: runs in the VMs). A hog that handles SIGTERM and keeps
+//! allocating is held by the kubepods cgroup's `memory.high` while it drains, so it keeps its
+//! whole grace period and the kernel's OOM killer never fires; the brake is lifted once its
+//! memory is back, and an agent SIGKILLed while braking has its brake lifted by the next start,
+//! with a value the kubelet set restored exactly.
+use std::{fs, os::unix::process::ExitStatusExt as _, path::Path, time::Duration};
+
+use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
+use tests::{
+    AgentScene, Reason, TestPod, cannot_run, oom_kills_in, running_as_root, set_memory_limit,
+};
+
+/// How far above the threshold's level the kubepods cgroup's limit lies.
+const MARGIN_MIB: u64 = 48;
+const LIMIT: u64 = (AgentScene::PRESSURE_ABOVE_MIB + MARGIN_MIB) << 20;
+/// A `memory.high` as the kubelet's MemoryQoS might set it, above where the brake goes.
+const KUBELET_HIGH: u64 = (AgentScene::PRESSURE_ABOVE_MIB + 40) << 20;
+
+fn on_cgroup_v2(name: &str) -> bool {
+    if !running_as_root(name) {
+        return false;
+    }
+    let hierarchy = MemoryHierarchy::discover().expect("memory controller");
+    if hierarchy.version == CgroupVersion::V2 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("MONITOR_VM").is_none(),
+        "the VM must mount the memory controller on cgroup2"
+    );
+    cannot_run(
+        Reason::CgroupV2,
+        "memory.high is cgroup v2's; runs in cargo xtask vm-test",
+    );
+    false
+}
+
+fn memory_high(kubepods: &Path) -> String {
+    fs::read_to_string(kubepods.join("memory.high"))
+        .expect("reading memory.high")
+        .trim()
+        .to_string()
+}
+
+/// A scene with the kubepods cgroup limited `MARGIN_MIB` above the threshold and its
+/// `memory.high` set as the kubelet might, and a hog that handles SIGTERM by allocating on.
+fn braking_scene(name: &str) -> (AgentScene, TestPod) {
+    let scene = AgentScene::new(name, "1s", "5s");
+    set_memory_limit(&scene.kubepods.dir, LIMIT).expect("limiting kubepods");
+    fs::write(
+        scene.kubepods.dir.join("memory.high"),
+        KUBELET_HIGH.to_string(),
+    )
+    .expect("setting memory.high as the kubelet would");
+    (scene, TestPod::new("hog"))
+}
+
+#[test]
+fn a_draining_hog_is_braked_keeps_its_whole_grace_and_the_kernel_kills_nothing() {
+    if !on_cgroup_v2("a_draining_hog_is_braked_keeps_its_whole_grace_and_the_kernel_kills_nothing")
+    {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-hold");
+    let mut agent = scene.start_agent(&[]);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = oom_kills_in(&scene.kubepods.dir);
+    // Far past the limit in one go, at full speed: without the brake the OOM killer fires
+    // within the 1s grace period (agent_oom_grace.rs cuts the grace instead).
+    hog_proc.command("alloc 1024");
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
+    let on = agent
+        .wait_stderr(Duration::from_secs(5), |l| l.contains("memory brake on"))
+        .expect("the brake is set");
+    eprintln!("{on}");
+    let status = hog_proc.wait();
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired under the brake: {}",
+        agent.stderr()
+    );
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "forced at the grace's end"
+    );
+    // The agent's own account: SIGTERM first, force once the whole grace period passed.
+    let stopped = agent
+        .wait_stderr(Duration::from_secs(15), |l| {
+            l.contains("pod default/hog stopped after")
+        })
+        .unwrap_or_else(|| panic!("the kill is reported: {}", agent.stderr()));
+    eprintln!("{stopped}");
+    assert!(stopped.contains(", forced"), "{stopped}");
+    let took = stopped
+        .split("stopped after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the kill's duration");
+    assert!(
+        took.ends_with('s') && !["ms", "µs", "ns"].iter().any(|u| took.ends_with(u)),
+        "the hog drained for its whole 1s grace period, not {took}"
+    );
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let lifted = agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("memory brake lifted")
+        })
+        .unwrap_or_else(|| panic!("the brake is lifted: {}", agent.stderr()));
+    eprintln!("{lifted}");
+    assert_eq!(
+        memory_high(&scene.kubepods.dir),
+        KUBELET_HIGH.to_string(),
+        "the kubelet's value is back"
+    );
+    agent.stop();
+}
+
+#[test]
+fn a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start() {
+    if !on_cgroup_v2("a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start") {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-crash");
+    let agent = scene.start_agent(&[]);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    hog_proc.command("alloc 1024");
+    agent
+        .wait_stderr(Duration::from_secs(20), |l| l.contains("memory brake on"))
+        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()));
+    // SIGKILL mid-eviction: nothing of the agent runs to lift the brake.
+    drop(agent);
+    let braked = memory_high(&scene.kubepods.dir);
+    assert_ne!(braked, KUBELET_HIGH.to_string(), "the brake is still on");
+    assert!(
+        scene.checkpoint.join("memory_brake").is_file(),
+        "the brake is recorded beside the checkpoint"
+    );
+    // The test stands in for the rest of the eviction.
+    drop(hog_proc);
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    scene.remove_manifest(&hog);
+    let next = scene.start_agent(&[]);
+    let restored = next
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("memory brake: a previous agent")
+        })
+        .unwrap_or_else(|| panic!("the next start lifts the brake: {}", next.stderr()));
+    assert!(
+        restored.contains(&format!("restored to {KUBELET_HIGH}")),
+        "{restored}"
+    );
+    assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
+    assert!(!scene.checkpoint.join("memory_brake").exists());
+    drop(next);
+}
+
+#[test]
+fn the_brake_is_lifted_when_the_agent_stops_mid_eviction() {
+    if !on_cgroup_v2("the_brake_is_lifted_when_the_agent_stops_mid_eviction") {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-stop");
+    let mut agent = scene.start_agent(&[]);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    hog_proc.command("alloc 1024");
+    agent
+        .wait_stderr(Duration::from_secs(20), |l| l.contains("memory brake on"))
+        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()));
+    // SIGTERM as a service manager stops it, within the victim's grace period.
+    agent.stop();
+    assert!(
+        agent
+            .stderr()
+            .contains("memory brake lifted (the agent stops)"),
+        "{}",
+        agent.stderr()
+    );
+    assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
+    assert!(!scene.checkpoint.join("memory_brake").exists());
+}
+
+#[test]
+fn with_the_brake_off_memory_high_is_never_touched() {
+    if !on_cgroup_v2("with_the_brake_off_memory_high_is_never_touched") {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-off");
+    let mut agent = scene.start_agent(&["--memory-brake", "off"]);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    hog_proc.command("alloc 1024");
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    assert!(
+        !agent.stderr().contains("memory brake"),
+        "{}",
+        agent.stderr()
+    );
+    assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
+    agent.stop();
+}
+
+/// A hog racing past the limit with a brake that cannot be set: the grace projection takes
+/// over and forces it in time, and nothing of the brake is left behind.
+fn forced_without_a_brake(scene: &AgentScene, agent: &tests::MonitorProcess, hog: &TestPod) {
+    let mut hog_proc = scene.start_pod(hog);
+    hog_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = oom_kills_in(&scene.kubepods.dir);
+    hog_proc.command("alloc 1024");
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
+    let refused = agent
+        .wait_stderr(Duration::from_secs(5), |l| {
+            l.contains("memory brake not set")
+        })
+        .unwrap_or_else(|| panic!("the refusal is logged: {}", agent.stderr()));
+    eprintln!("{refused}");
+    assert!(
+        refused.contains("the victim's grace period follows the OOM projection"),
+        "{refused}"
+    );
+    let status = hog_proc.wait();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired: {}",
+        agent.stderr()
+    );
+    scene.wait_until_empty(hog, Duration::from_secs(15));
+    assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
+}
+
+#[test]
+fn a_refused_memory_high_write_leaves_the_node_to_the_grace_projection() {
+    if !on_cgroup_v2("a_refused_memory_high_write_leaves_the_node_to_the_grace_projection") {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-refused");
+    // Read-only over the real file: the write fails with EROFS.
+    let high = scene.kubepods.dir.join("memory.high");
+    let _read_only = tests::mounts::Mount::read_only_bind(&high, &high);
+    let mut agent = scene.start_agent(&[]);
+    forced_without_a_brake(&scene, &agent, &hog);
+    assert!(
+        !scene.checkpoint.join("memory_brake").exists(),
+        "no record of a brake that was not set"
+    );
+    agent.stop();
+}
+
+#[test]
+fn a_full_checkpoint_disk_costs_the_brake_never_the_eviction() {
+    if !on_cgroup_v2("a_full_checkpoint_disk_costs_the_brake_never_the_eviction") {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-enospc");
+    let disk = tests::TempDir::new("brake-enospc-disk");
+    let mount = tests::mounts::Mount::tmpfs(&disk.path, "64k");
+    let state_dir = disk.join("state");
+    fs::create_dir(&state_dir).unwrap();
+    mount.fill();
+    let state = state_dir.display().to_string();
+    let mut agent = scene.start_agent(&["--checkpoint-dir", &state]);
+    // Without its record the brake is never set: a crash could not lift it.
+    forced_without_a_brake(&scene, &agent, &hog);
+    agent.stop();
+}

@@ -33,6 +33,43 @@ const TIMEOUT: Duration = Duration::from_secs(25 * 60);
 /// The target directory's place in the VM.
 const GUEST_TARGET: &str = "/target";
 
+/// Test files that exercise the agent's shell over cgroup v2 (its inputs, endpoints, faults,
+/// checkpoint and API route) and no kernel hook: one kernel shows what they show. Each runs
+/// in the VM named beside it, so the two VMs, which run side by side, take about as long
+/// (the rest, which load kernel programs or depend on the kernel's hooks, run in both).
+const SHELL_TESTS: [(&str, &str); 20] = [
+    ("agent_kube", "6.1"),
+    ("agent_faults", "6.1"),
+    ("agent_checkpoint_dir", "6.1"),
+    ("agent_endpoints", "6.1"),
+    ("agent_log_sink", "6.1"),
+    ("agent_metrics_fds", "6.1"),
+    ("deploy_manifests", "6.1"),
+    ("container_privileges", "6.1"),
+    ("top_tmux", "6.1"),
+    ("agent_signals", "6.1"),
+    ("agent_inflight", "6.12"),
+    ("agent_pods", "6.12"),
+    ("agent_untrusted_input", "6.12"),
+    ("agent_self_protect", "6.12"),
+    ("agent_bounded_input", "6.12"),
+    ("agent_log_json", "6.12"),
+    ("agent_metrics_names", "6.12"),
+    ("cgroup_kill", "6.12"),
+    ("monitoring_stack", "6.12"),
+    ("agent_kernel_victim", "6.12"),
+];
+
+/// Whether `test` runs in the VM of kernel `version`: a shell test in its own VM only, unless
+/// it was named on the command line; every other test everywhere.
+fn runs_on(test: &Path, version: &str, named: bool) -> bool {
+    named
+        || SHELL_TESTS
+            .iter()
+            .find(|(name, _)| is_named(test, name))
+            .is_none_or(|(_, on)| *on == version)
+}
+
 /// Runs the tests crate's test executables in the VMs: those named in `only` (their file
 /// names up to the hash cargo appends), or all when it is empty.
 pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
@@ -64,7 +101,7 @@ pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
         .find(|path| path.file_name().is_some_and(|name| name == "skip_probe"))
         .context("the tests crate built no skip_probe")?;
     let skip_probe = in_guest(&target, skip_probe)?;
-    let runs = init::test_runs(&monitor, &tests);
+
     // The kernels boot at once, one single-vCPU guest each, so they share the host's cores
     // instead of waiting for each other (TCG makes each run take minutes). Every kernel runs
     // to its end even when another failed: each result is worth having. Console lines are
@@ -74,15 +111,20 @@ pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
             .iter()
             .map(|(series, kernel)| {
                 let guest = Guest::new(&target, &work, *series, kernel);
-                let (executables, monitor, skip_probe, runs) =
-                    (&executables, &monitor, &skip_probe, &runs);
+                let mine: Vec<PathBuf> = tests
+                    .iter()
+                    .filter(|test| runs_on(test, series.version, !only.is_empty()))
+                    .cloned()
+                    .collect();
+                let runs = init::test_runs(&monitor, &mine);
+                let (executables, monitor, skip_probe) = (&executables, &monitor, &skip_probe);
                 let run = scope.spawn(move || {
                     boot_plan(
                         &guest,
                         executables,
                         &[("MONITOR_BIN", monitor)],
                         Some(skip_probe),
-                        runs,
+                        &runs,
                         |line| println!("[Linux {}] {line}", guest.series.version),
                     )
                 });
@@ -385,6 +427,25 @@ mod tests {
         assert!(!is_named(test, "trace"));
         assert!(!is_named(test, "trace_incidents-cae68c70234783b9"));
         assert!(!is_named(Path::new("/t/debug/deps/nohash"), "nohash"));
+    }
+
+    #[test]
+    fn shell_tests_run_in_one_vm_the_rest_in_every_vm() {
+        let kube = Path::new("/t/debug/deps/agent_kube-1f2e");
+        assert!(runs_on(kube, "6.1", false));
+        assert!(!runs_on(kube, "6.12", false));
+        assert!(runs_on(kube, "6.12", true), "named: everywhere");
+        let hooks = Path::new("/t/debug/deps/kernel_events-1f2e");
+        assert!(runs_on(hooks, "6.1", false) && runs_on(hooks, "6.12", false));
+        let versions: Vec<&str> = kernel::SERIES.iter().map(|s| s.version).collect();
+        let files = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests");
+        for (name, on) in SHELL_TESTS {
+            assert!(versions.contains(&on), "{name}: no {on} VM");
+            assert!(
+                files.join(format!("{name}.rs")).is_file(),
+                "{name} is no test file: it would run in every VM"
+            );
+        }
     }
 
     #[test]

@@ -517,16 +517,23 @@ mod tests {
             let text = Report::from_features(features).to_text();
             text.lines()
                 .find(|l| l.starts_with("brake "))
-                .map(str::to_string)
-                .unwrap_or_else(|| panic!("{text}"))
+                .map_or_else(|| panic!("{text}"), str::to_string)
         };
         let v2 = vm_features();
-        assert!(line(&v2).contains("memory.high on the kubepods cgroup"), "{}", line(&v2));
+        assert!(
+            line(&v2).contains("memory.high on the kubepods cgroup"),
+            "{}",
+            line(&v2)
+        );
         let mut v1 = vm_features();
         if let Ok(memory) = &mut v1.memory {
             memory.version = CgroupVersion::V1;
         }
-        assert!(line(&v1).contains("cgroup v1 has no memory.high"), "{}", line(&v1));
+        assert!(
+            line(&v1).contains("cgroup v1 has no memory.high"),
+            "{}",
+            line(&v1)
+        );
     }
 
     #[test]

@@ -27,6 +27,24 @@ const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
 
+/// What the kernel's fork counter was last told, so it is armed again only when the pid
+/// headroom changed or the counter fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ForkArming {
+    /// Not armed since start, or its record came (the kernel disarms it then).
+    Unknown,
+    /// Disarmed: no pid threshold to wake for, or one is met.
+    Disarmed,
+    /// Armed to wake after this many tasks are created.
+    ArmedAt(u64),
+}
+
+impl ForkArming {
+    fn at(headroom: Option<u64>) -> Self {
+        headroom.map_or(ForkArming::Disarmed, ForkArming::ArmedAt)
+    }
+}
+
 impl Agent {
     pub(super) fn apply_batch(&mut self, batch: &mut Batch) {
         let newest = self.apply_events(batch);
@@ -103,10 +121,11 @@ impl Agent {
             return false;
         };
         let headroom = self.core.pid_headroom();
-        if self.forks_armed_at == Some(headroom) {
+        let arming = ForkArming::at(headroom);
+        if self.fork_arming == arming {
             return false;
         }
-        self.forks_armed_at = Some(headroom);
+        self.fork_arming = arming;
         kernel.wake_after_forks(headroom).unwrap_or_else(|e| {
             tracing::warn!("arming the kernel's fork counter: {e}");
             false
@@ -117,15 +136,22 @@ impl Agent {
     /// process count with it) and `pid.available` too, so the decision rests on this moment
     /// and not on the last resync. `trigger_ns`: the fork record's time.
     pub(super) fn read_pids_now(&mut self, trigger_ns: Option<u64>) {
-        tracing::debug!("the kernel counted tasks enough to meet a pid threshold: reading now");
-        self.forks_armed_at = None;
-        self.read_unprompted();
+        self.read_for_pids();
         self.evaluate(trigger_ns);
     }
 
-    /// Applies decoded kernel records; returns the newest stat event's timestamp. A record
-    /// that does not decode is counted and skipped. A fork record is taken after the others:
-    /// see [`Self::read_pids_now`].
+    /// The read of [`Self::read_pids_now`], without its decision step.
+    fn read_for_pids(&mut self) {
+        tracing::debug!("the kernel counted tasks enough to meet a pid threshold: reading now");
+        // The kernel disarmed the counter when it sent its record.
+        self.fork_arming = ForkArming::Unknown;
+        self.read_unprompted();
+    }
+
+    /// Applies decoded kernel records; returns the newest stat or fork record's timestamp,
+    /// the trigger of the decision step that follows. A record that does not decode is
+    /// counted and skipped. A fork record is taken after the others, by the read of
+    /// [`Self::read_pids_now`]; the caller's decision step decides on it.
     pub(super) fn apply_events(&mut self, batch: &mut Batch) -> Option<u64> {
         let mut forks_at = None;
         let mut cgroup_created = false;
@@ -201,9 +227,9 @@ impl Agent {
             self.revive_restarted_pods();
         }
         if forks_at.is_some() {
-            self.read_pids_now(forks_at);
+            self.read_for_pids();
         }
-        newest
+        newest.max(forks_at)
     }
 
     /// Takes a pod set from the source: the pods this node's kubelet runs (a manifest

@@ -23,6 +23,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
     event_source::{Batch, Source},
+    intake::ForkArming,
     kubepods_brake::KubepodsBrake,
     node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
@@ -134,9 +135,8 @@ pub(super) struct Agent {
     pub(super) undecodable_logged: bool,
     /// Kernel records taken from the ring during a cgroupfs read, applied after it.
     pub(super) held: Batch,
-    /// The pid headroom the kernel's fork counter was last armed at (`Some(None)`: disarmed);
-    /// `None` until armed, and again after its record came (the kernel disarmed it).
-    pub(super) forks_armed_at: Option<Option<u64>>,
+    /// What the kernel's fork counter was last told.
+    pub(super) fork_arming: ForkArming,
     /// Kernel records lost (ring full) since they were last added to the checkpoint.
     pub(super) lost_unsaved: u64,
     /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.

@@ -280,3 +280,60 @@ fn a_full_checkpoint_disk_costs_the_brake_never_the_eviction() {
     forced_without_a_brake(&scene, &agent, &hog);
     agent.stop();
 }
+
+/// The kubelet's order is kept when its victim is small: an idle BestEffort pod that drains
+/// on SIGTERM is evicted first while a pod within its request grows past the limit. The
+/// victim frees too little, so the brake holds the node until the next eviction, one
+/// interval later, takes the grower; the kernel's OOM killer never fires.
+#[test]
+fn the_brake_holds_the_node_until_the_next_eviction_takes_the_grower() {
+    if !on_cgroup_v2("the_brake_holds_the_node_until_the_next_eviction_takes_the_grower") {
+        return;
+    }
+    let scene = AgentScene::new("brake-small-victim", "2s", "5s");
+    set_memory_limit(&scene.kubepods.dir, LIMIT).expect("limiting kubepods");
+    let mut agent = scene.start_agent(&[]);
+    let idle = TestPod::new("idle");
+    let grower = TestPod::new("grower").request_mib(400);
+    let mut idle_proc = scene.start_pod(&idle);
+    idle_proc.alloc(20);
+    idle_proc.drain_after_term(60_000);
+    let mut grower_proc = scene.start_pod(&grower);
+    grower_proc.drain_after_term(60_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = oom_kills_in(&scene.kubepods.dir);
+    grower_proc.command("alloc 1024");
+    let first = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(first["name"], "idle", "the kubelet's order: {first:#}");
+    agent
+        .wait_stderr(Duration::from_secs(5), |l| l.contains("memory brake on"))
+        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()));
+    let second = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(second["name"], "grower", "{second:#}");
+    scene.wait_until_empty(&grower, Duration::from_secs(15));
+    scene.wait_until_empty(&idle, Duration::from_secs(15));
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired: {}",
+        agent.stderr()
+    );
+    let braked: Vec<_> = agent
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("memory brake on"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        braked.len(),
+        1,
+        "one brake held through both evictions: {braked:?}"
+    );
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("memory brake lifted")
+        })
+        .unwrap_or_else(|| panic!("the brake is lifted: {}", agent.stderr()));
+    assert_eq!(memory_high(&scene.kubepods.dir), "max");
+    agent.stop();
+}

@@ -15,6 +15,7 @@ mod kubepods;
 mod monitor_process;
 pub mod mounts;
 mod netns;
+mod node_pids;
 mod pods;
 mod scene;
 mod skip;
@@ -29,8 +30,11 @@ pub use http::{http_get, http_get_as, metrics_addr};
 pub use kubepods::{Kubepods, Qos};
 pub use monitor_process::MonitorProcess;
 pub use netns::{add_loopback_alias, in_own_network_namespace};
+pub use node_pids::pid_available_now;
 pub use pods::{TestPod, uid_for};
 pub use scene::AgentScene;
-pub use skip::{Reason, cannot_run, has_cap_sys_resource, on_the_host, running_as_root};
+pub use skip::{
+    Reason, cannot_run, has_cap_sys_resource, memory_on_cgroup_v2, on_the_host, running_as_root,
+};
 pub use temp_dir::TempDir;
 pub use trace::Trace;

@@ -24,6 +24,23 @@ pub fn running_as_root(test: &str) -> bool {
     false
 }
 
+/// True when the memory controller is on cgroup v2 here. Otherwise the test is reported as
+/// not run for `cgroup-v2` (`why` says where it runs), and fails in the VM, which mounts the
+/// memory controller on cgroup2 and must never skip it.
+pub fn memory_on_cgroup_v2(why: &str) -> bool {
+    let hierarchy =
+        monitor::cgroupfs::MemoryHierarchy::discover().expect("a memory cgroup controller");
+    if hierarchy.version == monitor::cgroupfs::CgroupVersion::V2 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("MONITOR_VM").is_none(),
+        "the VM must mount the memory controller on cgroup2"
+    );
+    cannot_run(Reason::CgroupV2, why);
+    false
+}
+
 /// CAP_SYS_RESOURCE is in this process's effective set (some containers drop it even for
 /// root); lowering an `oom_score_adj` below 0 needs it.
 pub fn has_cap_sys_resource() -> bool {

@@ -5,15 +5,14 @@
 //! bomb is decided on when it crosses the threshold, woken by the kernel's fork counter, not
 //! at the next resync.
 use std::{
-    fs,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TestPod, binary, cgroup_tree, process_alive,
-    running_as_root,
+    AgentScene, Allocator, MonitorProcess, TestPod, binary, cgroup_tree, pid_available_now,
+    process_alive, running_as_root,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -45,21 +44,6 @@ fn spawn_bomb(dir: &std::path::Path, count: usize) -> Vec<Child> {
             cgroup_tree::spawn_in(&mut idle, dir).expect("starting a bomb process")
         })
         .collect()
-}
-
-/// `pid.available` as the kubelet computes it: the lower of `pid_max` and `threads-max`,
-/// less the tasks in /proc/loadavg.
-fn pid_available_now() -> i64 {
-    let number = |path: &str| -> i64 { fs::read_to_string(path).unwrap().trim().parse().unwrap() };
-    let max = number("/proc/sys/kernel/pid_max").min(number("/proc/sys/kernel/threads-max"));
-    let loadavg = fs::read_to_string("/proc/loadavg").unwrap();
-    let tasks: i64 = loadavg
-        .split_whitespace()
-        .nth(3)
-        .and_then(|f| f.split('/').nth(1))
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("no task count in {loadavg:?}"));
-    max - tasks
 }
 
 /// An agent with a hard `pid.available` threshold [`MARGIN`] below today's and the given

@@ -12,29 +12,14 @@ use std::{
 };
 
 use monitor::{
-    cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
+    cgroupfs::{CgroupVersion, stats},
     source::probe::kernel_version,
 };
-use tests::{Allocator, Reason, TestCgroup, cannot_run, monitor_bin, running_as_root};
+use tests::{Allocator, TestCgroup, memory_on_cgroup_v2, monitor_bin, running_as_root};
+
+const V2_ONLY: &str = "cgroup v1 here; runs in cargo xtask vm-test";
 
 const MIB: u64 = 1 << 20;
-
-/// True when the memory controller is on cgroup2 here. The VM run must never skip.
-fn memory_on_cgroup_v2() -> bool {
-    let hierarchy = MemoryHierarchy::discover().expect("memory controller");
-    if hierarchy.version == CgroupVersion::V2 {
-        return true;
-    }
-    assert!(
-        std::env::var_os("MONITOR_VM").is_none(),
-        "the VM must mount the memory controller on cgroup2"
-    );
-    cannot_run(
-        Reason::CgroupV2,
-        "cgroup v1 here; runs in cargo xtask vm-test",
-    );
-    false
-}
 
 fn working_set(dir: &Path) -> u64 {
     stats::read(dir, CgroupVersion::V2)
@@ -44,7 +29,7 @@ fn working_set(dir: &Path) -> u64 {
 
 #[test]
 fn working_set_follows_a_process_until_cgroup_kill_empties_the_cgroup() {
-    if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2() {
+    if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2(V2_ONLY) {
         return;
     }
     let cgroup = TestCgroup::create("cgroup-v2");
@@ -87,7 +72,7 @@ fn working_set_follows_a_process_until_cgroup_kill_empties_the_cgroup() {
 
 #[test]
 fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
-    if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2() {
+    if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2(V2_ONLY) {
         return;
     }
     let out = Command::new(monitor_bin())

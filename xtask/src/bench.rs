@@ -14,8 +14,12 @@
 //!   comparator re-sort, a sort of precomputed keys and a minimum scan).
 //! - `oom-race`: how often the agent stops a pod allocating ~2 GiB/s before the kernel's OOM
 //!   killer, per margin and source, with `--kube` through the API alone against kill-first;
+//!   victims that handle SIGTERM on cgroup v2 in a VM, with and without the memory brake;
 //!   then the real peers (earlyoom, systemd-oomd) against the agent on whole-node memory in
-//!   a VM (`oom-peers` runs that part alone).
+//!   a VM (`oom-v2` and `oom-peers` run those parts alone).
+//! - `pid-race`: a fork bomb against a hard `pid.available` threshold, the kernel's fork
+//!   counter against a 10 s read; crossing -> decision p50/p99, and a fork's cost with the
+//!   agent attached against none.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
@@ -24,8 +28,10 @@ mod env;
 mod hooks;
 mod kernel;
 mod latency;
+mod oom_brake;
 mod oom_peers;
 mod oom_race;
+mod pid_race;
 mod ranking;
 mod report;
 
@@ -47,6 +53,11 @@ pub(crate) enum Name {
     Hooks,
     Ranking,
     OomRace,
+    /// A fork bomb against a `pid.available` threshold, and a fork's cost.
+    PidRace,
+    /// The oom-race's cgroup v2 cases alone (victims that handle SIGTERM, with and without
+    /// the memory brake, in a VM); `oom-race` includes them.
+    OomV2,
     /// The oom-race's peers alone (earlyoom and systemd-oomd against the agent on
     /// whole-node memory, in a VM); `oom-race` includes them.
     OomPeers,
@@ -62,7 +73,7 @@ pub(crate) fn run(
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density, kernel, hooks, oom-race and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel, hooks, oom-race, pid-race and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -85,6 +96,7 @@ pub(crate) fn run(
             "hook_cost",
             "hook_floor",
             "oom_race",
+            "pid_race",
             "reap_time",
             "oom_peers",
             "alloc",
@@ -120,6 +132,10 @@ pub(crate) fn run(
     run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
     run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, quick))?;
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
+    run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, quick))?;
+    if name == Some(Name::OomV2) {
+        run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, quick))?;
+    }
     if name == Some(Name::OomPeers) {
         run_one(Name::OomPeers, &mut || {
             oom_peers::run(&bins, &machine, quick)

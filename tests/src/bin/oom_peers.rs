@@ -2,7 +2,7 @@
 //! only: every trial runs the machine out of memory, which on a real host would take its
 //! services down).
 //!
-//!     oom_peers earlyoom|systemd-oomd|agent[:PERCENT]|kernel TRIALS
+//!     oom_peers earlyoom|systemd-oomd|agent[:PERCENT]|agent-no-brake|kernel TRIALS
 //!
 //! No cgroup has a memory limit: two steady pods hold a little memory each and per trial a
 //! hog pod (the `alloc` helper) is told to allocate more than the node has available, as
@@ -10,7 +10,8 @@
 //! (its default thresholds, 10 % MemAvailable, SIGTERM, then SIGKILL at half),
 //! systemd-oomd (systemd as PID 1, the pods in transient scopes of `pods.slice`, which the VM
 //! gives Debian's settings for user services: `ManagedOOMMemoryPressure=kill` at 50 %), the
-//! agent with a hard `memory.available` threshold of PERCENT (10 % unless given), or, for
+//! agent with a hard `memory.available` threshold of PERCENT (10 % unless given; as
+//! `agent-no-brake`, 10 % with `--memory-brake off`, to tell the brake's share), or, for
 //! `kernel`, nobody (the kernel's OOM killer alone, which also shows how long the hog takes
 //! to run the node out). Each trial also records, before the hog starts, the node's
 //! available memory by the kernel's estimate (`MemAvailable`, what earlyoom reads) and by
@@ -88,7 +89,7 @@ impl Peer {
                 }
                 Ok(Peer::Earlyoom { child, lines })
             }
-            "agent" => {
+            agent @ ("agent" | "agent-no-brake") => {
                 // The node's allocatable is its capacity, as on a node without reservations:
                 // not the scene's, which would mirror the threshold onto a small allocatable.
                 let mut args = scene.agent_args(&["--duration", "1h"]);
@@ -97,6 +98,9 @@ impl Peer {
                     .position(|a| a == "--allocatable-memory")
                     .expect("the scene sets --allocatable-memory");
                 args.drain(at..at + 2);
+                if agent == "agent-no-brake" {
+                    args.extend(["--memory-brake".into(), "off".into()]);
+                }
                 let agent = MonitorProcess::start(args);
                 let ready = agent.wait_stderr(Duration::from_secs(60), |l| {
                     l.contains(" thresholds ") || l.contains("Error")

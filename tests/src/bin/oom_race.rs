@@ -5,15 +5,18 @@
 //! chose) before the kernel's OOM killer fired in the tree.
 //!
 //!     oom_race SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
-//!              [--draining-hog] [--grace-projection on|off] [--predict MS]
+//!              [--draining-hog] [--draining-victim] [--grace-projection on|off]
+//!              [--memory-brake on|off] [--predict MS]
 //!
 //! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
 //! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
 //! (`api`: the agent only posts the Eviction; `kill`: the agent kills on the node first).
 //! `--other-victim` adds a best-effort pod of lower priority that the kubelet's order evicts
 //! before the allocating pod. `--draining-hog`: the hog handles SIGTERM and keeps allocating
-//! until SIGKILL, as a server draining its requests would; `--grace-projection` and
-//! `--predict` (as a lead in ms) are passed to the agent. One JSON object per trial on stdout.
+//! until SIGKILL, as a server draining its requests would; `--draining-victim`: the
+//! bystander handles SIGTERM likewise, idle. `--grace-projection`, `--memory-brake` and
+//! `--predict` (as a lead in ms) are passed to the agent. One JSON object per trial on
+//! stdout, naming the arguments it ran with and every pod the agent evicted.
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -37,14 +40,16 @@ struct Args {
     kubelet_delay: Duration,
     other_victim: bool,
     draining_hog: bool,
+    draining_victim: bool,
     grace_projection: Option<String>,
+    memory_brake: Option<String>,
     predict: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
     let usage = "usage: oom_race ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
-                 [--kubelet-delay MS] [--other-victim] [--draining-hog] \
-                 [--grace-projection on|off] [--predict MS]";
+                 [--kubelet-delay MS] [--other-victim] [--draining-hog] [--draining-victim] \
+                 [--grace-projection on|off] [--memory-brake on|off] [--predict MS]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [source, margin, trials, rest @ ..] = args.as_slice() else {
         return Err(usage.into());
@@ -68,7 +73,9 @@ fn parse() -> Result<Args, String> {
         kubelet_delay: Duration::from_millis(100),
         other_victim: false,
         draining_hog: false,
+        draining_victim: false,
         grace_projection: None,
+        memory_brake: None,
         predict: None,
     };
     let mut rest = rest.iter();
@@ -83,6 +90,10 @@ fn parse() -> Result<Args, String> {
             }
             ("--other-victim", _) => parsed.other_victim = true,
             ("--draining-hog", _) => parsed.draining_hog = true,
+            ("--draining-victim", _) => parsed.draining_victim = true,
+            ("--memory-brake", Some(mode)) if mode == "on" || mode == "off" => {
+                parsed.memory_brake = rest.next().cloned();
+            }
             ("--grace-projection", Some(mode)) if mode == "on" || mode == "off" => {
                 parsed.grace_projection = rest.next().cloned();
             }
@@ -160,12 +171,17 @@ fn main() {
         proc.alloc(STEADY_MIB);
         steady_procs.push(proc);
     }
+    // Many trials in a slow VM outlast the scene's default minute.
     let mut extra: Vec<&str> = args.source.iter().map(String::as_str).collect();
+    extra.extend(["--duration", "1h"]);
     if let Some(mode) = &args.grace_projection {
         extra.extend(["--grace-projection", mode]);
     }
     if let Some(lead) = &args.predict {
         extra.extend(["--predict", lead]);
+    }
+    if let Some(mode) = &args.memory_brake {
+        extra.extend(["--memory-brake", mode]);
     }
     let agent: MonitorProcess = match (&pods, &args.kube) {
         (Pods::Kube { files, .. }, Some(mode)) => {
@@ -190,6 +206,9 @@ fn main() {
         }
         if bystander.is_some() {
             procs[1].alloc(20);
+            if args.draining_victim {
+                procs[1].drain_after_term(60_000);
+            }
         }
         if args.draining_hog {
             // Allocates on for a minute after SIGTERM: only force stops it.
@@ -224,6 +243,18 @@ fn main() {
         let grace_ms = decision_json
             .as_ref()
             .and_then(|d| d["grace"]["given_ms"].as_u64());
+        // A brake holds the node for the next eviction when the first victim freed too
+        // little: that one comes an eviction interval (1 s) later.
+        let mut evicted: Vec<String> = victim.iter().cloned().collect();
+        let next_within = Duration::from_millis(if args.other_victim { 1500 } else { 50 });
+        while let Some(line) = agent.next_line(next_within) {
+            if let Some(name) = serde_json::from_str::<serde_json::Value>(&line)
+                .ok()
+                .and_then(|d| d["name"].as_str().map(str::to_owned))
+            {
+                evicted.push(name);
+            }
+        }
         println!(
             "{}",
             json!({
@@ -231,7 +262,9 @@ fn main() {
                 "win": oom_kills == 0 && decision.is_some(),
                 "oom_kills": oom_kills,
                 "victim": victim,
+                "evicted": evicted,
                 "grace_ms": grace_ms,
+                "args": std::env::args().skip(1).collect::<Vec<_>>(),
                 "hog_ended_ms": ended_ms,
             })
         );

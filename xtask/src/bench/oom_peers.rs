@@ -271,10 +271,11 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         eprintln!("{line}");
         console.push(line.to_string());
     };
-    let runs: [(&Path, &[&str]); 4] = [
+    let runs: [(&Path, &[&str]); 5] = [
         (&runner, &["kernel", &baseline]),
         (&runner, &["earlyoom", &trials]),
         (&runner, &["agent", &trials]),
+        (&runner, &["agent-no-brake", &trials]),
         (&runner, &[AGENT_EARLIER, &trials]),
     ];
     vm::run_on_debian_kernel(MEMORY_MIB, &runs, &env, &mut echo)?;

@@ -14,7 +14,8 @@
 //! hog that handles SIGTERM and keeps allocating until SIGKILL, with its grace period cut to
 //! what the node affords (`--grace-projection on`, the default) and with the whole second, and
 //! the same with the opt-in `--predict 100ms` (acting before the crossing).
-//! Then the peers on whole-node memory, in a VM (see [`super::oom_peers`]).
+//! Then the same race on cgroup v2 with the memory brake, in a VM (see [`super::oom_brake`]),
+//! and the peers on whole-node memory, in a VM (see [`super::oom_peers`]).
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
@@ -22,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::{
     env::{Binaries, Machine, loadavg},
-    oom_peers,
+    oom_brake, oom_peers,
     report::{Figure, Section},
 };
 
@@ -182,11 +183,13 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
     println!("{}", win_table(&rates));
     let (reap_figures, reap_raw) = reap_times(release, machine, if quick { 6 } else { 30 })?;
     figures.extend(reap_figures);
+    let v2 = oom_brake::run(bins, machine, quick)?;
+    figures.extend(v2.figures);
     let peers = oom_peers::run(bins, machine, quick)?;
     figures.extend(peers.figures);
     Ok(Section {
         figures,
-        raw: json!({ "cgroup": raw, "reap": reap_raw, "peers": peers.raw }),
+        raw: json!({ "cgroup": raw, "reap": reap_raw, "cgroup_v2": v2.raw, "peers": peers.raw }),
     })
 }
 
@@ -236,7 +239,7 @@ fn reap_times(
 }
 
 /// Win rates as a matrix: a row per case, a column per margin.
-fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
+pub(super) fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
     let mut margins: Vec<u64> = rates.iter().map(|r| r.1).collect();
     margins.sort_unstable();
     margins.dedup();

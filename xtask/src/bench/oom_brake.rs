@@ -1,0 +1,206 @@
+//! The OOM race on cgroup v2, where the memory brake exists: the tests crate's `oom_race`
+//! runs in Debian 12's kernel (6.1, memcg counted by fentry) under qemu, a kubepods cgroup
+//! limited a margin above a hard `allocatableMemory.available` threshold. Victims that handle
+//! SIGTERM: the hog itself (allocating on until SIGKILL), and an idle bystander the kubelet's
+//! order evicts first while the hog grows. Each lever on its own and with the others; a trial
+//! is won when the kernel's OOM killer never fired in the tree and the agent decided. The
+//! figures are the emulated VM's, slower than this machine: compare them with each other.
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use super::{
+    env::{Binaries, Machine, loadavg},
+    oom_race::win_table,
+    report::{Figure, Section},
+};
+use crate::vm;
+
+/// The VM's RAM: the races run inside the kubepods limit, far below it.
+const MEMORY_MIB: u32 = 1536;
+
+/// (label, the runner's flags after SOURCE MARGIN TRIALS).
+const CASES: [(&str, &[&str]); 5] = [
+    (
+        "v2, draining hog, no lever",
+        &[
+            "--draining-hog",
+            "--grace-projection",
+            "off",
+            "--memory-brake",
+            "off",
+        ],
+    ),
+    (
+        "v2, draining hog, brake alone",
+        &["--draining-hog", "--grace-projection", "off"],
+    ),
+    ("v2, draining hog, defaults", &["--draining-hog"]),
+    (
+        "v2, draining bystander, no brake",
+        &[
+            "--other-victim",
+            "--draining-victim",
+            "--memory-brake",
+            "off",
+        ],
+    ),
+    (
+        "v2, draining bystander, defaults",
+        &["--other-victim", "--draining-victim"],
+    ),
+];
+
+pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+    let (margins, trials): (&[u64], usize) = if quick {
+        (&[48], 3)
+    } else {
+        (&[16, 48, 200], 20)
+    };
+    let release = bins
+        .monitor
+        .parent()
+        .context("the monitor binary has no directory")?;
+    let runner = release.join("oom_race");
+    let alloc = release.join("alloc");
+    let env: [(&str, &Path); 2] = [
+        ("MONITOR_BIN", &bins.monitor),
+        ("MONITOR_ALLOC_BIN", &alloc),
+    ];
+    let trials_arg = trials.to_string();
+    let margin_args: Vec<String> = margins.iter().map(u64::to_string).collect();
+    let argv: Vec<Vec<&str>> = CASES
+        .iter()
+        .flat_map(|(_, flags)| {
+            margin_args.iter().map(|margin| {
+                ["ebpf", margin.as_str(), trials_arg.as_str()]
+                    .into_iter()
+                    .chain(flags.iter().copied())
+                    .collect()
+            })
+        })
+        .collect();
+    let runs: Vec<(&Path, &[&str])> = argv
+        .iter()
+        .map(|args| (runner.as_path(), args.as_slice()))
+        .collect();
+    let load = loadavg();
+    eprintln!(
+        "bench: oom-race on cgroup v2 in the VM ({} runs of {trials} trials, load {load:.2})",
+        runs.len()
+    );
+    let mut console = Vec::new();
+    vm::run_on_debian_kernel(MEMORY_MIB, &runs, &env, |line: &str| {
+        eprintln!("{line}");
+        console.push(line.to_string());
+    })?;
+    let results = trial_lines(&console)?;
+    let mut figures = Vec::new();
+    let mut rates = Vec::new();
+    let mut raw = Vec::new();
+    for (label, flags) in CASES {
+        for (margin, margin_arg) in margins.iter().zip(&margin_args) {
+            let mine: Vec<&Value> = results
+                .iter()
+                .filter(|r| ran_with(r, margin_arg, flags))
+                .collect();
+            if mine.is_empty() {
+                bail!("the VM printed no trial of {label} at {margin} MiB");
+            }
+            let wins = mine.iter().filter(|r| r["win"] == true).count();
+            let graces: Vec<u64> = mine.iter().filter_map(|r| r["grace_ms"].as_u64()).collect();
+            let evicted: Vec<String> = mine
+                .iter()
+                .map(|r| {
+                    r["evicted"]
+                        .as_array()
+                        .map(|names| {
+                            names
+                                .iter()
+                                .filter_map(Value::as_str)
+                                .map(|n| n.split('-').next().unwrap_or(n))
+                                .collect::<Vec<_>>()
+                                .join("+")
+                        })
+                        .unwrap_or_default()
+                })
+                .collect();
+            rates.push((label.to_string(), *margin, wins, mine.len()));
+            figures.push(
+                Figure::new(
+                    "oom-race",
+                    label,
+                    &format!("win rate, {margin} MiB margin"),
+                    100.0 * wins as f64 / mine.len() as f64,
+                    "%",
+                )
+                .note(format!(
+                    "{wins}/{} trials (VM); grace ms {graces:?}; evicted {}",
+                    mine.len(),
+                    evicted.join(", ")
+                ))
+                .on(machine, load),
+            );
+            raw.push(json!({
+                "case": label,
+                "margin_mib": margin,
+                "wins": wins,
+                "trials": mine,
+            }));
+        }
+    }
+    println!(
+        "oom-race on cgroup v2 (Linux 6.1 VM, emulated)\n{}",
+        win_table(&rates)
+    );
+    Ok(Section {
+        figures,
+        raw: json!({ "kernel": "6.1", "memory_mib": MEMORY_MIB, "cases": raw }),
+    })
+}
+
+/// The runner's JSON trial lines among the VM's console lines.
+fn trial_lines(console: &[String]) -> anyhow::Result<Vec<Value>> {
+    console
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with('{') && l.contains("\"trial\""))
+        .map(|l| serde_json::from_str(l).with_context(|| format!("a trial line is not JSON: {l}")))
+        .collect()
+}
+
+/// Whether a trial ran at `margin` with exactly `flags` after SOURCE MARGIN TRIALS.
+fn ran_with(trial: &Value, margin: &str, flags: &[&str]) -> bool {
+    let Some(args) = trial["args"].as_array() else {
+        return false;
+    };
+    let args: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+    args.get(1) == Some(&margin) && args.get(3..) == Some(flags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trials_are_told_apart_by_margin_and_flags() {
+        let console = [
+            "[ 12.3] booting".to_string(),
+            r#"{"trial":0,"win":true,"args":["ebpf","48","3","--draining-hog"]}"#.to_string(),
+            r#"{"trial":0,"win":false,"args":["ebpf","48","3","--draining-hog","--grace-projection","off"]}"#
+                .to_string(),
+        ];
+        let trials = trial_lines(&console).unwrap();
+        assert_eq!(trials.len(), 2);
+        assert!(ran_with(&trials[0], "48", &["--draining-hog"]));
+        assert!(!ran_with(&trials[0], "16", &["--draining-hog"]));
+        assert!(!ran_with(&trials[1], "48", &["--draining-hog"]));
+        assert!(ran_with(
+            &trials[1],
+            "48",
+            &["--draining-hog", "--grace-projection", "off"]
+        ));
+        assert!(trial_lines(&["{\"trial\": nope".to_string()]).is_err());
+    }
+}

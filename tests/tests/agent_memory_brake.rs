@@ -232,15 +232,14 @@ fn with_the_brake_off_memory_high_is_never_touched() {
     agent.stop();
 }
 
-/// A hog racing past the limit with a brake that cannot be set: the decision says the grace
-/// projection took over (its cut), the hog goes, and nothing of the brake is left behind.
-/// Whether the cut beats the kernel is the projection's race, tested on the host
-/// (agent_oom_grace.rs): under emulation the growth it measures is not a node's.
+/// A hog racing past the limit with a brake that cannot be set: the refusal is logged, the
+/// grace is left to the projection, the hog goes, and nothing of the brake is left behind.
+/// What the projection then makes of the race is tested on the host (agent_oom_grace.rs):
+/// under emulation the growth it measures is not a node's, and a CI run saw it find none.
 fn forced_without_a_brake(scene: &AgentScene, agent: &MonitorProcess, hog: &TestPod) {
     let racing = RacingHog::start(scene, hog);
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
-    assert_eq!(decision["grace"]["cut"], true, "{decision:#}");
     let refused = agent
         .wait_stderr(Duration::from_secs(5), |l| {
             l.contains("memory brake not set")

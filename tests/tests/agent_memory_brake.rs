@@ -2,7 +2,8 @@
 //! allocating is held by the kubepods cgroup's `memory.high` while it drains, so it keeps its
 //! whole grace period and the kernel's OOM killer never fires; the brake is lifted once its
 //! memory is back, and an agent SIGKILLed while braking has its brake lifted by the next start,
-//! with a value the kubelet set restored exactly.
+//! with a value the kubelet set restored exactly. `--memory-brake pods` holds each pod's
+//! `memory.high` instead.
 use std::{fs, os::unix::process::ExitStatusExt as _, path::Path, time::Duration};
 
 use tests::{
@@ -153,6 +154,56 @@ fn a_draining_hog_is_braked_keeps_its_whole_grace_and_the_kernel_kills_nothing()
 }
 
 #[test]
+fn a_per_pod_brake_holds_the_draining_hog_at_its_own_usage_and_leaves_kubepods_alone() {
+    if !on_cgroup_v2(
+        "a_per_pod_brake_holds_the_draining_hog_at_its_own_usage_and_leaves_kubepods_alone",
+    ) {
+        return;
+    }
+    let (scene, hog) = braking_scene("brake-pods");
+    let mut agent = scene.start_agent(&["--memory-brake", "pods"]);
+    let racing = RacingHog::start(&scene, &hog);
+    let before = racing.before;
+    let decision = agent.next_decision(Duration::from_secs(20));
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
+    let on = brake_on(&agent);
+    eprintln!("{on}");
+    assert!(on.contains("memory.high of 1 pods"), "{on}");
+    let held = memory_high(&scene.pod_dir(&hog));
+    assert!(
+        held.parse::<u64>().is_ok_and(|h| h < LIMIT),
+        "the hog's pod is held below the kubepods limit: {held}"
+    );
+    assert_eq!(
+        memory_high(&scene.kubepods.dir),
+        KUBELET_HIGH.to_string(),
+        "the kubepods cgroup is left alone"
+    );
+    let status = racing.wait();
+    assert_eq!(
+        oom_kills_in(&scene.kubepods.dir),
+        before,
+        "the kernel's OOM killer fired under the brake: {}",
+        agent.stderr()
+    );
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "forced at the grace's end"
+    );
+    scene.wait_until_empty(&hog, Duration::from_secs(15));
+    let lifted = agent
+        .wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("memory brake lifted")
+        })
+        .unwrap_or_else(|| panic!("the brake is lifted: {}", agent.stderr()));
+    eprintln!("{lifted}");
+    assert!(!scene.checkpoint.join("memory_brake").exists());
+    agent.stop();
+}
+
+#[test]
 fn a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start() {
     if !on_cgroup_v2("a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start") {
         return;
@@ -180,7 +231,7 @@ fn a_brake_left_by_a_killed_agent_is_lifted_at_the_next_start() {
         })
         .unwrap_or_else(|| panic!("the next start lifts the brake: {}", next.stderr()));
     assert!(
-        restored.contains(&format!("restored to {KUBELET_HIGH}")),
+        restored.contains(&format!("back to {KUBELET_HIGH}")),
         "{restored}"
     );
     assert_eq!(memory_high(&scene.kubepods.dir), KUBELET_HIGH.to_string());

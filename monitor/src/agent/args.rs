@@ -35,11 +35,16 @@ pub enum GraceProjection {
     Off,
 }
 
-/// Whether the kubepods cgroup's growth is held back while a victim drains.
+/// Whether, and where, the pods' growth is held back while a victim drains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum MemoryBrake {
-    /// Set `memory.high` at the usage on a hard memory eviction (cgroup v2 only).
-    On,
+    /// Set the kubepods cgroup's `memory.high` at its usage on a hard memory eviction
+    /// (cgroup v2 only): every pod held together, a pod started meanwhile too.
+    #[value(alias = "on")]
+    Kubepods,
+    /// Set each pod's `memory.high` at its own usage instead: a pod cannot take what the
+    /// victim frees, and the agent's own pod is left out; a pod started meanwhile is not held.
+    Pods,
     /// Never touch `memory.high`.
     Off,
 }
@@ -166,13 +171,18 @@ pub struct AgentArgs {
     /// cgroup v2: when a hard memory threshold evicts a pod, set the kubepods cgroup's
     /// memory.high at its usage (plus 4Mi), so the pods' growth is throttled by reclaim
     /// while the victim drains, and the victim keeps its whole grace period. memory.high
-    /// never calls the OOM killer (a limit would). Lifted once no eviction is in flight and no
-    /// memory threshold is met, after 30s at most, and when the agent stops; a value found
-    /// there (the kubelet's MemoryQoS) is restored exactly. The value is recorded in the
-    /// checkpoint directory first, so an agent killed while braking lifts it at its next
-    /// start. cgroup v1 has no memory.high: there the grace projection alone protects the
-    /// node.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = MemoryBrake::On)]
+    /// never calls the OOM killer (a limit would). `pods` sets each pod's instead, at its own
+    /// usage. Lifted once no eviction is in flight and no memory threshold is met, after 30s
+    /// at most, and when the agent stops; a value found there (the kubelet's MemoryQoS) is
+    /// restored exactly. The values are recorded in the checkpoint directory first, so an
+    /// agent killed while braking lifts it at its next start. cgroup v1 has no memory.high:
+    /// there the grace projection alone protects the node. `on` is `kubepods`.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KUBEPODS|PODS|OFF",
+        default_value_t = MemoryBrake::Kubepods
+    )]
     pub memory_brake: MemoryBrake,
     /// Opt-in, off by default: act on a hard memory threshold before it is met, when the
     /// growth of the last 50ms (as the grace projection measures it) would cross it within

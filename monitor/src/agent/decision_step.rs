@@ -84,11 +84,23 @@ impl Agent {
                 && eviction.signal.node_condition() == NodeCondition::MemoryPressure
             {
                 // Before the grace is chosen: a brake that holds lets the victim keep it.
-                self.brake.step(BrakeInputs {
-                    hard_memory_eviction: true,
-                    pressure: true,
-                    now_ns: decided_ns,
-                });
+                let (core, own_pod) = (&self.core, &self.own_pod);
+                self.brake.step(
+                    BrakeInputs {
+                        hard_memory_eviction: true,
+                        pressure: true,
+                        now_ns: decided_ns,
+                    },
+                    // Every pod but the agent's own: a pod that does not grow is not held.
+                    || {
+                        core.pods()
+                            .filter_map(|row| row.cgroup.as_ref())
+                            .map(|c| c.rel.as_str())
+                            .filter(|rel| !own_pod.holds(rel))
+                            .map(str::to_string)
+                            .collect()
+                    },
+                );
             }
             let grace = self.affordable_grace(eviction, decided_ns);
             if let Err(e) = self.report(eviction, decided_ns, trigger_ns, grace) {
@@ -233,11 +245,14 @@ impl Agent {
                 .thresholds_first_observed
                 .iter()
                 .any(|met| met.threshold.signal.node_condition() == NodeCondition::MemoryPressure);
-        self.brake.step(BrakeInputs {
-            hard_memory_eviction: false,
-            pressure,
-            now_ns,
-        });
+        self.brake.step(
+            BrakeInputs {
+                hard_memory_eviction: false,
+                pressure,
+                now_ns,
+            },
+            Vec::new,
+        );
     }
 
     /// The grace period the node can afford for a decision taken at `decided_ns`: on a hard

@@ -180,6 +180,13 @@ impl OwnPod {
             .map(|(uid, _)| uid)
     }
 
+    /// Whether the cgroup `rel` holds the agent (its own pod's, or above).
+    pub fn holds(&self, rel: &str) -> bool {
+        self.cgroup
+            .as_deref()
+            .is_some_and(|own| rel != "/" && is_within(own, rel))
+    }
+
     /// Keeps the agent's own pod out of every decision of `core` (it keeps its place in the
     /// ranking, as the kubelet would rank it); logs once per pod.
     pub fn exclude_from(&mut self, core: &mut AgentCore) {

@@ -11,7 +11,7 @@ use super::{
     checkpoint_writer::CheckpointWriter,
     event_source::Source,
     intake::ForkArming,
-    kubepods_brake::KubepodsBrake,
+    kubepods_brake::{BrakeScope, KubepodsBrake},
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
     persist,
@@ -117,11 +117,14 @@ impl Agent {
         };
         // Under the checkpoint directory's lock: no other agent holds this record.
         let brake = KubepodsBrake::new(
-            kubepods_dir.clone(),
+            hierarchy.mount.clone(),
             kubepods.rel.as_ref(),
-            hierarchy.version == CgroupVersion::V2
-                && args.memory_brake == MemoryBrake::On
-                && !args.dry_run,
+            match args.memory_brake {
+                _ if hierarchy.version != CgroupVersion::V2 || args.dry_run => None,
+                MemoryBrake::Kubepods => Some(BrakeScope::Kubepods),
+                MemoryBrake::Pods => Some(BrakeScope::Pods),
+                MemoryBrake::Off => None,
+            },
             &args.checkpoint_dir,
         );
         brake.recover();

@@ -1,17 +1,18 @@
-//! The memory brake's rules (cgroup v2 only). When a hard memory threshold evicts a pod, the
-//! kubepods cgroup's `memory.high` is set at its usage: the pods' growth is then throttled
-//! by reclaim, never OOM-killed (`memory.high` never calls the OOM killer, a limit would), so
-//! a victim that handles SIGTERM can use its grace period. It is lifted once no eviction is
-//! in flight and no memory threshold is met, and after [`HELD_AT_MOST`] whatever happens: a
-//! brake holds every pod on the node.
+//! The memory brake's rules (cgroup v2 only). When a hard memory threshold evicts a pod,
+//! `memory.high` is set at the usage, of the kubepods cgroup or of each pod's (the agent's
+//! `--memory-brake`): the pods' growth is then throttled by reclaim, never OOM-killed
+//! (`memory.high` never calls the OOM killer, a limit would), so a victim that handles
+//! SIGTERM can use its grace period. It is lifted once no eviction is in flight and no memory
+//! threshold is met, and after [`HELD_AT_MOST`] whatever happens: a brake holds every pod on
+//! the node.
 //!
-//! The value found before the brake is recorded on disk before the brake is set, so an agent
-//! killed while it holds the brake lifts it at its next start, restoring that value exactly.
+//! The values found before the brake are recorded on disk before it is set, so an agent
+//! killed while it holds the brake lifts it at its next start, restoring them exactly.
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::memory::{MemoryLimit, parse_memory_limit};
+use crate::node::memory::MemoryLimit;
 
 /// The longest a brake stays on: long enough for an eviction interval and a grace period
 /// (the next eviction takes the pod that grows when the first victim freed too little), short
@@ -97,15 +98,25 @@ pub fn brake_level(usage: u64, previous: MemoryLimit, limit: MemoryLimit) -> Opt
     }
 }
 
-/// What a held brake leaves on disk: enough to restore `memory.high` after a crash.
+/// The most cgroups one brake may hold: a node's pods, with room to spare. A record naming
+/// more is not the agent's.
+pub const MOST_CGROUPS: usize = 65_536;
+
+/// One cgroup a brake holds: enough to restore its `memory.high` after a crash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrakeRecord {
-    /// The kubepods cgroup, relative to the memory hierarchy's mount.
+pub struct BrakeEntry {
+    /// The cgroup, relative to the memory hierarchy's mount: the kubepods cgroup or a pod's.
     pub cgroup: String,
     /// `memory.high` as it was read before the brake, verbatim (`max` or bytes).
     pub previous: String,
     /// The value the brake wrote.
     pub set: u64,
+}
+
+/// What a held brake leaves on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrakeRecord {
+    pub entries: Vec<BrakeEntry>,
 }
 
 /// Why a record on disk is not restored.
@@ -117,48 +128,81 @@ pub enum RecordError {
     /// A previous value that `memory.high` would not take back as written.
     #[error("the brake record's previous value {0:?} is neither `max` nor a number of bytes")]
     BadPrevious(String),
-    /// Another kubepods cgroup than this agent's.
-    #[error("the brake record names cgroup {recorded}, not this agent's {ours}")]
+    /// A cgroup outside this agent's kubepods cgroup.
+    #[error("the brake record names cgroup {recorded}, outside this agent's {ours}")]
     OtherCgroup { recorded: String, ours: String },
+    /// More cgroups than a node has pods.
+    #[error("the brake record names {0} cgroups, more than a brake holds")]
+    TooMany(usize),
 }
 
 impl BrakeRecord {
     /// The record as stored.
     pub fn encode(&self) -> Vec<u8> {
-        // A struct of two strings and a number always serialises.
+        // Strings and numbers always serialise.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// A stored record, checked before anything is written back from it: the previous value
-    /// must be one `memory.high` takes, and the cgroup the agent's own.
+    /// A stored record, checked before anything is written back from it: each previous value
+    /// must be one `memory.high` takes, and each cgroup `ours` (the kubepods cgroup) or below
+    /// it. A lone entry is the record of an agent that braked only the kubepods cgroup.
     pub fn decode(data: &[u8], ours: &str) -> Result<Self, RecordError> {
-        let record: BrakeRecord =
-            serde_json::from_slice(data).map_err(|e| RecordError::Undecodable(e.to_string()))?;
-        let previous = record.previous.trim();
-        if previous != "max"
-            && (previous.is_empty() || !previous.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return Err(RecordError::BadPrevious(record.previous));
+        let record = match serde_json::from_slice::<BrakeRecord>(data) {
+            Ok(record) => record,
+            Err(e) => match serde_json::from_slice::<BrakeEntry>(data) {
+                Ok(entry) => BrakeRecord {
+                    entries: vec![entry],
+                },
+                Err(_) => return Err(RecordError::Undecodable(e.to_string())),
+            },
+        };
+        if record.entries.len() > MOST_CGROUPS {
+            return Err(RecordError::TooMany(record.entries.len()));
         }
-        if record.cgroup != ours {
-            return Err(RecordError::OtherCgroup {
-                recorded: record.cgroup,
-                ours: ours.to_string(),
-            });
+        for entry in &record.entries {
+            let previous = entry.previous.trim();
+            if previous != "max"
+                && (previous.is_empty() || !previous.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Err(RecordError::BadPrevious(entry.previous.clone()));
+            }
+            if !within(&entry.cgroup, ours) {
+                return Err(RecordError::OtherCgroup {
+                    recorded: entry.cgroup.clone(),
+                    ours: ours.to_string(),
+                });
+            }
         }
         Ok(record)
     }
+}
 
-    /// The previous value as a limit (`max` is none).
-    pub fn previous_limit(&self) -> Option<MemoryLimit> {
-        parse_memory_limit(&self.previous)
-    }
+/// Whether `cgroup` is `ours` or a cgroup below it, by plain names only (no `.`, `..` or
+/// empty step that could lead out of it).
+fn within(cgroup: &str, ours: &str) -> bool {
+    let ours = ours.trim_matches('/');
+    let cgroup = cgroup.trim_start_matches('/');
+    let below = if ours.is_empty() {
+        Some(cgroup)
+    } else if cgroup == ours {
+        return true;
+    } else {
+        cgroup
+            .strip_prefix(ours)
+            .and_then(|rest| rest.strip_prefix('/'))
+    };
+    below.is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .split('/')
+                .all(|step| !step.is_empty() && step != "." && step != ".." && !step.contains('\0'))
+    })
 }
 
 /// Whether a `memory.high` read now is still the brake's (nobody changed it since), so
 /// restoring the recorded value undoes only the brake.
-pub fn still_ours(current: &str, record: &BrakeRecord) -> bool {
-    current.trim().parse::<u64>().ok() == Some(record.set)
+pub fn still_ours(current: &str, entry: &BrakeEntry) -> bool {
+    current.trim().parse::<u64>().ok() == Some(entry.set)
 }
 
 #[cfg(test)]
@@ -284,25 +328,43 @@ mod tests {
         }
     }
 
+    fn entry(cgroup: &str, previous: &str, set: u64) -> BrakeEntry {
+        BrakeEntry {
+            cgroup: cgroup.into(),
+            previous: previous.into(),
+            set,
+        }
+    }
+
     #[test]
     fn records_round_trip_and_hostile_ones_are_refused() {
         let record = BrakeRecord {
-            cgroup: "kubepods.slice".into(),
-            previous: "max".into(),
-            set: 1004 * MIB,
+            entries: vec![
+                entry("kubepods.slice/kubepods-pod1.slice", "max", 1004 * MIB),
+                entry(
+                    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2.slice",
+                    "1572864000",
+                    4096,
+                ),
+            ],
         };
         assert_eq!(
             BrakeRecord::decode(&record.encode(), "kubepods.slice"),
             Ok(record.clone())
         );
-        let kubelet_set = BrakeRecord {
-            previous: "1572864000".into(),
-            ..record.clone()
-        };
         assert_eq!(
-            kubelet_set.previous_limit(),
-            Some(MemoryLimit::Bytes(1_572_864_000))
+            BrakeRecord::decode(
+                br#"{"cgroup":"kubepods.slice","previous":"max","set":4096}"#,
+                "kubepods.slice"
+            ),
+            Ok(BrakeRecord {
+                entries: vec![entry("kubepods.slice", "max", 4096)]
+            }),
+            "a record of the kubepods brake alone, as agents before per-pod brakes wrote it"
         );
+        let many = BrakeRecord {
+            entries: vec![entry("kubepods.slice", "max", 1); MOST_CGROUPS + 1],
+        };
         let refused = [
             ("not JSON", b"{".to_vec()),
             (
@@ -311,16 +373,25 @@ mod tests {
             ),
             (
                 "an empty previous value",
-                br#"{"cgroup":"kubepods.slice","previous":"","set":1}"#.to_vec(),
+                br#"{"entries":[{"cgroup":"kubepods.slice","previous":"","set":1}]}"#.to_vec(),
             ),
             (
                 "another cgroup",
                 br#"{"cgroup":"../../system.slice","previous":"max","set":1}"#.to_vec(),
             ),
             (
+                "a way out of kubepods",
+                br#"{"entries":[{"cgroup":"kubepods.slice/../system.slice","previous":"max","set":1}]}"#.to_vec(),
+            ),
+            (
+                "a sibling sharing the prefix",
+                br#"{"entries":[{"cgroup":"kubepods.slice2/x","previous":"max","set":1}]}"#.to_vec(),
+            ),
+            (
                 "a set value that is not a number",
                 br#"{"cgroup":"kubepods.slice","previous":"max","set":"x"}"#.to_vec(),
             ),
+            ("more cgroups than a brake holds", many.encode()),
         ];
         for (name, data) in refused {
             assert!(
@@ -332,13 +403,9 @@ mod tests {
 
     #[test]
     fn only_the_brakes_own_value_is_undone() {
-        let record = BrakeRecord {
-            cgroup: "kubepods".into(),
-            previous: "max".into(),
-            set: 4096,
-        };
-        assert!(still_ours("4096\n", &record));
-        assert!(!still_ours("8192\n", &record), "changed since");
-        assert!(!still_ours("max\n", &record), "lifted by someone else");
+        let entry = entry("kubepods", "max", 4096);
+        assert!(still_ours("4096\n", &entry));
+        assert!(!still_ours("8192\n", &entry), "changed since");
+        assert!(!still_ours("max\n", &entry), "lifted by someone else");
     }
 }

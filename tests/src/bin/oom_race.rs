@@ -6,7 +6,7 @@
 //!
 //!     oom_race SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
 //!              [--draining-hog] [--draining-victim] [--grace-projection on|off]
-//!              [--memory-brake on|off] [--predict MS]
+//!              [--memory-brake kubepods|pods|off] [--predict MS]
 //!
 //! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
 //! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
@@ -49,7 +49,7 @@ struct Args {
 fn parse() -> Result<Args, String> {
     let usage = "usage: oom_race ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
                  [--kubelet-delay MS] [--other-victim] [--draining-hog] [--draining-victim] \
-                 [--grace-projection on|off] [--memory-brake on|off] [--predict MS]";
+                 [--grace-projection on|off] [--memory-brake kubepods|pods|off] [--predict MS]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [source, margin, trials, rest @ ..] = args.as_slice() else {
         return Err(usage.into());
@@ -91,7 +91,9 @@ fn parse() -> Result<Args, String> {
             ("--other-victim", _) => parsed.other_victim = true,
             ("--draining-hog", _) => parsed.draining_hog = true,
             ("--draining-victim", _) => parsed.draining_victim = true,
-            ("--memory-brake", Some(mode)) if mode == "on" || mode == "off" => {
+            ("--memory-brake", Some(mode))
+                if ["kubepods", "pods", "off"].contains(&mode.as_str()) =>
+            {
                 parsed.memory_brake = rest.next().cloned();
             }
             ("--grace-projection", Some(mode)) if mode == "on" || mode == "off" => {

@@ -21,7 +21,7 @@ use crate::vm;
 const MEMORY_MIB: u32 = 1536;
 
 /// (label, the runner's flags after SOURCE MARGIN TRIALS).
-const CASES: [(&str, &[&str]); 5] = [
+const CASES: [(&str, &[&str]); 7] = [
     (
         "v2, draining hog, no lever",
         &[
@@ -36,6 +36,16 @@ const CASES: [(&str, &[&str]); 5] = [
         "v2, draining hog, brake alone",
         &["--draining-hog", "--grace-projection", "off"],
     ),
+    (
+        "v2, draining hog, per-pod brake alone",
+        &[
+            "--draining-hog",
+            "--grace-projection",
+            "off",
+            "--memory-brake",
+            "pods",
+        ],
+    ),
     ("v2, draining hog, defaults", &["--draining-hog"]),
     (
         "v2, draining bystander, no brake",
@@ -49,6 +59,15 @@ const CASES: [(&str, &[&str]); 5] = [
     (
         "v2, draining bystander, defaults",
         &["--other-victim", "--draining-victim"],
+    ),
+    (
+        "v2, draining bystander, per-pod brake",
+        &[
+            "--other-victim",
+            "--draining-victim",
+            "--memory-brake",
+            "pods",
+        ],
     ),
 ];
 

@@ -105,11 +105,11 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             kube("api", 300),
             kube("kill", 100),
             other,
-            draining("on", vec![16, 48, 100]),
-            draining("off", vec![16, 48, 100]),
+            draining("on", vec![16, 48, 200]),
+            draining("off", vec![16, 48, 200]),
             predicting(vec![16, 48, 100]),
         ];
-        (vec![16, 32, 48, 100, 200], 10, cases)
+        (vec![16, 32, 48, 100, 200], 20, cases)
     }
 }
 

@@ -231,7 +231,10 @@ impl KubepodsBrake {
         let record = BrakeRecord {
             entries: failed.to_vec(),
         };
-        if let Err(e) = self.store.write(&Self::key(), &record.encode()) {
+        if let Err(e) = self
+            .store
+            .write_for_this_boot(&Self::key(), &record.encode())
+        {
             tracing::warn!("memory brake: {e}");
         }
     }
@@ -320,8 +323,11 @@ impl KubepodsBrake {
         }
         let record = BrakeRecord { entries };
         // Recorded first: a crash before the writes leaves a record of a brake that was not
-        // set, which the next start recognises (the value is not the brake's) and drops.
-        self.store.write(&Self::key(), &record.encode())?;
+        // set, which the next start recognises (the value is not the brake's) and drops. Not
+        // fsynced: memory.high dies with the node, so the record need only outlive the agent,
+        // and SIGTERM waits behind it.
+        self.store
+            .write_for_this_boot(&Self::key(), &record.encode())?;
         let recorded = started.elapsed();
         for (written, entry) in record.entries.iter().enumerate() {
             match self.write_high(&entry.cgroup, &entry.set.to_string()) {

@@ -110,8 +110,21 @@ impl FileStore {
     /// Replaces the content under `key` atomically and durably; on error the previous content is
     /// untouched and no temporary is left behind.
     pub fn write(&self, key: &Key, data: &[u8]) -> Result<(), StoreError> {
+        self.replace(key, data, true)?;
+        self.sync_dir()
+    }
+
+    /// Replaces the content under `key` atomically, without waiting for the disk: for a record
+    /// of kernel state that a reboot clears anyway (a cgroup's `memory.high`), which must
+    /// outlive the process, not the node. A process killed at any point leaves the old content
+    /// or the new, never a torn file; the page cache keeps it for the next start.
+    pub fn write_for_this_boot(&self, key: &Key, data: &[u8]) -> Result<(), StoreError> {
+        self.replace(key, data, false)
+    }
+
+    fn replace(&self, key: &Key, data: &[u8], durable: bool) -> Result<(), StoreError> {
         let temp = self.temp_path(key);
-        let result = self.write_temp(&temp, data).and_then(|()| {
+        let result = self.write_temp(&temp, data, durable).and_then(|()| {
             let target = self.path_of(key);
             fs::rename(&temp, &target).map_err(|e| self.io("rename into place", &target, e))
         });
@@ -119,8 +132,7 @@ impl FileStore {
             // Best effort: the error being returned is the one worth reporting.
             let _ = fs::remove_file(&temp);
         }
-        result?;
-        self.sync_dir()
+        result
     }
 
     /// Removes what is stored under `key`, durably; nothing stored is no error.
@@ -190,7 +202,7 @@ impl FileStore {
         ))
     }
 
-    fn write_temp(&self, temp: &Path, data: &[u8]) -> Result<(), StoreError> {
+    fn write_temp(&self, temp: &Path, data: &[u8], durable: bool) -> Result<(), StoreError> {
         let mut file = OpenOptions::new()
             .write(true)
             .create(true)
@@ -200,6 +212,9 @@ impl FileStore {
             .map_err(|e| self.io("create temporary file", temp, e))?;
         file.write_all(data)
             .map_err(|e| self.io("write temporary file", temp, e))?;
+        if !durable {
+            return Ok(());
+        }
         // sync_all reports any write-back error; once it succeeded the close that follows (whose
         // result std discards) cannot lose data.
         file.sync_all()
@@ -321,6 +336,14 @@ mod tests {
         store.write(&key("one"), b"first").unwrap();
         store.write(&key("one"), b"second").unwrap();
         assert_eq!(store.read(&key("one")).unwrap(), b"second");
+        store.write_for_this_boot(&key("one"), b"third").unwrap();
+        assert_eq!(store.read(&key("one")).unwrap(), b"third");
+        assert_eq!(store.list().unwrap(), vec![key("one")], "no temporary left");
+        assert_eq!(
+            fs::read_dir(store.dir()).unwrap().count(),
+            1,
+            "no temporary left"
+        );
         assert_eq!(mode(store.dir()), 0o700);
         assert_eq!(mode(&store.path_of(&key("one"))), 0o600);
         assert!(matches!(

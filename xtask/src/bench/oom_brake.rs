@@ -89,31 +89,38 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
     ];
     let trials_arg = trials.to_string();
     let margin_args: Vec<String> = margins.iter().map(u64::to_string).collect();
-    let argv: Vec<Vec<&str>> = CASES
-        .iter()
-        .flat_map(|(_, flags)| {
-            margin_args.iter().map(|margin| {
-                ["ebpf", margin.as_str(), trials_arg.as_str()]
-                    .into_iter()
-                    .chain(flags.iter().copied())
-                    .collect()
-            })
-        })
-        .collect();
-    let runs: Vec<(&Path, &[&str])> = argv
-        .iter()
-        .map(|args| (runner.as_path(), args.as_slice()))
-        .collect();
     let load = loadavg();
     eprintln!(
-        "bench: oom-race on cgroup v2 in the VM ({} runs of {trials} trials, load {load:.2})",
-        runs.len()
+        "bench: oom-race on cgroup v2 in the VM ({} cases of {} margins, {trials} trials, load \
+         {load:.2})",
+        CASES.len(),
+        margins.len()
     );
+    // The quick run in one boot; the full one a boot per case, as a whole full run in one
+    // guest outlasts the VM's time limit.
+    let per_boot = if quick { CASES.len() } else { 1 };
     let mut console = Vec::new();
-    vm::run_on_debian_kernel(MEMORY_MIB, &runs, &env, |line: &str| {
-        eprintln!("{line}");
-        console.push(line.to_string());
-    })?;
+    for cases in CASES.chunks(per_boot) {
+        let argv: Vec<Vec<&str>> = cases
+            .iter()
+            .flat_map(|(_, flags)| {
+                margin_args.iter().map(|margin| {
+                    ["ebpf", margin.as_str(), trials_arg.as_str()]
+                        .into_iter()
+                        .chain(flags.iter().copied())
+                        .collect()
+                })
+            })
+            .collect();
+        let runs: Vec<(&Path, &[&str])> = argv
+            .iter()
+            .map(|args| (runner.as_path(), args.as_slice()))
+            .collect();
+        vm::run_on_debian_kernel(MEMORY_MIB, &runs, &env, |line: &str| {
+            eprintln!("{line}");
+            console.push(line.to_string());
+        })?;
+    }
     let results = trial_lines(&console)?;
     let mut figures = Vec::new();
     let mut rates = Vec::new();

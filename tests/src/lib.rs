@@ -8,6 +8,7 @@ mod binaries;
 /// Cgroup trees owned by a test, shared with xtask.
 pub use test_cgroups as cgroup_tree;
 mod cgroups;
+mod fork_bomb;
 mod helper_processes;
 mod http;
 pub mod kube_api;
@@ -16,6 +17,7 @@ mod monitor_process;
 pub mod mounts;
 mod netns;
 mod node_pids;
+mod pids_cap;
 mod pods;
 mod scene;
 mod skip;
@@ -25,12 +27,14 @@ mod trace;
 
 pub use binaries::{binary, monitor_bin};
 pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, oom_kills_in, set_memory_limit};
+pub use fork_bomb::{fork_bomb, reap};
 pub use helper_processes::{Allocator, TermIgnorer, process_alive};
 pub use http::{http_get, http_get_as, metrics_addr};
 pub use kubepods::{Kubepods, Qos};
 pub use monitor_process::MonitorProcess;
 pub use netns::{add_loopback_alias, in_own_network_namespace};
 pub use node_pids::pid_available_now;
+pub use pids_cap::PidsCap;
 pub use pods::{TestPod, uid_for};
 pub use scene::AgentScene;
 pub use skip::{

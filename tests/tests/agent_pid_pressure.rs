@@ -3,7 +3,8 @@
 //! remains. The kubelet's node e2e scenario, scaled to this machine: an innocent pod of the
 //! same priority ranks next, so a second decision on a stale reading would evict it. And the
 //! bomb is decided on when it crosses the threshold, woken by the kernel's fork counter, not
-//! at the next resync.
+//! at the next resync; a forking bomb capped by its pod's real pids cgroup is stopped before
+//! the cap refuses a fork.
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
@@ -11,8 +12,8 @@ use std::{
 };
 
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TestPod, binary, cgroup_tree, pid_available_now,
-    process_alive, running_as_root,
+    AgentScene, Allocator, MonitorProcess, PidsCap, TestPod, binary, cgroup_tree, fork_bomb,
+    pid_available_now, process_alive, reap, running_as_root,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -155,6 +156,72 @@ fn a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync() {
     );
     for child in &mut bomb_procs {
         child.wait().expect("reaping a bomb process");
+    }
+    assert!(
+        process_alive(innocent_proc.pid()),
+        "the innocent pod was killed"
+    );
+    assert!(agent.running(), "{}", agent.stderr());
+    agent.stop();
+}
+
+/// A bomb that forks as fast as it can inside its pod, capped by the pod's pids cgroup
+/// (`pids.max`, as the kubelet's pod PIDs limit) far above the threshold's distance: the
+/// kernel's fork counter wakes the agent at the crossing, the bomb is evicted, and the cap
+/// never had to refuse a fork. One decision only: its processes' exit is not taken for
+/// pressure that remains.
+#[test]
+fn a_forking_bomb_capped_by_its_pids_cgroup_is_stopped_before_the_cap() {
+    if !running_as_root("a_forking_bomb_capped_by_its_pids_cgroup_is_stopped_before_the_cap") {
+        return;
+    }
+    /// The pod's `pids.max`: the distance to the threshold ([`MARGIN`]) and far more.
+    const CAP: usize = 3000;
+    let _one = one_bomb_at_a_time();
+    let Scene {
+        _scene,
+        mut agent,
+        innocent_proc,
+        bomb_dir,
+    } = scene("pid-cap", "60s");
+    let cap = PidsCap::new(&bomb_dir, "pid-cap-bomb", CAP as u64)
+        .unwrap_or_else(|e| panic!("capping the bomb's pod with a pids cgroup: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    if let Some(line) = agent.next_line(Duration::ZERO) {
+        panic!("decided before the bomb: {line}\n{}", agent.stderr());
+    }
+    // Its own bound only past the cap: the pids cgroup is what would stop it.
+    let (parent, records) = fork_bomb(&cap.procs(&bomb_dir), CAP + 100);
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
+    assert_eq!(decision["signal"], "pid.available", "{decision:#}");
+    assert!(
+        decision["event_monotonic_ns"].as_u64().is_some(),
+        "woken by the fork counter, not the resync: {decision:#}"
+    );
+    // The parent dies at SIGTERM; its children, which ignore it, at force.
+    reap(parent);
+    let made = records.join().expect("the bomb's records").len();
+    let deadline = std::time::Instant::now() + DECIDE;
+    while !cgroup_tree::pids_in(&bomb_dir).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bomb's processes outlived the eviction: {}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the bomb made {made} tasks; its pids cgroup refused {} forks",
+        cap.refused()
+    );
+    assert_eq!(
+        cap.refused(),
+        0,
+        "the bomb reached its pids cgroup's cap ({made} tasks made) before the agent stopped it"
+    );
+    if let Some(line) = agent.next_line(Duration::from_secs(3)) {
+        panic!("decided again after the bomb: {line}\n{}", agent.stderr());
     }
     assert!(
         process_alive(innocent_proc.pid()),

@@ -8,98 +8,29 @@
 //! `ebpf`: the kernel's fork counter wakes the agent (its resync 10 s away); `resync`: the
 //! agent polls every 10 s, as the kubelet's housekeeping reads `pid.available`. Each trial
 //! lists a bomb pod whose parent process forks idle children into the pod's cgroup as fast as
-//! it can, up to [`CAP`] (a bounded bomb, far below the machine's limit), and dies at
-//! SIGTERM as a shell would. One JSON line per trial: the time from the fork at which
-//! `pid.available` met the threshold ([`MARGIN`] below its value at the start) to the
-//! decision, how many tasks the bomb had made by the decision and in all, and whether it was
-//! stopped before its cap.
+//! it can until its pod's pids cgroup refuses a fork (`pids.max` [`CAP`], far below the
+//! machine's limit, as the kubelet's pod PIDs limit would), and dies at SIGTERM as a shell
+//! would. One JSON line per trial: the time from the fork at which `pid.available` met the
+//! threshold ([`MARGIN`] below its value at the start) to the decision, how many tasks the
+//! bomb had made by the decision and in all, and whether it was stopped before its cap (the
+//! cap refused no fork).
 //! `fork-cost`: a loop of fork, exit and wait, timed with no agent and with one running
 //! (dry run), alternating ROUNDS times; one JSON line with the medians and their ratio.
 use std::{
-    ffi::CString,
-    io::Read as _,
-    os::fd::FromRawFd as _,
     path::Path,
-    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
-use monitor::system_clock::monotonic_ns;
 use serde_json::json;
-use tests::{AgentScene, MonitorProcess, TestPod, pid_available_now};
+use tests::{AgentScene, MonitorProcess, PidsCap, TestPod, fork_bomb, pid_available_now, reap};
 
-/// The most tasks a bomb makes: its pids cgroup's limit, safely below the machine's.
+/// The most tasks a bomb's pod may hold: its pids cgroup's limit (the parent and its
+/// children), safely below the machine's.
 const CAP: usize = 3000;
 /// How far below `pid.available` at the start the threshold sits.
 const MARGIN: i64 = 300;
 /// Forks timed per fork-cost round.
 const FORKS_PER_ROUND: u32 = 4000;
-
-/// A fork bomb in the cgroup whose `cgroup.procs` is `procs`: a parent that moves itself in
-/// and forks idle children as fast as it can, up to `cap` (a pids cgroup's limit, safely
-/// below the machine's), dying at SIGTERM as a shell would; its children ignore SIGTERM and
-/// go at force. Returns the parent's pid, and a thread that hands back (pid, time the fork
-/// returned) of every child once the parent is gone.
-fn bomb(procs: &Path, cap: usize) -> (libc::pid_t, JoinHandle<Vec<(libc::pid_t, u64)>>) {
-    let path = CString::new(procs.as_os_str().as_encoded_bytes()).expect("a path without NUL");
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array it is given.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
-    let [read_end, write_end] = fds;
-    // SAFETY: the child calls only async-signal-safe functions (open, write, close, fork,
-    // clock_gettime, signal, pause, _exit) on memory prepared before the fork.
-    let parent = unsafe { libc::fork() };
-    if parent == 0 {
-        unsafe {
-            libc::close(read_end);
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
-            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                libc::_exit(1);
-            }
-            libc::close(fd);
-            for _ in 0..cap {
-                let child = libc::fork();
-                if child == 0 {
-                    libc::close(write_end);
-                    libc::signal(libc::SIGTERM, libc::SIG_IGN);
-                    loop {
-                        libc::pause();
-                    }
-                }
-                if child < 0 {
-                    break;
-                }
-                // clock_gettime underneath: async-signal-safe.
-                let ns = monotonic_ns();
-                let mut record = [0u8; 12];
-                record[..4].copy_from_slice(&child.to_ne_bytes());
-                record[4..].copy_from_slice(&ns.to_ne_bytes());
-                libc::write(write_end, record.as_ptr().cast(), record.len());
-            }
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    assert!(parent > 0, "fork: {}", std::io::Error::last_os_error());
-    // SAFETY: closing this process's copy of the write end; the read end is owned below.
-    unsafe { libc::close(write_end) };
-    // SAFETY: a descriptor nobody else owns.
-    let mut pipe = unsafe { std::fs::File::from_raw_fd(read_end) };
-    let records = std::thread::spawn(move || {
-        let mut data = Vec::new();
-        // Ends when the parent is gone: its children closed their copies at birth.
-        let _ = pipe.read_to_end(&mut data);
-        data.chunks_exact(12)
-            .map(|r| {
-                let pid = libc::pid_t::from_ne_bytes(r[..4].try_into().unwrap_or_default());
-                let ns = u64::from_ne_bytes(r[4..].try_into().unwrap_or_default());
-                (pid, ns)
-            })
-            .collect()
-    });
-    (parent, records)
-}
 
 /// SIGKILLs every process in the cgroup whose `cgroup.procs` is `procs` (the agent did not).
 fn kill_all_in(procs: &Path) {
@@ -111,13 +42,6 @@ fn kill_all_in(procs: &Path) {
         // SAFETY: the bomb's processes, which this run started.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-}
-
-/// Reaps `pid`, a child or an orphan this subreaper adopted (zombies count in
-/// `pid.available`).
-fn reap(pid: libc::pid_t) {
-    // SAFETY: waiting for a process of this run.
-    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
 }
 
 fn race(mode: &str, trials: usize) {
@@ -156,8 +80,11 @@ fn race(mode: &str, trials: usize) {
         std::thread::sleep(Duration::from_millis(500));
         let distance = pid_available_now() - threshold;
         let started = Instant::now();
+        let cap = PidsCap::new(&dir, &format!("pid-race-{mode}-{trial}"), CAP as u64)
+            .unwrap_or_else(|e| panic!("capping the bomb's pod with a pids cgroup: {e}"));
         let procs = dir.join("cgroup.procs");
-        let (parent, records) = bomb(&procs, CAP);
+        // Its own bound only past the cap: the pids cgroup stops it.
+        let (parent, records) = fork_bomb(&cap.procs(&dir), CAP + 100);
         let decision = agent
             .next_line(Duration::from_secs(15))
             .and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok());
@@ -180,6 +107,8 @@ fn race(mode: &str, trials: usize) {
             _ => None,
         };
         let made = decided_ns.map(|d| times.iter().filter(|&&t| t <= d).count());
+        let refused = cap.refused();
+        drop(cap);
         println!(
             "{}",
             json!({
@@ -191,7 +120,8 @@ fn race(mode: &str, trials: usize) {
                 "tasks_made_by_decision": made,
                 "tasks_made": times.len(),
                 "cap": CAP,
-                "stopped_before_cap": times.len() < CAP,
+                "forks_the_cap_refused": refused,
+                "stopped_before_cap": refused == 0,
                 "elapsed_ms": started.elapsed().as_secs_f64() * 1e3,
             })
         );

@@ -58,6 +58,24 @@ impl RacingHog {
             .wait()
     }
 
+    /// Waits until the hog is gone, and checks that the agent forced it at its grace's end
+    /// while the kernel's OOM killer never fired in the tree.
+    fn forced_without_an_oom_kill(self, scene: &AgentScene, agent: &MonitorProcess) {
+        let before = self.before;
+        let status = self.wait();
+        assert_eq!(
+            oom_kills_in(&scene.kubepods.dir),
+            before,
+            "the kernel's OOM killer fired under the brake: {}",
+            agent.stderr()
+        );
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "forced at the grace's end"
+        );
+    }
+
     /// Ends the hog as someone other than the agent would, and waits for it.
     fn kill(self) {
         // SAFETY: signalling the helper this test started, by its pid.
@@ -104,23 +122,11 @@ fn a_draining_hog_is_braked_keeps_its_whole_grace_and_the_kernel_kills_nothing()
     // Without the brake the OOM killer fires within the 1s grace period (agent_oom_grace.rs
     // cuts the grace instead).
     let racing = RacingHog::start(&scene, &hog);
-    let before = racing.before;
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
     assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
     eprintln!("{}", brake_on(&agent));
-    let status = racing.wait();
-    assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
-        before,
-        "the kernel's OOM killer fired under the brake: {}",
-        agent.stderr()
-    );
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "forced at the grace's end"
-    );
+    racing.forced_without_an_oom_kill(&scene, &agent);
     // The agent's own account: SIGTERM first, force once the whole grace period passed.
     let stopped = agent
         .wait_stderr(Duration::from_secs(15), |l| {
@@ -163,7 +169,6 @@ fn a_per_pod_brake_holds_the_draining_hog_at_its_own_usage_and_leaves_kubepods_a
     let (scene, hog) = braking_scene("brake-pods");
     let mut agent = scene.start_agent(&["--memory-brake", "pods"]);
     let racing = RacingHog::start(&scene, &hog);
-    let before = racing.before;
     let decision = agent.next_decision(Duration::from_secs(20));
     assert_eq!(decision["name"], "hog", "{decision:#}");
     assert_eq!(decision["grace"]["cut"], false, "{decision:#}");
@@ -180,18 +185,7 @@ fn a_per_pod_brake_holds_the_draining_hog_at_its_own_usage_and_leaves_kubepods_a
         KUBELET_HIGH.to_string(),
         "the kubepods cgroup is left alone"
     );
-    let status = racing.wait();
-    assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
-        before,
-        "the kernel's OOM killer fired under the brake: {}",
-        agent.stderr()
-    );
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "forced at the grace's end"
-    );
+    racing.forced_without_an_oom_kill(&scene, &agent);
     scene.wait_until_empty(&hog, Duration::from_secs(15));
     let lifted = agent
         .wait_stderr(Duration::from_secs(10), |l| {

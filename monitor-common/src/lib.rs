@@ -238,6 +238,14 @@ pub enum WakeSlot {
     /// Userspace arms it at the distance of `pid.available` from its nearest threshold:
     /// exits only add to what is available, so the record can come early, never late.
     ForkWakeAt = 3,
+    /// Set by userspace to 1 when it ranks pods by their process counts: the fork and exit
+    /// programs then mark the memory cgroup of each task created or ending in `TASK_CGROUPS`,
+    /// so userspace re-counts those pods only. 0 (the initial value): nothing is marked.
+    TaskCgroupsOn = 4,
+    /// Set to 1 by the kernel when a mark could not be stored (its map full, or the task's
+    /// cgroup unreadable); userspace swaps it back to 0 as it takes the marks and re-counts
+    /// every pod, for some changes went unmarked.
+    TaskCgroupsLost = 5,
 }
 
 /// Size of the `EVENTS` ring buffer in bytes. With 10,000 pods, a tenth of them churning,
@@ -251,7 +259,7 @@ pub const EVENTS_BYTES: u64 = 1024 * 1024;
 pub const MAX_RECORDS: usize = EVENTS_BYTES as usize / (size_of::<StatEvent>() + 8);
 
 /// Number of [`WakeSlot`]s.
-pub const NWAKE: u32 = 4;
+pub const NWAKE: u32 = 6;
 
 /// Longest cgroup path carried in a [`CgroupEvent`], including the NUL.
 pub const PATH_MAX: usize = 256;
@@ -502,10 +510,11 @@ pub enum FieldsSlot {
     DirectReclaimEnd = 6,
     MemcgReclaimEnd = 7,
     MarkVictim = 8,
+    CgroupAttachTask = 9,
 }
 
 /// Number of [`FieldsSlot`] entries.
-pub const NFIELDS_SLOTS: u32 = 9;
+pub const NFIELDS_SLOTS: u32 = 10;
 
 /// Index of each field in [`FieldOffsets::offsets`], per tracepoint layout. They follow the
 /// order of the `fields` of the program's compatibility entry in userspace, which a test
@@ -523,6 +532,11 @@ pub mod field {
         pub const LEVEL: usize = 1;
         pub const ID: usize = 2;
         pub const PATH: usize = 3;
+    }
+    /// `cgroup/cgroup_attach_task`.
+    pub mod cgroup_attach {
+        pub const DST_ROOT: usize = 0;
+        pub const DST_ID: usize = 1;
     }
     /// `vmscan/mm_vmscan_kswapd_wake` (`ORDER`) and `_sleep` (`NID` only).
     pub mod kswapd {

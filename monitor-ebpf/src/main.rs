@@ -20,6 +20,7 @@ mod memcg_stat;
 mod oom_victim;
 mod pending;
 mod reclaim_stall;
+mod task_cgroups;
 mod task_forks;
 mod task_memcg;
 mod wake;

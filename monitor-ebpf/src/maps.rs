@@ -62,6 +62,13 @@ pub(crate) static RECLAIM_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_en
 #[map]
 pub(crate) static VICTIM_CGROUPS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
 
+/// The memory cgroups in which a task was created or ended since userspace last took them,
+/// keyed by cgroup id (the value is unused). Preallocated, as tracing programs on older
+/// kernels require; 1,024 cgroups with process changes between two of the agent's reads is a
+/// busy node, and a full map costs a re-count of every pod, not a wrong count.
+#[map]
+pub(crate) static TASK_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(1024, 0);
+
 /// Records for userspace, told apart by their first u32 (`EventKind`).
 #[map]
 pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);

@@ -5,8 +5,9 @@
 //! forks since userspace last read it bound how far it can have fallen: armed at the
 //! distance to the nearest pid threshold, the record comes no later than the crossing, and
 //! a fork bomb is read about when it gets there instead of at the next resync. Exits are
-//! not counted: they only make the record early. Minimum kernel: 5.8 (ring buffer); the
-//! tracepoint is older, and its fields are not read.
+//! not counted: they only make the record early. The child's cgroup is marked for the PID
+//! ranking (`task_cgroups`). Minimum kernel: 5.8 (ring buffer); the tracepoint is older, and
+//! its fields are not read.
 
 use aya_ebpf::{
     bindings::BPF_RB_FORCE_WAKEUP, helpers::bpf_ktime_get_ns, macros::tracepoint,
@@ -17,10 +18,12 @@ use monitor_common::{DropReason, EventKind, ForkEvent, WakeSlot};
 use crate::{
     atomic,
     maps::{EVENTS, WAKE, count_drop},
+    task_cgroups,
 };
 
 #[tracepoint(category = "sched", name = "sched_process_fork")]
 pub(crate) fn sched_process_fork(_ctx: TracePointContext) -> u32 {
+    task_cgroups::mark_current();
     count_fork();
     0
 }

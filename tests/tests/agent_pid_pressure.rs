@@ -13,7 +13,7 @@ use std::{
 
 use tests::{
     AgentScene, Allocator, MonitorProcess, PidsCap, TestPod, binary, cgroup_tree, fork_bomb,
-    pid_available_now, process_alive, reap, running_as_root,
+    http_get, metrics_addr, pid_available_now, process_alive, reap, running_as_root,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -57,6 +57,11 @@ struct Scene {
 }
 
 fn scene(name: &str, resync: &str) -> Scene {
+    scene_with(name, &["--resync-interval", resync])
+}
+
+/// [`scene`] with the agent's flags given whole.
+fn scene_with(name: &str, agent_args: &[&str]) -> Scene {
     let threshold = pid_available_now() - MARGIN;
     let scene = AgentScene::with_config(
         name,
@@ -65,7 +70,7 @@ fn scene(name: &str, resync: &str) -> Scene {
              monitor:\n  evictionInterval: 500ms\n  podCleanupTimeout: 20s\n"
         ),
     );
-    let agent = scene.start_agent(&["--resync-interval", resync]);
+    let agent = scene.start_agent(agent_args);
     let innocent = TestPod::new("innocent").request_mib(10).priority(0);
     let bomb = TestPod::new("bomb").request_mib(10).priority(0);
     let innocent_proc = scene.start_pod(&innocent);
@@ -226,6 +231,82 @@ fn a_forking_bomb_capped_by_its_pids_cgroup_is_stopped_before_the_cap() {
     assert!(
         process_alive(innocent_proc.pid()),
         "the innocent pod was killed"
+    );
+    assert!(agent.running(), "{}", agent.stderr());
+    agent.stop();
+}
+
+/// With 40 quiet pods beside the bomb and the resync a minute away, the fork record makes
+/// the agent count the processes of the pods the kernel saw a task created, ended or moved
+/// into, not of every pod: `monitor_pod_process_counts_total` moves by a few, where a read of
+/// every pod would move it by 42.
+#[test]
+fn at_the_crossing_only_the_pods_whose_processes_changed_are_counted() {
+    if !running_as_root("at_the_crossing_only_the_pods_whose_processes_changed_are_counted") {
+        return;
+    }
+    const QUIET: usize = 40;
+    let _one = one_bomb_at_a_time();
+    let Scene {
+        _scene: scene,
+        mut agent,
+        innocent_proc,
+        bomb_dir,
+    } = scene_with(
+        "pid-marks",
+        &["--resync-interval", "60s", "--metrics-addr", "127.0.0.1:0"],
+    );
+    let addr = metrics_addr(&agent);
+    let quiet: Vec<Allocator> = (0..QUIET)
+        .map(|i| scene.start_pod(&TestPod::new(&format!("quiet-{i}")).request_mib(10)))
+        .collect();
+    let metric = |name: &str| -> u64 {
+        let text = http_get(addr, "/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let ranked = QUIET as u64 + 2;
+    let deadline = std::time::Instant::now() + DECIDE;
+    while metric("monitor_pods_ranked") < ranked {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{ranked} pods not ranked: {}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let cap = PidsCap::new(&bomb_dir, "pid-marks-bomb", 3000)
+        .unwrap_or_else(|e| panic!("capping the bomb's pod with a pids cgroup: {e}"));
+    let counted_before = metric("monitor_pod_process_counts_total");
+    assert!(
+        counted_before >= ranked,
+        "every pod was counted once as it came: {counted_before}"
+    );
+    let (parent, records) = fork_bomb(&cap.procs(&bomb_dir), 3000);
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
+    assert!(
+        decision["event_monotonic_ns"].as_u64().is_some(),
+        "woken by the fork counter, not the resync: {decision:#}"
+    );
+    let counted = metric("monitor_pod_process_counts_total") - counted_before;
+    reap(parent);
+    records.join().expect("the bomb's records");
+    eprintln!("pods counted at the crossing: {counted} of {ranked}");
+    assert!(
+        (1..=3).contains(&counted),
+        "{counted} pods counted at the crossing, of {ranked}: only the bomb's had processes change\n{}",
+        agent.stderr()
+    );
+    assert!(
+        process_alive(innocent_proc.pid()),
+        "the innocent pod was killed"
+    );
+    assert!(
+        quiet.iter().all(|q| process_alive(q.pid())),
+        "a quiet pod was killed"
     );
     assert!(agent.running(), "{}", agent.stderr());
     agent.stop();

@@ -8,7 +8,9 @@ use std::{
 };
 
 use monitor::source::{
-    ebpf::{KernelSource, LoadOptions, MemcgHook, cgroup_map_entries_at},
+    ebpf::{
+        IncidentOptions, KernelSource, LoadOptions, MemcgHook, TaskCgroups, cgroup_map_entries_at,
+    },
     event::KernelEvent,
 };
 use monitor_common::Stat;
@@ -788,4 +790,124 @@ fn the_sweep_deletes_aggregates_of_cgroups_removed_before_the_programs_attached(
             "the sweep deleted a live cgroup's entry"
         );
     });
+}
+
+/// The marks the agent's PID ranking re-counts by: the memory cgroups in which a task was
+/// created or ended, each taken once, and a full map owned up
+/// to as "unknown", never as a partial list.
+#[test]
+fn tasks_created_or_ending_mark_their_memory_cgroup_once_until_taken() {
+    if !running_as_root("tasks_created_or_ending_mark_their_memory_cgroup_once_until_taken") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("task-marks");
+    tests::set_memory_limit(&cgroup.dir, 256 * MIB as u64).expect("limiting the test cgroup");
+    runtime().block_on(async {
+        let mut source = KernelSource::load_with_incidents(
+            LoadOptions {
+                step_bytes: MIB as u64,
+                hierarchy_id: cgroup.hierarchy.hierarchy_id,
+                memcg_hook: MemcgHook::Auto,
+                budget_pages: None,
+                cgroup_map_entries: cgroup_map_entries_at(&cgroup.hierarchy.mount),
+            },
+            IncidentOptions {
+                min_stall: Duration::from_millis(1),
+            },
+        )
+        .expect("loading the kernel programs");
+        assert!(
+            source.marks_task_cgroups(),
+            "both task programs attach on every supported kernel: {}",
+            skip_reasons(&source)
+        );
+        let (forker, sleeper) = (cgroup.child("forker"), cgroup.child("sleeper"));
+        let (forker_id, sleeper_id) = (cgroup_id(&forker), cgroup_id(&sleeper));
+        let mut sleeping = idle_in(&sleeper);
+
+        run_in(&forker, "true & wait");
+        assert_unknown(&mut source, "marks are off until asked for");
+        assert!(source.watch_task_cgroups(true).unwrap());
+        run_in(&forker, "true & wait");
+        assert_unknown(
+            &mut source,
+            "the first take after turning marks on cannot vouch for what came before",
+        );
+
+        run_in(&forker, "true & wait");
+        let marked = take_marks(&mut source);
+        assert!(
+            marked.contains(&forker_id),
+            "a fork and exits in {forker_id}: {marked:?}"
+        );
+        assert!(
+            !marked.contains(&sleeper_id),
+            "nothing changed in the sleeper's cgroup"
+        );
+        let again = take_marks(&mut source);
+        assert!(
+            !again.contains(&forker_id),
+            "a mark is taken once: {again:?}"
+        );
+
+        // A task moved in (as a runtime starts a container or `runc exec` joins one) marks
+        // the cgroup it arrives in, though nothing forks or ends there.
+        let arrival = cgroup.child("arrival");
+        let mut arrived = idle_in(&arrival);
+        let marked = take_marks(&mut source);
+        assert!(
+            marked.contains(&cgroup_id(&arrival)),
+            "a task moved in: {marked:?}"
+        );
+        // SAFETY: kill of a child this test started and has not reaped.
+        unsafe { libc::kill(arrived.id() as i32, libc::SIGKILL) };
+        arrived.wait().expect("reaping the arrival");
+
+        // SAFETY: kill of a child this test started and has not reaped.
+        unsafe { libc::kill(sleeping.id() as i32, libc::SIGKILL) };
+        sleeping.wait().expect("reaping the sleeper");
+        let marked = take_marks(&mut source);
+        assert!(
+            marked.contains(&sleeper_id),
+            "the sleeper's exit: {marked:?}"
+        );
+
+        // More cgroups with changes than the map holds: the take says it cannot tell.
+        for i in 0..1100 {
+            let dir = cgroup.child(&format!("many/{i}"));
+            run_in(&dir, "true & wait");
+        }
+        assert_unknown(&mut source, "1,100 cgroups in a map of 1,024");
+        run_in(&forker, "true & wait");
+        assert!(
+            take_marks(&mut source).contains(&forker_id),
+            "exact again after the take"
+        );
+
+        assert!(source.watch_task_cgroups(false).unwrap());
+        run_in(&forker, "true & wait");
+        assert_unknown(&mut source, "marks are off again");
+    });
+}
+
+/// An idle process started in the cgroup `dir` (the test VM has no `sleep`).
+fn idle_in(dir: &Path) -> std::process::Child {
+    let mut idle = Command::new(tests::binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
+    idle.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    cgroup_tree::spawn_in(&mut idle, dir).expect("starting an idle process")
+}
+
+/// Takes the marks and checks the kernel cannot vouch for them.
+fn assert_unknown(source: &mut KernelSource, why: &str) {
+    assert_eq!(source.take_task_cgroups(), TaskCgroups::Unknown, "{why}");
+}
+
+/// The marked cgroup ids, taken; fails on "unknown".
+fn take_marks(source: &mut KernelSource) -> Vec<u64> {
+    match source.take_task_cgroups() {
+        TaskCgroups::Marked(ids) => ids,
+        TaskCgroups::Unknown => panic!("the kernel lost a mark"),
+    }
 }

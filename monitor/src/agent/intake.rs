@@ -2,11 +2,22 @@
 //! core's working sets and rankings; and the kernel's wake-up level, set after each input.
 use std::collections::HashSet;
 
-use super::{event_source::Batch, psi_wake::PsiWake, reader::read_all, run::Agent};
+use super::{
+    event_source::Batch,
+    psi_wake::PsiWake,
+    reader::{MachineReader as _, read_all, recount_processes},
+    run::Agent,
+};
 use crate::{
-    engine::{pod_facts::PodFacts, rank_report::left_out_lines, working_set::StatChange},
+    engine::{
+        eviction_machine::ReadScope,
+        ids::CgroupRel,
+        pod_facts::{PodFacts, PodRef},
+        rank_report::left_out_lines,
+        working_set::StatChange,
+    },
     pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
-    source::event::KernelEvent,
+    source::{ebpf::TaskCgroups, event::KernelEvent},
 };
 
 /// The last records (of `--step` bytes each) before a threshold could be met wake the agent
@@ -120,6 +131,11 @@ impl Agent {
         let Some(kernel) = self.source.kernel.as_mut() else {
             return false;
         };
+        // Marks of the cgroups whose tasks changed are wanted while pods rank by process
+        // count; a repeat of the last request costs nothing.
+        if let Err(e) = kernel.watch_task_cgroups(self.core.counts_processes()) {
+            tracing::warn!("asking the kernel to mark task cgroups: {e}");
+        }
         let headroom = self.core.pid_headroom();
         let arming = ForkArming::at(headroom);
         if self.fork_arming == arming {
@@ -140,12 +156,50 @@ impl Agent {
         self.evaluate(trigger_ns);
     }
 
-    /// The read of [`Self::read_pids_now`], without its decision step.
+    /// The read of [`Self::read_pids_now`], without its decision step: `pid.available`, and
+    /// the process counts of the pods the kernel marked (their working sets are the stat
+    /// records'); every pod is read when the kernel cannot tell which changed.
     fn read_for_pids(&mut self) {
-        tracing::debug!("the kernel counted tasks enough to meet a pid threshold: reading now");
         // The kernel disarmed the counter when it sent its record.
         self.fork_arming = ForkArming::Unknown;
-        self.read_unprompted();
+        let Some(pods) = self.marked_pods() else {
+            tracing::debug!("the kernel counted tasks enough to meet a pid threshold: reading all");
+            self.read_unprompted();
+            return;
+        };
+        tracing::debug!(
+            "the kernel counted tasks enough to meet a pid threshold: counting the {} of {} pods \
+             whose processes changed",
+            pods.len(),
+            self.core.pod_count()
+        );
+        self.recount(pods);
+        self.core
+            .set_pid_reading(self.reader.pid_available().ok().flatten());
+        self.revive_restarted_pods();
+        self.settle_unlisted_evictions();
+    }
+
+    /// The pods whose cgroups the kernel marked since the last take (a task created or
+    /// ending there); `None` when it cannot tell, or no pid threshold wants the counts.
+    fn marked_pods(&mut self) -> Option<Vec<(PodRef, CgroupRel)>> {
+        let kernel = self.source.kernel.as_mut()?;
+        match kernel.take_task_cgroups() {
+            TaskCgroups::Marked(ids) => self.core.pods_holding(&ids),
+            TaskCgroups::Unknown => None,
+        }
+    }
+
+    /// Counts the processes of `pods` anew, taking kernel records between chunks.
+    fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
+        let (mut kernel, held) = (self.source.kernel.as_mut(), &mut self.held);
+        let mut hold = || {
+            if let Some(kernel) = kernel.as_deref_mut() {
+                kernel.hold_pending(held, HELD_RECORDS_MAX);
+            }
+        };
+        self.metrics.pod_process_counts +=
+            recount_processes(&self.reader, &mut self.core, pods, &mut hold);
     }
 
     /// Applies decoded kernel records; returns the newest stat or fork record's timestamp,
@@ -349,13 +403,15 @@ impl Agent {
     /// are contained in it), so a long read does not overflow the ring and force another.
     pub(super) fn read_cgroupfs(&mut self, classify: bool) {
         let scope = self.resync.take_scope(classify);
+        // Taken before the read, so a task created or ending during it is marked again.
+        let marked = self.marked_pods();
         let (mut kernel, held) = (self.source.kernel.as_mut(), &mut self.held);
         let mut hold = || {
             if let Some(kernel) = kernel.as_deref_mut() {
                 kernel.hold_pending(held, HELD_RECORDS_MAX);
             }
         };
-        read_all(
+        self.metrics.pod_process_counts += read_all(
             &self.reader,
             &mut self.core,
             self.kubepods.rel.as_str(),
@@ -364,6 +420,13 @@ impl Agent {
             &mut self.read_failures,
             &mut hold,
         );
+        // A read of the changed pods counts the processes of those whose memory moved; the
+        // ones whose tasks changed without it are counted here, every pod's when the kernel
+        // could not tell which.
+        if scope == ReadScope::Changed && self.core.counts_processes() {
+            let pods = marked.unwrap_or_else(|| self.core.pods_to_read(ReadScope::All));
+            self.recount(pods);
+        }
     }
 
     /// Takes in what the kernel lost since the last call: counted in the metrics, and after

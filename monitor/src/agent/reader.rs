@@ -110,7 +110,7 @@ pub fn read_node(
 /// Reads the node, the kubepods cgroup and the pods of `scope` into `core`. With
 /// `classify`, the hierarchy is rewalked first and every cgroup attributed anew.
 /// `between_reads` runs after the walk and after every [`PODS_PER_CHUNK`] pods (the agent
-/// takes the kernel's waiting records there).
+/// takes the kernel's waiting records there). Returns how many pods' processes were counted.
 pub fn read_all(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
@@ -119,7 +119,7 @@ pub fn read_all(
     scope: ReadScope,
     failures: &mut ReadFailures,
     between_reads: &mut dyn FnMut(),
-) {
+) -> u64 {
     if classify {
         match reader.scan() {
             Ok(paths) => {
@@ -137,6 +137,7 @@ pub fn read_all(
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
+    let mut counted = 0;
     for (read, (pod, rel)) in pods.into_iter().enumerate() {
         if read > 0 && read % PODS_PER_CHUNK == 0 {
             between_reads();
@@ -146,6 +147,7 @@ pub fn read_all(
         let reading = match reader.working_set(rel.as_str()) {
             Ok(working_set) => {
                 let processes = if count_processes {
+                    counted += 1;
                     reader.process_count(rel.as_str()).unwrap_or(0)
                 } else {
                     0
@@ -174,6 +176,30 @@ pub fn read_all(
         core.set_pod_reading(uid, reading, read_ns);
     }
     core.set_pid_reading(reader.pid_available().ok().flatten());
+    counted
+}
+
+/// Counts the processes of `pods` anew, their working sets untouched: the pods whose tasks
+/// the kernel saw change. A pod whose cgroup is gone counts none; a failed count keeps the
+/// last one (the next mark or resync counts it again). Returns how many pods were counted.
+pub fn recount_processes(
+    reader: &dyn MachineReader,
+    core: &mut AgentCore,
+    pods: Vec<(PodRef, CgroupRel)>,
+    between_reads: &mut dyn FnMut(),
+) -> u64 {
+    let pods_counted = pods.len() as u64;
+    for (counted, (pod, rel)) in pods.into_iter().enumerate() {
+        if counted > 0 && counted % PODS_PER_CHUNK == 0 {
+            between_reads();
+        }
+        match reader.process_count(rel.as_str()) {
+            Ok(processes) => core.set_pod_processes(&pod.uid, processes),
+            Err(e) if crate::cgroupfs::procs::is_gone(&e) => core.set_pod_processes(&pod.uid, 0),
+            Err(e) => tracing::debug!(pod.uid = %pod.uid, "pod {pod}: counting its processes: {e}"),
+        }
+    }
+    pods_counted
 }
 
 #[cfg(test)]
@@ -331,6 +357,110 @@ mod tests {
         assert_eq!(
             decision.eviction().map(|e| e.pod.name.as_str()),
             Some("hog")
+        );
+    }
+
+    /// Process counts by pod cgroup, each count asked recorded; nothing else may be read.
+    struct ProcessCounts {
+        counts: HashMap<&'static str, Result<u64, i32>>,
+        asked: std::cell::RefCell<Vec<String>>,
+    }
+
+    impl MachineReader for ProcessCounts {
+        fn scan(&self) -> io::Result<CgroupPaths> {
+            unreachable!("a re-count walks no hierarchy")
+        }
+        fn node_working_set(&self) -> Result<u64, NodeError> {
+            unreachable!("a re-count reads no working set")
+        }
+        fn working_set(&self, _rel: &str) -> Result<u64, StatsError> {
+            unreachable!("a re-count reads no working set")
+        }
+        fn process_count(&self, rel: &str) -> io::Result<u64> {
+            self.asked.borrow_mut().push(rel.to_string());
+            match self.counts.get(rel) {
+                Some(Ok(n)) => Ok(*n),
+                Some(Err(errno)) => Err(io::Error::from_raw_os_error(*errno)),
+                None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            }
+        }
+        fn pid_available(&self) -> Result<Option<SignalObservation>, NodeError> {
+            unreachable!("read by the caller")
+        }
+    }
+
+    /// The PID ranking's order, pod names first to last.
+    fn pid_order(core: &AgentCore) -> Vec<String> {
+        core.ranking(crate::engine::signal::Signal::PidAvailable)
+            .iter()
+            .map(|(facts, _)| facts.pod.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn only_the_pods_whose_cgroups_the_kernel_marked_are_counted_again() {
+        let mut core = core_with("evictionHard:\n  pid.available: 10%\n");
+        core.set_pods(vec![pod("quiet", 100), pod("bomb", 100), pod("gone", 100)]);
+        core.classify(1, "/");
+        core.classify(11, "/kubepods/quiet/ctr");
+        core.classify(12, "/kubepods/bomb/ctr");
+        core.classify(13, "/kubepods/bomb");
+        core.classify(14, "/kubepods/gone/ctr");
+        core.classify(20, "/system.slice/sshd.service");
+        let before = ProcessCounts {
+            counts: HashMap::from([
+                ("/kubepods/quiet", Ok(40)),
+                ("/kubepods/bomb", Ok(3)),
+                ("/kubepods/gone", Ok(20)),
+            ]),
+            asked: Default::default(),
+        };
+        for name in ["quiet", "bomb", "gone"] {
+            let rel = CgroupRel::new(&format!("/kubepods/{name}")).unwrap();
+            core.set_pod_reading(
+                name,
+                PodReading::Read {
+                    working_set: 10 * MI,
+                    processes: before.process_count(rel.as_str()).unwrap(),
+                },
+                1,
+            );
+        }
+        assert_eq!(pid_order(&core), ["quiet", "gone", "bomb"]);
+        // The bomb forked in both its cgroups, the gone pod's last task ended, sshd forked.
+        let marked = core
+            .pods_holding(&[12, 20, 13, 14, 1, 12])
+            .expect("every marked cgroup is known");
+        let names: Vec<&str> = marked.iter().map(|(pod, _)| pod.name.as_str()).collect();
+        assert_eq!(names, ["bomb", "gone"], "each marked pod once, no other");
+        let after = ProcessCounts {
+            counts: HashMap::from([("/kubepods/bomb", Ok(900)), ("/kubepods/quiet", Ok(41))]),
+            asked: Default::default(),
+        };
+        let mut between = 0;
+        assert_eq!(
+            recount_processes(&after, &mut core, marked, &mut || between += 1),
+            2
+        );
+        assert_eq!(*after.asked.borrow(), ["/kubepods/bomb", "/kubepods/gone"]);
+        assert_eq!(between, 0, "two pods fit one chunk");
+        assert_eq!(
+            pid_order(&core),
+            ["bomb", "quiet", "gone"],
+            "the bomb first, the emptied pod last, the quiet pod's count not read again"
+        );
+        // A failed count keeps the last one.
+        let failing = ProcessCounts {
+            counts: HashMap::from([("/kubepods/bomb", Err(libc::EMFILE))]),
+            asked: Default::default(),
+        };
+        let marked = core.pods_holding(&[12]).unwrap();
+        recount_processes(&failing, &mut core, marked, &mut || {});
+        assert_eq!(pid_order(&core), ["bomb", "quiet", "gone"]);
+        assert_eq!(
+            core.pods_holding(&[12, 99]),
+            None,
+            "a cgroup not classified yet could be any pod's: count them all"
         );
     }
 

@@ -493,7 +493,7 @@ mod tests {
     fn text_ends_with_the_verdict() {
         let text = Report::from_features(&vm_features()).to_text();
         let verdict = format!(
-            "ok: agent will use ebpf+poll (3/{} kernel programs), cgroup v2 memory at /sys/fs/cgroup",
+            "ok: agent will use ebpf+poll (5/{} kernel programs), cgroup v2 memory at /sys/fs/cgroup",
             PROGRAMS.len()
         );
         assert_eq!(text.lines().last(), Some(verdict.as_str()));
@@ -575,7 +575,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("agent will use ebpf+poll (3/"), "{text}");
+        assert!(text.contains("agent will use ebpf+poll (5/"), "{text}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(
             json["programs"][1]["mismatch"],

@@ -500,6 +500,44 @@ impl AgentCore {
             .collect()
     }
 
+    /// The pods holding any of `cgroup_ids` (the cgroups the kernel saw a task created or
+    /// ending in), once each, with their cgroups; `None` when an id was never classified (its
+    /// creation record not taken yet), so it could be any pod's.
+    pub fn pods_holding(&self, cgroup_ids: &[u64]) -> Option<Vec<(PodRef, CgroupRel)>> {
+        let mut seen = HashSet::new();
+        let mut pods = Vec::new();
+        for &cgroup_id in cgroup_ids {
+            if !self.usage.knows(cgroup_id) {
+                return None;
+            }
+            let Some(id) = self.usage.pod_of(cgroup_id) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            let row = self.pods.get(id).expect("classified pods are listed");
+            if let Some(cgroup) = &row.cgroup {
+                pods.push((row.facts.pod.clone(), cgroup.rel.clone()));
+            }
+        }
+        Some(pods)
+    }
+
+    /// A fresh count of one pod's processes, its working set left as it is: the PID
+    /// ranking moves with it.
+    pub fn set_pod_processes(&mut self, uid: &str, processes: u64) {
+        let Some(id) = self.pods.id(uid) else {
+            return;
+        };
+        let row = self.pods.get_mut(id).expect("listed id");
+        if row.process_count == processes {
+            return;
+        }
+        row.process_count = processes;
+        self.rerank(id);
+    }
+
     /// Fresh cgroupfs reading of one pod, started at `read_ns`. A failed read keeps the last
     /// good working set; it never turns into missing stats, which would rank the pod first.
     pub fn set_pod_reading(&mut self, uid: &str, reading: PodReading, read_ns: u64) {

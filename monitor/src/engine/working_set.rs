@@ -97,6 +97,11 @@ impl UsageTracker {
         self.members.get(&cgroup_id)?.pod
     }
 
+    /// Whether the cgroup was classified (by a scan or its creation record).
+    pub fn knows(&self, cgroup_id: u64) -> bool {
+        self.members.contains_key(&cgroup_id)
+    }
+
     /// The cgroups that belong to a pod (its own and its containers').
     pub fn cgroups_of(&self, pod: PodId) -> Vec<u64> {
         self.members

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub checkpoint_writable: bool,
     /// Pod cgroup reads that failed (not counting cgroups that were gone).
     pub pod_read_failures: u64,
+    /// Pods whose processes were counted (every `cgroup.procs` of the pod listed).
+    pub pod_process_counts: u64,
     /// Evictions whose action failed or was refused.
     pub action_failures: u64,
     /// Log lines lost because stderr could not be written.
@@ -104,6 +106,7 @@ impl Default for Metrics {
             checkpoint_write_failures: 0,
             checkpoint_writable: true,
             pod_read_failures: 0,
+            pod_process_counts: 0,
             action_failures: 0,
             log_write_failures: 0,
             source_fallback: false,
@@ -235,6 +238,12 @@ impl Metrics {
                 "counter",
                 "Kernel stat updates not counted because the per-cgroup map was full; those cgroups are read at resyncs only.",
                 self.cgroup_map_full,
+            ),
+            (
+                "monitor_pod_process_counts_total",
+                "counter",
+                "Pods whose processes were counted for the PID ranking (each a listing of the pod's cgroup.procs files): at resyncs, and at a fork record only the pods the kernel marked.",
+                self.pod_process_counts,
             ),
             (
                 "monitor_stat_programs_attached",
@@ -378,7 +387,7 @@ mod tests {
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!(
-            types, 21,
+            types, 22,
             "one TYPE line per family (no limit: no limit family)"
         );
         let build = format!(

@@ -24,6 +24,7 @@ mod memcg_hooks;
 mod options;
 mod ring;
 mod stat_links;
+mod task_cgroups;
 mod task_memcg;
 mod tracepoints;
 mod victim_cgroups;
@@ -46,6 +47,8 @@ pub use options::{
 };
 pub use stat_links::StatLinkError;
 use stat_links::StatLinks;
+use task_cgroups::MarkState;
+pub use task_cgroups::TaskCgroups;
 
 use kernel_config::{config_for, incident_config_for};
 pub(crate) use memcg_hooks::raw_tracepoints_usable;
@@ -92,6 +95,11 @@ pub struct KernelSource {
     undecodable: u64,
     /// [`Self::drops`] when [`Self::new_drops`] last asked.
     drops_reported: Drops,
+    /// The incident programs' configuration (with the task -> memory cgroup offsets) is
+    /// written, so the task programs can name a task's cgroup.
+    incidents: bool,
+    /// Whether the task programs mark cgroups for the PID ranking.
+    task_marks: MarkState,
 }
 
 impl KernelSource {
@@ -154,6 +162,7 @@ impl KernelSource {
                     source,
                 })?;
         }
+        let incidents_written = incident_config.is_some();
         let incident_programs = if incidents.is_some() {
             INCIDENT_PROGRAMS
         } else {
@@ -260,6 +269,8 @@ impl KernelSource {
             wake_at: None,
             undecodable: 0,
             drops_reported: Drops::default(),
+            incidents: incidents_written,
+            task_marks: MarkState::Off,
         })
     }
 

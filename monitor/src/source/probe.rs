@@ -335,7 +335,7 @@ fn is_lifecycle(program: &ProgramSpec) -> bool {
     program.category == "cgroup"
 }
 
-/// The programs attached whatever the memcg hook: the cgroup lifecycle and the fork counter.
+/// The programs attached whatever the memcg hook: the cgroup lifecycle and the task counters.
 fn is_not_memcg(program: &ProgramSpec) -> bool {
     program.category != MEMCG_CATEGORY
 }
@@ -432,7 +432,13 @@ pub(crate) mod tests {
         assert_eq!(vm.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(vm.programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"]
+            [
+                "cgroup_mkdir",
+                "cgroup_rmdir",
+                "sched_process_fork",
+                "sched_process_exit",
+                "cgroup_attach_task"
+            ]
         );
     }
 
@@ -455,7 +461,13 @@ pub(crate) mod tests {
         assert_eq!(vm.source(), EventSource::Ebpf);
         assert_eq!(
             names(vm.programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"],
+            [
+                "cgroup_mkdir",
+                "cgroup_rmdir",
+                "sched_process_fork",
+                "sched_process_exit",
+                "cgroup_attach_task"
+            ],
             "the memcg programs go to functions, not tracepoints"
         );
     }
@@ -514,7 +526,13 @@ pub(crate) mod tests {
         assert_eq!(partial.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(partial.programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"],
+            [
+                "cgroup_mkdir",
+                "cgroup_rmdir",
+                "sched_process_fork",
+                "sched_process_exit",
+                "cgroup_attach_task"
+            ],
             "a lone memcg program would count what is polled anyway"
         );
     }
@@ -527,7 +545,13 @@ pub(crate) mod tests {
         assert_eq!(host.source(), EventSource::EbpfPoll);
         assert_eq!(
             names(with_fentry(host).programs_to_attach()),
-            ["cgroup_mkdir", "cgroup_rmdir", "sched_process_fork"],
+            [
+                "cgroup_mkdir",
+                "cgroup_rmdir",
+                "sched_process_fork",
+                "sched_process_exit",
+                "cgroup_attach_task"
+            ],
             "fentry stands in for tracepoints whose records do not fit"
         );
     }

@@ -139,6 +139,26 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         fields: &[],
         fields_slot: None,
     },
+    ProgramSpec {
+        name: "sched_process_exit",
+        category: "sched",
+        tracepoint: "sched_process_exit",
+        provides: "with the fork counter, the pods whose processes changed: only those are re-counted for the PID ranking",
+        fallback: "list every pod's cgroup.procs when the PID ranking is read",
+        since: "2.6.32",
+        fields: &[],
+        fields_slot: None,
+    },
+    ProgramSpec {
+        name: "cgroup_attach_task",
+        category: "cgroup",
+        tracepoint: "cgroup_attach_task",
+        provides: "with the fork counter, tasks moved into a pod (a container's start, an exec): only the pods whose processes changed are re-counted for the PID ranking",
+        fallback: "list every pod's cgroup.procs when the PID ranking is read",
+        since: "4.13",
+        fields: &[field("dst_root", 4, true), field("dst_id", 8, false)],
+        fields_slot: Some(FieldsSlot::CgroupAttachTask),
+    },
 ];
 
 /// An fentry program standing in for a `memcg` tracepoint program on kernels before 6.13.
@@ -369,6 +389,12 @@ mod tests {
             ("cgroup_rmdir", field::cgroup::ROOT, "root"),
             ("cgroup_rmdir", field::cgroup::LEVEL, "level"),
             ("cgroup_rmdir", field::cgroup::ID, "id"),
+            (
+                "cgroup_attach_task",
+                field::cgroup_attach::DST_ROOT,
+                "dst_root",
+            ),
+            ("cgroup_attach_task", field::cgroup_attach::DST_ID, "dst_id"),
             ("kswapd_wake", field::kswapd::ORDER, "order"),
             ("kswapd_sleep", field::kswapd::NID, "nid"),
             (

@@ -14,8 +14,10 @@
 //! threshold ([`MARGIN`] below its value at the start) to the decision, how many tasks the
 //! bomb had made by the decision and in all, and whether it was stopped before its cap (the
 //! cap refused no fork).
-//! `fork-cost`: a loop of fork, exit and wait, timed with no agent and with one running
-//! (dry run), alternating ROUNDS times; one JSON line with the medians and their ratio.
+//! `fork-cost`: a loop of fork, exit and wait, timed with no agent, with one running (dry run)
+//! on memory thresholds only, and with one that also has a pid threshold (the fork counter
+//! armed, task cgroups marked), alternating ROUNDS times; one JSON line with the medians and
+//! their ratios.
 use std::{
     path::Path,
     time::{Duration, Instant},
@@ -162,17 +164,36 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn fork_cost(rounds: usize) {
-    let scene = AgentScene::new("pid-race-cost", "10s", "10s");
-    let (mut without, mut with) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        without.push(fork_loop());
+    // Memory thresholds only: the fork counter stays disarmed and no cgroup is marked.
+    let memory_only = AgentScene::new("pid-race-cost", "10s", "10s");
+    // A pid threshold far below the node's value: the fork counter armed and the task
+    // programs marking cgroups, as on a node with PID eviction configured.
+    let with_pids = AgentScene::with_config(
+        "pid-race-cost-pids",
+        &format!(
+            "evictionHard:\n  allocatableMemory.available: {}\n  pid.available: \"100\"\n",
+            AgentScene::THRESHOLD
+        ),
+    );
+    let (mut without, mut with, mut marking) = (Vec::new(), Vec::new(), Vec::new());
+    let with_agent = |scene: &AgentScene| {
         let mut agent = scene.start_agent(&["--dry-run", "--source", "ebpf"]);
         // Settled: its programs attached and its start-up reads done.
         std::thread::sleep(Duration::from_millis(500));
-        with.push(fork_loop());
+        let ns = fork_loop();
         agent.stop();
+        ns
+    };
+    for _ in 0..rounds {
+        without.push(fork_loop());
+        with.push(with_agent(&memory_only));
+        marking.push(with_agent(&with_pids));
     }
-    let (without_ns, with_ns) = (median(without.clone()), median(with.clone()));
+    let (without_ns, with_ns, marking_ns) = (
+        median(without.clone()),
+        median(with.clone()),
+        median(marking.clone()),
+    );
     println!(
         "{}",
         json!({
@@ -181,9 +202,12 @@ fn fork_cost(rounds: usize) {
             "forks_per_round": FORKS_PER_ROUND,
             "without_ns": without,
             "with_ns": with,
+            "marking_ns": marking,
             "median_without_ns": without_ns,
             "median_with_ns": with_ns,
+            "median_marking_ns": marking_ns,
             "ratio": with_ns / without_ns,
+            "marking_ratio": marking_ns / without_ns,
         })
     );
 }

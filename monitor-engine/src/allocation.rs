@@ -195,8 +195,8 @@ fn pod_level_allocation<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::PodFacts;
-    use crate::engine::quantity::Quantity;
+    use crate::pod_facts::PodFacts;
+    use crate::quantity::Quantity;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::{Value, json};
 

@@ -366,8 +366,8 @@ fn reason(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::eviction_order::FsLayout;
-    use crate::engine::instant::ManualClock;
+    use crate::eviction_order::FsLayout;
+    use crate::instant::ManualClock;
 
     const MI: i64 = 1 << 20;
 

@@ -797,7 +797,7 @@ fn parse_value(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::threshold::ThresholdKind;
+    use crate::threshold::ThresholdKind;
 
     fn summary(config: &EvictionConfig) -> Vec<String> {
         config

@@ -12,22 +12,20 @@ use super::{
     working_set::{Estimate, Membership, StatChange, UsageTracker},
 };
 use crate::{
-    engine::{
-        decide::{Decision, EvictionState, decide_among},
-        eviction_config::EvictionConfig,
-        eviction_order::{FsLayout, RankPolicy},
-        headroom::{memory_headroom, pid_headroom},
-        ids::{CgroupRel, PodId, PodUid},
-        instant::{Clock, MonoInstant},
-        kubelet_summary::PodUsage,
-        oom_projection::{GrowthWindow, OomDomain, OomPoints, Projection},
-        pod_facts::{PodFacts, PodRef},
-        rank_index::{RankIndex, RankIndexSet},
-        signal::Signal,
-        threshold::{SignalObservation, ThresholdKind},
-    },
-    node::memory::{allocatable_memory_available, memory_available},
-    pods::PodCgroup,
+    decide::{Decision, EvictionState, decide_among},
+    eviction_config::EvictionConfig,
+    eviction_order::{FsLayout, RankPolicy},
+    headroom::{memory_headroom, pid_headroom},
+    ids::{CgroupRel, PodId, PodUid},
+    instant::{Clock, MonoInstant},
+    kubelet_summary::PodUsage,
+    memory_signals::{allocatable_memory_available, memory_available},
+    oom_projection::{GrowthWindow, OomDomain, OomPoints, Projection},
+    pod_facts::{PodFacts, PodRef},
+    pod_table::PodCgroup,
+    rank_index::{RankIndex, RankIndexSet},
+    signal::Signal,
+    threshold::{SignalObservation, ThresholdKind},
 };
 
 /// The signals the agent computes (see [`AgentCore::observations`]); a threshold on any
@@ -862,7 +860,7 @@ mod tests {
     use monitor_common::Stat;
 
     use super::*;
-    use crate::engine::{
+    use crate::{
         decide::{Action, Idle},
         instant::ManualClock,
     };

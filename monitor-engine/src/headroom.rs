@@ -62,7 +62,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::threshold::ThresholdValue;
+    use crate::threshold::ThresholdValue;
 
     const MIB: i64 = 1 << 20;
 

@@ -1,5 +1,5 @@
 //! A Pod object as the node's kubelet sees it: under which uid it keeps the pod
-//! ([`kubelet_uid`](crate::engine::pod_facts::kubelet_uid), pure, beside the other pod facts),
+//! ([`kubelet_uid`](crate::pod_facts::kubelet_uid), pure, beside the other pod facts),
 //! and whether the pod is one of its active pods.
 //!
 //! The two differ from the API's view in ways that decide what gets ranked:
@@ -60,7 +60,7 @@ pub fn runs_here(pod: &Pod, node: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::kubelet_uid;
+    use crate::pod_facts::kubelet_uid;
     use serde_json::json;
 
     fn pod(value: serde_json::Value) -> Pod {
@@ -107,34 +107,6 @@ mod tests {
             assert_eq!(kubelet_uid(&pod), case.uid, "case {:?}", case.name);
         }
     }
-
-    #[test]
-    fn a_static_pods_cgroup_is_found_under_the_kubelets_uid() {
-        use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
-        use crate::pods::{KubepodsCgroup, find_pod_cgroup};
-        let tmp = tempfile::tempdir().unwrap();
-        let hierarchy = MemoryHierarchy {
-            version: CgroupVersion::V2,
-            mount: tmp.path().into(),
-            hierarchy_id: 0,
-        };
-        let rel = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8ac8c3a9ee4d182b8d934f20e971ada7.slice";
-        std::fs::create_dir_all(hierarchy.dir(rel)).unwrap();
-        let mirror = pod(json!({
-            "metadata": {"name": "kube-apiserver-n1", "uid": "3f7d1c7e-9a51-4c1e-b1b4-5d8f2a6c0e11",
-                "annotations": {"kubernetes.io/config.mirror": "8ac8c3a9ee4d182b8d934f20e971ada7"}},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Mi"}}}]},
-        }));
-        let found = find_pod_cgroup(
-            &mirror,
-            &hierarchy,
-            &KubepodsCgroup::new(KUBEPODS.parse().unwrap()),
-        )
-        .expect("the mirror pod's cgroup");
-        assert_eq!(found.rel, rel);
-    }
-
-    const KUBEPODS: &str = "kubepods.slice";
 
     #[test]
     fn only_bound_unfinished_pods_of_the_node_are_active() {

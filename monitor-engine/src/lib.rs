@@ -1,18 +1,29 @@
-//! The pure core: plain data and a clock in, decisions out. No tokio, no aya, no filesystem,
-//! so every rule is tested without root.
+//! The pure core of the memory-pressure monitor: plain data and a clock in, decisions out.
+//! A crate of its own so that Cargo, not a comment, keeps tokio, aya, libc and the
+//! filesystem out: its dependencies are data formats (serde, the Kubernetes API types,
+//! libyaml's tokenizer) and the records shared with the kernel programs. Every rule is tested
+//! without root.
 //!
 //! * [`ids`]: pod uids and cgroup paths, checked and normalised once;
-//! * [`config`]: thresholds and settings from a KubeletConfiguration YAML string;
-//! * [`pod_facts`], [`pod_request`], [`allocation`] and [`qos`]: what ranking needs from a
-//!   Pod object, on the resources the kubelet allocated;
-//! * [`summary`]: pod usage, and the kubelet's Summary API as one source of it;
-//! * [`rank`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
+//! * [`eviction_config`], [`config_origin`], [`duration`] and [`yaml_bounds`]: thresholds and
+//!   settings from a KubeletConfiguration YAML string, bounded before it is parsed;
+//! * [`pod_facts`], [`pod_request`], [`allocation`], [`quantity`], [`qos`] and
+//!   [`kubelet_view`]: what ranking needs from a Pod object, on the resources the kubelet
+//!   allocated, and whether the node's kubelet counts it as active;
+//! * [`signal`], [`threshold`] and [`memory_signals`]: the signals as the kubelet derives them;
+//! * [`kubelet_summary`]: pod usage, and the kubelet's Summary API as one source of it;
+//! * [`eviction_order`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
 //! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
 //! * [`stat_gate`]: whether the kernel's stat programs must run at that distance;
-//! * [`report`]: the eviction order explained, for `monitor rank`;
-//! * [`memory_brake`]: when the kubepods cgroup is throttled while a victim drains;
+//! * [`rank_report`]: the eviction order explained, for `monitor rank`;
+//! * [`memory_brake`] and [`oom_projection`]: when the pods are held while a victim drains,
+//!   and how long the node can wait for it;
 //! * [`oom_badness`]: whom the kernel's OOM killer would choose, which a decision names;
+//! * [`checkpoint`]: the agent's saved state, its format and checksum (the files are the
+//!   agent's);
+//! * [`instant`]: the clock the core is given; [`units`] and [`printable`]: how numbers and
+//!   untrusted names are shown;
 //! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
 //!   and the decision step.
@@ -28,12 +39,15 @@ pub mod headroom;
 pub mod ids;
 pub mod instant;
 pub mod kubelet_summary;
+pub mod kubelet_view;
 pub mod memory_brake;
+pub mod memory_signals;
 pub mod oom_badness;
 pub mod oom_projection;
 pub mod pod_facts;
 pub mod pod_request;
 pub mod pod_table;
+pub mod printable;
 pub mod qos;
 pub mod quantity;
 pub mod rank_index;
@@ -42,4 +56,6 @@ pub mod refusals;
 pub mod signal;
 pub mod stat_gate;
 pub mod threshold;
+pub mod units;
 pub mod working_set;
+pub mod yaml_bounds;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::memory::MemoryLimit;
+use crate::memory_signals::MemoryLimit;
 
 /// The longest a brake stays on: long enough for an eviction interval and a grace period
 /// (the next eviction takes the pod that grows when the first victim freed too little), short

@@ -6,7 +6,7 @@
 //!
 //! The kubelet computes these in unsigned arithmetic; here a working set above the capacity
 //! gives a negative `available`, which meets every threshold, instead of wrapping around.
-use crate::engine::threshold::SignalObservation;
+use crate::threshold::SignalObservation;
 
 /// Memory limits above this are "unlimited", as the kubelet's `isMemoryUnlimited` has it: the
 /// kernel rounds an unset v1 limit to a page multiple just below 2^63.

@@ -200,7 +200,7 @@ fn is_local(volume: &Volume) -> bool {
 /// Facts for unit tests, built from a pod's name: namespace `default`, uid the name,
 /// priority 0, not critical, no requests, no grace period, no local volumes; the `with_`
 /// methods change one field each.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 impl PodFacts {
     pub fn named(name: &str) -> Self {
         Self {

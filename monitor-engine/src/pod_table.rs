@@ -12,7 +12,16 @@ use super::{
     ids::{CgroupRel, PodId, PodUid},
     working_set::Estimate,
 };
-use crate::{engine::pod_facts::PodFacts, pods::PodCgroup};
+use crate::pod_facts::PodFacts;
+
+/// A pod's cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodCgroup {
+    /// Inode number of the cgroup directory, the id in kernel events.
+    pub id: u64,
+    /// Path relative to the hierarchy root.
+    pub rel: CgroupRel,
+}
 
 /// What the agent knows about one pod.
 #[derive(Clone, Debug)]

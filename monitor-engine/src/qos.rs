@@ -16,7 +16,7 @@ use k8s_openapi::{
     apimachinery::pkg::api::resource::Quantity as ApiQuantity,
 };
 
-use crate::engine::{pod_request::PodQuantityError, quantity::Quantity};
+use crate::{pod_request::PodQuantityError, quantity::Quantity};
 
 /// The three QoS classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

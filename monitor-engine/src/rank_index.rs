@@ -201,10 +201,8 @@ impl RankIndexSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::eviction_order::{
-        Candidate, DiskMeasure, DiskStats, kubelet_chain, ordered_by,
-    };
-    use crate::engine::kubelet_summary::FsUsage;
+    use crate::eviction_order::{Candidate, DiskMeasure, DiskStats, kubelet_chain, ordered_by};
+    use crate::kubelet_summary::FsUsage;
     use proptest::prelude::*;
 
     #[derive(Debug, Clone)]

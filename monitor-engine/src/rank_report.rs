@@ -20,7 +20,7 @@ use super::quantity::Quantity;
 use super::rank_index::RankIndex;
 use super::signal::Signal;
 use super::threshold::{SignalObservation, Threshold, ThresholdKind};
-use crate::pods::kubelet_view::{Standing, standing};
+use crate::kubelet_view::{Standing, standing};
 use crate::printable::printable;
 
 /// One pod's line in the report.
@@ -332,13 +332,12 @@ mod tests {
 
     #[test]
     fn skips_finished_pods_and_pods_on_other_nodes() {
-        let pods = crate::pods::manifests::parse_file(
-            std::path::Path::new("pods.json"),
-            r#"{"kind":"List","items":[
+        let pods: Vec<Pod> = serde_json::from_str(
+            r#"[
               {"apiVersion":"v1","kind":"Pod","metadata":{"name":"here","uid":"1"},"spec":{"nodeName":"n1","containers":[]}},
               {"apiVersion":"v1","kind":"Pod","metadata":{"name":"there","uid":"2"},"spec":{"nodeName":"n2","containers":[]}},
               {"apiVersion":"v1","kind":"Pod","metadata":{"name":"done","uid":"3"},"spec":{"nodeName":"n1","containers":[]},"status":{"phase":"Succeeded"}}
-            ]}"#,
+            ]"#,
         )
         .expect("pods");
         let summary =

@@ -12,7 +12,7 @@
 //! pods are then tried again, one API request per pod and interval.
 use std::{collections::HashMap, time::Duration};
 
-use crate::engine::{decide::EvictionState, ids::PodUid, instant::MonoInstant};
+use crate::{decide::EvictionState, ids::PodUid, instant::MonoInstant};
 
 /// The shortest time a refused pod is held out, so that an eviction interval of 0 does not
 /// turn refusals into a loop of API requests.
@@ -74,7 +74,7 @@ impl Refusals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{decide::PendingCleanup, pod_facts::PodRef};
+    use crate::{decide::PendingCleanup, pod_facts::PodRef};
 
     fn at(secs: u64) -> MonoInstant {
         MonoInstant::from_millis(secs * 1000)

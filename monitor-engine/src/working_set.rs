@@ -154,8 +154,8 @@ impl UsageTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::pod_facts::PodFacts;
-    use crate::engine::pod_table::{PodRow, PodTable};
+    use crate::pod_facts::PodFacts;
+    use crate::pod_table::{PodRow, PodTable};
 
     /// When the fixture's reads were taken.
     const READ_NS: u64 = 1_000;

@@ -104,8 +104,6 @@ pub fn check(text: &str, limits: Limits) -> Result<(), Unbounded> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use super::*;
 
     /// Whether `text` nests deeper than `nesting`, whatever its tokens.
@@ -295,13 +293,7 @@ mod tests {
             ),
         ];
         for (name, text, want) in cases {
-            let start = Instant::now();
             assert_eq!(check(&text, LIMITS), Err(want), "{name}");
-            assert!(
-                start.elapsed() < Duration::from_secs(1),
-                "{name}: {:?}",
-                start.elapsed()
-            );
         }
     }
 }

@@ -6,9 +6,9 @@
 use std::{fs, path::PathBuf};
 
 use monitor::{
-    engine::{pod_facts::PodFacts, qos::pod_qos},
+    engine::{kubelet_view, pod_facts::PodFacts, qos::pod_qos},
     pods::{
-        NodePod, kubelet_view,
+        NodePod,
         manifests::{load_dir, load_dir_as},
         node_pod,
     },

@@ -68,7 +68,7 @@ fn elapsed_since(then_unix_ms: u64, then_boot_ms: Option<u64>, now: &Now) -> Dur
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::checkpoint::{SavedPod, migrate_v1_to_v2};
+    use crate::checkpoint::{SavedPod, migrate_v1_to_v2};
 
     const SIGNAL: &str = "memory.available";
     const T0: u64 = 1_700_000_000_000;

@@ -361,7 +361,7 @@ fn to_pretty_json<T: Serialize>(value: &T) -> Result<Vec<u8>, CheckpointError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::checkpoint::{Now, SavedPod};
+    use crate::checkpoint::{Now, SavedPod};
 
     fn sample_state() -> AgentState {
         let now = Now {

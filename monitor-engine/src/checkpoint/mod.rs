@@ -1,6 +1,7 @@
-//! The agent's checkpointed state, without any I/O: what is kept ([`state`]), how it is encoded,
-//! checksummed and versioned ([`format`]), and the timers that must run on across a restart
-//! ([`continuity`]). Reading and writing files is `crate::checkpoint`'s job.
+//! The agent's checkpointed state, without any I/O: what is kept ([`state`]), how it is
+//! encoded, checksummed and versioned ([`format`](mod@format)), and the timers that must run
+//! on across a restart ([`continuity`]). Reading and writing the files is the agent's
+//! (`monitor::checkpoint`).
 //!
 //! The design follows the kubelet's checkpoint manager: FNV-32a over a canonical dump of the
 //! logical content, parsing separate from verification, and a newer version that embeds the

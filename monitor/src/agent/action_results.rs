@@ -9,7 +9,7 @@ use super::{
     decision_log, persist,
     run::Agent,
 };
-use crate::{engine::instant::Clock as _, system_clock::BootClock, units::bytes};
+use crate::{engine::instant::Clock as _, engine::units::bytes, system_clock::BootClock};
 
 impl Agent {
     /// Hands a finished step to the actuator's action path, which says what the decision

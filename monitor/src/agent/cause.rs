@@ -5,12 +5,12 @@ use monitor_common::Stat;
 use serde::Serialize;
 
 use crate::{
+    engine::units::bytes,
     source::event::Reclaim,
     trace::{
         burst::BurstDetector,
         incident::{Incident, RecentIncidents},
     },
-    units::bytes,
 };
 
 /// How far back a decision looks for its causes.

@@ -4,6 +4,8 @@ use serde::Serialize;
 
 use super::{action_path::Route, cause::Cause};
 use crate::{
+    engine::printable::printable,
+    engine::units::bytes,
     engine::{
         decide::Eviction,
         eviction_machine::Prediction,
@@ -14,8 +16,6 @@ use crate::{
         quantity::Quantity,
         threshold::ThresholdKind,
     },
-    printable::printable,
-    units::bytes,
 };
 
 /// One decided eviction with the numbers that led to it.

@@ -9,13 +9,13 @@ use std::{fs, path::PathBuf};
 
 use crate::{
     cgroupfs::{CgroupVersion, procs::subtree_pids},
+    engine::printable::printable,
     engine::{
         ids::deepest_within,
         oom_badness::{ProcessMemory, kernel_choice},
         oom_projection::OomDomain,
     },
     node::read::page_size,
-    printable::printable,
     trace::attribution::memory_cgroup_in_proc,
 };
 

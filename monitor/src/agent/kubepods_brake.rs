@@ -12,12 +12,14 @@ use std::{
 
 use crate::{
     checkpoint::{FileStore, Key, StoreError},
-    engine::memory_brake::{
-        BrakeEntry, BrakeInputs, BrakeMove, BrakeRecord, LiftReason, brake_level, brake_move,
-        still_ours,
+    engine::{
+        memory_brake::{
+            BrakeEntry, BrakeInputs, BrakeMove, BrakeRecord, LiftReason, brake_level, brake_move,
+            still_ours,
+        },
+        memory_signals::{MemoryLimit, parse_memory_limit},
+        units::bytes,
     },
-    node::memory::{MemoryLimit, parse_memory_limit},
-    units::bytes,
 };
 
 /// The record's key in the checkpoint directory.

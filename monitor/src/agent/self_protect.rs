@@ -10,9 +10,9 @@ use std::{fs, io};
 
 use crate::{
     cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
+    engine::units::bytes,
     engine::{eviction_machine::AgentCore, ids::is_within},
     node::read::read_memory_limit,
-    units::bytes,
 };
 
 /// `oom_score_adj` the agent gives itself unless told otherwise.

@@ -26,18 +26,16 @@ use crate::{
     cgroupfs::{CgroupVersion, MemoryHierarchy},
     checkpoint::{IfUnusable, StateManager, read_now},
     engine::eviction_machine::{AgentCore, NodeCapacity},
+    engine::memory_signals::{MemoryLimit, allocatable_bytes},
+    engine::units::bytes,
     metrics::{
         Metrics,
         access::Access,
         server,
         snapshot::{self},
     },
-    node::{
-        memory::{MemoryLimit, allocatable_bytes},
-        read::{read_mem_total, read_memory_limit},
-    },
+    node::read::{read_mem_total, read_memory_limit},
     pods::KubepodsCgroup,
-    units::bytes,
 };
 
 /// The totals the signals are computed against: `--allocatable-memory` when given, else the

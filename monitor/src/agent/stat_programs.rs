@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{reader::read_node, run::Agent};
 use crate::{
     engine::stat_gate::{GateMove, StatGate},
-    units::unsigned_bytes,
+    engine::units::unsigned_bytes,
 };
 
 /// How often the node's and the kubepods cgroup's memory is read while the stat programs are

@@ -9,11 +9,11 @@ use super::{
     run::Agent,
 };
 use crate::{
+    engine::units::bytes,
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
     metrics::snapshot::{DebugRanking, Readiness, SignalView, Snapshot, SourceView},
     system_clock::monotonic_ns,
-    units::bytes,
 };
 
 impl Agent {

@@ -15,8 +15,8 @@ use crate::checkpoint::{DEFAULT_CHECKPOINT_DIR, Key};
 use crate::engine::checkpoint::{
     AgentState, CheckpointV1, CheckpointV2, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
 };
+use crate::engine::units::unsigned_bytes;
 use crate::system_clock::unix_ms_now;
-use crate::units::unsigned_bytes;
 
 const EXIT_CORRUPT: u8 = 1;
 const EXIT_MISSING: u8 = 2;

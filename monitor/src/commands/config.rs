@@ -55,7 +55,10 @@ pub fn run(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
 
 fn render_text(file: Option<&str>, settings: &[Setting]) -> String {
     let mut out = match file {
-        Some(file) => format!("configuration: {}\n", crate::printable::printable(file)),
+        Some(file) => format!(
+            "configuration: {}\n",
+            crate::engine::printable::printable(file)
+        ),
         None => "configuration: none given (--config): the kubelet's defaults\n".to_string(),
     };
     if !settings

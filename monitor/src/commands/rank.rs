@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use crate::engine::eviction_config::EvictionConfig;
 use crate::engine::eviction_order::{DiskMeasure, FsLayout, RankPolicy};
 use crate::engine::kubelet_summary::Summary;
+use crate::engine::printable::printable;
 use crate::engine::quantity::Quantity;
 use crate::engine::rank_report::{
     LeftOut, RankedPod, Report, build_report, left_out_lines, threshold_verdicts,
@@ -16,7 +17,6 @@ use crate::engine::rank_report::{
 use crate::engine::signal::Signal;
 use crate::engine::threshold::{Threshold, ThresholdKind};
 use crate::pods::{kube_query, kube_watch::api_config, manifests::parse_file};
-use crate::printable::printable;
 
 /// Exit status for input that cannot be read or understood.
 const BAD_INPUT: u8 = 2;

@@ -12,7 +12,7 @@ use ratatui::{
 };
 use serde::Deserialize;
 
-use crate::{printable::printable, units::bytes};
+use crate::{engine::printable::printable, engine::units::bytes};
 
 /// `/debug/ranking`, the fields `top` uses.
 #[derive(Debug, Clone, Default, Deserialize)]

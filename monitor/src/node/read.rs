@@ -7,12 +7,10 @@ use std::{
 
 use monitor_common::Stat;
 
-use super::{
-    memory::{MemoryLimit, parse_mem_total, parse_memory_limit},
-    pids::{max_pids, parse_limit, parse_loadavg_tasks, pid_available},
-};
+use super::pids::{max_pids, parse_limit, parse_loadavg_tasks, pid_available};
 use crate::{
     cgroupfs::{CgroupVersion, MemoryHierarchy, StatsError, stats},
+    engine::memory_signals::{MemoryLimit, parse_mem_total, parse_memory_limit},
     engine::threshold::SignalObservation,
 };
 

@@ -7,10 +7,12 @@ use kube::{Api, Client, Config, api::ListParams};
 
 use super::{
     kube_watch::node_field_selector,
-    kubelet_view::{Standing, standing},
     validate::{is_dns1123_subdomain, validate_pod},
 };
-use crate::printable::printable;
+use crate::engine::{
+    kubelet_view::{Standing, standing},
+    printable::printable,
+};
 
 /// Why a read from the API failed. kube-rs' errors repeat their causes, so they are shown,
 /// not chained.

@@ -25,7 +25,7 @@ use super::{
     node_pod::{NodePod, split_by_standing},
     validate::validate_pod,
 };
-use crate::printable::printable;
+use crate::engine::printable::printable;
 
 /// Why the API could not be reached, or the watch stopped.
 ///

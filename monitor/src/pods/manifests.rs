@@ -10,7 +10,7 @@
 //!
 //! Files are untrusted input and bounded before parsing: at most [`MAX_FILE_BYTES`] each
 //! (read through a bounded reader, so a file growing meanwhile cannot exceed it), then within
-//! the nesting, tokens and aliases [`yaml_bounds`](crate::yaml_bounds) allows.
+//! the nesting, tokens and aliases [`yaml_bounds`](crate::engine::yaml_bounds) allows.
 use crate::engine::rank_report::LeftOut;
 use std::{
     collections::HashMap,
@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use super::validate::{InvalidPod, validate_pod};
 use crate::{
-    printable::printable,
-    yaml_bounds::{self, Unbounded},
+    engine::printable::printable,
+    engine::yaml_bounds::{self, Unbounded},
 };
 
 /// The largest manifest file read; a node's pod manifests are a few KiB each.

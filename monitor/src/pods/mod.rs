@@ -5,7 +5,6 @@ pub mod cgroup_path;
 pub mod dir_watch;
 pub mod kube_query;
 pub mod kube_watch;
-pub mod kubelet_view;
 pub mod manifests;
 pub mod node_pod;
 pub mod resolve;

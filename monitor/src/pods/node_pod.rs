@@ -9,7 +9,7 @@
 //! so a change of anything else (an image, a condition) is no change of the pod set.
 use k8s_openapi::api::core::v1::Pod;
 
-use super::kubelet_view::{Standing, standing_of};
+use crate::engine::kubelet_view::{Standing, standing_of};
 use crate::engine::rank_report::{LeftOut, LeftOutReason};
 use crate::engine::{
     pod_facts::{PodFacts, PodFactsError},
@@ -43,7 +43,7 @@ impl NodePod {
         }
     }
 
-    /// How the pod stands for the kubelet of `node`, as [`standing`](super::kubelet_view::standing).
+    /// How the pod stands for the kubelet of `node`, as [`standing`](crate::engine::kubelet_view::standing).
     pub fn standing(&self, node: Option<&str>) -> Standing {
         standing_of(self.finished, self.node_name.as_deref(), node)
     }
@@ -89,7 +89,7 @@ pub fn split_by_standing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pods::kubelet_view::{runs_here, standing};
+    use crate::engine::kubelet_view::{runs_here, standing};
     use serde_json::json;
 
     /// The compact form answers every question the agent asks exactly as the Pod it came

@@ -13,22 +13,17 @@ use std::{fs, os::unix::fs::MetadataExt as _};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::cgroup_path::KubepodsCgroup;
-use crate::engine::{
-    ids::CgroupRel,
-    pod_facts::kubelet_uid,
-    pod_request::PodQuantityError,
-    qos::{QosClass, pod_qos},
+use crate::{
+    cgroupfs::MemoryHierarchy,
+    engine::{
+        pod_facts::kubelet_uid,
+        pod_request::PodQuantityError,
+        printable::printable,
+        qos::{QosClass, pod_qos},
+    },
 };
-use crate::{cgroupfs::MemoryHierarchy, printable::printable};
 
-/// A pod's cgroup.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodCgroup {
-    /// Inode number of the cgroup directory, the id in kernel events.
-    pub id: u64,
-    /// Path relative to the hierarchy root.
-    pub rel: CgroupRel,
-}
+pub use crate::engine::pod_table::PodCgroup;
 
 /// The cgroup of each pod, in the order of `pods`; `None` (logged) where it cannot be found.
 pub fn resolve_pod_cgroups(
@@ -101,6 +96,7 @@ pub fn find_cgroup(
 mod tests {
     use super::*;
     use crate::cgroupfs::CgroupVersion;
+    use crate::engine::ids::CgroupRel;
 
     #[test]
     fn present_cgroups_resolve_to_their_inode_and_absent_ones_to_none() {
@@ -143,5 +139,31 @@ mod tests {
                 None,
             ]
         );
+    }
+
+    #[test]
+    fn a_static_pods_cgroup_is_found_under_the_kubelets_uid() {
+        use crate::pods::KubepodsCgroup;
+        let tmp = tempfile::tempdir().unwrap();
+        let hierarchy = MemoryHierarchy {
+            version: CgroupVersion::V2,
+            mount: tmp.path().into(),
+            hierarchy_id: 0,
+        };
+        let rel = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8ac8c3a9ee4d182b8d934f20e971ada7.slice";
+        fs::create_dir_all(hierarchy.dir(rel)).unwrap();
+        let mirror: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kube-apiserver-n1", "uid": "3f7d1c7e-9a51-4c1e-b1b4-5d8f2a6c0e11",
+                "annotations": {"kubernetes.io/config.mirror": "8ac8c3a9ee4d182b8d934f20e971ada7"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Mi"}}}]},
+        }))
+        .unwrap();
+        let found = find_pod_cgroup(
+            &mirror,
+            &hierarchy,
+            &KubepodsCgroup::new("kubepods.slice".parse().unwrap()),
+        )
+        .expect("the mirror pod's cgroup");
+        assert_eq!(found.rel, rel);
     }
 }

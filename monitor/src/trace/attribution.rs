@@ -5,7 +5,7 @@
 //! and testable.
 use serde::Serialize;
 
-use crate::{cgroupfs::CgroupVersion, engine::ids::deepest_within, printable::printable};
+use crate::{cgroupfs::CgroupVersion, engine::ids::deepest_within, engine::printable::printable};
 
 /// A pod, as an SRE names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]

@@ -5,9 +5,9 @@ use serde::Serialize;
 
 use super::{attribution::Subject, summary::SummaryReport};
 use crate::{
-    printable::printable,
+    engine::printable::printable,
+    engine::units::{bytes, millis, signed_bytes},
     source::pressure::Pressure,
-    units::{bytes, millis, signed_bytes},
 };
 
 /// What `monitor trace` prints for one kernel event, or the summary at the end.

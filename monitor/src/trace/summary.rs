@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::attribution::Subject;
-use crate::units::{bytes, millis};
-use crate::{printable::printable, source::event::Reclaim};
+use crate::engine::units::{bytes, millis};
+use crate::{engine::printable::printable, source::event::Reclaim};
 
 /// Rows shown per ranking.
 pub const TOP: usize = 10;

@@ -6,6 +6,9 @@
 //! the kernel's Documentation/bpf/btf.rst).
 use std::collections::HashMap;
 
+/// The kernel's BTF description of itself (CONFIG_DEBUG_INFO_BTF).
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 /// Why BTF could not answer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BtfError {

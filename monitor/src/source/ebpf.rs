@@ -39,11 +39,12 @@ use aya::{
 use monitor_common::{Config, IncidentConfig};
 use tokio::io::{Interest, unix::AsyncFd};
 
+pub use super::hook_plan::MemcgHook;
 pub use drops::Drops;
 pub use load_error::{LoadError, SweepError};
 pub use options::{
     CGROUP_MAP_ENTRY_BYTES, CGROUP_MAP_MAX_ENTRIES, CGROUP_MAP_MIN_ENTRIES, IncidentOptions,
-    LoadOptions, MemcgHook, cgroup_map_entries, cgroup_map_entries_at, default_budget_pages,
+    LoadOptions, cgroup_map_entries, cgroup_map_entries_at, default_budget_pages,
 };
 pub use stat_links::StatLinkError;
 use stat_links::StatLinks;
@@ -57,10 +58,9 @@ use tracepoints::attach_all;
 use victim_cgroups::{VICTIM_PROGRAM, attach_victim_cgroups, victim_prototype};
 
 use super::{
-    btf::Types,
+    btf::{Types, VMLINUX_BTF},
     btf_bytes::BtfBytes,
-    hook_plan,
-    probe::{MemcgMethod, VMLINUX_BTF},
+    hook_plan::{self, MemcgMethod},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
     run_stats::ProgramRuns,
 };

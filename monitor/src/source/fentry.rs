@@ -74,7 +74,7 @@ pub(crate) fn memcg_offsets(types: &Types<'_>) -> Result<MemcgOffsets, OffsetErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::probe::VMLINUX_BTF;
+    use crate::source::btf::VMLINUX_BTF;
 
     /// On the running kernel: each program finds a function (6.13+ and 5.11-6.12 both have
     /// one by some name) and the offsets resolve.

@@ -1,7 +1,45 @@
 //! Which hook counts per-cgroup memory: one plan that the loader follows and `monitor doctor`
 //! reports, so the two cannot disagree. Pure: it takes what the kernel offers as plain facts.
-use super::ebpf::MemcgHook;
-use super::probe::MemcgMethod;
+/// Which hook the per-cgroup memory programs use (see [`super::programs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemcgHook {
+    /// Raw tracepoints on the `memcg` tracepoints (6.13+): their arguments without the record
+    /// the classic tracepoints fill, so the cheapest per page fault; else the classic
+    /// tracepoints; else fentry on the functions they were placed in.
+    #[default]
+    Auto,
+    /// The classic `memcg` tracepoints (the kernel fills their record, cgroup id included,
+    /// before the program runs); fentry where the kernel lacks them.
+    Tracepoint,
+    /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
+    /// newer one.
+    Fentry,
+}
+
+/// How per-cgroup memory numbers reach the kernel programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemcgMethod {
+    /// The `memcg` tracepoints hooked as raw tracepoints (6.13+, where BTF gives them the
+    /// prototype the programs read): no record filled per update.
+    #[serde(rename = "raw_tracepoint")]
+    RawTracepoint,
+    /// The classic `memcg` tracepoints (6.13+): the kernel fills a record per update.
+    Tracepoint,
+    /// fentry on the functions those tracepoints were placed in (5.11+).
+    Fentry,
+}
+
+impl MemcgMethod {
+    /// The name `monitor doctor` and its JSON use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemcgMethod::RawTracepoint => "raw_tracepoint",
+            MemcgMethod::Tracepoint => "tracepoint",
+            MemcgMethod::Fentry => "fentry",
+        }
+    }
+}
 
 /// What the running kernel offers each memcg hook: `Ok` when it can be used, else why not.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,4 +12,5 @@ pub mod probe;
 pub mod programs;
 pub mod run_stats;
 pub mod struct_members;
+pub mod tracefs;
 pub mod tracepoint_format;

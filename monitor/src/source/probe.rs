@@ -6,29 +6,24 @@
 //! Minimum kernels: BPF ring buffer 5.8, cgroup tracepoints 4.18, PSI 4.20, memcg tracepoints
 //! 6.13, fentry on the memcg stat functions 5.11 (see [`super::programs`]).
 use std::{
-    ffi::CString,
-    fmt, fs, io,
+    fmt, fs,
     path::{Path, PathBuf},
 };
 
 use aya::maps::MapType;
 
+pub use super::hook_plan::MemcgMethod;
 use super::{
-    btf::Types,
-    ebpf::{MemcgHook, raw_tracepoints_usable},
+    btf::{Types, VMLINUX_BTF},
+    ebpf::raw_tracepoints_usable,
     fentry::{self, FentryTarget},
-    hook_plan::{self, HookFacts},
+    hook_plan::{self, HookFacts, MemcgHook},
     programs::{PROGRAMS, ProgramSpec},
+    tracefs::{ensure_tracefs, tracepoint_exists},
     tracepoint_format,
 };
 use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
-/// Where tracefs is mounted on current systems, and where we mount it when it is not.
-pub const TRACEFS: &str = "/sys/kernel/tracing";
-/// Where older systems reach tracefs, through debugfs.
-const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
-/// The kernel's BTF description of itself (CONFIG_DEBUG_INFO_BTF).
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// Node-wide memory pressure (CONFIG_PSI, not disabled with `psi=0`).
 pub const NODE_PSI: &str = "/proc/pressure/memory";
 /// Where cgroup2 is mounted: the whole tree on unified systems, or beside the v1 controllers
@@ -36,59 +31,6 @@ pub const NODE_PSI: &str = "/proc/pressure/memory";
 const CGROUP2_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
 /// Tracepoint category of the per-cgroup memory programs, whose hook varies by kernel.
 const MEMCG_CATEGORY: &str = "memcg";
-
-/// Why tracefs could not be made available.
-#[derive(Debug, thiserror::Error)]
-pub enum TracefsError {
-    /// tracefs is not mounted and mounting it failed (not root, or a kernel without tracing).
-    #[error(
-        "tracefs is not mounted and mounting it at {TRACEFS} failed: {0}; as root: \
-         mount -t tracefs nodev {TRACEFS}"
-    )]
-    Mount(io::Error),
-    /// tracefs is mounted but only root may read it.
-    #[error("tracefs at {0} is readable by root only; run as root")]
-    NotPermitted(PathBuf),
-}
-
-/// Returns the tracefs root, mounting tracefs at [`TRACEFS`] when it is reachable nowhere.
-pub fn ensure_tracefs() -> Result<PathBuf, TracefsError> {
-    for root in [TRACEFS, DEBUGFS_TRACING].map(PathBuf::from) {
-        match fs::metadata(root.join("events")) {
-            Ok(events) if events.is_dir() => return Ok(root),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(TracefsError::NotPermitted(root));
-            }
-            _ => {}
-        }
-    }
-    let c = |s: &str| CString::new(s).expect("constant without NUL");
-    let (source, target, fstype) = (c("nodev"), c(TRACEFS), c("tracefs"));
-    // SAFETY: all pointers are valid NUL-terminated strings for the duration of the call, and
-    // tracefs takes no mount data.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(TracefsError::Mount(io::Error::last_os_error()));
-    }
-    Ok(PathBuf::from(TRACEFS))
-}
-
-/// Whether the tracepoint a program hooks exists under the tracefs root.
-pub fn tracepoint_exists(tracefs: &Path, program: &ProgramSpec) -> bool {
-    tracefs
-        .join("events")
-        .join(program.category)
-        .join(program.tracepoint)
-        .is_dir()
-}
 
 /// One entry of [`PROGRAMS`] and whether this kernel has its tracepoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,20 +94,6 @@ pub struct KernelFeatures {
     pub psi: Psi,
 }
 
-/// How per-cgroup memory numbers reach the kernel programs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemcgMethod {
-    /// The `memcg` tracepoints hooked as raw tracepoints (6.13+, where BTF gives them the
-    /// prototype the programs read): no record filled per update.
-    #[serde(rename = "raw_tracepoint")]
-    RawTracepoint,
-    /// The classic `memcg` tracepoints (6.13+): the kernel fills a record per update.
-    Tracepoint,
-    /// fentry on the functions those tracepoints were placed in (5.11+).
-    Fentry,
-}
-
 /// Where the agent's memory numbers and cgroup lifecycle come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum EventSource {
@@ -178,17 +106,6 @@ pub enum EventSource {
     /// Everything by polling cgroupfs.
     #[serde(rename = "poll")]
     Poll,
-}
-
-impl MemcgMethod {
-    /// The name `monitor doctor` and its JSON use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemcgMethod::RawTracepoint => "raw_tracepoint",
-            MemcgMethod::Tracepoint => "tracepoint",
-            MemcgMethod::Fentry => "fentry",
-        }
-    }
 }
 
 impl fmt::Display for EventSource {
@@ -372,6 +289,7 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::source::tracefs::TRACEFS;
 
     /// Facts where the tracepoints of the programs `present` selects exist.
     pub(crate) fn facts(

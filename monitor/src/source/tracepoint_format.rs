@@ -348,7 +348,7 @@ print fmt: \"memcg_id=%llu item=%d val=%d\", REC->id, REC->item, REC->val
 
     #[test]
     fn every_program_fits_the_formats_of_this_kernel() {
-        let tracefs = match crate::source::probe::ensure_tracefs() {
+        let tracefs = match crate::source::tracefs::ensure_tracefs() {
             Ok(tracefs) => tracefs,
             Err(e) => {
                 test_skip::cannot_run(test_skip::Reason::Tracefs, &e.to_string());
@@ -356,7 +356,7 @@ print fmt: \"memcg_id=%llu item=%d val=%d\", REC->id, REC->item, REC->val
             }
         };
         for spec in PROGRAMS.iter().chain(INCIDENT_PROGRAMS) {
-            if !crate::source::probe::tracepoint_exists(&tracefs, spec) {
+            if !crate::source::tracefs::tracepoint_exists(&tracefs, spec) {
                 // Only the memcg tracepoints are younger than the kernels the agent supports.
                 assert_eq!(spec.category, "memcg", "{} not in this kernel", spec.hook());
                 test_skip::cannot_run(

@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 
 use super::{
     env::{Binaries, Machine, loadavg},
-    oom_race::win_table,
-    report::{Figure, Section},
+    report::{Figure, Section, win_table},
 };
 use crate::vm;
 

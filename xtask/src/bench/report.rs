@@ -196,9 +196,57 @@ pub(super) fn json(
     })
 }
 
+/// Win rates as a matrix: a row per case, a column per margin.
+pub(super) fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
+    let mut margins: Vec<u64> = rates.iter().map(|r| r.1).collect();
+    margins.sort_unstable();
+    margins.dedup();
+    let mut cases: Vec<&str> = Vec::new();
+    for (case, ..) in rates {
+        if !cases.contains(&case.as_str()) {
+            cases.push(case);
+        }
+    }
+    let width = cases.iter().map(|c| c.len()).max().unwrap_or(0).max(20);
+    let mut out = format!("{:<width$}", "oom-race win rate");
+    for m in &margins {
+        out.push_str(&format!("  {:>9}", format!("{m} MiB")));
+    }
+    for case in cases {
+        out.push_str(&format!("\n{case:<width$}"));
+        for m in &margins {
+            let cell = rates
+                .iter()
+                .find(|r| r.0 == case && r.1 == *m)
+                .map_or_else(|| "-".into(), |r| format!("{}/{}", r.2, r.3));
+            out.push_str(&format!("  {cell:>9}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_has_a_row_per_case_and_a_column_per_margin() {
+        let rates = vec![
+            ("ebpf".to_string(), 16, 3, 3),
+            ("ebpf".to_string(), 48, 3, 3),
+            ("poll 100ms".to_string(), 16, 1, 3),
+            ("ebpf, other victim".to_string(), 48, 0, 3),
+        ];
+        let table = win_table(&rates);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[0].contains("16 MiB") && lines[0].contains("48 MiB"));
+        assert!(
+            lines[2].starts_with("poll 100ms") && lines[2].ends_with('-'),
+            "{table}"
+        );
+        assert!(lines[3].trim_end().ends_with("0/3"), "{table}");
+    }
 
     fn machine() -> Machine {
         Machine {

@@ -2,9 +2,9 @@
 use std::io;
 
 use crate::source::{
-    btf::BtfError,
-    probe::{TracefsError, VMLINUX_BTF},
+    btf::{BtfError, VMLINUX_BTF},
     struct_members::OffsetError,
+    tracefs::TracefsError,
 };
 
 /// Why the kernel programs could not be loaded. Each message says what is needed.

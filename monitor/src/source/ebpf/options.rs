@@ -2,7 +2,7 @@
 //! size, the memcg hook, and the incident programs' settings.
 use std::{path::Path, time::Duration};
 
-use crate::cgroupfs::CgroupPaths;
+use crate::{cgroupfs::CgroupPaths, source::hook_plan::MemcgHook};
 
 /// Settings for the kernel programs.
 #[derive(Clone, Copy, Debug)]
@@ -53,22 +53,6 @@ pub fn cgroup_map_entries_at(mount: &Path) -> u32 {
 pub fn default_budget_pages(step_bytes: u64, page_size: u64, ncpus: usize) -> u32 {
     let per_cpu = step_bytes / page_size.max(1) / (4 * ncpus.max(1) as u64);
     u32::try_from(per_cpu).unwrap_or(u32::MAX).max(1)
-}
-
-/// Which hook the per-cgroup memory programs use (see [`super::programs`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum MemcgHook {
-    /// Raw tracepoints on the `memcg` tracepoints (6.13+): their arguments without the record
-    /// the classic tracepoints fill, so the cheapest per page fault; else the classic
-    /// tracepoints; else fentry on the functions they were placed in.
-    #[default]
-    Auto,
-    /// The classic `memcg` tracepoints (the kernel fills their record, cgroup id included,
-    /// before the program runs); fentry where the kernel lacks them.
-    Tracepoint,
-    /// fentry even where the tracepoints exist: the path of 5.11-6.12 kernels, tested on a
-    /// newer one.
-    Fentry,
 }
 
 /// Settings for the incident programs (reclaim stalls, kswapd, OOM kills).

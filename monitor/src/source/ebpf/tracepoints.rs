@@ -6,7 +6,11 @@ use aya::{Ebpf, maps::Array, programs::TracePoint};
 use monitor_common::FieldOffsets;
 
 use super::{LoadError, MEMCG_CATEGORY, Skipped, stat_links::StatLinks};
-use crate::source::{probe, programs::ProgramSpec, tracepoint_format};
+use crate::source::{
+    programs::ProgramSpec,
+    tracefs::{ensure_tracefs, tracepoint_exists},
+    tracepoint_format,
+};
 
 /// Loads the given programs and attaches those whose tracepoint exists with the fields the
 /// program reads, at the offsets this kernel's format gives.
@@ -15,11 +19,11 @@ pub(super) fn attach_all(
     programs: impl Iterator<Item = &'static ProgramSpec>,
     stat_links: &mut StatLinks,
 ) -> Result<(Vec<&'static ProgramSpec>, Vec<Skipped>), LoadError> {
-    let tracefs = probe::ensure_tracefs()?;
+    let tracefs = ensure_tracefs()?;
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
     for spec in programs {
-        if !probe::tracepoint_exists(&tracefs, spec) {
+        if !tracepoint_exists(&tracefs, spec) {
             skipped.push(Skipped {
                 program: spec,
                 reason: format!("this kernel has no tracepoint {}", spec.hook()),

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use super::{
     event_source::Batch,
+    fork_arming::ForkArming,
     psi_wake::PsiWake,
     reader::{MachineReader as _, read_all, recount_processes},
     run::Agent,
@@ -37,24 +38,6 @@ const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 /// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
-
-/// What the kernel's fork counter was last told, so it is armed again only when the pid
-/// headroom changed or the counter fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ForkArming {
-    /// Not armed since start, or its record came (the kernel disarms it then).
-    Unknown,
-    /// Disarmed: no pid threshold to wake for, or one is met.
-    Disarmed,
-    /// Armed to wake after this many tasks are created.
-    ArmedAt(u64),
-}
-
-impl ForkArming {
-    fn at(headroom: Option<u64>) -> Self {
-        headroom.map_or(ForkArming::Disarmed, ForkArming::ArmedAt)
-    }
-}
 
 impl Agent {
     pub(super) fn apply_batch(&mut self, batch: &mut Batch) {

@@ -13,6 +13,7 @@ pub mod decision_log;
 pub mod decision_report;
 mod decision_step;
 mod event_source;
+mod fork_arming;
 mod intake;
 mod kernel_victim;
 mod kubepods_brake;

@@ -23,7 +23,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
     event_source::{Batch, Source},
-    intake::ForkArming,
+    fork_arming::ForkArming,
     kubepods_brake::KubepodsBrake,
     node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
@@ -32,7 +32,6 @@ use super::{
     realtime,
     resync::ResyncSchedule,
     self_protect::{self, OwnMemory, OwnPod},
-    stat_programs::GUARD_READ_EVERY,
 };
 use crate::{
     action::KubeEvictor,
@@ -46,6 +45,10 @@ use crate::{
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
 };
+
+/// How often the node's and the kubepods cgroup's memory is read while the stat programs are
+/// detached: two files, about as cheap as one wake-up of the agent.
+pub(super) const GUARD_READ_EVERY: Duration = Duration::from_millis(100);
 
 /// How often stat records the kernel sent without a wake-up (far from every threshold) are
 /// read, so rankings, metrics and status stay this fresh.

@@ -10,7 +10,7 @@ use super::{
     cause::CauseLog,
     checkpoint_writer::CheckpointWriter,
     event_source::Source,
-    intake::ForkArming,
+    fork_arming::ForkArming,
     kubepods_brake::{BrakeScope, KubepodsBrake},
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,

@@ -1,17 +1,14 @@
 //! The shell of [`StatGate`] (`--attach-within`): takes the kernel's memcg stat programs off
 //! while no memory threshold is near, reads the node's memory every [`GUARD_READ_EVERY`]
 //! meanwhile, and puts them back, then reads every pod, once one comes near.
-use std::time::Duration;
-
-use super::{reader::read_node, run::Agent};
+use super::{
+    reader::read_node,
+    run::{Agent, GUARD_READ_EVERY},
+};
 use crate::{
     engine::stat_gate::{GateMove, StatGate},
     engine::units::unsigned_bytes,
 };
-
-/// How often the node's and the kubepods cgroup's memory is read while the stat programs are
-/// detached: two files, about as cheap as one wake-up of the agent.
-pub(super) const GUARD_READ_EVERY: Duration = Duration::from_millis(100);
 
 impl Agent {
     /// True while the stat programs are loaded but off their hooks.

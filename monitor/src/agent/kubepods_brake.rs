@@ -192,7 +192,10 @@ impl KubepodsBrake {
                  at the next start",
                 undone.summary()
             );
-            self.rewrite(&undone.failed);
+            // The record on disk already names exactly these when nothing was lifted.
+            if undone.failed.len() < record.entries.len() {
+                self.rewrite(&undone.failed);
+            }
             return;
         }
         tracing::warn!(

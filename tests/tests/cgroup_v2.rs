@@ -123,7 +123,8 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
             has_memcg
         } else {
             assert!(
-                hook.starts_with("cgroup/") || hook == "sched/sched_process_fork",
+                hook.starts_with("cgroup/")
+                    || ["sched/sched_process_fork", "sched/sched_process_exit"].contains(&hook),
                 "unexpected hook {hook}"
             );
             true

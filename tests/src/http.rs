@@ -22,6 +22,13 @@ pub fn metrics_addr(agent: &MonitorProcess) -> SocketAddr {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
+/// The value of a metric without labels in an exposition, if present.
+pub fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `GET path` over loopback, answered body included (the connection is closed after it).
 /// A connection reset is retried a few times: on the emulated VM a fresh connection to a
 /// just-started server is sometimes reset before the request goes out.

@@ -29,7 +29,7 @@ pub use binaries::{binary, monitor_bin};
 pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, oom_kills_in, set_memory_limit};
 pub use fork_bomb::{fork_bomb, reap};
 pub use helper_processes::{Allocator, TermIgnorer, process_alive};
-pub use http::{http_get, http_get_as, metrics_addr};
+pub use http::{http_get, http_get_as, metric, metrics_addr};
 pub use kubepods::{Kubepods, Qos};
 pub use monitor_process::MonitorProcess;
 pub use netns::{add_loopback_alias, in_own_network_namespace};

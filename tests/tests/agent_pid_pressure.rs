@@ -13,7 +13,7 @@ use std::{
 
 use tests::{
     AgentScene, Allocator, MonitorProcess, PidsCap, TestPod, binary, cgroup_tree, fork_bomb,
-    http_get, metrics_addr, pid_available_now, process_alive, reap, running_as_root,
+    http_get, metric, metrics_addr, pid_available_now, process_alive, reap, running_as_root,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -45,6 +45,18 @@ fn spawn_bomb(dir: &std::path::Path, count: usize) -> Vec<Child> {
             cgroup_tree::spawn_in(&mut idle, dir).expect("starting a bomb process")
         })
         .collect()
+}
+
+/// The agent's next decision, which must evict the bomb on `pid.available`, triggered by the
+/// kernel's fork record; with the record's time.
+fn bomb_decided_at_its_fork_record(agent: &MonitorProcess) -> (serde_json::Value, u64) {
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
+    assert_eq!(decision["signal"], "pid.available", "{decision:#}");
+    let trigger = decision["event_monotonic_ns"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("woken by the fork counter, not the resync: {decision:#}"));
+    (decision, trigger)
 }
 
 /// An agent with a hard `pid.available` threshold [`MARGIN`] below today's and the given
@@ -148,12 +160,7 @@ fn a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync() {
         panic!("decided before the bomb: {line}\n{}", agent.stderr());
     }
     let mut bomb_procs = spawn_bomb(&bomb_dir, BOMB);
-    let decision = agent.next_decision(DECIDE);
-    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
-    assert_eq!(decision["signal"], "pid.available", "{decision:#}");
-    let trigger = decision["event_monotonic_ns"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("not triggered by a kernel record: {decision:#}"));
+    let (decision, trigger) = bomb_decided_at_its_fork_record(&agent);
     let decided = decision["monotonic_ns"].as_u64().unwrap();
     eprintln!(
         "fork record -> decision: {:.2} ms",
@@ -197,13 +204,7 @@ fn a_forking_bomb_capped_by_its_pids_cgroup_is_stopped_before_the_cap() {
     }
     // Its own bound only past the cap: the pids cgroup is what would stop it.
     let (parent, records) = fork_bomb(&cap.procs(&bomb_dir), CAP + 100);
-    let decision = agent.next_decision(DECIDE);
-    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
-    assert_eq!(decision["signal"], "pid.available", "{decision:#}");
-    assert!(
-        decision["event_monotonic_ns"].as_u64().is_some(),
-        "woken by the fork counter, not the resync: {decision:#}"
-    );
+    bomb_decided_at_its_fork_record(&agent);
     // The parent dies at SIGTERM; its children, which ignore it, at force.
     reap(parent);
     let made = records.join().expect("the bomb's records").len();
@@ -260,15 +261,13 @@ fn at_the_crossing_only_the_pods_whose_processes_changed_are_counted() {
     let quiet: Vec<Allocator> = (0..QUIET)
         .map(|i| scene.start_pod(&TestPod::new(&format!("quiet-{i}")).request_mib(10)))
         .collect();
-    let metric = |name: &str| -> u64 {
+    let scrape = |name: &str| -> u64 {
         let text = http_get(addr, "/metrics");
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
+        metric(&text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
     };
     let ranked = QUIET as u64 + 2;
     let deadline = std::time::Instant::now() + DECIDE;
-    while metric("monitor_pods_ranked") < ranked {
+    while scrape("monitor_pods_ranked") < ranked {
         assert!(
             std::time::Instant::now() < deadline,
             "{ranked} pods not ranked: {}",
@@ -279,19 +278,14 @@ fn at_the_crossing_only_the_pods_whose_processes_changed_are_counted() {
     std::thread::sleep(Duration::from_secs(1));
     let cap = PidsCap::new(&bomb_dir, "pid-marks-bomb", 3000)
         .unwrap_or_else(|e| panic!("capping the bomb's pod with a pids cgroup: {e}"));
-    let counted_before = metric("monitor_pod_process_counts_total");
+    let counted_before = scrape("monitor_pod_process_counts_total");
     assert!(
         counted_before >= ranked,
         "every pod was counted once as it came: {counted_before}"
     );
     let (parent, records) = fork_bomb(&cap.procs(&bomb_dir), 3000);
-    let decision = agent.next_decision(DECIDE);
-    assert_eq!(decision["name"], "bomb", "{decision:#}\n{}", agent.stderr());
-    assert!(
-        decision["event_monotonic_ns"].as_u64().is_some(),
-        "woken by the fork counter, not the resync: {decision:#}"
-    );
-    let counted = metric("monitor_pod_process_counts_total") - counted_before;
+    bomb_decided_at_its_fork_record(&agent);
+    let counted = scrape("monitor_pod_process_counts_total") - counted_before;
     reap(parent);
     records.join().expect("the bomb's records");
     eprintln!("pods counted at the crossing: {counted} of {ranked}");

@@ -5,7 +5,7 @@ use std::{fs, time::Duration};
 
 use tests::{
     AgentScene, MonitorProcess, Reason, TestPod, cannot_run, has_cap_sys_resource, http_get,
-    metrics_addr, process_alive, running_as_root, set_memory_limit,
+    metric, metrics_addr, process_alive, running_as_root, set_memory_limit,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -134,13 +134,6 @@ fn settled_charge(cgroup: &std::path::Path) -> u64 {
         last = now;
     }
     last
-}
-
-/// The value of a metric without labels in an exposition, if present.
-fn metric(text: &str, name: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The kernel charges the agent's cgroup for more than its RSS (its kernel maps, locked

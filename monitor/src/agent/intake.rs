@@ -18,7 +18,10 @@ use crate::{
         working_set::StatChange,
     },
     pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
-    source::{ebpf::TaskCgroups, event::KernelEvent},
+    source::{
+        ebpf::{KernelSource, TaskCgroups},
+        event::KernelEvent,
+    },
 };
 
 /// The last records (of `--step` bytes each) before a threshold could be met wake the agent
@@ -38,6 +41,16 @@ const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 /// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
+
+/// What a long cgroupfs read runs between its chunks: the kernel's waiting records taken into
+/// `held` (up to [`HELD_RECORDS_MAX`]), so the ring does not overflow meanwhile.
+fn holding<'a>(mut kernel: Option<&'a mut KernelSource>, held: &'a mut Batch) -> impl FnMut() + 'a {
+    move || {
+        if let Some(kernel) = kernel.as_deref_mut() {
+            kernel.hold_pending(held, HELD_RECORDS_MAX);
+        }
+    }
+}
 
 impl Agent {
     pub(super) fn apply_batch(&mut self, batch: &mut Batch) {
@@ -175,12 +188,7 @@ impl Agent {
 
     /// Counts the processes of `pods` anew, taking kernel records between chunks.
     fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
-        let (mut kernel, held) = (self.source.kernel.as_mut(), &mut self.held);
-        let mut hold = || {
-            if let Some(kernel) = kernel.as_deref_mut() {
-                kernel.hold_pending(held, HELD_RECORDS_MAX);
-            }
-        };
+        let mut hold = holding(self.source.kernel.as_mut(), &mut self.held);
         self.metrics.pod_process_counts +=
             recount_processes(&self.reader, &mut self.core, pods, &mut hold);
     }
@@ -388,12 +396,7 @@ impl Agent {
         let scope = self.resync.take_scope(classify);
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
-        let (mut kernel, held) = (self.source.kernel.as_mut(), &mut self.held);
-        let mut hold = || {
-            if let Some(kernel) = kernel.as_deref_mut() {
-                kernel.hold_pending(held, HELD_RECORDS_MAX);
-            }
-        };
+        let mut hold = holding(self.source.kernel.as_mut(), &mut self.held);
         self.metrics.pod_process_counts += read_all(
             &self.reader,
             &mut self.core,
@@ -403,6 +406,7 @@ impl Agent {
             &mut self.read_failures,
             &mut hold,
         );
+        drop(hold);
         // A read of the changed pods counts the processes of those whose memory moved; the
         // ones whose tasks changed without it are counted here, every pod's when the kernel
         // could not tell which.

@@ -1,5 +1,6 @@
-//! The memory cgroups in which tasks were created or ended, as the fork and exit programs
-//! mark them (`TASK_CGROUPS`), so the PID ranking re-counts only the pods that changed.
+//! The memory cgroups in which tasks were created, ended or arrived, as the fork, exit and
+//! attach programs mark them (`TASK_CGROUPS`), so the PID ranking re-counts only the pods
+//! that changed.
 use aya::maps::{Array, HashMap, MapError};
 use monitor_common::WakeSlot;
 
@@ -8,7 +9,7 @@ use super::{KernelSource, missing_map};
 /// What the kernel can tell of the cgroups whose tasks changed since the last take.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskCgroups {
-    /// Exactly these cgroup ids (possibly none) saw a task created or ending.
+    /// Exactly these cgroup ids (possibly none) saw a task created, ending or arriving.
     Marked(Vec<u64>),
     /// Some change may have gone unmarked (marks just turned on, the map was full, a
     /// cgroup unreadable, or the map could not be read): count every pod.
@@ -18,7 +19,8 @@ pub enum TaskCgroups {
 /// Whether marks are made and whether the first take since turning them on is still ahead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum MarkState {
-    /// Userspace has not asked (or the programs cannot mark: see `can_mark`).
+    /// Userspace has not asked (or the programs cannot mark: see
+    /// [`KernelSource::marks_task_cgroups`]).
     #[default]
     Off,
     /// Marks are made; the changes before they began are not among them.
@@ -52,23 +54,27 @@ impl KernelSource {
         let mut wake =
             Array::<_, i64>::try_from(self.ebpf.map_mut("WAKE").ok_or_else(missing_map)?)?;
         wake.set(WakeSlot::TaskCgroupsOn as u32, i64::from(on), 0)?;
-        self.task_marks = if on {
-            MarkState::JustOn
+        if on {
+            self.task_marks = MarkState::JustOn;
         } else {
-            MarkState::Off
-        };
-        if !on {
-            self.take_task_cgroups();
+            self.task_marks = MarkState::Off;
+            // Left in the map they would fill it before marks come back on.
+            if let Err(e) = self.drain_marks() {
+                tracing::debug!("clearing the kernel's task cgroup marks: {e}");
+            }
         }
         Ok(true)
     }
 
     /// Takes (and clears) the marks made since the last take. Each mark is removed before
-    /// the caller reads the pod it names, so a change after the read is marked again.
+    /// the caller reads the pod it names, so a change after the read is marked again. With
+    /// marks off, `Unknown` without a look at the kernel's maps.
     pub fn take_task_cgroups(&mut self) -> TaskCgroups {
         let state = self.task_marks;
-        if state == MarkState::JustOn {
-            self.task_marks = MarkState::On;
+        match state {
+            MarkState::Off => return TaskCgroups::Unknown,
+            MarkState::JustOn => self.task_marks = MarkState::On,
+            MarkState::On => {}
         }
         match self.drain_marks() {
             Ok((marked, false)) if state == MarkState::On => TaskCgroups::Marked(marked),

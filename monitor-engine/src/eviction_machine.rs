@@ -50,8 +50,12 @@ pub struct NodeCapacity {
 /// One cgroupfs read of a pod's cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodReading {
-    /// Read: the working set and (when counted) the processes in its subtree.
-    Read { working_set: u64, processes: u64 },
+    /// Read: the working set and the processes in its subtree (0 when not counted; `None`
+    /// when the count failed, so the last one stands).
+    Read {
+        working_set: u64,
+        processes: Option<u64>,
+    },
     /// The cgroup is gone: the pod has nothing left on this node to reclaim.
     Gone,
     /// The read failed; not the same as missing stats.
@@ -548,7 +552,9 @@ impl AgentCore {
                 working_set,
                 processes,
             } => {
-                row.process_count = processes;
+                if let Some(processes) = processes {
+                    row.process_count = processes;
+                }
                 row.read_failed = false;
                 row.changed = false;
                 row.estimate = Some(Estimate::read(working_set, read_ns));
@@ -889,7 +895,7 @@ mod tests {
     fn read(working_set: u64, processes: u64) -> PodReading {
         PodReading::Read {
             working_set,
-            processes,
+            processes: Some(processes),
         }
     }
 

@@ -148,9 +148,9 @@ pub fn read_all(
             Ok(working_set) => {
                 let processes = if count_processes {
                     counted += 1;
-                    reader.process_count(rel.as_str()).unwrap_or(0)
+                    count_processes_of(reader, &pod, &rel)
                 } else {
-                    0
+                    Some(0)
                 };
                 if failures.logged.remove(uid) {
                     tracing::info!(pod.uid = %uid, cgroup = %rel, "pod {pod}: {rel} is readable again");
@@ -180,8 +180,7 @@ pub fn read_all(
 }
 
 /// Counts the processes of `pods` anew, their working sets untouched: the pods whose tasks
-/// the kernel saw change. A pod whose cgroup is gone counts none; a failed count keeps the
-/// last one (the next mark or resync counts it again). Returns how many pods were counted.
+/// the kernel saw change (see [`count_processes_of`]). Returns how many pods were counted.
 pub fn recount_processes(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
@@ -193,13 +192,25 @@ pub fn recount_processes(
         if counted > 0 && counted % PODS_PER_CHUNK == 0 {
             between_reads();
         }
-        match reader.process_count(rel.as_str()) {
-            Ok(processes) => core.set_pod_processes(&pod.uid, processes),
-            Err(e) if crate::cgroupfs::procs::is_gone(&e) => core.set_pod_processes(&pod.uid, 0),
-            Err(e) => tracing::debug!(pod.uid = %pod.uid, "pod {pod}: counting its processes: {e}"),
+        if let Some(processes) = count_processes_of(reader, &pod, &rel) {
+            core.set_pod_processes(&pod.uid, processes);
         }
     }
     pods_counted
+}
+
+/// A pod's process count for the ranking: none when its cgroup is gone, `None` (the last
+/// count stands, the next mark or resync counts again) when the count failed: a failed
+/// count read as 0 would rank the pod last for PIDs, a fork bomb included.
+fn count_processes_of(reader: &dyn MachineReader, pod: &PodRef, rel: &CgroupRel) -> Option<u64> {
+    match reader.process_count(rel.as_str()) {
+        Ok(processes) => Some(processes),
+        Err(e) if crate::cgroupfs::procs::is_gone(&e) => Some(0),
+        Err(e) => {
+            tracing::debug!(pod.uid = %pod.uid, "pod {pod}: counting its processes: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -421,7 +432,7 @@ mod tests {
                 name,
                 PodReading::Read {
                     working_set: 10 * MI,
-                    processes: before.process_count(rel.as_str()).unwrap(),
+                    processes: Some(before.process_count(rel.as_str()).unwrap()),
                 },
                 1,
             );
@@ -461,6 +472,76 @@ mod tests {
             core.pods_holding(&[12, 99]),
             None,
             "a cgroup not classified yet could be any pod's: count them all"
+        );
+    }
+
+    /// Every pod read at 10 MiB, its processes counted as [`ProcessCounts`] says.
+    struct CountedPods(ProcessCounts);
+
+    impl MachineReader for CountedPods {
+        fn scan(&self) -> io::Result<CgroupPaths> {
+            Ok(CgroupPaths::default())
+        }
+        fn node_working_set(&self) -> Result<u64, NodeError> {
+            Ok(2048 * MI)
+        }
+        fn working_set(&self, _rel: &str) -> Result<u64, StatsError> {
+            Ok(10 * MI)
+        }
+        fn process_count(&self, rel: &str) -> io::Result<u64> {
+            self.0.process_count(rel)
+        }
+        fn pid_available(&self) -> Result<Option<SignalObservation>, NodeError> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_resync_whose_process_count_fails_keeps_the_last_count_and_a_gone_pod_counts_none() {
+        let mut core = core_with("evictionHard:\n  pid.available: 10%\n");
+        core.set_pods(vec![pod("bomb", 100), pod("quiet", 100), pod("ended", 100)]);
+        let read = |counts: HashMap<&'static str, Result<u64, i32>>, core: &mut AgentCore| {
+            let reader = CountedPods(ProcessCounts {
+                counts,
+                asked: Default::default(),
+            });
+            let mut failures = ReadFailures::default();
+            let counted = read_all(
+                &reader,
+                core,
+                "/kubepods",
+                false,
+                ReadScope::All,
+                &mut failures,
+                &mut || {},
+            );
+            assert_eq!(
+                counted, 3,
+                "every pod's processes are counted at a full read"
+            );
+        };
+        read(
+            HashMap::from([
+                ("/kubepods/bomb", Ok(900)),
+                ("/kubepods/quiet", Ok(40)),
+                ("/kubepods/ended", Ok(60)),
+            ]),
+            &mut core,
+        );
+        assert_eq!(pid_order(&core), ["bomb", "ended", "quiet"]);
+        // EMFILE on the bomb's cgroup.procs; the ended pod's cgroup went between the reads.
+        read(
+            HashMap::from([
+                ("/kubepods/bomb", Err(libc::EMFILE)),
+                ("/kubepods/quiet", Ok(40)),
+            ]),
+            &mut core,
+        );
+        assert_eq!(
+            pid_order(&core),
+            ["bomb", "quiet", "ended"],
+            "the bomb keeps its 900 (a failed count read as 0 would rank it last), the gone \
+             pod counts none"
         );
     }
 

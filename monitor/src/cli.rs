@@ -21,7 +21,7 @@ Without a subcommand, monitor runs the node agent (as root):
 Thresholds come from --config (a KubeletConfiguration file), else the kubelet's defaults.
 Start with `monitor doctor` to see what this kernel offers."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
     /// Without a subcommand, `monitor` runs the node agent with these flags.
@@ -45,7 +45,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Print live per-cgroup memory events from the kernel programs (needs root).
     Trace(commands::trace::TraceArgs),
     /// Print the kubelet's eviction order for pods and their stats (postmortem, no root).
@@ -61,8 +61,13 @@ pub enum Command {
     Top(commands::top::TopArgs),
 }
 
+/// Parses the process's command line and runs it: the whole `monitor` binary.
+pub fn main() -> ExitCode {
+    run(Cli::parse())
+}
+
 /// Runs the parsed command line and turns failures into a message and an exit status.
-pub fn run(cli: Cli) -> ExitCode {
+fn run(cli: Cli) -> ExitCode {
     crate::logging::init(cli.log_format);
     let result = match cli.command {
         Some(Command::Trace(args)) => commands::trace::run(args),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::engine::{duration::parse_go_duration, quantity::Quantity};
 
 /// A Go duration above zero (`100ms`, `1s`, `1m30s`).
-pub fn positive_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
     match parse_go_duration(text) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be longer than zero".into()),
@@ -15,7 +15,7 @@ pub fn positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// A Kubernetes quantity of bytes above zero (`256Ki`, `1Gi`, `500M`).
-pub fn positive_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn positive_bytes(text: &str) -> Result<u64, String> {
     let quantity: Quantity = text.parse().map_err(|e| format!("{e}"))?;
     u64::try_from(quantity.ceil_units())
         .ok()
@@ -24,13 +24,13 @@ pub fn positive_bytes(text: &str) -> Result<u64, String> {
 }
 
 /// Bytes per second: a quantity, optionally followed by `/s` (`100Mi`, `1Gi/s`).
-pub fn byte_rate(text: &str) -> Result<u64, String> {
+pub(crate) fn byte_rate(text: &str) -> Result<u64, String> {
     positive_bytes(text.strip_suffix("/s").unwrap_or(text))
 }
 
 /// `--output`: for people or for programs. Each command's flag help says what its JSON holds.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// Aligned text for people.
     Text,
     /// JSON for programs.

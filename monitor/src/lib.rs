@@ -1,22 +1,22 @@
 //! The memory-pressure monitor's agent as a library; the `monitor` binary only parses the
-//! command line and calls [`cli::run`].
+//! command line and calls [`cli::main`].
 //!
 //! Data flows one way: kernel -> ring buffer ([`source`]) -> state -> rank -> decide
 //! ([`engine`], pure) -> act -> checkpoint.
 pub mod action;
-pub mod agent;
+mod agent;
 pub mod cgroupfs;
 pub mod checkpoint;
 pub mod cli;
-pub mod commands;
+mod commands;
 mod config_file;
 pub use monitor_engine as engine;
 mod file_kind;
-pub mod flags;
-pub mod logging;
-pub mod metrics;
-pub mod node;
+mod flags;
+mod logging;
+mod metrics;
+mod node;
 pub mod pods;
 pub mod source;
 pub mod system_clock;
-pub mod trace;
+mod trace;

@@ -21,7 +21,7 @@ use tracing_subscriber::{
 
 /// `--log-format`: how stderr's log records are written.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `[2026-01-02T03:04:05Z INFO ] message key=value`, one record a line.
     #[default]
     Text,
@@ -34,7 +34,7 @@ pub enum LogFormat {
 const DEFAULT_FILTER: &str = "info";
 
 /// Sends every record to stderr in `format` for the rest of the process.
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     // A second call (tests in one process) keeps the first subscriber.
     let _ = subscriber(format, filter, || BestEffortStderr).try_init();
@@ -45,7 +45,7 @@ pub fn init(format: LogFormat) {
 static LOG_WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// Log writes that failed since start.
-pub fn log_write_failures() -> u64 {
+pub(crate) fn log_write_failures() -> u64 {
     LOG_WRITE_FAILURES.load(Ordering::Relaxed)
 }
 
@@ -68,7 +68,7 @@ impl io::Write for BestEffortStderr {
 
 /// Writes `args` and a newline to stderr outside the log (the status view, the final error),
 /// counting a failure instead of panicking as `eprintln!` does.
-pub fn stderr_line(args: fmt::Arguments<'_>) {
+pub(crate) fn stderr_line(args: fmt::Arguments<'_>) {
     let _ = writeln!(BestEffortStderr, "{args}");
 }
 

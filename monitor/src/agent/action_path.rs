@@ -19,7 +19,7 @@ use clap::ValueEnum;
 
 /// What `--kube` does when a hard threshold decides an eviction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum HardAction {
+pub(crate) enum HardAction {
     /// Kill the pod's cgroup on this node at once, then post the Eviction.
     #[default]
     Kill,
@@ -30,7 +30,7 @@ pub enum HardAction {
 /// `--kube-hard-action`, shared by the agent and `monitor doctor` (which checks the
 /// privileges the chosen action needs).
 #[derive(clap::Args, Clone, Copy, Debug, Default)]
-pub struct HardActionFlag {
+pub(crate) struct HardActionFlag {
     /// With --kube: what an eviction decided on a hard threshold does first. Soft thresholds
     /// always go through the Eviction API alone.
     ///
@@ -61,7 +61,7 @@ pub struct HardActionFlag {
 
 /// Which steps an eviction takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// `--pods`: a cgroup kill.
     Local,
     /// `--kube` on a soft threshold, or with `--kube-hard-action api`: an Eviction.
@@ -72,7 +72,7 @@ pub enum Route {
 
 impl Route {
     /// The route for an eviction decided on a hard or a soft threshold.
-    pub fn choose(kube: bool, hard: bool, hard_action: HardAction) -> Self {
+    pub(crate) fn choose(kube: bool, hard: bool, hard_action: HardAction) -> Self {
         match (kube, hard, hard_action) {
             (false, _, _) => Route::Local,
             (true, true, HardAction::Kill) => Route::LocalFirst,
@@ -81,7 +81,7 @@ impl Route {
     }
 
     /// The first step.
-    pub fn first_step(self) -> Step {
+    pub(crate) fn first_step(self) -> Step {
         match self {
             Route::Local | Route::LocalFirst => Step::Kill,
             Route::Api => Step::Evict,
@@ -89,12 +89,12 @@ impl Route {
     }
 
     /// Whether the agent stops the pod's processes itself.
-    pub fn kills(self) -> bool {
+    pub(crate) fn kills(self) -> bool {
         self != Route::Api
     }
 
     /// A short name, for the decision's JSON.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Route::Local => "kill",
             Route::Api => "api",
@@ -103,7 +103,7 @@ impl Route {
     }
 
     /// In words, for the decision line.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Route::Local => "killing its cgroup",
             Route::Api => "through the Eviction API, the kubelet stops it",
@@ -116,7 +116,7 @@ impl Route {
 
 /// One step of a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Kill the pod's cgroup on this node.
     Kill,
     /// Post the Eviction (or the deletion) to the API server.
@@ -125,7 +125,7 @@ pub enum Step {
 
 /// How a step ended, from its actuator's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepEnd {
+pub(crate) enum StepEnd {
     /// The pod's cgroup is empty.
     Stopped,
     /// The pod (or its cgroup) was already gone.
@@ -142,7 +142,7 @@ pub enum StepEnd {
 
 /// Where one eviction is on its route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ActionPath {
+pub(crate) struct ActionPath {
     pub route: Route,
     /// The step running now.
     pub step: Step,
@@ -152,7 +152,7 @@ pub struct ActionPath {
 
 /// What follows a step's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Transition {
+pub(crate) struct Transition {
     /// The report goes to the decision state: it says whether the node got its memory back.
     pub tell_decision: bool,
     /// The step to run next.
@@ -166,7 +166,7 @@ pub struct Transition {
 
 impl ActionPath {
     /// An eviction at the start of `route`.
-    pub fn new(route: Route) -> Self {
+    pub(crate) fn new(route: Route) -> Self {
         Self {
             route,
             step: route.first_step(),
@@ -175,7 +175,7 @@ impl ActionPath {
     }
 
     /// Takes the running step's report and moves on.
-    pub fn advance(&mut self, end: StepEnd) -> Transition {
+    pub(crate) fn advance(&mut self, end: StepEnd) -> Transition {
         use StepEnd::{Accepted, Failed, Gone, Refused, Stopped, TimedOut};
         let done = |why| Transition {
             tell_decision: true,

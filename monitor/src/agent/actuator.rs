@@ -26,7 +26,7 @@ const FORCE_FOR: Duration = Duration::from_secs(30);
 
 /// One eviction to carry out.
 #[derive(Clone, Debug)]
-pub struct ActionRequest {
+pub(crate) struct ActionRequest {
     pub pod: PodRef,
     /// The pod's cgroup, relative to the hierarchy root, when it has one.
     pub cgroup: Option<String>,
@@ -54,7 +54,7 @@ pub struct ActionRequest {
 
 /// How an action ended.
 #[derive(Debug)]
-pub enum ActionOutcome {
+pub(crate) enum ActionOutcome {
     /// The pod's cgroup subtree was emptied (or force failed to empty it, see the report).
     Killed(KillReport),
     /// The API server accepted the Eviction; the pod leaving the watch ends the wait.
@@ -71,7 +71,7 @@ pub enum ActionOutcome {
 
 impl ActionOutcome {
     /// Whether the pod is known to be stopped (or gone) on this node now.
-    pub fn pod_stopped(&self) -> bool {
+    pub(crate) fn pod_stopped(&self) -> bool {
         match self {
             ActionOutcome::Killed(report) => report.outcome == KillOutcome::Emptied,
             ActionOutcome::Gone => true,
@@ -83,7 +83,7 @@ impl ActionOutcome {
     }
 
     /// The end of a step as the action's route sees it.
-    pub fn step_end(&self) -> StepEnd {
+    pub(crate) fn step_end(&self) -> StepEnd {
         match self {
             ActionOutcome::Killed(_) if self.pod_stopped() => StepEnd::Stopped,
             ActionOutcome::Killed(_) | ActionOutcome::Failed(_) => StepEnd::Failed,
@@ -95,7 +95,7 @@ impl ActionOutcome {
     }
 
     /// In words, for the list of recent decisions.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             ActionOutcome::Killed(report) => format!(
                 "{} after {:.1}s ({} processes signalled{})",
@@ -119,7 +119,7 @@ impl ActionOutcome {
 
 /// A finished step of an action.
 #[derive(Debug)]
-pub struct ActionDone {
+pub(crate) struct ActionDone {
     pub request: ActionRequest,
     pub outcome: ActionOutcome,
     /// The action's route and the step that finished.
@@ -128,7 +128,7 @@ pub struct ActionDone {
 
 /// What follows a finished step (see [`Actuator::finished`]).
 #[derive(Default)]
-pub struct AfterStep {
+pub(crate) struct AfterStep {
     /// The report for the decision state, when this step decides what the node got.
     pub decided: Option<ActionDone>,
     /// The next step of the same action.
@@ -139,7 +139,7 @@ pub struct AfterStep {
 
 /// How the API took an eviction whose pod the agent had already stopped.
 #[derive(Debug)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub pod: PodRef,
     /// The path and the API's answer in words, for the recent decisions.
     pub text: String,
@@ -148,10 +148,10 @@ pub struct Recorded {
 }
 
 /// The work of one action, to be run by the agent's task set.
-pub type ActionTask = Pin<Box<dyn Future<Output = ActionDone> + Send>>;
+pub(crate) type ActionTask = Pin<Box<dyn Future<Output = ActionDone> + Send>>;
 
 /// Something that carries out evictions.
-pub trait Actuator {
+pub(crate) trait Actuator {
     /// The task that carries out `request`'s first step; `None` when nothing is to be done
     /// (dry-run).
     fn start(&self, request: ActionRequest) -> Option<ActionTask>;
@@ -170,7 +170,7 @@ pub trait Actuator {
 
 /// `--dry-run`: decisions are reported, nothing is signalled; with `--dry-run-events` each
 /// is posted as an `EvictionDryRun` Event on the pod.
-pub struct DryRun {
+pub(crate) struct DryRun {
     pub events: Option<EventPoster>,
 }
 
@@ -195,7 +195,7 @@ impl Actuator for DryRun {
 }
 
 /// Kills the pod's cgroup subtree: SIGTERM, its grace period, then force.
-pub struct CgroupKiller {
+pub(crate) struct CgroupKiller {
     pub hierarchy: MemoryHierarchy,
 }
 
@@ -234,7 +234,7 @@ impl Actuator for CgroupKiller {
 /// `--kube`: a policy/v1 Eviction (or a deletion, see [`KubeEvictor::deleting`]); the
 /// kubelet stops the pod. Once the API server accepts, an `Evicted` Event is posted on the
 /// pod; a refused eviction posts none.
-pub struct KubeApi {
+pub(crate) struct KubeApi {
     pub evictor: KubeEvictor,
     pub events: EventPoster,
 }

@@ -17,7 +17,7 @@ use crate::{
 
 /// Where memory numbers come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SourceMode {
+pub(crate) enum SourceMode {
     /// Kernel programs where this kernel has them, cgroupfs polling for the rest.
     Auto,
     /// Kernel programs; fail if they cannot load.
@@ -28,7 +28,7 @@ pub enum SourceMode {
 
 /// Whether a hard threshold's grace period is cut to what the node can afford.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GraceProjection {
+pub(crate) enum GraceProjection {
     /// Cut it when the OOM point is nearer than the grace period.
     On,
     /// Always the whole grace period, as the kubelet gives it.
@@ -37,7 +37,7 @@ pub enum GraceProjection {
 
 /// Whether, and where, the pods' growth is held back while a victim drains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum MemoryBrake {
+pub(crate) enum MemoryBrake {
     /// Set the kubepods cgroup's `memory.high` at its usage on a hard memory eviction
     /// (cgroup v2 only): every pod held together, a pod started meanwhile too.
     #[value(alias = "on")]
@@ -52,7 +52,7 @@ pub enum MemoryBrake {
 /// Run the node agent: watch memory through the kernel and evict the pod the kubelet would
 /// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
 #[derive(Args, Debug, Clone)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// Report each decision but never signal any process.
     #[arg(long)]
     pub dry_run: bool,

@@ -14,14 +14,14 @@ use crate::{
 };
 
 /// How far back a decision looks for its causes.
-pub const LOOKBACK_NS: u64 = 30_000_000_000;
+pub(crate) const LOOKBACK_NS: u64 = 30_000_000_000;
 /// Growth faster than this over one second counts as a burst (the trace's default).
 const BURST_BYTES_PER_SEC: u64 = 100 << 20;
 const BURST_WINDOW_NS: u64 = 1_000_000_000;
 
 /// The victim's stalls and bursts within [`LOOKBACK_NS`], and stalls anywhere on the node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Cause {
+pub(crate) struct Cause {
     /// Reclaim stalls of the victim's own tasks (it hit its limit or the node's).
     pub stalls: usize,
     pub stall_ns: u64,
@@ -36,7 +36,7 @@ pub struct Cause {
 impl Cause {
     /// `; after 2 growth bursts (+180.0Mi) of this pod and 7 reclaim stalls on the node (412ms)`
     /// or an empty string when the trace saw nothing.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut parts = Vec::new();
         if self.bursts > 0 {
             parts.push(format!(
@@ -76,7 +76,7 @@ fn plural(n: usize) -> &'static str {
 
 /// Stalls and bursts seen recently.
 #[derive(Clone, Debug)]
-pub struct CauseLog {
+pub(crate) struct CauseLog {
     bursts: BurstDetector,
     recent: RecentIncidents,
 }
@@ -92,7 +92,7 @@ impl Default for CauseLog {
 
 impl CauseLog {
     /// Feeds a stat event to the burst detector.
-    pub fn stat(&mut self, cgroup_id: u64, stat: Stat, ts_ns: u64, delta_bytes: i64) {
+    pub(crate) fn stat(&mut self, cgroup_id: u64, stat: Stat, ts_ns: u64, delta_bytes: i64) {
         if let Some(burst) = self.bursts.observe(cgroup_id, stat, ts_ns, delta_bytes) {
             self.recent.record(Incident::Burst {
                 cgroup_id,
@@ -103,7 +103,13 @@ impl CauseLog {
     }
 
     /// Records a reclaim stall of a task in `cgroup_id`.
-    pub fn stall(&mut self, cgroup_id: u64, reclaim: Reclaim, start_ns: u64, duration_ns: u64) {
+    pub(crate) fn stall(
+        &mut self,
+        cgroup_id: u64,
+        reclaim: Reclaim,
+        start_ns: u64,
+        duration_ns: u64,
+    ) {
         self.recent.record(Incident::Stall {
             cgroup_id,
             ts_ns: start_ns,
@@ -114,12 +120,12 @@ impl CauseLog {
     }
 
     /// Forgets a removed cgroup's burst window.
-    pub fn forget(&mut self, cgroup_id: u64) {
+    pub(crate) fn forget(&mut self, cgroup_id: u64) {
         self.bursts.forget(cgroup_id);
     }
 
     /// What involved `cgroups` (a pod's subtree) and the node in the lookback before `now_ns`.
-    pub fn explain(&self, cgroups: &[u64], now_ns: u64) -> Cause {
+    pub(crate) fn explain(&self, cgroups: &[u64], now_ns: u64) -> Cause {
         let mut cause = Cause::default();
         for incident in self.recent.within(now_ns, LOOKBACK_NS) {
             let own = cgroups.contains(&incident.cgroup_id());

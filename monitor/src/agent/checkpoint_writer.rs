@@ -18,7 +18,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
 /// Where checkpoints go: the real store, or a fake in tests.
-pub trait Persister {
+pub(crate) trait Persister {
     /// Writes `state` unless the store already holds it; true when it wrote.
     fn save(&mut self, state: &AgentState) -> Result<bool, StateError>;
 }
@@ -41,7 +41,7 @@ struct Episode {
 
 /// What the writer can say about the checkpoint, for health and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckpointHealth {
+pub(crate) enum CheckpointHealth {
     /// The last write succeeded (or nothing needed writing).
     Writable,
     /// Writes fail since `for_secs` seconds; the state is kept in memory and retried.
@@ -49,7 +49,7 @@ pub enum CheckpointHealth {
 }
 
 /// Saves the state through a [`Persister`], surviving its failures.
-pub struct CheckpointWriter<P> {
+pub(crate) struct CheckpointWriter<P> {
     persister: P,
     episode: Option<Episode>,
     /// Whether the newest state is not on disk yet.
@@ -58,7 +58,7 @@ pub struct CheckpointWriter<P> {
 }
 
 impl<P: Persister> CheckpointWriter<P> {
-    pub fn new(persister: P) -> Self {
+    pub(crate) fn new(persister: P) -> Self {
         Self {
             persister,
             episode: None,
@@ -68,7 +68,7 @@ impl<P: Persister> CheckpointWriter<P> {
     }
 
     /// Starts in a failure episode: the store could not be prepared or written at start.
-    pub fn failing_since_start(persister: P, error: &StateError, now: Instant) -> Self {
+    pub(crate) fn failing_since_start(persister: P, error: &StateError, now: Instant) -> Self {
         let mut writer = Self::new(persister);
         writer.pending = true;
         writer.fail(error, now);
@@ -76,7 +76,7 @@ impl<P: Persister> CheckpointWriter<P> {
     }
 
     /// Saves `state` now, or, while writes fail, at the next retry; never an error.
-    pub fn save(&mut self, state: &AgentState, now: Instant) {
+    pub(crate) fn save(&mut self, state: &AgentState, now: Instant) {
         self.pending = true;
         if self.episode.as_ref().is_some_and(|e| now < e.next_try) {
             return;
@@ -85,7 +85,7 @@ impl<P: Persister> CheckpointWriter<P> {
     }
 
     /// When a failed write is to be tried again, if one is pending.
-    pub fn retry_at(&self) -> Option<Instant> {
+    pub(crate) fn retry_at(&self) -> Option<Instant> {
         self.episode
             .as_ref()
             .filter(|_| self.pending)
@@ -93,18 +93,18 @@ impl<P: Persister> CheckpointWriter<P> {
     }
 
     /// Tries a pending write again once its retry time has come.
-    pub fn retry(&mut self, state: &AgentState, now: Instant) {
+    pub(crate) fn retry(&mut self, state: &AgentState, now: Instant) {
         if self.retry_at().is_some_and(|at| now >= at) {
             self.attempt(state, now);
         }
     }
 
     /// Failed writes since start.
-    pub fn failures_total(&self) -> u64 {
+    pub(crate) fn failures_total(&self) -> u64 {
         self.failures_total
     }
 
-    pub fn health(&self, now: Instant) -> CheckpointHealth {
+    pub(crate) fn health(&self, now: Instant) -> CheckpointHealth {
         match &self.episode {
             None => CheckpointHealth::Writable,
             Some(e) => CheckpointHealth::Failing {

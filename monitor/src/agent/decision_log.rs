@@ -15,7 +15,7 @@ use crate::{action::KillOutcome, engine::decide::Eviction};
 
 /// The span of the decision to evict `eviction.pod`; `trigger_ns` is the CLOCK_MONOTONIC
 /// time of the kernel event that led to it, when one did.
-pub fn open(eviction: &Eviction, trigger_ns: Option<u64>) -> Span {
+pub(crate) fn open(eviction: &Eviction, trigger_ns: Option<u64>) -> Span {
     tracing::info_span!(
         "decision",
         pod.namespace = %eviction.pod.namespace,
@@ -34,7 +34,7 @@ pub fn open(eviction: &Eviction, trigger_ns: Option<u64>) -> Span {
 }
 
 /// The span of an eviction begun before a restart and finished now.
-pub fn resumed(pod: &crate::engine::pod_facts::PodRef) -> Span {
+pub(crate) fn resumed(pod: &crate::engine::pod_facts::PodRef) -> Span {
     tracing::info_span!(
         "decision",
         pod.namespace = %pod.namespace,
@@ -47,7 +47,7 @@ pub fn resumed(pod: &crate::engine::pod_facts::PodRef) -> Span {
 
 /// Adds the report's threshold and cause to the current decision span, and records the
 /// decision itself (`would evict NS/NAME` or `evicting NS/NAME`).
-pub fn decided(report: &DecisionReport) {
+pub(crate) fn decided(report: &DecisionReport) {
     let span = Span::current();
     span.record("threshold", report.threshold);
     span.record("cause.bursts", report.cause.bursts);
@@ -76,12 +76,12 @@ pub fn decided(report: &DecisionReport) {
 }
 
 /// Records that nothing is done in a dry run; the span closes when the last handle drops.
-pub fn dry_run(span: &Span) {
+pub(crate) fn dry_run(span: &Span) {
     span.record("outcome", "dry_run");
 }
 
 /// Records the action's outcome on its span and enters it for the records that follow.
-pub fn reported(done: &ActionDone) -> tracing::span::EnteredSpan {
+pub(crate) fn reported(done: &ActionDone) -> tracing::span::EnteredSpan {
     let span = done.request.span.clone();
     span.record("outcome", outcome_name(&done.outcome));
     span.entered()

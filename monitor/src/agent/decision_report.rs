@@ -20,7 +20,7 @@ use crate::{
 
 /// One decided eviction with the numbers that led to it.
 #[derive(Clone, Debug, Serialize)]
-pub struct DecisionReport {
+pub(crate) struct DecisionReport {
     /// `would_evict` in dry-run, `evict` otherwise.
     pub action: &'static str,
     /// CLOCK_MONOTONIC nanoseconds when the decision was taken.
@@ -62,7 +62,7 @@ pub struct DecisionReport {
 
 /// The grace period a victim was given (see [`Grace`]).
 #[derive(Clone, Debug, Serialize)]
-pub struct GraceFields {
+pub(crate) struct GraceFields {
     /// Time between SIGTERM and force.
     pub given_ms: u64,
     /// Whether it was cut from `grace_period_seconds` because the OOM point was nearer.
@@ -100,7 +100,7 @@ impl GraceFields {
 
 /// A decision taken before its crossing (see [`Prediction`]).
 #[derive(Clone, Debug, Serialize)]
-pub struct PredictedFields {
+pub(crate) struct PredictedFields {
     pub available_now: i64,
     pub lead_ms: u64,
     // Rounded to whole bytes: a rate, not a count.
@@ -119,7 +119,7 @@ impl PredictedFields {
 }
 
 /// Inputs describing the moment of the decision.
-pub struct DecisionContext<'a> {
+pub(crate) struct DecisionContext<'a> {
     pub dry_run: bool,
     pub monotonic_ns: u64,
     pub wall_unix_ms: u64,
@@ -138,7 +138,7 @@ pub struct DecisionContext<'a> {
 }
 
 impl DecisionReport {
-    pub fn new(eviction: &Eviction, ctx: DecisionContext<'_>) -> Self {
+    pub(crate) fn new(eviction: &Eviction, ctx: DecisionContext<'_>) -> Self {
         Self {
             action: if ctx.dry_run { "would_evict" } else { "evict" },
             monotonic_ns: ctx.monotonic_ns,
@@ -165,13 +165,13 @@ impl DecisionReport {
     }
 
     /// `grace 1s -> 0s: the OOM point is ...` when the grace period was cut.
-    pub fn grace_cut(&self) -> Option<&str> {
+    pub(crate) fn grace_cut(&self) -> Option<&str> {
         self.grace_text.as_deref()
     }
 
     /// `would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; exceeds
     /// request (612.0Mi > 256.0Mi), priority 0, 356.0Mi above request`
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let verb = if self.action == "would_evict" {
             "would evict"
         } else {

@@ -14,10 +14,10 @@ use super::{
 
 /// How long the API server may take to answer an Eviction that follows a kill: the pod is
 /// stopped already, so a slow API server must not keep the action open.
-pub const API_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Kills on the node, then asks the API server; or asks the API server alone.
-pub struct LocalFirst {
+pub(crate) struct LocalFirst {
     pub killer: CgroupKiller,
     pub api: KubeApi,
     pub hard_action: HardAction,

@@ -20,9 +20,9 @@ use tokio::sync::watch;
 use crate::engine::signal::NodeCondition;
 
 /// How often the conditions are patched while they do not change.
-pub const HEARTBEAT: Duration = Duration::from_secs(60);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(60);
 /// How long after a failed patch it is tried again.
-pub const RETRY: Duration = Duration::from_secs(5);
+pub(crate) const RETRY: Duration = Duration::from_secs(5);
 
 /// The conditions the agent publishes, and the kubelet's condition each one mirrors.
 const PUBLISHED: [(NodeCondition, &str); 2] = [
@@ -31,13 +31,13 @@ const PUBLISHED: [(NodeCondition, &str); 2] = [
 ];
 
 /// Hands the decision step's node conditions to the publishing task.
-pub struct NodeStatusPublisher {
+pub(crate) struct NodeStatusPublisher {
     conditions: watch::Sender<Vec<NodeCondition>>,
 }
 
 impl NodeStatusPublisher {
     /// Starts the task that patches `node`'s status; it publishes no pressure at once.
-    pub fn spawn(client: Client, node: &str) -> Self {
+    pub(crate) fn spawn(client: Client, node: &str) -> Self {
         let (conditions, changes) = watch::channel(Vec::new());
         let api: Api<Node> = Api::all(client);
         tokio::spawn(publish(api, node.to_string(), changes));
@@ -45,7 +45,7 @@ impl NodeStatusPublisher {
     }
 
     /// The node conditions the decision step reports now.
-    pub fn set(&self, conditions: &[NodeCondition]) {
+    pub(crate) fn set(&self, conditions: &[NodeCondition]) {
         self.conditions.send_if_modified(|current| {
             let changed = current.as_slice() != conditions;
             if changed {

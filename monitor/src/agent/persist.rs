@@ -20,7 +20,7 @@ const CONDITIONS: [NodeCondition; 3] = [
 ];
 
 /// Copies what must survive a restart from the decision state into the checkpoint.
-pub fn save(
+pub(crate) fn save(
     state: &EvictionState,
     conditions: &[NodeCondition],
     saved: &mut AgentState,
@@ -54,7 +54,7 @@ pub fn save(
 }
 
 /// Rebuilds the decision state from a checkpoint read at start.
-pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
+pub(crate) fn restore(saved: &AgentState, now: &Now) -> EvictionState {
     let same_boot = saved.boot.as_ref().filter(|b| b.boot_id == now.boot_id);
     let instant = |unix_ms: u64, boot_ms: Option<u64>| match boot_ms {
         Some(ms) => MonoInstant::from_millis(ms),
@@ -112,7 +112,7 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
 }
 
 /// Records the bytes an eviction freed, once the pod is gone, on its history entries.
-pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
+pub(crate) fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
     let v1 = &mut saved.v1;
     if v1
         .awaiting_cleanup
@@ -133,7 +133,7 @@ pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
 }
 
 /// The checkpoint's form of a pod reference.
-pub fn saved_pod(pod: &PodRef) -> SavedPod {
+pub(crate) fn saved_pod(pod: &PodRef) -> SavedPod {
     SavedPod {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Each observed signal with its configured thresholds, resolved and marked met or not.
-pub fn signals(core: &AgentCore) -> Vec<SignalView> {
+pub(crate) fn signals(core: &AgentCore) -> Vec<SignalView> {
     core.observations()
         .into_iter()
         .map(|(signal, observed)| SignalView {
@@ -45,7 +45,7 @@ pub fn signals(core: &AgentCore) -> Vec<SignalView> {
 }
 
 /// The first [`RANKING_HEAD`] pods of each observed signal's ranking, each with why.
-pub fn rankings(core: &AgentCore) -> Vec<RankingView> {
+pub(crate) fn rankings(core: &AgentCore) -> Vec<RankingView> {
     core.observations()
         .into_keys()
         .filter_map(|signal| {
@@ -80,10 +80,10 @@ pub fn rankings(core: &AgentCore) -> Vec<RankingView> {
 
 /// The last [`DECISIONS_KEPT`] decisions, oldest first.
 #[derive(Debug, Default)]
-pub struct RecentDecisions(VecDeque<DecisionView>);
+pub(crate) struct RecentDecisions(VecDeque<DecisionView>);
 
 impl RecentDecisions {
-    pub fn push(&mut self, decision: DecisionView) {
+    pub(crate) fn push(&mut self, decision: DecisionView) {
         if self.0.len() == DECISIONS_KEPT {
             self.0.pop_front();
         }
@@ -91,7 +91,7 @@ impl RecentDecisions {
     }
 
     /// Records what came of the newest decision on pod `uid` that has no outcome yet.
-    pub fn settle(&mut self, uid: &str, outcome: String) {
+    pub(crate) fn settle(&mut self, uid: &str, outcome: String) {
         if let Some(decision) = self
             .0
             .iter_mut()
@@ -104,7 +104,7 @@ impl RecentDecisions {
 
     /// Adds to the outcome of the pod's latest decision what came after it (the API's answer
     /// to an eviction whose pod was already stopped).
-    pub fn amend(&mut self, uid: &str, more: &str) {
+    pub(crate) fn amend(&mut self, uid: &str, more: &str) {
         if let Some(decision) = self.0.iter_mut().rev().find(|d| d.report.uid == uid) {
             let outcome = decision.outcome.get_or_insert_default();
             if !outcome.is_empty() {
@@ -114,7 +114,7 @@ impl RecentDecisions {
         }
     }
 
-    pub fn to_vec(&self) -> Vec<DecisionView> {
+    pub(crate) fn to_vec(&self) -> Vec<DecisionView> {
         self.0.iter().cloned().collect()
     }
 }

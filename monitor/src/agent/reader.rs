@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// The reads the agent makes of the machine.
-pub trait MachineReader {
+pub(crate) trait MachineReader {
     /// Every cgroup of the memory hierarchy, with its id.
     fn scan(&self) -> io::Result<CgroupPaths>;
     /// The node's working set (root cgroup, as the kubelet computes it).
@@ -33,7 +33,7 @@ pub trait MachineReader {
 }
 
 /// The real cgroupfs and procfs.
-pub struct Cgroupfs {
+pub(crate) struct Cgroupfs {
     pub hierarchy: MemoryHierarchy,
 }
 
@@ -61,13 +61,13 @@ impl MachineReader for Cgroupfs {
 
 /// Pods whose last read failed, so each failure episode is logged once.
 #[derive(Debug, Default)]
-pub struct ReadFailures {
+pub(crate) struct ReadFailures {
     logged: std::collections::HashSet<String>,
 }
 
 /// Pods read between two calls of `read_all`'s `between_reads`: at 10,000 pods a full read
 /// takes most of a second, in which the kernel's ring could fill many times over.
-pub const PODS_PER_CHUNK: usize = 250;
+pub(crate) const PODS_PER_CHUNK: usize = 250;
 
 /// The key of the node's own reads among the pods' uids in [`ReadFailures`] (no uid holds
 /// a NUL).
@@ -75,7 +75,7 @@ const NODE_READS: &str = "\0node";
 
 /// Reads the node's and the kubepods cgroup's working sets into `core`; after a failure the
 /// last values stand, and a failure that lasts is logged once.
-pub fn read_node(
+pub(crate) fn read_node(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
     kubepods_rel: &str,
@@ -111,7 +111,7 @@ pub fn read_node(
 /// `classify`, the hierarchy is rewalked first and every cgroup attributed anew.
 /// `between_reads` runs after the walk and after every [`PODS_PER_CHUNK`] pods (the agent
 /// takes the kernel's waiting records there). Returns how many pods' processes were counted.
-pub fn read_all(
+pub(crate) fn read_all(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
     kubepods_rel: &str,
@@ -181,7 +181,7 @@ pub fn read_all(
 
 /// Counts the processes of `pods` anew, their working sets untouched: the pods whose tasks
 /// the kernel saw change (see [`count_processes_of`]). Returns how many pods were counted.
-pub fn recount_processes(
+pub(crate) fn recount_processes(
     reader: &dyn MachineReader,
     core: &mut AgentCore,
     pods: Vec<(PodRef, CgroupRel)>,

@@ -10,7 +10,7 @@ use std::io;
 
 /// Why the event thread could not be made real-time.
 #[derive(Debug, thiserror::Error)]
-pub enum RealtimeError {
+pub(crate) enum RealtimeError {
     /// The kernel refused: no CAP_SYS_NICE and an RLIMIT_RTPRIO below the priority, or a
     /// cgroup v1 cpu controller giving the agent's cgroup no real-time runtime.
     #[error(
@@ -26,7 +26,7 @@ pub enum RealtimeError {
 }
 
 /// Parses `--realtime-priority`: a SCHED_FIFO priority, 1 (lowest) to 99.
-pub fn parse_realtime_priority(text: &str) -> Result<u8, String> {
+pub(crate) fn parse_realtime_priority(text: &str) -> Result<u8, String> {
     let value: u8 = text
         .trim()
         .parse()
@@ -41,7 +41,7 @@ pub fn parse_realtime_priority(text: &str) -> Result<u8, String> {
 
 /// Puts the calling thread under SCHED_FIFO at `priority`; threads it creates afterwards
 /// start at the normal policy.
-pub fn make_current_thread_realtime(priority: u8) -> Result<(), RealtimeError> {
+pub(crate) fn make_current_thread_realtime(priority: u8) -> Result<(), RealtimeError> {
     // musl's sched_param has more fields than glibc's (sporadic-server ones the kernel
     // ignores), so it is zeroed rather than written out field by field.
     // SAFETY: sched_param is plain integers, for which all zeroes is a valid value.

@@ -8,11 +8,11 @@
 use crate::engine::eviction_machine::ReadScope;
 
 /// One timed resync in this many reads every pod.
-pub const FULL_SWEEP_EVERY: u32 = 6;
+pub(crate) const FULL_SWEEP_EVERY: u32 = 6;
 
 /// Counts timed resyncs to choose each one's [`ReadScope`].
 #[derive(Debug, Default)]
-pub struct ResyncSchedule {
+pub(crate) struct ResyncSchedule {
     since_full: u32,
     /// Set by a timed resync that may read changed pods only; taken by the read.
     pending: Option<ReadScope>,
@@ -23,7 +23,7 @@ pub struct ResyncSchedule {
 
 impl ResyncSchedule {
     /// A timed resync is starting; `records_tell_changes` when the source sends stat records.
-    pub fn tick(&mut self, records_tell_changes: bool) {
+    pub(crate) fn tick(&mut self, records_tell_changes: bool) {
         self.since_full += 1;
         let full = !records_tell_changes || self.full_due || self.since_full >= FULL_SWEEP_EVERY;
         self.pending = Some(if full {
@@ -35,7 +35,7 @@ impl ResyncSchedule {
 
     /// The scope of the read about to happen: a read that rescans, or any read but a timed
     /// resync's, reads every pod.
-    pub fn take_scope(&mut self, classify: bool) -> ReadScope {
+    pub(crate) fn take_scope(&mut self, classify: bool) -> ReadScope {
         let scope = match self.pending.take() {
             Some(ReadScope::Changed) if !classify => ReadScope::Changed,
             _ => ReadScope::All,
@@ -48,7 +48,7 @@ impl ResyncSchedule {
     }
 
     /// Some changes were not counted by the kernel: the next timed resync reads every pod.
-    pub fn changes_uncounted(&mut self) {
+    pub(crate) fn changes_uncounted(&mut self) {
         self.full_due = true;
     }
 }

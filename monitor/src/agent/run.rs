@@ -63,7 +63,7 @@ const REARM_ROUNDS: usize = 8;
 const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
-pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     self_protect::protect_process(args.oom_score_adj, !args.no_mlock);
     if let Some(priority) = args.realtime_priority {
         // This thread runs the current-thread runtime below, the event loop.

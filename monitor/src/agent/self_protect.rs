@@ -16,13 +16,13 @@ use crate::{
 };
 
 /// `oom_score_adj` the agent gives itself unless told otherwise.
-pub const DEFAULT_OOM_SCORE_ADJ: i32 = -999;
+pub(crate) const DEFAULT_OOM_SCORE_ADJ: i32 = -999;
 
 const OWN_OOM_SCORE_ADJ: &str = "/proc/self/oom_score_adj";
 const OWN_CGROUP: &str = "/proc/self/cgroup";
 
 /// Parses `--oom-score-adj`: an integer in the kernel's range -1000..=1000.
-pub fn parse_oom_score_adj(text: &str) -> Result<i32, String> {
+pub(crate) fn parse_oom_score_adj(text: &str) -> Result<i32, String> {
     let value: i32 = text
         .trim()
         .parse()
@@ -36,13 +36,13 @@ pub fn parse_oom_score_adj(text: &str) -> Result<i32, String> {
 }
 
 /// Sets this process's `oom_score_adj`. Lowering it needs CAP_SYS_RESOURCE.
-pub fn set_oom_score_adj(value: i32) -> io::Result<()> {
+pub(crate) fn set_oom_score_adj(value: i32) -> io::Result<()> {
     fs::write(OWN_OOM_SCORE_ADJ, value.to_string())
 }
 
 /// Locks every current and future page of this process in memory. Fails with EPERM without
 /// CAP_IPC_LOCK, or ENOMEM when the mappings exceed RLIMIT_MEMLOCK for an unprivileged user.
-pub fn lock_memory() -> io::Result<()> {
+pub(crate) fn lock_memory() -> io::Result<()> {
     // SAFETY: mlockall only changes how the kernel treats this process's pages.
     if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
         return Err(io::Error::last_os_error());
@@ -52,7 +52,7 @@ pub fn lock_memory() -> io::Result<()> {
 
 /// Applies the process-wide protections at start, logging what could not be done: the agent
 /// still runs without them, as an ordinary process.
-pub fn protect_process(oom_score_adj: i32, lock: bool) {
+pub(crate) fn protect_process(oom_score_adj: i32, lock: bool) {
     match set_oom_score_adj(oom_score_adj) {
         Ok(()) => tracing::info!("oom_score_adj {oom_score_adj}"),
         Err(e) => tracing::warn!(
@@ -76,7 +76,7 @@ pub fn protect_process(oom_score_adj: i32, lock: bool) {
 
 /// The memory cgroup in `/proc/<pid>/cgroup` text: on v1 the line whose controllers include
 /// `memory`, on v2 the unified `0::` line. `None` when there is no such line.
-pub fn memory_cgroup_in(proc_cgroup: &str, version: CgroupVersion) -> Option<String> {
+pub(crate) fn memory_cgroup_in(proc_cgroup: &str, version: CgroupVersion) -> Option<String> {
     proc_cgroup.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
         let (id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
@@ -95,7 +95,7 @@ const OWN_LIMIT_NEAR: f64 = 0.8;
 /// kernel maps and ring buffer, and the binary's page cache all count against its limit, so
 /// a limit sized from RSS alone gets the agent OOM-killed at start-up on a busy node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OwnCharge {
+pub(crate) struct OwnCharge {
     pub charged: u64,
     /// `None`: no limit.
     pub limit: Option<u64>,
@@ -103,7 +103,7 @@ pub struct OwnCharge {
 
 impl OwnCharge {
     /// Whether the charge is within [`OWN_LIMIT_NEAR`] of the limit.
-    pub fn near_limit(&self) -> bool {
+    pub(crate) fn near_limit(&self) -> bool {
         self.limit
             .is_some_and(|limit| self.charged as f64 >= limit as f64 * OWN_LIMIT_NEAR)
     }
@@ -111,14 +111,14 @@ impl OwnCharge {
 
 /// Watches the agent's own charge against its limit; logs once per episode near it.
 #[derive(Debug, Default)]
-pub struct OwnMemory {
+pub(crate) struct OwnMemory {
     near: bool,
 }
 
 impl OwnMemory {
     /// Reads the charge of the agent's memory cgroup (`None` when it cannot be read, or the
     /// agent is in the root cgroup) and says loudly when it nears the limit.
-    pub fn check(&mut self, hierarchy: &MemoryHierarchy, own: &OwnPod) -> Option<OwnCharge> {
+    pub(crate) fn check(&mut self, hierarchy: &MemoryHierarchy, own: &OwnPod) -> Option<OwnCharge> {
         let rel = own.cgroup.as_deref().filter(|rel| *rel != "/")?;
         let dir = hierarchy.dir(rel);
         let charged = stats::read(&dir, hierarchy.version).ok()?.usage;
@@ -146,7 +146,7 @@ impl OwnMemory {
 
 /// The pod whose cgroup holds the agent, kept out of the rankings.
 #[derive(Debug, Default)]
-pub struct OwnPod {
+pub(crate) struct OwnPod {
     /// The agent's memory cgroup, relative to the hierarchy root; `None` when unknown.
     cgroup: Option<String>,
     /// The uid last excluded, so the log says it once.
@@ -155,7 +155,7 @@ pub struct OwnPod {
 
 impl OwnPod {
     /// Reads the agent's own memory cgroup.
-    pub fn detect(version: CgroupVersion) -> Self {
+    pub(crate) fn detect(version: CgroupVersion) -> Self {
         let cgroup = match fs::read_to_string(OWN_CGROUP) {
             Ok(text) => memory_cgroup_in(&text, version),
             Err(e) => {
@@ -172,7 +172,10 @@ impl OwnPod {
     }
 
     /// The uid among `pods` (uid, cgroup path) whose cgroup holds the agent's.
-    pub fn find<'a>(&self, pods: impl Iterator<Item = (&'a str, &'a str)>) -> Option<&'a str> {
+    pub(crate) fn find<'a>(
+        &self,
+        pods: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Option<&'a str> {
         let own = self.cgroup.as_deref()?;
         pods.filter(|(_, rel)| *rel != "/" && is_within(own, rel))
             // The deepest match, should one pod's path contain another's.
@@ -181,7 +184,7 @@ impl OwnPod {
     }
 
     /// Whether the cgroup `rel` holds the agent (its own pod's, or above).
-    pub fn holds(&self, rel: &str) -> bool {
+    pub(crate) fn holds(&self, rel: &str) -> bool {
         self.cgroup
             .as_deref()
             .is_some_and(|own| rel != "/" && is_within(own, rel))
@@ -189,7 +192,7 @@ impl OwnPod {
 
     /// Keeps the agent's own pod out of every decision of `core` (it keeps its place in the
     /// ranking, as the kubelet would rank it); logs once per pod.
-    pub fn exclude_from(&mut self, core: &mut AgentCore) {
+    pub(crate) fn exclude_from(&mut self, core: &mut AgentCore) {
         let own = self
             .find(core.pods().filter_map(|p| {
                 p.cgroup

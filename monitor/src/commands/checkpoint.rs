@@ -35,7 +35,7 @@ whole content.";
 
 #[derive(Args, Debug)]
 #[command(after_long_help = EXIT_CODES)]
-pub struct CheckpointArgs {
+pub(crate) struct CheckpointArgs {
     #[command(subcommand)]
     command: CheckpointCommand,
 }
@@ -82,7 +82,7 @@ struct VerifyArgs {
     file: Option<PathBuf>,
 }
 
-pub fn run(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         CheckpointCommand::Show(args) => show(&args),
         CheckpointCommand::Verify(args) => Ok(verify(&args)),

@@ -18,7 +18,7 @@ Origins: the file; kubelet default; the file's 0s, made 5m by the kubelet's defa
 (kubeadm writes 0s); copied from memory.available (enforceNodeAllocatable includes pods);
 agent default (the monitor: settings). A signal the file turns off (0%) shows as off;
 signals without a threshold are not listed.")]
-pub struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     /// KubeletConfiguration file, as given to the agent's --config. Without it, the kubelet's
     /// defaults.
     #[arg(long, value_name = "FILE")]
@@ -36,7 +36,7 @@ struct Effective<'a> {
     settings: &'a [Setting],
 }
 
-pub fn run(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
     let (config, written) = crate::config_file::load(args.config.as_deref())?;
     let settings = effective_settings(&config, &written);
     let file = args.config.as_ref().map(|p| p.display().to_string());

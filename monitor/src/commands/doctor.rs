@@ -20,7 +20,7 @@ use crate::{
 };
 
 #[derive(clap::Args, Debug)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// How to print the report.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -46,7 +46,7 @@ pub struct DoctorArgs {
     pub hard_action: HardActionFlag,
 }
 
-pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let features = KernelFeatures::probe();
     let needs = Needs {
         kills: !args.kube || args.hard_action.kube_hard_action == HardAction::Kill,

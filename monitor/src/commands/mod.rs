@@ -1,10 +1,10 @@
 //! One module per subcommand. Each exposes a clap `Args` struct and
 //! `run(args) -> anyhow::Result<ExitCode>`.
-pub mod checkpoint;
-pub mod config;
-pub mod doctor;
-pub mod privileges;
-pub mod rank;
-pub mod top;
-pub mod top_view;
-pub mod trace;
+pub(crate) mod checkpoint;
+pub(crate) mod config;
+pub(crate) mod doctor;
+pub(crate) mod privileges;
+pub(crate) mod rank;
+pub(crate) mod top;
+pub(crate) mod top_view;
+pub(crate) mod trace;

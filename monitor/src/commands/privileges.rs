@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::{cgroupfs::MemoryHierarchy, engine::ids::CgroupRel, pods::cgroup_path::KubepodsCgroup};
 
 /// What the host is asked to provide, from the agent's flags.
-pub struct Needs<'a> {
+pub(crate) struct Needs<'a> {
     /// The agent kills evicted pods itself (all but `--kube --kube-hard-action api`, where
     /// the kubelet stops them).
     pub kills: bool,
@@ -29,7 +29,7 @@ pub struct Needs<'a> {
 
 /// One privilege and whether this process has it.
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct Requirement {
+pub(crate) struct Requirement {
     pub name: String,
     pub kind: Kind,
     /// Without it the agent cannot do its job (else it runs with less: more memory, polling).
@@ -44,7 +44,7 @@ pub struct Requirement {
 
 #[derive(Debug, Serialize, PartialEq, Eq, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
-pub enum Kind {
+pub(crate) enum Kind {
     Capability,
     Namespace,
     Path,
@@ -92,7 +92,7 @@ const CAPABILITIES: &[CapabilitySpec] = &[
 ];
 
 /// Everything in `needs`, probed now, in the order the report prints it.
-pub fn check(needs: &Needs<'_>) -> Vec<Requirement> {
+pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
     let effective = fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| effective_capabilities(&status));

@@ -60,7 +60,7 @@ leftOut (namespace, name, reason: notScheduled, finished or otherNode, node).
 
 Exit status: 0 on success, 2 when an input file cannot be read or parsed, or is not what its
 flag takes (an API error, a PodList or {} given as --summary); the message names the file.")]
-pub struct RankArgs {
+pub(crate) struct RankArgs {
     /// Pods file: `kubectl get pods -o json` (or -o yaml) output, or a single Pod.
     #[arg(
         long,
@@ -113,7 +113,7 @@ fn parse_signal(text: &str) -> Result<Signal, String> {
         .map_err(|err: crate::engine::signal::UnknownSignal| err.to_string())
 }
 
-pub fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: RankArgs) -> anyhow::Result<ExitCode> {
     let thresholds = match read_config(&args) {
         Ok(thresholds) => thresholds,
         Err(message) => {

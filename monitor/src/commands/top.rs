@@ -32,7 +32,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// endpoints (`--metrics-addr`, on by default); while it cannot be reached, the last view
 /// stays on screen marked "agent unreachable, retrying".
 #[derive(Args, Debug)]
-pub struct TopArgs {
+pub(crate) struct TopArgs {
     /// The agent's metrics address (its `--metrics-addr`).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
     pub addr: SocketAddr,
@@ -41,7 +41,7 @@ pub struct TopArgs {
     pub interval: Duration,
 }
 
-pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let (reads, answers) = mpsc::channel();
     let (addr, interval) = (args.addr, args.interval);
     std::thread::spawn(move || {

@@ -17,7 +17,7 @@ use crate::{engine::printable::printable, engine::units::bytes};
 /// `/debug/ranking`, the fields `top` uses.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct View {
+pub(crate) struct View {
     pub signals: Vec<SignalView>,
     pub rankings: Vec<RankingView>,
     pub decisions: Vec<DecisionView>,
@@ -26,7 +26,7 @@ pub struct View {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SignalView {
+pub(crate) struct SignalView {
     pub signal: String,
     pub available: i64,
     pub capacity: i64,
@@ -35,7 +35,7 @@ pub struct SignalView {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ThresholdView {
+pub(crate) struct ThresholdView {
     pub kind: String,
     pub value: i64,
     pub met: bool,
@@ -43,7 +43,7 @@ pub struct ThresholdView {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RankingView {
+pub(crate) struct RankingView {
     pub signal: String,
     pub pods_total: usize,
     pub head: Vec<RankedPod>,
@@ -51,7 +51,7 @@ pub struct RankingView {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RankedPod {
+pub(crate) struct RankedPod {
     pub rank: usize,
     pub namespace: String,
     pub name: String,
@@ -66,14 +66,14 @@ pub struct RankedPod {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DecisionView {
+pub(crate) struct DecisionView {
     pub text: String,
     pub outcome: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SourceView {
+pub(crate) struct SourceView {
     pub description: String,
     pub events_received: u64,
     pub events_lost: u64,
@@ -81,7 +81,7 @@ pub struct SourceView {
 
 /// What the screen shows between redraws.
 #[derive(Debug, Default)]
-pub struct Screen {
+pub(crate) struct Screen {
     pub addr: String,
     /// The last view read, kept while the agent is unreachable.
     pub view: Option<View>,
@@ -99,7 +99,7 @@ pub struct Screen {
 }
 
 impl Screen {
-    pub fn new(addr: String) -> Self {
+    pub(crate) fn new(addr: String) -> Self {
         Self {
             addr,
             ..Self::default()
@@ -107,7 +107,7 @@ impl Screen {
     }
 
     /// Takes a read of `/debug/ranking` made at `at`.
-    pub fn update(&mut self, at: Instant, read: Result<View, String>) {
+    pub(crate) fn update(&mut self, at: Instant, read: Result<View, String>) {
         match read {
             Ok(view) => {
                 let received = view.source.events_received;
@@ -133,14 +133,14 @@ impl Screen {
     }
 
     /// Shows the next signal's ranking.
-    pub fn next_signal(&mut self) {
+    pub(crate) fn next_signal(&mut self) {
         self.signal_chosen = true;
         let count = self.view.as_ref().map_or(0, |v| v.rankings.len()).max(1);
         self.signal = (self.signal + 1) % count;
     }
 
     /// Cycles the namespace filter: all, then each namespace of the shown head, then all.
-    pub fn next_namespace(&mut self) {
+    pub(crate) fn next_namespace(&mut self) {
         let mut namespaces: Vec<&str> = self
             .ranking()
             .map(|r| r.head.iter().map(|p| p.namespace.as_str()).collect())
@@ -179,7 +179,7 @@ fn pressing_signal(view: &View) -> usize {
 }
 
 /// Draws the whole screen.
-pub fn draw(frame: &mut Frame<'_>, screen: &Screen) {
+pub(crate) fn draw(frame: &mut Frame<'_>, screen: &Screen) {
     let signals = screen.view.as_ref().map_or(0, |v| v.signals.len()) as u16;
     let decisions = screen.view.as_ref().map_or(0, |v| v.decisions.len()).min(8) as u16;
     let [header, signal_area, ranking_area, decision_area] = Layout::vertical([

@@ -42,7 +42,7 @@ const MAX_PSI_WATCHES: usize = 256;
 /// or Ctrl-C) prints a summary: most stall time, most reclaim caused, OOM kills.
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("pod_source").args(["pods", "kube"])))]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// `text`: aligned columns; `json`: one object per line with a `type` field, the
     /// summary last.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
@@ -95,7 +95,7 @@ pub struct TraceArgs {
     pub psi_stall: Duration,
 }
 
-pub fn run(args: TraceArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: TraceArgs) -> anyhow::Result<ExitCode> {
     if let Some(d) = args.duration
         && !(d.is_finite() && d > 0.0)
     {

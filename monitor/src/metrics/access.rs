@@ -11,7 +11,7 @@ use hyper::StatusCode;
 
 /// The access policy of the endpoints.
 #[derive(Debug, Clone, Default)]
-pub struct Access {
+pub(crate) struct Access {
     /// Serve `/metrics` and `/debug/*` to clients off this host too (`--metrics-allow-remote`).
     pub remote: bool,
     /// Names accepted in `Host` besides IP literals and `localhost` (`--metrics-allowed-host`; ASCII case ignored).
@@ -20,14 +20,14 @@ pub struct Access {
 
 /// Why a request is refused: the status and a line saying why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: StatusCode,
     pub reason: &'static str,
 }
 
 impl Access {
     /// `None` when a client at `peer` may `GET path` with `host` as its `Host` header.
-    pub fn check(&self, path: &str, peer: IpAddr, host: Option<&str>) -> Option<Refusal> {
+    pub(crate) fn check(&self, path: &str, peer: IpAddr, host: Option<&str>) -> Option<Refusal> {
         if !host.is_some_and(|h| self.names_this_agent(h)) {
             return Some(Refusal {
                 status: StatusCode::MISDIRECTED_REQUEST,

@@ -16,11 +16,11 @@ use super::snapshot::{Readiness, Snapshot};
 use crate::agent::checkpoint_writer::CheckpointHealth;
 
 /// How long the event loop may go without turning before `/healthz` fails.
-pub const STALE_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(5);
 
 /// One endpoint's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: StatusCode,
     pub content_type: &'static str,
     pub body: String,
@@ -40,7 +40,12 @@ impl Answer {
 
 /// The answer for `path`, or `None` when no endpoint has that path. `last_turn_ns` and
 /// `now_ns` are CLOCK_MONOTONIC nanoseconds (0: the loop has not turned yet).
-pub fn answer(path: &str, snapshot: &Snapshot, last_turn_ns: u64, now_ns: u64) -> Option<Answer> {
+pub(crate) fn answer(
+    path: &str,
+    snapshot: &Snapshot,
+    last_turn_ns: u64,
+    now_ns: u64,
+) -> Option<Answer> {
     Some(match path {
         "/metrics" => Answer {
             status: StatusCode::OK,

@@ -3,7 +3,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 /// Cumulative histogram with fixed upper bounds.
 #[derive(Clone, Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     counts: Vec<u64>,
     sum: f64,
@@ -11,7 +11,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Self {
+    pub(crate) fn new(bounds: &'static [f64]) -> Self {
         Self {
             bounds,
             counts: vec![0; bounds.len()],
@@ -20,7 +20,7 @@ impl Histogram {
         }
     }
 
-    pub fn observe(&mut self, value: f64) {
+    pub(crate) fn observe(&mut self, value: f64) {
         for (bound, count) in self.bounds.iter().zip(&mut self.counts) {
             if value <= *bound {
                 *count += 1;
@@ -51,7 +51,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 /// Everything the agent exports. Keys of the maps are signal names (`memory.available`).
 #[derive(Clone, Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub evictions_by_signal: BTreeMap<&'static str, u64>,
     /// Latest observed value of each signal, in its unit (bytes or a count).
     pub signal_observations: BTreeMap<&'static str, f64>,
@@ -121,7 +121,7 @@ impl Metrics {
     /// The text exposition format. Names follow Prometheus' conventions (the unit in the
     /// name, `_total` on counters only, bytes and counts in separate families) and the
     /// kubelet's where they mean the same: `eviction_signal` as in `kubelet_evictions`.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         let name = "monitor_build_info";
         header(

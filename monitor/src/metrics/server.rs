@@ -37,22 +37,22 @@ use super::{access::Access, endpoints, snapshot::AgentView};
 use crate::system_clock::monotonic_ns;
 
 /// The most connections served at once; a scraper needs one.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// How long a connection may take to send its request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a connection may stay open in all.
-pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many connections the kernel queues beyond those served (the kernel caps it at
 /// `net.core.somaxconn`); past that, new connections are not answered.
-pub const LISTEN_BACKLOG: u32 = 1024;
+pub(crate) const LISTEN_BACKLOG: u32 = 1024;
 /// The first pause after a failed accept.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause after failed accepts in a row.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Binds `addr` and serves the clients `access` lets in until the task is dropped. Returns
 /// the bound address (useful with port 0).
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     view: AgentView,
     access: Access,

@@ -21,7 +21,7 @@ use crate::{
 
 /// Everything readers see, as of one evaluation.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub metrics: Metrics,
     pub readiness: Readiness,
     pub ranking: DebugRanking,
@@ -29,7 +29,7 @@ pub struct Snapshot {
 
 /// What `/readyz` needs: each part the agent must have before its decisions mean anything.
 #[derive(Debug, Clone)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// The event source in words, once it runs.
     pub source: Option<String>,
     /// Pods known from the pod source; `Err` says why they are not (not read yet, the
@@ -52,7 +52,7 @@ impl Default for Readiness {
 /// `/debug/ranking`: what the agent sees and would do, as JSON.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DebugRanking {
+pub(crate) struct DebugRanking {
     /// Each observed signal with its thresholds.
     pub signals: Vec<SignalView>,
     /// The head of each signal's eviction ranking.
@@ -64,14 +64,14 @@ pub struct DebugRanking {
 }
 
 /// How many pods of each ranking `/debug/ranking` lists.
-pub const RANKING_HEAD: usize = 20;
+pub(crate) const RANKING_HEAD: usize = 20;
 /// How many decisions `/debug/ranking` keeps.
-pub const DECISIONS_KEPT: usize = 20;
+pub(crate) const DECISIONS_KEPT: usize = 20;
 
 /// One signal as last observed.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SignalView {
+pub(crate) struct SignalView {
     pub signal: Signal,
     /// What is left, in the signal's unit (bytes, or processes for `pid.available`).
     pub available: i64,
@@ -83,7 +83,7 @@ pub struct SignalView {
 /// One configured threshold of a signal.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ThresholdView {
+pub(crate) struct ThresholdView {
     pub kind: ThresholdKind,
     /// The level, resolved against the signal's capacity.
     pub value: i64,
@@ -95,7 +95,7 @@ pub struct ThresholdView {
 /// The first pods in eviction order for a signal.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RankingView {
+pub(crate) struct RankingView {
     pub signal: Signal,
     /// Pods in the whole ranking.
     pub pods_total: usize,
@@ -106,7 +106,7 @@ pub struct RankingView {
 /// request) and, in words, why it comes after the one before.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RankedEntry {
+pub(crate) struct RankedEntry {
     #[serde(flatten)]
     pub pod: RankedPod,
     pub why: String,
@@ -115,7 +115,7 @@ pub struct RankedEntry {
 /// A decision and, once known, what came of it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DecisionView {
+pub(crate) struct DecisionView {
     #[serde(flatten)]
     pub report: DecisionReport,
     /// The decision as printed.
@@ -127,7 +127,7 @@ pub struct DecisionView {
 /// The event source and what it delivered.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SourceView {
+pub(crate) struct SourceView {
     pub description: String,
     pub events_received: u64,
     pub events_lost: u64,
@@ -136,48 +136,48 @@ pub struct SourceView {
 
 /// When the event loop last turned, CLOCK_MONOTONIC nanoseconds (0: not yet).
 #[derive(Debug, Default)]
-pub struct Heartbeat(AtomicU64);
+pub(crate) struct Heartbeat(AtomicU64);
 
 impl Heartbeat {
-    pub fn beat(&self, now_ns: u64) {
+    pub(crate) fn beat(&self, now_ns: u64) {
         self.0.store(now_ns, Ordering::Relaxed);
     }
 
-    pub fn last(&self) -> u64 {
+    pub(crate) fn last(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
 
 /// The loop's side: publishes snapshots and stamps the heartbeat.
 #[derive(Debug)]
-pub struct Publisher {
+pub(crate) struct Publisher {
     snapshots: watch::Sender<Arc<Snapshot>>,
     pub heartbeat: Arc<Heartbeat>,
 }
 
 impl Publisher {
     /// Replaces the snapshot readers see; never waits for them.
-    pub fn publish(&self, snapshot: Snapshot) {
+    pub(crate) fn publish(&self, snapshot: Snapshot) {
         self.snapshots.send_replace(Arc::new(snapshot));
     }
 }
 
 /// A reader's side, cheap to clone.
 #[derive(Debug, Clone)]
-pub struct AgentView {
+pub(crate) struct AgentView {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     pub heartbeat: Arc<Heartbeat>,
 }
 
 impl AgentView {
     /// The newest snapshot.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         Arc::clone(&self.snapshots.borrow())
     }
 }
 
 /// A publisher and a view of what it publishes, starting from an empty snapshot.
-pub fn channel() -> (Publisher, AgentView) {
+pub(crate) fn channel() -> (Publisher, AgentView) {
     let (snapshots, receiver) = watch::channel(Arc::new(Snapshot::default()));
     let heartbeat = Arc::new(Heartbeat::default());
     (

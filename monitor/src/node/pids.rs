@@ -6,17 +6,17 @@
 use crate::engine::threshold::SignalObservation;
 
 /// The task limit from the values of /proc/sys/kernel/pid_max and threads-max, when any.
-pub fn max_pids(pid_max: Option<i64>, threads_max: Option<i64>) -> Option<i64> {
+pub(crate) fn max_pids(pid_max: Option<i64>, threads_max: Option<i64>) -> Option<i64> {
     pid_max.into_iter().chain(threads_max).min()
 }
 
 /// Parses a /proc/sys single-number file.
-pub fn parse_limit(text: &str) -> Option<i64> {
+pub(crate) fn parse_limit(text: &str) -> Option<i64> {
     text.trim().parse().ok()
 }
 
 /// The task count from /proc/loadavg text, e.g. `1.36 3.49 4.53 2/3518 3715089`.
-pub fn parse_loadavg_tasks(loadavg: &str) -> Option<i64> {
+pub(crate) fn parse_loadavg_tasks(loadavg: &str) -> Option<i64> {
     let fields: Vec<&str> = loadavg.split_whitespace().collect();
     if fields.len() < 5 {
         return None;
@@ -26,7 +26,7 @@ pub fn parse_loadavg_tasks(loadavg: &str) -> Option<i64> {
 }
 
 /// `pid.available`: the limit minus the tasks, with the limit as capacity.
-pub fn pid_available(max_pids: i64, tasks: i64) -> SignalObservation {
+pub(crate) fn pid_available(max_pids: i64, tasks: i64) -> SignalObservation {
     SignalObservation {
         available: max_pids.saturating_sub(tasks),
         capacity: max_pids,

@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// The kernel's page size, the unit of its memory counters.
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(size).unwrap_or(4096).max(1)
@@ -23,7 +23,7 @@ pub fn page_size() -> u64 {
 
 /// Why a node signal's input could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub(crate) enum NodeError {
     /// A file could not be read.
     #[error("reading {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
@@ -41,7 +41,7 @@ const THREADS_MAX: &str = "/proc/sys/kernel/threads-max";
 const LOADAVG: &str = "/proc/loadavg";
 
 /// Memory capacity: `MemTotal` in bytes, what cAdvisor reports as the machine's capacity.
-pub fn read_mem_total() -> Result<u64, NodeError> {
+pub(crate) fn read_mem_total() -> Result<u64, NodeError> {
     let text = read(Path::new(MEMINFO))?;
     parse_mem_total(&text).ok_or_else(|| malformed(Path::new(MEMINFO), "no MemTotal line"))
 }
@@ -52,7 +52,7 @@ pub fn read_mem_total() -> Result<u64, NodeError> {
 /// `memory.current`; the runc/opencontainers cgroup library that cAdvisor uses then takes
 /// usage as `anon + file` from the root's memory.stat (older releases took MemTotal - MemFree
 /// from /proc/meminfo), and cAdvisor subtracts `inactive_file` as for any cgroup.
-pub fn node_working_set(hierarchy: &MemoryHierarchy) -> Result<u64, NodeError> {
+pub(crate) fn node_working_set(hierarchy: &MemoryHierarchy) -> Result<u64, NodeError> {
     let root = &hierarchy.mount;
     match hierarchy.version {
         CgroupVersion::V1 => Ok(stats::read(root, CgroupVersion::V1)?.working_set()),
@@ -65,7 +65,10 @@ pub fn node_working_set(hierarchy: &MemoryHierarchy) -> Result<u64, NodeError> {
 }
 
 /// A cgroup's memory limit: v1 `memory.limit_in_bytes`, v2 `memory.max`.
-pub fn read_memory_limit(dir: &Path, version: CgroupVersion) -> Result<MemoryLimit, NodeError> {
+pub(crate) fn read_memory_limit(
+    dir: &Path,
+    version: CgroupVersion,
+) -> Result<MemoryLimit, NodeError> {
     let path = dir.join(match version {
         CgroupVersion::V1 => "memory.limit_in_bytes",
         CgroupVersion::V2 => "memory.max",
@@ -76,7 +79,7 @@ pub fn read_memory_limit(dir: &Path, version: CgroupVersion) -> Result<MemoryLim
 
 /// `pid.available`, or `None` when neither task limit can be read (the kubelet then has no
 /// observation either).
-pub fn read_pid_available() -> Result<Option<SignalObservation>, NodeError> {
+pub(crate) fn read_pid_available() -> Result<Option<SignalObservation>, NodeError> {
     let limit = |path: &str| {
         fs::read_to_string(path)
             .ok()

@@ -9,14 +9,14 @@ use crate::{cgroupfs::CgroupVersion, engine::ids::deepest_within, engine::printa
 
 /// A pod, as an SRE names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-pub struct PodIdentity {
+pub(crate) struct PodIdentity {
     pub namespace: String,
     pub name: String,
     pub uid: String,
 }
 
 /// Maps a cgroup to the pod that owns it.
-pub trait PodLookup {
+pub(crate) trait PodLookup {
     /// The pod whose cgroup is `cgroup_path` or one of its ancestors (containers live below
     /// their pod's cgroup).
     fn pod_of(&self, cgroup_path: &str) -> Option<&PodIdentity>;
@@ -24,17 +24,17 @@ pub trait PodLookup {
 
 /// Pods with their cgroup paths (relative to the memory hierarchy root).
 #[derive(Clone, Debug, Default)]
-pub struct PodCgroups {
+pub(crate) struct PodCgroups {
     pods: Vec<(String, PodIdentity)>,
 }
 
 impl PodCgroups {
-    pub fn insert(&mut self, cgroup_path: String, pod: PodIdentity) {
+    pub(crate) fn insert(&mut self, cgroup_path: String, pod: PodIdentity) {
         self.pods.push((cgroup_path, pod));
     }
 
     /// Pods and their cgroup paths.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &PodIdentity)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &PodIdentity)> {
         self.pods.iter().map(|(path, pod)| (path.as_str(), pod))
     }
 }
@@ -48,7 +48,7 @@ impl PodLookup for PodCgroups {
 
 /// What an event is attributed to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Subject {
+pub(crate) struct Subject {
     pub cgroup_id: u64,
     /// Path below the memory hierarchy root; `None` for a cgroup the trace has not seen.
     pub cgroup_path: Option<String>,
@@ -59,7 +59,7 @@ pub struct Subject {
 impl Subject {
     /// `namespace/name` of the pod, else the cgroup path, else the id: what a person reads,
     /// with control characters escaped so it stays on its line.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match (&self.pod, &self.cgroup_path) {
             (Some(pod), _) => format!("{}/{}", printable(&pod.namespace), printable(&pod.name)),
             (None, Some(path)) => printable(path).into_owned(),
@@ -70,7 +70,7 @@ impl Subject {
 
 /// The memory cgroup path in the text of `/proc/<pid>/cgroup`: the `memory` controller's line
 /// on cgroup v1, the unified (`0::`) line on v2.
-pub fn memory_cgroup_in_proc(text: &str, version: CgroupVersion) -> Option<String> {
+pub(crate) fn memory_cgroup_in_proc(text: &str, version: CgroupVersion) -> Option<String> {
     text.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
         let (_id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);

@@ -6,7 +6,7 @@ use crate::engine::ids::is_within;
 
 /// All given conditions must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// A cgroup path below the hierarchy root: it and its descendants.
     pub cgroup: Option<String>,
     /// `(namespace, name)` of one pod.
@@ -18,7 +18,7 @@ pub struct Filter {
 impl Filter {
     /// Whether an event about this cgroup (and pod, when known) is shown. An event whose
     /// cgroup path is unknown is hidden by any filter, since it cannot be shown to match.
-    pub fn admits(&self, cgroup_path: Option<&str>, pod: Option<&PodIdentity>) -> bool {
+    pub(crate) fn admits(&self, cgroup_path: Option<&str>, pod: Option<&PodIdentity>) -> bool {
         let cgroup_ok = self
             .cgroup
             .as_deref()
@@ -33,15 +33,10 @@ impl Filter {
             .is_none_or(|ns| pod.is_some_and(|p| p.namespace == ns));
         cgroup_ok && pod_ok && ns_ok
     }
-
-    /// True when nothing is filtered out.
-    pub fn is_empty(&self) -> bool {
-        self.cgroup.is_none() && self.pod.is_none() && self.namespace.is_none()
-    }
 }
 
 /// Parses `--pod NAMESPACE/NAME`.
-pub fn parse_pod(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_pod(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns.to_string(), name.to_string()))

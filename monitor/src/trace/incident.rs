@@ -7,7 +7,7 @@ use crate::source::event::Reclaim;
 
 /// A stall or burst the trace reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Incident {
+pub(crate) enum Incident {
     /// A task of `cgroup_id` stalled in reclaim from `ts_ns` for `duration_ns`.
     Stall {
         cgroup_id: u64,
@@ -25,14 +25,14 @@ pub enum Incident {
 }
 
 impl Incident {
-    pub fn cgroup_id(&self) -> u64 {
+    pub(crate) fn cgroup_id(&self) -> u64 {
         match self {
             Incident::Stall { cgroup_id, .. } | Incident::Burst { cgroup_id, .. } => *cgroup_id,
         }
     }
 
     /// When it ended: stalls end after their duration, bursts at their last growth.
-    pub fn end_ns(&self) -> u64 {
+    pub(crate) fn end_ns(&self) -> u64 {
         match self {
             Incident::Stall {
                 ts_ns, duration_ns, ..
@@ -44,14 +44,14 @@ impl Incident {
 
 /// Incidents of the last `retain_ns`, oldest first.
 #[derive(Clone, Debug)]
-pub struct RecentIncidents {
+pub(crate) struct RecentIncidents {
     retain_ns: u64,
     incidents: VecDeque<Incident>,
 }
 
 impl RecentIncidents {
     /// Keeps incidents that ended at most `retain_ns` before the newest one recorded.
-    pub fn new(retain_ns: u64) -> Self {
+    pub(crate) fn new(retain_ns: u64) -> Self {
         Self {
             retain_ns,
             incidents: VecDeque::new(),
@@ -59,7 +59,7 @@ impl RecentIncidents {
     }
 
     /// Records an incident and forgets those that fell out of the window.
-    pub fn record(&mut self, incident: Incident) {
+    pub(crate) fn record(&mut self, incident: Incident) {
         let newest = incident.end_ns();
         // Stalls arrive when they end, so end times are close to ordered; keep them sorted.
         let at = self.incidents.partition_point(|i| i.end_ns() <= newest);
@@ -75,26 +75,24 @@ impl RecentIncidents {
     }
 
     /// Incidents of `cgroup_id` that ended within `last_ns` before `now_ns`, oldest first.
-    pub fn involving(&self, cgroup_id: u64, now_ns: u64, last_ns: u64) -> Vec<&Incident> {
+    #[cfg(test)]
+    pub(crate) fn involving(&self, cgroup_id: u64, now_ns: u64, last_ns: u64) -> Vec<&Incident> {
         self.within(now_ns, last_ns)
             .filter(|i| i.cgroup_id() == cgroup_id)
             .collect()
     }
 
     /// Every incident that ended within `last_ns` before `now_ns`, oldest first.
-    pub fn within(&self, now_ns: u64, last_ns: u64) -> impl Iterator<Item = &Incident> {
+    pub(crate) fn within(&self, now_ns: u64, last_ns: u64) -> impl Iterator<Item = &Incident> {
         let since = now_ns.saturating_sub(last_ns);
         self.incidents
             .iter()
             .filter(move |i| i.end_ns() >= since && i.end_ns() <= now_ns)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.incidents.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.incidents.is_empty()
     }
 }
 

@@ -2,14 +2,13 @@
 //! reads, attributed to pods or cgroups, with reclaim stalls, OOM kills, growth bursts and
 //! pressure, and a summary at the end. The event loop lives in `commands::trace`; everything
 //! here is pure.
-pub mod attribution;
-pub mod burst;
-pub mod filter;
-pub mod incident;
-pub mod record;
-pub mod summary;
-pub mod view;
+pub(crate) mod attribution;
+pub(crate) mod burst;
+pub(crate) mod filter;
+pub(crate) mod incident;
+pub(crate) mod record;
+pub(crate) mod summary;
+pub(crate) mod view;
 
-pub use incident::RecentIncidents;
-pub use record::TraceRecord;
-pub use view::TraceView;
+pub(crate) use record::TraceRecord;
+pub(crate) use view::TraceView;

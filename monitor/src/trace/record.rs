@@ -13,7 +13,7 @@ use crate::{
 /// What `monitor trace` prints for one kernel event, or the summary at the end.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum TraceRecord {
+pub(crate) enum TraceRecord {
     /// A cgroup's memory stat moved by at least the step.
     Stat {
         /// CLOCK_MONOTONIC nanoseconds when the kernel saw the change.
@@ -113,7 +113,7 @@ pub enum TraceRecord {
 
 impl TraceRecord {
     /// The pressure record for a PSI signal.
-    pub fn pressure(monotonic_ns: u64, subject: Option<Subject>, p: Pressure) -> Self {
+    pub(crate) fn pressure(monotonic_ns: u64, subject: Option<Subject>, p: Pressure) -> Self {
         TraceRecord::Pressure {
             monotonic_ns,
             scope: if subject.is_some() { "cgroup" } else { "node" },
@@ -127,7 +127,7 @@ impl TraceRecord {
 
     /// One aligned text line (TIME, KIND, POD/CGROUP, VALUE, DETAIL); `start_ns` is the
     /// trace's start, so times are relative. The summary is a multi-line table.
-    pub fn text(&self, start_ns: u64) -> String {
+    pub(crate) fn text(&self, start_ns: u64) -> String {
         let secs = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e9;
         let row = |ns: u64, kind: &str, who: &str, value: &str, detail: &str| {
             let mut line = String::new();
@@ -265,7 +265,7 @@ impl TraceRecord {
     }
 
     /// Header matching [`TraceRecord::text`].
-    pub fn text_header() -> String {
+    pub(crate) fn text_header() -> String {
         format!(
             "{:>12}  {:<8} {:<44} {:>10}  {}",
             "TIME(s)", "KIND", "POD/CGROUP", "VALUE", "DETAIL"

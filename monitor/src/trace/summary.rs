@@ -9,11 +9,11 @@ use crate::engine::units::{bytes, millis};
 use crate::{engine::printable::printable, source::event::Reclaim};
 
 /// Rows shown per ranking.
-pub const TOP: usize = 10;
+pub(crate) const TOP: usize = 10;
 
 /// Totals for one pod or cgroup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// `namespace/name` of the pod, else the cgroup path.
     pub subject: String,
     pub stalls: u64,
@@ -36,7 +36,7 @@ impl Totals {
 
 /// One OOM kill, as summarised.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct OomSummary {
+pub(crate) struct OomSummary {
     pub pid: u32,
     pub comm: String,
     /// The victim's pod or cgroup, when it could be resolved.
@@ -45,14 +45,14 @@ pub struct OomSummary {
 
 /// Accumulates the trace's incidents.
 #[derive(Clone, Debug, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     totals: HashMap<String, Totals>,
     oom_kills: Vec<OomSummary>,
 }
 
 /// The final report, also the `type: "summary"` JSON object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SummaryReport {
+pub(crate) struct SummaryReport {
     /// Most stall time first.
     pub most_stalled: Vec<Totals>,
     /// Most memory pressure caused first.
@@ -61,7 +61,7 @@ pub struct SummaryReport {
 }
 
 impl Summary {
-    pub fn stall(
+    pub(crate) fn stall(
         &mut self,
         subject: &Subject,
         reclaim: Reclaim,
@@ -77,13 +77,13 @@ impl Summary {
         }
     }
 
-    pub fn burst(&mut self, subject: &Subject, growth_bytes: i64) {
+    pub(crate) fn burst(&mut self, subject: &Subject, growth_bytes: i64) {
         let totals = self.totals_of(subject);
         totals.bursts += 1;
         totals.burst_growth_bytes += growth_bytes;
     }
 
-    pub fn oom_kill(&mut self, pid: u32, comm: &str, victim: Option<&Subject>) {
+    pub(crate) fn oom_kill(&mut self, pid: u32, comm: &str, victim: Option<&Subject>) {
         self.oom_kills.push(OomSummary {
             pid,
             comm: comm.to_string(),
@@ -100,7 +100,7 @@ impl Summary {
     }
 
     /// The rankings, ties broken by name so the output is stable.
-    pub fn report(&self) -> SummaryReport {
+    pub(crate) fn report(&self) -> SummaryReport {
         let ranked = |key: fn(&Totals) -> i128| {
             let mut rows: Vec<Totals> = self
                 .totals
@@ -122,7 +122,7 @@ impl Summary {
 
 impl SummaryReport {
     /// The report as aligned text tables.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::from("\nSUMMARY\n");
         out += &format!(
             "most stall time:\n  {:<44} {:>7} {:>11} {:>11}\n",

@@ -22,10 +22,10 @@ use crate::{
 };
 
 /// How long [`TraceView::recent`] keeps incidents.
-pub const RECENT_RETAIN_NS: u64 = 300 * 1_000_000_000;
+pub(crate) const RECENT_RETAIN_NS: u64 = 300 * 1_000_000_000;
 
 /// What the view reads from the system, injected so the view stays pure.
-pub trait Lookups {
+pub(crate) trait Lookups {
     /// The cgroup's own value of `stat` minus the kernel's running sum, both read now; asked
     /// once per cgroup and stat that existed before the trace.
     fn baseline(&mut self, cgroup_id: u64, path: &str, stat: Stat) -> Option<i64>;
@@ -37,13 +37,13 @@ pub trait Lookups {
 
 /// Burst detection settings (`--burst-rate` over a fixed window).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BurstSettings {
+pub(crate) struct BurstSettings {
     pub window_ns: u64,
     pub bytes_per_sec: u64,
 }
 
 /// The trace's knowledge between events.
-pub struct TraceView {
+pub(crate) struct TraceView {
     paths: CgroupPaths,
     filter: Filter,
     pods: Option<Box<dyn PodLookup>>,
@@ -57,7 +57,7 @@ pub struct TraceView {
 }
 
 impl TraceView {
-    pub fn new(
+    pub(crate) fn new(
         paths: CgroupPaths,
         filter: Filter,
         pods: Option<Box<dyn PodLookup>>,
@@ -79,7 +79,11 @@ impl TraceView {
 
     /// The records for an event: none when the filters hide it, two for a stat event that
     /// starts a burst.
-    pub fn apply(&mut self, event: KernelEvent, lookups: &mut dyn Lookups) -> Vec<TraceRecord> {
+    pub(crate) fn apply(
+        &mut self,
+        event: KernelEvent,
+        lookups: &mut dyn Lookups,
+    ) -> Vec<TraceRecord> {
         match event {
             KernelEvent::Mkdir {
                 cgroup_id,
@@ -259,7 +263,7 @@ impl TraceView {
     }
 
     /// The record for a PSI trigger that fired at `ts_ns`, unless the filters hide its cgroup.
-    pub fn pressure(&self, ts_ns: u64, signal: PressureSignal) -> Option<TraceRecord> {
+    pub(crate) fn pressure(&self, ts_ns: u64, signal: PressureSignal) -> Option<TraceRecord> {
         let subject = match signal.cgroup {
             None => None,
             Some(path) => {
@@ -284,7 +288,7 @@ impl TraceView {
     }
 
     /// The summary of what was shown, at `ts_ns`, scoped to the `--cgroup` root if any.
-    pub fn summary(&self, ts_ns: u64) -> TraceRecord {
+    pub(crate) fn summary(&self, ts_ns: u64) -> TraceRecord {
         let scope = self.filter.cgroup.as_ref().map(|root| Subject {
             cgroup_id: self.paths.id_of(root).unwrap_or(0),
             cgroup_path: Some(root.clone()),
@@ -298,7 +302,8 @@ impl TraceView {
     }
 
     /// Stalls and bursts of the last [`RECENT_RETAIN_NS`].
-    pub fn recent(&self) -> &RecentIncidents {
+    #[cfg(test)]
+    pub(crate) fn recent(&self) -> &RecentIncidents {
         &self.recent
     }
 

@@ -1,8 +1,7 @@
 //! The decision step: decide on the state as it is, report the decision, start its action
-//! and checkpoint what must survive a restart; and, after a restart, what the checkpoint says
-//! about pods evicted before it.
+//! and checkpoint what must survive a restart; and, after a restart, resume the eviction the
+//! checkpoint says was in flight. What becomes of evicted pods is in [`super::evicted_pods`].
 use std::{
-    collections::HashSet,
     io::{self, Write as _},
     path::PathBuf,
     sync::Arc,
@@ -21,7 +20,6 @@ use super::{
     kernel_victim,
     local_first::API_TIMEOUT,
     persist,
-    reader::MachineReader as _,
     run::{Agent, RunningGrace},
 };
 use crate::{
@@ -30,7 +28,6 @@ use crate::{
     checkpoint::read_now,
     engine::{
         decide::Eviction,
-        ids::CgroupRel,
         instant::{Clock as _, ManualClock},
         memory_brake::BrakeInputs,
         oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
@@ -481,76 +478,5 @@ impl Agent {
     /// Whether evictions are carried out on this node (a cgroup kill), not through the API.
     pub(super) fn evictor_is_local(&self) -> bool {
         !self.args.dry_run && !self.args.kube
-    }
-
-    /// After a restart: pods the checkpoint lists among the recent evictions that are still
-    /// in the pod set but have no process left (or no cgroup) are taken as stopped by this
-    /// agent, as they were before the restart, so they are not chosen again. A listed pod
-    /// that runs (a dry-run decision, or started again) ranks as usual.
-    pub(super) fn restore_stopped_pods(&mut self) {
-        let evicted: HashSet<&str> = self
-            .saved
-            .v1
-            .recent_evictions
-            .iter()
-            .map(|r| r.pod.uid.as_str())
-            .collect();
-        let stopped: Vec<_> = self
-            .core
-            .pods()
-            .filter(|p| evicted.contains(p.facts.pod.uid.as_str()))
-            .filter(|p| match &p.cgroup {
-                Some(c) => subtree_pids(&self.hierarchy.dir(&c.rel)).is_ok_and(|p| p.is_empty()),
-                None => true,
-            })
-            .map(|p| p.facts.pod.clone())
-            .collect();
-        for pod in stopped {
-            tracing::info!(
-                pod.uid = %pod.uid,
-                "pod {pod} was evicted before the restart and has not run since: not a candidate"
-            );
-            self.core.mark_evicted(&pod.uid);
-            self.core.mark_stopped(&pod.uid);
-        }
-    }
-
-    /// Pods that left the pod set while their eviction was in flight (deleted, replaced,
-    /// force-deleted): their eviction is over once their cgroup holds no process, not when
-    /// their listing went. Until then the decision step waits for them as for a listed pod.
-    pub(super) fn settle_unlisted_evictions(&mut self) {
-        for (pod, rel) in self.core.unlisted_in_flight() {
-            if self.no_process_left(rel.as_ref()) {
-                tracing::info!(
-                    pod.uid = %pod.uid,
-                    "pod {pod}, no longer listed, has no process left: its eviction is over"
-                );
-                self.core.eviction_over(&pod.uid);
-            }
-        }
-    }
-
-    /// Whether a pod's cgroup holds no process: it has none, it is gone, or it is empty. An
-    /// unreadable cgroup is not taken as empty: its processes may hold memory.
-    pub(super) fn no_process_left(&self, rel: Option<&CgroupRel>) -> bool {
-        rel.is_none_or(|rel| match self.reader.process_count(rel.as_str()) {
-            Ok(n) => n == 0,
-            Err(e) => e.kind() == io::ErrorKind::NotFound,
-        })
-    }
-
-    /// Stopped pods whose cgroup holds processes again (the kubelet restarted their
-    /// containers, per their restartPolicy) rank again by the kubelet's order.
-    pub(super) fn revive_restarted_pods(&mut self) {
-        for (uid, rel) in self.core.stopped_pods() {
-            if self.reader.process_count(rel.as_str()).is_ok_and(|n| n > 0) {
-                tracing::info!(
-                    pod.uid = %uid,
-                    "pod {uid} runs again after its eviction (containers restarted): a \
-                     candidate again"
-                );
-                self.core.runs_again(&uid);
-            }
-        }
     }
 }

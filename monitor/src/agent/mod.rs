@@ -2,7 +2,7 @@
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`] is
 //! the event loop over the seams ([`event_source`], [`reader`], [`actuator`],
 //! [`checkpoint_writer`]) with its steps in [`startup`], [`intake`], [`stat_programs`],
-//! [`decision_step`], [`action_results`] and [`visibility`].
+//! [`decision_step`], [`evicted_pods`], [`action_results`] and [`visibility`].
 pub(crate) mod action_path;
 mod action_results;
 pub(crate) mod actuator;
@@ -13,6 +13,7 @@ pub(crate) mod decision_log;
 pub(crate) mod decision_report;
 mod decision_step;
 mod event_source;
+mod evicted_pods;
 mod fork_arming;
 mod intake;
 mod kernel_victim;

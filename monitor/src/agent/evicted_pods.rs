@@ -1,0 +1,78 @@
+//! Evicted pods after the decision: restored after a restart, settled once empty, revived.
+use std::{collections::HashSet, io};
+
+use super::{reader::MachineReader as _, run::Agent};
+use crate::{cgroupfs::procs::subtree_pids, engine::ids::CgroupRel};
+
+impl Agent {
+    /// After a restart: pods the checkpoint lists among the recent evictions that are still
+    /// in the pod set but have no process left (or no cgroup) are taken as stopped by this
+    /// agent, as they were before the restart, so they are not chosen again. A listed pod
+    /// that runs (a dry-run decision, or started again) ranks as usual.
+    pub(super) fn restore_stopped_pods(&mut self) {
+        let evicted: HashSet<&str> = self
+            .saved
+            .v1
+            .recent_evictions
+            .iter()
+            .map(|r| r.pod.uid.as_str())
+            .collect();
+        let stopped: Vec<_> = self
+            .core
+            .pods()
+            .filter(|p| evicted.contains(p.facts.pod.uid.as_str()))
+            .filter(|p| match &p.cgroup {
+                Some(c) => subtree_pids(&self.hierarchy.dir(&c.rel)).is_ok_and(|p| p.is_empty()),
+                None => true,
+            })
+            .map(|p| p.facts.pod.clone())
+            .collect();
+        for pod in stopped {
+            tracing::info!(
+                pod.uid = %pod.uid,
+                "pod {pod} was evicted before the restart and has not run since: not a candidate"
+            );
+            self.core.mark_evicted(&pod.uid);
+            self.core.mark_stopped(&pod.uid);
+        }
+    }
+
+    /// Pods that left the pod set while their eviction was in flight (deleted, replaced,
+    /// force-deleted): their eviction is over once their cgroup holds no process, not when
+    /// their listing went. Until then the decision step waits for them as for a listed pod.
+    pub(super) fn settle_unlisted_evictions(&mut self) {
+        for (pod, rel) in self.core.unlisted_in_flight() {
+            if self.no_process_left(rel.as_ref()) {
+                tracing::info!(
+                    pod.uid = %pod.uid,
+                    "pod {pod}, no longer listed, has no process left: its eviction is over"
+                );
+                self.core.eviction_over(&pod.uid);
+            }
+        }
+    }
+
+    /// Whether a pod's cgroup holds no process: it has none, it is gone, or it is empty. An
+    /// unreadable cgroup is not taken as empty: its processes may hold memory.
+    pub(super) fn no_process_left(&self, rel: Option<&CgroupRel>) -> bool {
+        rel.is_none_or(|rel| match self.reader.process_count(rel.as_str()) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        })
+    }
+
+    /// Stopped pods whose cgroup holds processes again (the kubelet restarted their
+    /// containers, per their restartPolicy) rank again by the kubelet's order.
+    pub(super) fn revive_restarted_pods(&mut self) {
+        for (uid, rel) in self.core.stopped_pods() {
+            if self.reader.process_count(rel.as_str()).is_ok_and(|n| n > 0) {
+                tracing::info!(
+                    pod.uid = %uid,
+                    "pod {uid} runs again after its eviction (containers restarted): a \
+                     candidate again"
+                );
+                self.core.runs_again(&uid);
+            }
+        }
+    }
+}

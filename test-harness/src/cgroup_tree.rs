@@ -1,8 +1,6 @@
 //! Cgroup trees owned by a test, the demo or a benchmark: find the memory controller, create
 //! cgroups (delegating the memory controller on v2), start processes inside them, and remove a
-//! whole tree, killing whatever still runs there. Shared by the tests crate and xtask, which
-//! cannot depend on each other (the tests crate needs the kernel toolchain, xtask installs
-//! it), so it needs nothing but std and libc.
+//! whole tree, killing whatever still runs there.
 use std::{
     fs, io,
     os::unix::process::CommandExt as _,

@@ -6,7 +6,7 @@
 //! Each module sets up one thing; everything is re-exported at the crate root.
 mod binaries;
 /// Cgroup trees owned by a test, shared with xtask.
-pub use test_cgroups as cgroup_tree;
+pub use test_harness::cgroup_tree;
 mod cgroups;
 mod fork_bomb;
 mod helper_processes;
@@ -23,7 +23,7 @@ mod scene;
 mod skip;
 pub mod stand_in_kubelet;
 mod temp_dir;
-mod trace;
+mod trace_process;
 
 pub use binaries::{binary, monitor_bin};
 pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, oom_kills_in, set_memory_limit};
@@ -41,4 +41,4 @@ pub use skip::{
     Reason, cannot_run, has_cap_sys_resource, memory_on_cgroup_v2, on_the_host, running_as_root,
 };
 pub use temp_dir::TempDir;
-pub use trace::Trace;
+pub use trace_process::Trace;

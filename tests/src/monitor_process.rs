@@ -1,30 +1,18 @@
 //! The agent running as a subprocess, its output read line by line as it comes.
 use std::{
-    io::{self, BufRead as _, BufReader},
     path::Path,
-    process::{Child, Command, ExitStatus, Stdio},
-    sync::{Arc, Condvar, Mutex, mpsc},
-    time::{Duration, Instant},
+    process::{Command, ExitStatus},
+    time::Duration,
 };
 
-use crate::{cgroup_tree, monitor_bin};
+use test_harness::watched_process::WatchedProcess;
 
-/// Lines a child process wrote on one stream, shared with the thread reading them.
-#[derive(Default)]
-struct Lines {
-    lines: Mutex<Vec<String>>,
-    added: Condvar,
-}
+use crate::monitor_bin;
 
-/// The `monitor` binary running as a subprocess. Its stdout and stderr are read line by line
-/// as they come by two threads; the process is killed and reaped on drop, and its output is
-/// printed when a test fails.
+/// The `monitor` binary running as a subprocess, its output read as it comes (see
+/// [`WatchedProcess`]); killed and reaped on drop, its output printed when a test fails.
 pub struct MonitorProcess {
-    child: Child,
-    stdout: mpsc::Receiver<String>,
-    stdout_seen: Arc<Lines>,
-    stderr: Arc<Lines>,
-    readers: Vec<std::thread::JoinHandle<()>>,
+    process: WatchedProcess,
 }
 
 impl MonitorProcess {
@@ -49,8 +37,8 @@ impl MonitorProcess {
         args: impl IntoIterator<Item = S>,
         dir: &Path,
     ) -> Self {
-        let mut command = Self::piped(Self::command(args));
-        Self::read_output(cgroup_tree::spawn_in(&mut command, dir))
+        let process = WatchedProcess::spawn_in(Self::command(args), dir).expect("starting monitor");
+        Self { process }
     }
 
     /// The command [`Self::start`] runs, for a test to adjust before [`Self::spawn`].
@@ -62,57 +50,17 @@ impl MonitorProcess {
 
     /// Starts `command` (from [`Self::command`]) with its output read line by line.
     pub fn spawn(command: Command) -> Self {
-        Self::read_output(Self::piped(command).spawn())
-    }
-
-    fn piped(mut command: Command) -> Command {
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command
-    }
-
-    fn read_output(child: io::Result<Child>) -> Self {
-        let mut child = child.expect("starting monitor");
-        let (tx, stdout) = mpsc::channel();
-        let stdout_seen = Arc::new(Lines::default());
-        let seen = stdout_seen.clone();
-        let out = child.stdout.take().expect("stdout");
-        let stdout_reader = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                push_line(&seen, line.clone());
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Lines::default());
-        let lines = stderr.clone();
-        let err = child.stderr.take().expect("stderr");
-        let stderr_reader = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                push_line(&lines, line);
-            }
-        });
-        Self {
-            child,
-            stdout,
-            stdout_seen,
-            stderr,
-            readers: vec![stdout_reader, stderr_reader],
-        }
+        let process = WatchedProcess::spawn(command).expect("starting monitor");
+        Self { process }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// The next stdout line, waiting at most `timeout`; `None` on timeout or end of output.
     pub fn next_line(&self, timeout: Duration) -> Option<String> {
-        self.stdout.recv_timeout(timeout).ok()
+        Some(self.process.next_line(timeout).ok()??.text)
     }
 
     /// The next decision the agent prints (a JSON line), waiting at most `within`.
@@ -123,45 +71,35 @@ impl MonitorProcess {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
     }
 
-    /// The first stderr line so far or within `timeout` that `matches`.
+    /// The first stderr line so far or within `timeout` that `matches`; `None` on timeout or
+    /// once the agent exited without one.
     pub fn wait_stderr(&self, timeout: Duration, matches: impl Fn(&str) -> bool) -> Option<String> {
-        let deadline = Instant::now() + timeout;
-        let mut lines = self.stderr.lines.lock().unwrap();
-        loop {
-            if let Some(line) = lines.iter().find(|l| matches(l)) {
-                return Some(line.clone());
-            }
-            let left = deadline.checked_duration_since(Instant::now())?;
-            lines = self.stderr.added.wait_timeout(lines, left).unwrap().0;
-        }
+        self.process.wait_stderr(timeout, matches)
     }
 
     /// Everything written on stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lines.lock().unwrap().join("\n")
+        self.process.stderr()
     }
 
     /// Every stdout line so far (including those already taken by [`Self::next_line`]).
     pub fn stdout_lines(&self) -> Vec<String> {
-        self.stdout_seen.lines.lock().unwrap().clone()
+        self.process.stdout_lines()
     }
 
     /// Asks the agent to stop, as a service manager would.
     pub fn terminate(&self) {
-        // SAFETY: signalling the child this value owns, which is not reaped before drop.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.process.signal(libc::SIGTERM);
     }
 
     /// Sends SIGINT, as Ctrl-C in a terminal does.
     pub fn interrupt(&self) {
-        // SAFETY: signalling the child this value owns, which is not reaped before drop.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.process.signal(libc::SIGINT);
     }
 
     /// Sends SIGHUP: the agent reads its configuration again and lists its pods anew.
     pub fn hangup(&self) {
-        // SAFETY: signalling the child this value owns, which is not reaped before drop.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
+        self.process.signal(libc::SIGHUP);
     }
 
     /// Stops the agent with SIGTERM and asserts that it exits with status 0.
@@ -179,40 +117,17 @@ impl MonitorProcess {
 
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
-        self.child
-            .try_wait()
-            .expect("checking on monitor")
-            .is_none()
+        self.process.running()
     }
 
     /// Waits for the process to exit; `None` if it is still running after `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("waiting for monitor") {
-                // The pipes are closed: the readers end once they took the last lines.
-                for reader in self.readers.drain(..) {
-                    let _ = reader.join();
-                }
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.wait(timeout)
     }
-}
-
-fn push_line(lines: &Lines, line: String) {
-    lines.lines.lock().unwrap().push(line);
-    lines.added.notify_all();
 }
 
 impl Drop for MonitorProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         if std::thread::panicking() {
             eprintln!("--- monitor stdout ---\n{}", self.stdout_lines().join("\n"));
             eprintln!("--- monitor stderr ---\n{}", self.stderr());

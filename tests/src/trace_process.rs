@@ -1,65 +1,33 @@
 //! `monitor trace` running as a subprocess while a test makes the kernel events it traces.
-use std::{
-    io::{BufRead as _, BufReader, Read as _},
-    process::{Child, Command, ExitStatus, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
-};
+use std::{process::ExitStatus, time::Duration};
+
+use test_harness::watched_process::WatchedProcess;
 
 use crate::monitor_bin;
 
 /// Starts `monitor trace` with `args` and returns once its kernel programs are attached, so
-/// what the test does next is traced. Its stdout stays piped; its stderr is collected and
-/// handed back with the exit status by [`Trace::finish`].
+/// what the test does next is traced; [`Trace::finish`] hands back its exit status, stdout
+/// and stderr.
 pub struct Trace {
-    child: Child,
-    // Both read as they come, so a trace that prints a lot never blocks on a full pipe.
-    stdout: std::thread::JoinHandle<String>,
-    stderr: std::thread::JoinHandle<String>,
+    process: WatchedProcess,
 }
+
+/// How long a trace given a `--duration` may take to end by itself.
+const FINISH_WITHIN: Duration = Duration::from_secs(300);
 
 impl Trace {
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(monitor_bin())
-            .arg("trace")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting monitor trace");
-        let mut stdout = child.stdout.take().expect("piped stdout");
-        let stdout = std::thread::spawn(move || {
-            let mut all = String::new();
-            let _ = stdout.read_to_string(&mut all);
-            all
-        });
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
-        let stderr = std::thread::spawn(move || {
-            let mut all = String::new();
-            for line in stderr.lines().map_while(Result::ok) {
-                if line.contains("tracing with") {
-                    let _ = ready_tx.send(());
-                }
-                all.push_str(&line);
-                all.push('\n');
-            }
-            all
-        });
+        let mut command = std::process::Command::new(monitor_bin());
+        command.arg("trace").args(args);
+        let process = WatchedProcess::spawn(command).expect("starting monitor trace");
         // Slow machines (the emulated VM) take seconds to load the programs.
-        if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "monitor trace did not start: {}",
-                stderr.join().unwrap_or_default()
-            );
+        if process
+            .wait_stderr(Duration::from_secs(60), |l| l.contains("tracing with"))
+            .is_none()
+        {
+            panic!("monitor trace did not start: {}", process.stderr());
         }
-        Self {
-            child,
-            stdout,
-            stderr,
-        }
+        Self { process }
     }
 
     /// Ends the trace as an operator's Ctrl-C does, once the `settle` the kernel's last
@@ -67,35 +35,31 @@ impl Trace {
     /// trace is still running 30 s after the signal: Ctrl-C must end it, whatever it is doing.
     pub fn interrupt(mut self, settle: Duration) -> (ExitStatus, String, String) {
         std::thread::sleep(settle);
-        // SAFETY: kill(2) on the pid of a child this handle has not reaped yet.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self
-            .child
-            .try_wait()
-            .expect("waiting for monitor trace")
-            .is_none()
-        {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "monitor trace still ran 30 s after SIGINT: {}",
-                    self.stderr.join().unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.finish()
+        self.process.signal(libc::SIGINT);
+        let Some(status) = self.process.wait(Duration::from_secs(30)) else {
+            panic!(
+                "monitor trace still ran 30 s after SIGINT: {}",
+                self.process.stderr()
+            );
+        };
+        self.output(status)
     }
 
     /// Waits for the trace to end; its exit status, stdout and stderr.
     pub fn finish(mut self) -> (ExitStatus, String, String) {
-        let status = self.child.wait().expect("waiting for monitor trace");
-        (
-            status,
-            self.stdout.join().unwrap_or_default(),
-            self.stderr.join().unwrap_or_default(),
-        )
+        let Some(status) = self.process.wait(FINISH_WITHIN) else {
+            panic!(
+                "monitor trace still ran after {FINISH_WITHIN:?}: {}",
+                self.process.stderr()
+            );
+        };
+        self.output(status)
+    }
+
+    fn output(&self, status: ExitStatus) -> (ExitStatus, String, String) {
+        let text = |lines: Vec<String>| lines.iter().map(|l| format!("{l}\n")).collect();
+        let stderr = self.process.stderr();
+        let stderr = text(stderr.lines().map(str::to_string).collect());
+        (status, text(self.process.stdout_lines()), stderr)
     }
 }

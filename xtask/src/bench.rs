@@ -26,7 +26,7 @@
 mod density;
 mod env;
 mod hooks;
-mod kernel;
+mod kernel_cost;
 mod latency;
 mod oom_brake;
 mod oom_peers;
@@ -86,7 +86,7 @@ pub(crate) fn run(
         "--package",
         "tests",
         "--bin",
-        "ranking",
+        "ranking_timings",
     ]);
     if needs_root {
         eprintln!("bench: building the agent and the load helpers (release)");
@@ -95,10 +95,10 @@ pub(crate) fn run(
             "bench_load",
             "hook_cost",
             "hook_floor",
-            "oom_race",
-            "pid_race",
+            "oom_race_trials",
+            "pid_race_trials",
             "reap_time",
-            "oom_peers",
+            "oom_peers_trials",
             "alloc",
         ] {
             build.args(["--bin", helper]);
@@ -128,7 +128,9 @@ pub(crate) fn run(
     };
     run_one(Name::Latency, &mut || latency::run(&bins, &machine, quick))?;
     run_one(Name::Density, &mut || density::run(&bins, &machine, quick))?;
-    run_one(Name::Kernel, &mut || kernel::run(&bins, &machine, quick))?;
+    run_one(Name::Kernel, &mut || {
+        kernel_cost::run(&bins, &machine, quick)
+    })?;
     run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
     run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, quick))?;
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;

@@ -176,7 +176,7 @@ pub(crate) fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
         "--bins",
     ]))?;
     let bin = target_dir()?.join("debug");
-    let (mount, v2) = test_cgroups::memory_mount()?;
+    let (mount, v2) = test_harness::cgroup_tree::memory_mount()?;
     let stop = Arc::new(AtomicBool::new(false));
     let handler_stop = stop.clone();
     ctrlc::set_handler(move || handler_stop.store(true, Ordering::SeqCst))
@@ -256,9 +256,9 @@ impl DemoTree {
                 "demo: removing {} left by an earlier run",
                 tree.root.display()
             );
-            test_cgroups::remove_tree(&tree.root);
+            test_harness::cgroup_tree::remove_tree(&tree.root);
         }
-        test_cgroups::create_dirs(mount, DEMO_ROOT, v2)
+        test_harness::cgroup_tree::create_dirs(mount, DEMO_ROOT, v2)
             .with_context(|| format!("creating {}", tree.root.display()))?;
         Ok(tree)
     }
@@ -268,7 +268,7 @@ impl DemoTree {
     }
 
     fn mkdir(&self, rel: &str) -> anyhow::Result<()> {
-        test_cgroups::create_dirs(&self.root, rel, self.v2)
+        test_harness::cgroup_tree::create_dirs(&self.root, rel, self.v2)
             .with_context(|| format!("creating {}", self.root.join(rel).display()))?;
         Ok(())
     }
@@ -276,7 +276,7 @@ impl DemoTree {
 
 impl Drop for DemoTree {
     fn drop(&mut self) {
-        test_cgroups::remove_tree(&self.root);
+        test_harness::cgroup_tree::remove_tree(&self.root);
     }
 }
 
@@ -295,7 +295,7 @@ impl Worker {
     ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(alloc);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child = test_cgroups::spawn_in(&mut cmd, cgroup)
+        let mut child = test_harness::cgroup_tree::spawn_in(&mut cmd, cgroup)
             .with_context(|| format!("starting {}", alloc.display()))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut answers = BufReader::new(child.stdout.take().expect("piped stdout")).lines();

@@ -58,7 +58,7 @@ const ONE_VM_TESTS: [(&str, &str); 23] = [
     ("agent_bounded_input", "6.12"),
     ("agent_log_json", "6.12"),
     ("agent_metrics_names", "6.12"),
-    ("cgroup_kill", "6.12"),
+    ("kill_cgroup_tree", "6.12"),
     ("monitoring_stack", "6.12"),
     ("agent_kernel_victim", "6.12"),
     ("agent_memory_brake", "6.12"),

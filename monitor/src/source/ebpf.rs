@@ -21,11 +21,11 @@ mod drops;
 mod kernel_config;
 mod load_error;
 mod memcg_hooks;
+mod memcg_offsets;
 mod options;
 mod ring;
 mod stat_links;
-mod task_cgroups;
-mod task_memcg;
+mod task_marks;
 mod tracepoints;
 mod victim_cgroups;
 mod without_kernel_btf;
@@ -48,8 +48,8 @@ pub use options::{
 };
 pub use stat_links::StatLinkError;
 use stat_links::StatLinks;
-use task_cgroups::MarkState;
-pub use task_cgroups::TaskCgroups;
+use task_marks::MarkState;
+pub use task_marks::TaskCgroups;
 
 use kernel_config::{config_for, incident_config_for};
 pub(crate) use memcg_hooks::raw_tracepoints_usable;

@@ -301,7 +301,7 @@ fn meminfo_mib(field: &str) -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: oom_peers earlyoom|agent|kernel TRIALS (root, in the VM only)";
+    let usage = "usage: oom_peers_trials earlyoom|agent|kernel TRIALS (root, in the VM only)";
     let (peer_name, trials) = match args.as_slice() {
         [peer, trials] => match trials.parse::<usize>() {
             Ok(n) => (peer.clone(), n),
@@ -310,7 +310,7 @@ fn main() {
         _ => exit(usage),
     };
     if std::env::var_os("MONITOR_VM").is_none() {
-        exit("oom_peers runs the whole machine out of memory: it runs only in the VM");
+        exit("oom_peers_trials runs the whole machine out of memory: it runs only in the VM");
     }
     // Whoever the OOM killer or a peer picks, it is not this runner. Its children inherit
     // that: each is given back the default (the agent sets its own).

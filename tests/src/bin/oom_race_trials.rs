@@ -4,7 +4,7 @@
 //! it; a trial is won when the agent stopped the hog (or, `--other-victim`, whatever it
 //! chose) before the kernel's OOM killer fired in the tree.
 //!
-//!     oom_race SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
+//!     oom_race_trials SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
 //!              [--draining-hog] [--draining-victim] [--grace-projection on|off]
 //!              [--memory-brake kubepods|pods|off] [--predict MS]
 //!
@@ -47,7 +47,7 @@ struct Args {
 }
 
 fn parse() -> Result<Args, String> {
-    let usage = "usage: oom_race ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
+    let usage = "usage: oom_race_trials ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
                  [--kubelet-delay MS] [--other-victim] [--draining-hog] [--draining-victim] \
                  [--grace-projection on|off] [--memory-brake kubepods|pods|off] [--predict MS]";
     let args: Vec<String> = std::env::args().skip(1).collect();

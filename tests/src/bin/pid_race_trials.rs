@@ -2,8 +2,8 @@
 //! soon after it crosses a hard `pid.available` threshold the agent decides; and what a fork
 //! costs with the agent's kernel programs attached.
 //!
-//!     pid_race ebpf|resync TRIALS
-//!     pid_race fork-cost ROUNDS
+//!     pid_race_trials ebpf|resync TRIALS
+//!     pid_race_trials fork-cost ROUNDS
 //!
 //! `ebpf`: the kernel's fork counter wakes the agent (its resync 10 s away); `resync`: the
 //! agent polls every 10 s, as the kubelet's housekeeping reads `pid.available`. Each trial
@@ -217,7 +217,7 @@ fn main() {
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: pid_race ebpf|resync TRIALS | pid_race fork-cost ROUNDS";
+    let usage = "usage: pid_race_trials ebpf|resync TRIALS | pid_race_trials fork-cost ROUNDS";
     let [mode, count] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);

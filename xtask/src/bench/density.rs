@@ -165,7 +165,7 @@ struct AgentCgroup {
 impl AgentCgroup {
     fn create(tree: &BenchTree, tag: &str) -> anyhow::Result<Self> {
         let v2 = tree.hierarchy.v2;
-        let dir = test_cgroups::create_dirs(&tree.dir, &format!("agent-{tag}"), v2)
+        let dir = test_harness::cgroup_tree::create_dirs(&tree.dir, &format!("agent-{tag}"), v2)
             .with_context(|| format!("creating the agent's cgroup in {}", tree.dir.display()))?;
         let limit = if v2 {
             "memory.max"

@@ -5,12 +5,13 @@ use std::{
     io::{BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
-    sync::mpsc::{Receiver, RecvTimeoutError, channel},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
+use test_harness::watched_process::WatchedProcess;
+pub(super) use test_harness::watched_process::{Line, monotonic_ns};
 
 /// Cores, kernel release and memory of the machine the figures come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,17 +55,6 @@ pub(super) fn loadavg() -> f64 {
 pub(super) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds, the clock the agent stamps decisions with.
-pub(super) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A small deterministic generator for jitter (xorshift64).
@@ -112,7 +102,7 @@ impl Binaries {
             load: release.join("bench_load"),
             hook_cost: release.join("hook_cost"),
             hook_floor: release.join("hook_floor"),
-            ranking: release.join("ranking"),
+            ranking: release.join("ranking_timings"),
             agent_flags,
         })
     }
@@ -127,7 +117,7 @@ pub(super) struct Hierarchy {
 
 impl Hierarchy {
     pub(super) fn discover() -> anyhow::Result<Self> {
-        let (mount, v2) = test_cgroups::memory_mount()?;
+        let (mount, v2) = test_harness::cgroup_tree::memory_mount()?;
         Ok(Self { mount, v2 })
     }
 
@@ -187,7 +177,7 @@ impl BenchTree {
             uids: Vec::new(),
         };
         // From here on, drop removes whatever was created, also on failure.
-        test_cgroups::create_dirs(
+        test_harness::cgroup_tree::create_dirs(
             &tree.hierarchy.mount,
             &format!("{}/kubepods/burstable", rel.trim_start_matches('/')),
             tree.hierarchy.v2,
@@ -244,7 +234,7 @@ impl BenchTree {
 
 impl Drop for BenchTree {
     fn drop(&mut self) {
-        test_cgroups::remove_tree(&self.dir);
+        test_harness::cgroup_tree::remove_tree(&self.dir);
         let _ = fs::remove_dir_all(&self.scratch);
     }
 }
@@ -276,20 +266,14 @@ fn pod_manifest(i: usize, uid: &str) -> serde_json::Value {
 
 /// Starts `cmd` inside `cgroup_dir`: it joins the cgroup before exec.
 pub(super) fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
-    test_cgroups::spawn_in(cmd, cgroup_dir).with_context(|| format!("starting {cmd:?}"))
+    test_harness::cgroup_tree::spawn_in(cmd, cgroup_dir)
+        .with_context(|| format!("starting {cmd:?}"))
 }
 
-/// A stdout line of the agent and the bench's CLOCK_MONOTONIC when it was read.
-pub(super) struct Line {
-    pub text: String,
-    pub read_ns: u64,
-}
-
-/// The agent as a child process: stdout lines arrive on a channel, stderr goes to a log.
+/// The agent as a child process: stdout lines (stamped with the bench's CLOCK_MONOTONIC
+/// when read) and stderr read as they come.
 pub(super) struct Agent {
-    child: Child,
-    lines: Receiver<Line>,
-    log: PathBuf,
+    process: WatchedProcess,
 }
 
 /// Which binary an agent runs, and in which cgroup (`None`: the bench's own).
@@ -389,8 +373,6 @@ impl Agent {
         tag: &str,
     ) -> anyhow::Result<Self> {
         let checkpoint = tree.scratch.join(format!("checkpoint-{tag}"));
-        let log = tree.scratch.join(format!("agent-{tag}.log"));
-        let stderr = fs::File::create(&log)?;
         let mut cmd = Command::new(run.monitor);
         cmd.arg("--dry-run")
             .arg("--pods")
@@ -405,85 +387,47 @@ impl Agent {
             .arg("--checkpoint-dir")
             .arg(&checkpoint)
             .args(["--output", "json", "--no-metrics"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr);
-        let mut child = match run.cgroup {
-            Some(dir) => spawn_in(&mut cmd, dir)?,
-            None => cmd
-                .spawn()
-                .with_context(|| format!("starting {}", run.monitor.display()))?,
+            .env("RUST_LOG", "info");
+        let started = match run.cgroup {
+            Some(dir) => WatchedProcess::spawn_in(cmd, dir),
+            None => WatchedProcess::spawn(cmd),
         };
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for text in BufReader::new(stdout).lines() {
-                let Ok(text) = text else { break };
-                if tx
-                    .send(Line {
-                        text,
-                        read_ns: monotonic_ns(),
-                    })
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let mut agent = Self { child, lines, log };
+        let process = started.with_context(|| format!("starting {}", run.monitor.display()))?;
+        let agent = Self { process };
         agent.wait_for_log("pods: ", Duration::from_secs(120))?;
         Ok(agent)
     }
 
     pub(super) fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
-    /// Waits until the agent's log contains `needle`; fails when it exits first.
-    pub(super) fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if fs::read_to_string(&self.log)
-                .unwrap_or_default()
-                .contains(needle)
-            {
-                return Ok(());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "the agent exited ({status}) before {needle:?}:\n{}",
-                    self.log_text()
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "no {needle:?} from the agent within {timeout:?}:\n{}",
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    /// Waits until the agent logs a line containing `needle`; fails when it exits first.
+    pub(super) fn wait_for_log(&self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
+        match self.process.wait_stderr(timeout, |l| l.contains(needle)) {
+            Some(_) => Ok(()),
+            None => bail!(
+                "no {needle:?} from the agent within {timeout:?} (or it exited):\n{}",
+                self.log_text()
+            ),
         }
     }
 
+    /// Everything the agent logged so far.
     pub(super) fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.stderr()
     }
 
     /// The next stdout line, or `None` after `timeout`.
-    pub(super) fn next_line(&mut self, timeout: Duration) -> anyhow::Result<Option<Line>> {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) => Ok(Some(line)),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
-            Err(RecvTimeoutError::Disconnected) => {
-                bail!("the agent closed its output:\n{}", self.log_text())
-            }
-        }
+    pub(super) fn next_line(&self, timeout: Duration) -> anyhow::Result<Option<Line>> {
+        self.process
+            .next_line(timeout)
+            .map_err(|_| anyhow::anyhow!("the agent closed its output:\n{}", self.log_text()))
     }
 
     /// Lines already read, without waiting.
-    pub(super) fn drain(&mut self) -> Vec<Line> {
-        self.lines.try_iter().collect()
+    pub(super) fn drain(&self) -> Vec<Line> {
+        self.process.take_lines()
     }
 
     /// utime + stime in clock ticks, from /proc/<pid>/stat.
@@ -504,33 +448,10 @@ impl Agent {
             .with_context(|| format!("no {field} in /proc/{}/status", self.pid()))
     }
 
-    /// SIGTERM, then SIGKILL if it has not exited within 10 s.
+    /// SIGTERM, then SIGKILL if it has not exited within 10 s; what it logged.
     pub(super) fn stop(mut self) -> anyhow::Result<String> {
-        self.terminate();
+        self.process.stop(Duration::from_secs(10));
         Ok(self.log_text())
-    }
-
-    fn terminate(&mut self) {
-        if self.child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.terminate();
     }
 }
 

@@ -186,7 +186,7 @@ impl Attached {
         if hook.tag == FLOOR.tag {
             return Ok(Self::Floor(Floor::attach(bins)?));
         }
-        let mut agent = Agent::start_with(
+        let agent = Agent::start_with(
             bins,
             tree,
             SourceArg::Ebpf,

@@ -213,7 +213,7 @@ fn measure(bins: &Binaries, source: SourceArg, trials: usize) -> anyhow::Result<
     // The agent decides once the working set exceeds this.
     let crossing_ws = ALLOCATABLE - threshold_kib * 1024;
     let config = tree.write_config(threshold_kib)?;
-    let mut agent = Agent::start(
+    let agent = Agent::start(
         bins,
         &tree,
         source,

@@ -1,4 +1,4 @@
-//! The OOM race on cgroup v2, where the memory brake exists: the tests crate's `oom_race`
+//! The OOM race on cgroup v2, where the memory brake exists: the tests crate's `oom_race_trials`
 //! runs in Debian 12's kernel (6.1, memcg counted by fentry) under qemu, a kubepods cgroup
 //! limited a margin above a hard `allocatableMemory.available` threshold. Victims that handle
 //! SIGTERM: the hog itself (allocating on until SIGKILL), and an idle bystander the kubelet's
@@ -80,7 +80,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         .monitor
         .parent()
         .context("the monitor binary has no directory")?;
-    let runner = release.join("oom_race");
+    let runner = release.join("oom_race_trials");
     let alloc = release.join("alloc");
     let env: [(&str, &Path); 2] = [
         ("MONITOR_BIN", &bins.monitor),

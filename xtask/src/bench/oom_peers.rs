@@ -2,7 +2,7 @@
 //! systemd-oomd (Debian 12's packages, with Debian's settings) and the agent (a hard
 //! `memory.available: 10%` threshold, the share earlyoom acts at) each watch a node that a
 //! hog runs out of memory, and the kernel's OOM killer alone as the baseline. Never on this
-//! machine: a whole-node OOM here would kill its services. The tests crate's `oom_peers` runs
+//! machine: a whole-node OOM here would kill its services. The tests crate's `oom_peers_trials` runs
 //! the trials in Debian 12's own kernel (6.1) under qemu, with a fixed RAM size and no swap,
 //! under the hand-made init and, for systemd-oomd, with systemd as PID 1; this module parses
 //! its lines and says per peer who acted first and what each one killed.
@@ -255,7 +255,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         .monitor
         .parent()
         .context("the monitor binary has no directory")?;
-    let runner = release.join("oom_peers");
+    let runner = release.join("oom_peers_trials");
     let earlyoom = vm::debian_package("earlyoom")?.join("usr/bin/earlyoom");
     let (trials, baseline) = (trials.to_string(), baseline.to_string());
     let alloc = release.join("alloc");

@@ -1,7 +1,7 @@
 //! The OOM race: does the agent stop a pod allocating as fast as one process can (the
 //! tests crate's `alloc` helper, ~2 GiB/s here) before the kernel's OOM killer fires?
 //!
-//! Each run is the tests crate's `oom_race` trial runner (it owns the MOCK API server and the
+//! Each run is the tests crate's `oom_race_trials` trial runner (it owns the MOCK API server and the
 //! STAND-IN kubelet, so they live in one place): a kubepods cgroup whose memory limit lies a
 //! margin above the point where a hard `allocatableMemory.available` threshold is met, two
 //! steady pods holding 40 MiB each, and per trial a fresh pod told to allocate 1 GiB at
@@ -118,7 +118,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         .monitor
         .parent()
         .context("the monitor binary has no directory")?;
-    let runner = release.join("oom_race");
+    let runner = release.join("oom_race_trials");
     let (margins, trials, cases) = plan(quick);
     // Win rates are read side by side in the table, not as ratios of each other.
     let mut figures = Vec::new();

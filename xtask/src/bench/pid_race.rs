@@ -3,7 +3,7 @@
 //! as the kubelet's housekeeping does; crossing -> decision p50/p99 and how many tasks the
 //! bomb had made by the decision. First, a fork's cost with the agent's programs attached
 //! (without and with a pid threshold, which arms the fork counter and marks task cgroups)
-//! against none, as ratios measured in the same run (the tests crate's `pid_race`).
+//! against none, as ratios measured in the same run (the tests crate's `pid_race_trials`).
 use std::{
     path::Path,
     process::{Command, Stdio},
@@ -40,14 +40,16 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         .monitor
         .parent()
         .context("the monitor binary has no directory")?
-        .join("pid_race");
+        .join("pid_race_trials");
     let mut figures = Vec::new();
     let mut raw = serde_json::Map::new();
     // First, on a machine the bombs have not loaded yet.
     let load = loadavg();
     eprintln!("bench: pid-race fork cost ({rounds} rounds, load {load:.2})");
     let cost = run_lines(&runner, bins, &["fork-cost", &rounds.to_string()])?;
-    let cost = cost.first().context("pid_race fork-cost printed nothing")?;
+    let cost = cost
+        .first()
+        .context("pid_race_trials fork-cost printed nothing")?;
     let without = cost["median_without_ns"].as_f64().unwrap_or(f64::NAN);
     let with = cost["median_with_ns"].as_f64().unwrap_or(f64::NAN);
     let marking = cost["median_marking_ns"].as_f64().unwrap_or(f64::NAN);

@@ -1,4 +1,4 @@
-//! The ranking micro-benchmark (the tests crate's `ranking` binary), run and its JSON line turned
+//! The ranking micro-benchmark (the tests crate's `ranking_timings` binary), run and its JSON line turned
 //! into figures: the incremental index against the fastest of its baselines (comparator
 //! re-sort, full sort of precomputed keys, minimum scan).
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! the per-CPU budget, and the incident programs' settings.
 use monitor_common::{Config, IncidentConfig, NO_ITEM, NSTATS, Stat};
 
-use super::{IncidentOptions, LoadError, LoadOptions, default_budget_pages, task_memcg};
+use super::{IncidentOptions, LoadError, LoadOptions, default_budget_pages, memcg_offsets};
 use crate::{
     node::read::page_size,
     source::btf::{self, Types},
@@ -53,7 +53,7 @@ pub(super) fn incident_config_for(
     config.min_stall_ns = u64::try_from(incidents.min_stall.as_nanos())
         .unwrap_or(u64::MAX)
         .max(1);
-    Ok(task_memcg::task_offsets(
+    Ok(memcg_offsets::task_offsets(
         btf,
         config,
         options.hierarchy_id > 0,

@@ -1,6 +1,7 @@
 //! The agent's checkpointed state, without any I/O: what is kept ([`state`]), how it is
-//! encoded, checksummed and versioned ([`format`](mod@format)), and the timers that must run
-//! on across a restart ([`continuity`]). Reading and writing the files is the agent's
+//! encoded, checksummed and versioned ([`format`](mod@format)), the decision state carried
+//! into and out of it ([`decision_state`]), and the timers that must run on across a restart
+//! ([`continuity`]). Reading and writing the files is the agent's
 //! (`monitor::checkpoint`).
 //!
 //! The design follows the kubelet's checkpoint manager: FNV-32a over a canonical dump of the
@@ -8,6 +9,7 @@
 //! older one so that rolling the agent back does not cost its state.
 mod canonical;
 pub mod continuity;
+pub mod decision_state;
 mod fnv;
 pub mod format;
 pub mod state;

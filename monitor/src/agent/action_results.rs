@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::{
     actuator::{ActionDone, ActionOutcome},
-    decision_log, persist,
+    decision_log,
     run::Agent,
 };
 use crate::{engine::instant::Clock as _, engine::units::bytes, system_clock::BootClock};
@@ -60,7 +60,7 @@ impl Agent {
                         report.elapsed
                     );
                 }
-                persist::record_freed(&mut self.saved, &uid, freed);
+                self.checkpoint.record_freed(&uid, freed, Instant::now());
                 if stopped {
                     self.core.eviction_over(&uid);
                 } else {
@@ -72,7 +72,7 @@ impl Agent {
                 done.request.grace_period_seconds
             ),
             ActionOutcome::Gone => {
-                persist::record_freed(&mut self.saved, &uid, 0);
+                self.checkpoint.record_freed(&uid, 0, Instant::now());
                 let rel = self.core.pod(&uid).and_then(|p| p.cgroup.as_ref());
                 if self.no_process_left(rel.map(|c| &c.rel)) {
                     tracing::info!("pod {pod} was already gone");
@@ -107,6 +107,5 @@ impl Agent {
             }
         }
         self.decisions.settle(&uid, done.outcome.describe());
-        self.writer.save(&self.saved, Instant::now());
     }
 }

@@ -15,11 +15,11 @@ use super::{
     action_path::Route,
     actuator::ActionRequest,
     args::GraceProjection,
+    checkpointer::Started,
     decision_log,
     decision_report::{DecisionContext, DecisionReport},
     kernel_victim,
     local_first::API_TIMEOUT,
-    persist,
     run::{Agent, RunningGrace},
 };
 use crate::{
@@ -141,36 +141,18 @@ impl Agent {
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         self.step_brake(decided_ns);
-        // Most evaluations change nothing worth keeping; skip building the checkpoint then.
-        let snapshot = (self.core.state().clone(), decision.node_conditions.clone());
-        if decision.eviction().is_none() && self.persisted.as_ref() == Some(&snapshot) {
-            return;
-        }
-        self.persisted = Some(snapshot);
-        let now = match read_now() {
-            Ok(now) => now,
-            Err(e) => {
-                tracing::warn!("reading the clocks for the checkpoint: {e}");
-                return;
-            }
-        };
-        persist::save(
+        let started = decision.eviction().map(|eviction| Started {
+            pod: &eviction.pod,
+            signal: eviction.signal,
+            grace_period_seconds: grace_given.unwrap_or(eviction.grace_period_seconds),
+        });
+        self.checkpoint.record_decision(
             self.core.state(),
             &decision.node_conditions,
-            &mut self.saved,
-            &now,
+            started,
+            read_now,
+            Instant::now(),
         );
-        if let Some(eviction) = decision.eviction() {
-            self.saved.record_eviction(
-                persist::saved_pod(&eviction.pod),
-                eviction.signal.as_str(),
-                0,
-                &now,
-            );
-            self.saved
-                .record_grace_period(grace_given.unwrap_or(eviction.grace_period_seconds));
-        }
-        self.writer.save(&self.saved, Instant::now());
     }
 
     /// On the API-only route the pod stops once the API server deleted it and the kubelet
@@ -441,7 +423,8 @@ impl Agent {
         if !running || !self.evictor_is_local() {
             return;
         }
-        let Some(grace_period_seconds) = self.saved.pending_grace_period_seconds() else {
+        let Some(grace_period_seconds) = self.checkpoint.saved().pending_grace_period_seconds()
+        else {
             tracing::warn!(
                 "pod {pod} was being evicted before the restart, but the checkpoint does not \
                  say its grace period (an older version wrote it): it is decided on again once \

@@ -11,7 +11,8 @@ impl Agent {
     /// that runs (a dry-run decision, or started again) ranks as usual.
     pub(super) fn restore_stopped_pods(&mut self) {
         let evicted: HashSet<&str> = self
-            .saved
+            .checkpoint
+            .saved()
             .v1
             .recent_evictions
             .iter()

@@ -260,7 +260,7 @@ impl Agent {
         let stopped_pod_moved = stats
             .iter()
             .any(|c| self.core.belongs_to_stopped_pod(c.cgroup_id));
-        self.unsaved_events += received;
+        self.checkpoint.count_received(received);
         self.metrics.events_received += received;
         // A pod whose cgroup did not exist yet may have just got it; a restarted container
         // of a stopped pod gets a new cgroup, or at least moves memory in the old one.
@@ -437,7 +437,7 @@ impl Agent {
             );
         }
         if new.ring_full > 0 {
-            self.lost_unsaved += new.ring_full;
+            self.checkpoint.count_lost(new.ring_full);
             tracing::warn!(
                 "{} kernel records lost (ring buffer full): rescanning cgroups and reading \
                  memory anew",

@@ -1,14 +1,14 @@
 //! The node agent's shell: kernel events -> working sets -> rankings -> decisions -> actions
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`] is
 //! the event loop over the seams ([`event_source`], [`reader`], [`actuator`],
-//! [`checkpoint_writer`]) with its steps in [`startup`], [`intake`], [`stat_programs`],
+//! [`checkpointer`]) with its steps in [`startup`], [`intake`], [`stat_programs`],
 //! [`decision_step`], [`evicted_pods`], [`action_results`] and [`visibility`].
 pub(crate) mod action_path;
 mod action_results;
 pub(crate) mod actuator;
 pub(crate) mod args;
 pub(crate) mod cause;
-pub(crate) mod checkpoint_writer;
+mod checkpointer;
 pub(crate) mod decision_log;
 pub(crate) mod decision_report;
 mod decision_step;
@@ -20,7 +20,6 @@ mod kernel_victim;
 mod kubepods_brake;
 pub(crate) mod local_first;
 pub(crate) mod node_status;
-pub(crate) mod persist;
 mod psi_wake;
 pub(crate) mod publish;
 pub(crate) mod reader;

@@ -21,7 +21,7 @@ use super::{
     actuator::{ActionDone, Actuator},
     args::AgentArgs,
     cause::CauseLog,
-    checkpoint_writer::CheckpointWriter,
+    checkpointer::Checkpointer,
     event_source::{Batch, Source},
     fork_arming::ForkArming,
     kubepods_brake::KubepodsBrake,
@@ -37,10 +37,7 @@ use crate::{
     action::KubeEvictor,
     cgroupfs::MemoryHierarchy,
     checkpoint::StateManager,
-    engine::{
-        checkpoint::AgentState, decide::EvictionState, eviction_machine::AgentCore,
-        signal::NodeCondition,
-    },
+    engine::eviction_machine::AgentCore,
     metrics::{Metrics, snapshot::Publisher},
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
@@ -118,8 +115,7 @@ pub(super) struct Agent {
     pub(super) source: Source,
     pub(super) reader: Cgroupfs,
     pub(super) read_failures: ReadFailures,
-    pub(super) writer: CheckpointWriter<StateManager>,
-    pub(super) saved: AgentState,
+    pub(super) checkpoint: Checkpointer<StateManager>,
     /// Owned by the loop; readers get a copy in each published snapshot.
     pub(super) metrics: Metrics,
     pub(super) publisher: Publisher,
@@ -140,20 +136,14 @@ pub(super) struct Agent {
     pub(super) held: Batch,
     /// What the kernel's fork counter was last told.
     pub(super) fork_arming: ForkArming,
-    /// Kernel records lost (ring full) since they were last added to the checkpoint.
-    pub(super) lost_unsaved: u64,
     /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
     pub(super) resyncs_since_sweep: u32,
     /// Which pods each timed resync reads.
     pub(super) resync: ResyncSchedule,
     /// Actions that failed or were refused.
     pub(super) action_failures: u64,
-    /// Events counted since they were last added to the checkpoint's counters.
-    pub(super) unsaved_events: u64,
     /// Stalls and bursts, to say what led to a decision.
     pub(super) causes: CauseLog,
-    /// Decision state and node conditions as last written to the checkpoint.
-    pub(super) persisted: Option<(EvictionState, Vec<NodeCondition>)>,
     /// The pod that runs this agent, never a candidate.
     pub(super) own_pod: OwnPod,
     /// The agent's own memory cgroup against its limit.
@@ -287,8 +277,8 @@ impl Agent {
                     }
                     self.evaluate(None);
                 }
-                () = sleep_until(self.writer.retry_at()), if self.writer.retry_at().is_some() => {
-                    self.writer.retry(&self.saved, Instant::now());
+                () = sleep_until(self.checkpoint.retry_at()), if self.checkpoint.retry_at().is_some() => {
+                    self.checkpoint.retry(Instant::now());
                 }
                 _ = status.tick(), if show_status => self.print_status(),
                 // Refreshes what readers see (the checkpoint's failing time, the heartbeat).

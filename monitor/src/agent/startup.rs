@@ -8,13 +8,12 @@ use super::{
     actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
     args::{AgentArgs, MemoryBrake},
     cause::CauseLog,
-    checkpoint_writer::CheckpointWriter,
+    checkpointer::Checkpointer,
     event_source::Source,
     fork_arming::ForkArming,
     kubepods_brake::{BrakeScope, KubepodsBrake},
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
-    persist,
     publish::RecentDecisions,
     reader::{Cgroupfs, ReadFailures},
     resync::ResyncSchedule,
@@ -24,7 +23,8 @@ use super::{
 use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::{CgroupVersion, MemoryHierarchy},
-    checkpoint::{IfUnusable, StateManager, read_now},
+    checkpoint::{IfUnusable, StateManager, read_now, writer::CheckpointWriter},
+    engine::checkpoint::decision_state,
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
     engine::units::bytes,
@@ -126,7 +126,7 @@ impl Agent {
             &args.checkpoint_dir,
         );
         brake.recover();
-        let state = persist::restore(&saved, &read_now()?);
+        let state = decision_state::restore(&saved, &read_now()?);
         let source = Source::open(&args, &hierarchy)?;
         tracing::info!(
             "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
@@ -218,8 +218,7 @@ impl Agent {
             core,
             source,
             read_failures: ReadFailures::default(),
-            writer,
-            saved,
+            checkpoint: Checkpointer::new(writer, saved),
             metrics: Metrics::default(),
             publisher,
             decisions: RecentDecisions::default(),
@@ -231,13 +230,10 @@ impl Agent {
             undecodable_logged: false,
             held: Vec::new(),
             fork_arming: ForkArming::Unknown,
-            lost_unsaved: 0,
             resyncs_since_sweep: 0,
             resync: ResyncSchedule::default(),
             action_failures: 0,
-            unsaved_events: 0,
             causes: CauseLog::default(),
-            persisted: None,
             own_pod,
             own_memory: OwnMemory::default(),
             node_status,

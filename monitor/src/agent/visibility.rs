@@ -4,11 +4,11 @@
 use tokio::time::Instant;
 
 use super::{
-    checkpoint_writer::CheckpointHealth,
     publish::{self},
     run::Agent,
 };
 use crate::{
+    checkpoint::writer::CheckpointHealth,
     engine::units::bytes,
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
@@ -64,8 +64,9 @@ impl Agent {
         m.pod_read_failures = self.core.read_failures();
         m.action_failures = self.action_failures;
         m.log_write_failures = logging::log_write_failures();
-        m.checkpoint_write_failures = self.writer.failures_total();
-        m.checkpoint_writable = self.writer.health(Instant::now()) == CheckpointHealth::Writable;
+        m.checkpoint_write_failures = self.checkpoint.write_failures();
+        m.checkpoint_writable =
+            self.checkpoint.health(Instant::now()) == CheckpointHealth::Writable;
         if let Some(eviction) = eviction {
             *m.evictions_by_signal
                 .entry(eviction.signal.as_str())
@@ -97,7 +98,7 @@ impl Agent {
                     None => Ok(self.core.pod_count()),
                     Some(why) => Err(why.clone()),
                 },
-                checkpoint: Some(self.writer.health(Instant::now())),
+                checkpoint: Some(self.checkpoint.health(Instant::now())),
             },
             ranking: DebugRanking {
                 signals,
@@ -143,10 +144,6 @@ impl Agent {
 
     /// Adds the events seen and lost since the last call to the checkpoint's counters.
     pub(super) fn save_counters(&mut self) {
-        self.saved
-            .count_events(self.unsaved_events, self.lost_unsaved);
-        self.unsaved_events = 0;
-        self.lost_unsaved = 0;
-        self.writer.save(&self.saved, Instant::now());
+        self.checkpoint.save_counters(Instant::now());
     }
 }

@@ -1,6 +1,6 @@
 //! The agent's checkpointed state on disk: a directory of atomically written files
-//! ([`store`]) and the manager that loads the state at start and saves it when it changed
-//! ([`manager`]). Encoding, checksums and versions are pure code in
+//! ([`store`]), the manager that loads the state at start and saves it when it changed
+//! ([`manager`]), and the writer that outlives failed writes ([`writer`]). Encoding, checksums and versions are pure code in
 //! [`crate::engine::checkpoint`].
 //!
 //! At start the agent calls [`StateManager::load_or_init`] (with [`IfUnusable::Reset`] when run
@@ -11,6 +11,7 @@ pub mod manager;
 pub mod now;
 pub mod store;
 pub mod wall_time;
+pub(crate) mod writer;
 
 pub use key::{AGENT_STATE_KEY, Key, KeyError};
 pub use manager::{IfUnusable, Opened, Startup, StateError, StateManager};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 
 use super::snapshot::{Readiness, Snapshot};
-use crate::agent::checkpoint_writer::CheckpointHealth;
+use crate::checkpoint::writer::CheckpointHealth;
 
 /// How long the event loop may go without turning before `/healthz` fails.
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(5);

@@ -15,7 +15,8 @@ use tokio::sync::watch;
 
 use super::Metrics;
 use crate::{
-    agent::{checkpoint_writer::CheckpointHealth, decision_report::DecisionReport},
+    agent::decision_report::DecisionReport,
+    checkpoint::writer::CheckpointHealth,
     engine::{rank_report::RankedPod, signal::Signal, threshold::ThresholdKind},
 };
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::checkpoint::{StateError, StateManager};
+use super::{StateError, StateManager};
 use crate::engine::checkpoint::AgentState;
 
 /// First retry after a failed write.

@@ -3,7 +3,7 @@
 //!
 //! After a restart inside a soft grace period the timer keeps its first-observed instant, and
 //! the last eviction keeps blocking the next one for the rest of the eviction interval.
-use crate::engine::{
+use crate::{
     checkpoint::{AgentState, Now, SavedPod},
     decide::{EvictionState, PendingCleanup, ThresholdObservedAt},
     instant::MonoInstant,
@@ -20,7 +20,7 @@ const CONDITIONS: [NodeCondition; 3] = [
 ];
 
 /// Copies what must survive a restart from the decision state into the checkpoint.
-pub(crate) fn save(
+pub fn save(
     state: &EvictionState,
     conditions: &[NodeCondition],
     saved: &mut AgentState,
@@ -54,7 +54,7 @@ pub(crate) fn save(
 }
 
 /// Rebuilds the decision state from a checkpoint read at start.
-pub(crate) fn restore(saved: &AgentState, now: &Now) -> EvictionState {
+pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
     let same_boot = saved.boot.as_ref().filter(|b| b.boot_id == now.boot_id);
     let instant = |unix_ms: u64, boot_ms: Option<u64>| match boot_ms {
         Some(ms) => MonoInstant::from_millis(ms),
@@ -112,7 +112,7 @@ pub(crate) fn restore(saved: &AgentState, now: &Now) -> EvictionState {
 }
 
 /// Records the bytes an eviction freed, once the pod is gone, on its history entries.
-pub(crate) fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
+pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
     let v1 = &mut saved.v1;
     if v1
         .awaiting_cleanup
@@ -133,7 +133,7 @@ pub(crate) fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) 
 }
 
 /// The checkpoint's form of a pod reference.
-pub(crate) fn saved_pod(pod: &PodRef) -> SavedPod {
+pub fn saved_pod(pod: &PodRef) -> SavedPod {
     SavedPod {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),

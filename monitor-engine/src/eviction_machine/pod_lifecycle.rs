@@ -139,10 +139,22 @@ impl AgentCore {
     }
 
     /// The eviction of `uid` failed, or its processes outlived force: the wait for its
-    /// cleanup ends, so the next decision is not held back by it, while the pod stays a
-    /// candidate (it was not stopped).
+    /// cleanup ends, so the next decision is not held back by it, and the pod is a candidate
+    /// again while listed (it was not stopped), as a pod the kubelet failed to kill stays
+    /// among its active pods and is tried again at its next round.
     pub fn eviction_failed(&mut self, uid: &str) {
         self.state.pod_cleaned_up(uid);
+        let Some(id) = self.pods.id(uid) else {
+            return;
+        };
+        let row = self.pods.get_mut(id).expect("listed id");
+        // An unlisted pod stays in flight until its cgroup is empty.
+        if !row.evicted || row.stopped || !row.listed {
+            return;
+        }
+        row.evicted = false;
+        self.rankings.upsert_pod_shared(&row.facts);
+        self.rerank(id);
     }
 
     /// The cgroup of `uid` holds no process (or is gone): its eviction is over. The wait for
@@ -520,6 +532,32 @@ mod tests {
             c.decide(&clock()).eviction().map(|e| e.pod.name.clone()),
             Some("over-high".into()),
             "back over its request, it is the victim again"
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_kill_failed_is_a_candidate_again_and_a_stopped_one_is_not() {
+        let clock = clock();
+        let mut c = core();
+        c.apply_stats(&stats(&[(21, Stat::Anon, 900 * MI)]));
+        assert_eq!(decided(&mut c, &clock), Some("over-high".into()));
+        c.mark_evicted("uid-over-high");
+        // Its processes outlived force (or the kill could not start).
+        c.eviction_failed("uid-over-high");
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(
+            decided(&mut c, &clock),
+            Some("over-high".into()),
+            "still first by the kubelet's order, it is tried again"
+        );
+        c.mark_evicted("uid-over-high");
+        c.mark_stopped("uid-over-high");
+        c.eviction_failed("uid-over-high");
+        assert!(
+            !c.ranking(Signal::AllocatableMemoryAvailable)
+                .iter()
+                .any(|(f, _)| f.pod.name == "over-high"),
+            "a stopped pod stays out until it runs again"
         );
     }
 }

@@ -93,7 +93,7 @@ impl Source {
         }
     }
 
-    fn polling() -> Source {
+    pub(super) fn polling() -> Source {
         Source {
             kind: EventSource::Poll,
             kernel: None,

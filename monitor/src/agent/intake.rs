@@ -6,7 +6,7 @@ use super::{
     event_source::Batch,
     fork_arming::ForkArming,
     psi_wake::PsiWake,
-    reader::{MachineReader as _, read_all, recount_processes},
+    reader::{read_all, recount_processes},
     run::Agent,
 };
 use crate::{
@@ -190,7 +190,7 @@ impl Agent {
     fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
         let mut hold = holding(self.source.kernel.as_mut(), &mut self.held);
         self.metrics.pod_process_counts +=
-            recount_processes(&self.reader, &mut self.core, pods, &mut hold);
+            recount_processes(self.reader.as_ref(), &mut self.core, pods, &mut hold);
     }
 
     /// Applies decoded kernel records; returns the newest stat or fork record's timestamp,
@@ -398,7 +398,7 @@ impl Agent {
         let marked = self.marked_pods();
         let mut hold = holding(self.source.kernel.as_mut(), &mut self.held);
         self.metrics.pod_process_counts += read_all(
-            &self.reader,
+            self.reader.as_ref(),
             &mut self.core,
             self.kubepods.rel.as_str(),
             classify,

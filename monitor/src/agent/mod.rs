@@ -19,6 +19,8 @@ mod intake;
 mod kernel_victim;
 mod kubepods_brake;
 pub(crate) mod local_first;
+#[cfg(test)]
+mod loop_policy_tests;
 pub(crate) mod node_status;
 mod psi_wake;
 pub(crate) mod publish;

@@ -28,7 +28,7 @@ use super::{
     node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
     publish::RecentDecisions,
-    reader::{Cgroupfs, ReadFailures},
+    reader::{MachineReader, ReadFailures},
     realtime,
     resync::ResyncSchedule,
     self_protect::{self, OwnMemory, OwnPod},
@@ -36,7 +36,7 @@ use super::{
 use crate::{
     action::KubeEvictor,
     cgroupfs::MemoryHierarchy,
-    checkpoint::StateManager,
+    checkpoint::writer::Persister,
     engine::eviction_machine::AgentCore,
     metrics::{Metrics, snapshot::Publisher},
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
@@ -113,9 +113,10 @@ pub(super) struct Agent {
     pub(super) kubepods: KubepodsCgroup,
     pub(super) core: AgentCore,
     pub(super) source: Source,
-    pub(super) reader: Cgroupfs,
+    /// The machine's memory numbers (cgroupfs), a fake in the loop's unit tests.
+    pub(super) reader: Box<dyn MachineReader>,
     pub(super) read_failures: ReadFailures,
-    pub(super) checkpoint: Checkpointer<StateManager>,
+    pub(super) checkpoint: Checkpointer<Box<dyn Persister>>,
     /// Owned by the loop; readers get a copy in each published snapshot.
     pub(super) metrics: Metrics,
     pub(super) publisher: Publisher,

@@ -15,7 +15,7 @@ use super::{
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
     publish::RecentDecisions,
-    reader::{Cgroupfs, ReadFailures},
+    reader::{Cgroupfs, MachineReader, ReadFailures},
     resync::ResyncSchedule,
     run::Agent,
     self_protect::{OwnMemory, OwnPod},
@@ -23,7 +23,10 @@ use super::{
 use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
     cgroupfs::{CgroupVersion, MemoryHierarchy},
-    checkpoint::{IfUnusable, StateManager, read_now, writer::CheckpointWriter},
+    checkpoint::{
+        IfUnusable, StateManager, read_now,
+        writer::{CheckpointWriter, Persister},
+    },
     engine::checkpoint::decision_state,
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
@@ -32,7 +35,7 @@ use crate::{
         Metrics,
         access::Access,
         server,
-        snapshot::{self},
+        snapshot::{self, Publisher},
     },
     node::read::{read_mem_total, read_memory_limit},
     pods::KubepodsCgroup,
@@ -50,6 +53,22 @@ fn node_capacity(
         allocatable_memory_bytes: allocatable_bytes(allocatable, kubepods_limit, memory),
         kubepods_limit: kubepods_limit.bytes(),
     }
+}
+
+/// What start-up opens on the machine (or a unit test fakes) for [`Agent::assemble`].
+pub(super) struct Parts {
+    pub(super) args: AgentArgs,
+    pub(super) hierarchy: MemoryHierarchy,
+    pub(super) kubepods: KubepodsCgroup,
+    pub(super) core: AgentCore,
+    pub(super) source: Source,
+    pub(super) reader: Box<dyn MachineReader>,
+    pub(super) checkpoint: Checkpointer<Box<dyn Persister>>,
+    pub(super) publisher: Publisher,
+    pub(super) actuator: Box<dyn Actuator>,
+    pub(super) node_status: Option<NodeStatusPublisher>,
+    pub(super) own_pod: OwnPod,
+    pub(super) brake: KubepodsBrake,
 }
 
 impl Agent {
@@ -107,10 +126,12 @@ impl Agent {
         let opened = StateManager::open(&args.checkpoint_dir, if_unusable)?;
         let (saved, startup) = (opened.state, opened.startup);
         tracing::info!("checkpoint {}: {startup}", opened.manager.path().display());
+        // Before anything else is logged: a checkpoint that cannot be written is said first.
+        let persister: Box<dyn Persister> = Box::new(opened.manager);
         let writer = match &opened.write_problem {
-            None => CheckpointWriter::new(opened.manager),
+            None => CheckpointWriter::new(persister),
             Some(problem) => {
-                CheckpointWriter::failing_since_start(opened.manager, problem, Instant::now())
+                CheckpointWriter::failing_since_start(persister, problem, Instant::now())
             }
         };
         // Under the checkpoint directory's lock: no other agent holds this record.
@@ -208,17 +229,51 @@ impl Agent {
             }),
         };
         let own_pod = OwnPod::detect(hierarchy.version);
-        Ok(Self {
+        let reader = Box::new(Cgroupfs {
+            hierarchy: hierarchy.clone(),
+        });
+        Ok(Self::assemble(Parts {
             args,
-            reader: Cgroupfs {
-                hierarchy: hierarchy.clone(),
-            },
             hierarchy,
             kubepods,
             core,
             source,
-            read_failures: ReadFailures::default(),
+            reader,
             checkpoint: Checkpointer::new(writer, saved),
+            publisher,
+            actuator,
+            node_status,
+            own_pod,
+            brake,
+        }))
+    }
+
+    /// The agent from what start-up opened (or a unit test faked), every other part of its
+    /// state empty.
+    pub(super) fn assemble(parts: Parts) -> Self {
+        let Parts {
+            args,
+            hierarchy,
+            kubepods,
+            core,
+            source,
+            reader,
+            checkpoint,
+            publisher,
+            actuator,
+            node_status,
+            own_pod,
+            brake,
+        } = parts;
+        Self {
+            args,
+            hierarchy,
+            kubepods,
+            core,
+            source,
+            reader,
+            read_failures: ReadFailures::default(),
+            checkpoint,
             metrics: Metrics::default(),
             publisher,
             decisions: RecentDecisions::default(),
@@ -234,12 +289,12 @@ impl Agent {
             resync: ResyncSchedule::default(),
             action_failures: 0,
             causes: CauseLog::default(),
-            own_pod,
             own_memory: OwnMemory::default(),
+            own_pod,
             node_status,
             stat_attach_failing: false,
             grace_running: None,
             brake,
-        })
+        }
     }
 }

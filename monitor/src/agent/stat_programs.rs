@@ -19,7 +19,7 @@ impl Agent {
     /// Reads the node's and the kubepods cgroup's working sets, not the pods'.
     pub(super) fn read_guard(&mut self) {
         read_node(
-            &self.reader,
+            self.reader.as_ref(),
             &mut self.core,
             self.kubepods.rel.as_str(),
             &mut self.read_failures,

@@ -23,6 +23,12 @@ pub(crate) trait Persister {
     fn save(&mut self, state: &AgentState) -> Result<bool, StateError>;
 }
 
+impl<P: Persister + ?Sized> Persister for Box<P> {
+    fn save(&mut self, state: &AgentState) -> Result<bool, StateError> {
+        (**self).save(state)
+    }
+}
+
 impl Persister for StateManager {
     fn save(&mut self, state: &AgentState) -> Result<bool, StateError> {
         self.save_if_changed(state)

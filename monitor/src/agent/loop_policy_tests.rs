@@ -1,0 +1,296 @@
+//! The loop's policies with every seam faked, no root: the machine's numbers (a fake
+//! reader), the actuator (requests recorded, outcomes scripted) and the checkpoint store
+//! (writes counted). Pod cgroups are plain directories of a temporary "hierarchy", which is
+//! all that finding a pod's cgroup looks at.
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    io,
+    rc::Rc,
+    sync::{Arc, Mutex},
+};
+
+use clap::Parser as _;
+use tokio::task::JoinSet;
+
+use super::{
+    action_path::{ActionPath, Route, Step},
+    actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator},
+    checkpointer::Checkpointer,
+    event_source::Source,
+    kubepods_brake::KubepodsBrake,
+    reader::MachineReader,
+    run::Agent,
+    self_protect::OwnPod,
+    startup::Parts,
+};
+use crate::{
+    cgroupfs::{CgroupPaths, CgroupVersion, MemoryHierarchy, StatsError},
+    checkpoint::{
+        StateError,
+        writer::{CheckpointWriter, Persister},
+    },
+    engine::{
+        checkpoint::AgentState,
+        decide::EvictionState,
+        eviction_config::EvictionConfig,
+        eviction_machine::{AgentCore, NodeCapacity},
+        ids::CgroupRel,
+        threshold::SignalObservation,
+    },
+    metrics::snapshot,
+    node::read::NodeError,
+    pods::{KubepodsCgroup, NodePod},
+};
+
+const MI: u64 = 1 << 20;
+/// Node memory; `memory.available` is this minus the node's working set.
+const NODE: u64 = 8192 * MI;
+
+/// What the fake machine reads: the node's working set and each pod cgroup's.
+#[derive(Default)]
+struct Machine {
+    node_working_set: u64,
+    pods: HashMap<String, u64>,
+}
+
+#[derive(Clone, Default)]
+struct FakeReader(Rc<RefCell<Machine>>);
+
+impl MachineReader for FakeReader {
+    fn scan(&self) -> io::Result<CgroupPaths> {
+        Ok(CgroupPaths::default())
+    }
+    fn node_working_set(&self) -> Result<u64, NodeError> {
+        Ok(self.0.borrow().node_working_set)
+    }
+    fn working_set(&self, rel: &str) -> Result<u64, StatsError> {
+        let machine = self.0.borrow();
+        if rel == "/kubepods" {
+            return Ok(machine.pods.values().sum());
+        }
+        machine
+            .pods
+            .get(rel)
+            .copied()
+            .ok_or_else(|| StatsError::Gone(rel.into()))
+    }
+    fn process_count(&self, rel: &str) -> io::Result<u64> {
+        Ok(u64::from(self.0.borrow().pods.contains_key(rel)))
+    }
+    fn pid_available(&self) -> Result<Option<SignalObservation>, NodeError> {
+        Ok(None)
+    }
+}
+
+/// The actuator's side: the pods asked for, and the outcome each action ends with.
+#[derive(Clone)]
+struct FakeActuator {
+    asked: Arc<Mutex<Vec<String>>>,
+    outcome: fn() -> ActionOutcome,
+}
+
+impl Actuator for FakeActuator {
+    fn start(&self, request: ActionRequest) -> Option<ActionTask> {
+        self.asked.lock().unwrap().push(request.pod.name.clone());
+        let outcome = (self.outcome)();
+        Some(Box::pin(async move {
+            ActionDone {
+                request,
+                outcome,
+                path: ActionPath {
+                    route: Route::Local,
+                    step: Step::Kill,
+                    stopped_locally: false,
+                },
+            }
+        }))
+    }
+    fn route(&self, _hard: bool) -> Option<Route> {
+        Some(Route::Local)
+    }
+}
+
+/// Checkpoint writes counted.
+#[derive(Clone, Default)]
+struct Disk(Rc<RefCell<Vec<AgentState>>>);
+
+impl Persister for Disk {
+    fn save(&mut self, state: &AgentState) -> Result<bool, StateError> {
+        self.0.borrow_mut().push(state.clone());
+        Ok(true)
+    }
+}
+
+struct Scene {
+    agent: Agent,
+    machine: FakeReader,
+    asked: Arc<Mutex<Vec<String>>>,
+    disk: Disk,
+    /// The hierarchy's directories; removed on drop.
+    _mount: tempfile::TempDir,
+}
+
+/// An agent on an 8 GiB node with a hard `memory.available<500Mi`, no eviction interval,
+/// `pods` (name, request MiB, working set MiB) listed and read, the node's working set
+/// `node_mib`.
+fn scene(outcome: fn() -> ActionOutcome, pods: &[(&str, i64, u64)], node_mib: u64) -> Scene {
+    let mount = tempfile::tempdir().unwrap();
+    let machine = FakeReader::default();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let disk = Disk::default();
+    let args = crate::cli::Cli::parse_from(["monitor", "--pods", "/nonexistent"]).agent;
+    let kubepods = KubepodsCgroup::new(CgroupRel::new("/kubepods").unwrap());
+    let config = EvictionConfig::from_yaml(
+        "evictionHard:\n  memory.available: 500Mi\nmonitor:\n  evictionInterval: 0s\n",
+    )
+    .unwrap();
+    let capacity = NodeCapacity {
+        memory_bytes: NODE,
+        allocatable_memory_bytes: NODE,
+        kubepods_limit: None,
+    };
+    let core = AgentCore::new(
+        config,
+        capacity,
+        kubepods.rel.clone(),
+        EvictionState::default(),
+    );
+    let hierarchy = MemoryHierarchy {
+        version: CgroupVersion::V1,
+        mount: mount.path().into(),
+        hierarchy_id: 0,
+    };
+    let persister: Box<dyn Persister> = Box::new(disk.clone());
+    let mut agent = Agent::assemble(Parts {
+        brake: KubepodsBrake::new(mount.path().into(), "/kubepods", None, mount.path()),
+        args,
+        hierarchy,
+        kubepods,
+        core,
+        source: Source::polling(),
+        reader: Box::new(machine.clone()),
+        checkpoint: Checkpointer::new(CheckpointWriter::new(persister), AgentState::default()),
+        publisher: snapshot::channel().0,
+        actuator: Box::new(FakeActuator {
+            asked: asked.clone(),
+            outcome,
+        }),
+        node_status: None,
+        own_pod: OwnPod::default(),
+    });
+    let mut listed = Vec::new();
+    {
+        let mut m = machine.0.borrow_mut();
+        m.node_working_set = node_mib * MI;
+        for (name, request_mib, working_set_mib) in pods {
+            let uid = format!("uid-{name}");
+            let rel = format!("/kubepods/burstable/pod{uid}");
+            std::fs::create_dir_all(mount.path().join(&rel[1..])).unwrap();
+            m.pods.insert(rel, working_set_mib * MI);
+            listed.push(node_pod(name, &uid, *request_mib));
+        }
+    }
+    agent.apply_pods(listed);
+    Scene {
+        agent,
+        machine,
+        asked,
+        disk,
+        _mount: mount,
+    }
+}
+
+/// A running burstable pod requesting `request_mib`.
+fn node_pod(name: &str, uid: &str, request_mib: i64) -> NodePod {
+    let pod = serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {
+            "memory": format!("{request_mib}Mi")
+        }}}]},
+        "status": {"phase": "Running"}
+    });
+    NodePod::from_pod(&serde_json::from_value(pod).unwrap())
+}
+
+impl Scene {
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+
+    /// Takes the finished actions back, as the loop's join set arm does.
+    async fn finish_actions(&mut self) {
+        let mut actions = std::mem::replace(&mut self.agent.actions, JoinSet::new());
+        while let Some(done) = actions.join_next().await {
+            self.agent.step_done(done.expect("the action task"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_first_input_that_meets_a_threshold_is_decided_on_and_the_pod_asked_for_once() {
+    // 1,000 MiB above its request against 100 MiB: the kubelet's order takes `hog` first.
+    let pods = [("hog", 100, 1100), ("steady", 400, 300)];
+    let mut s = scene(|| ActionOutcome::Failed("scripted".into()), &pods, 4000);
+    s.agent.evaluate(None);
+    assert!(s.asked().is_empty(), "3.6 GiB available: nothing to do");
+    s.machine.0.borrow_mut().node_working_set = NODE - 300 * MI;
+    s.agent.read_unprompted();
+    s.agent.evaluate(None);
+    assert_eq!(s.asked(), ["hog"]);
+    // Its action still runs: no other input decides again, on it or on another pod.
+    s.agent.read_unprompted();
+    s.agent.evaluate(None);
+    s.agent.evaluate(None);
+    assert_eq!(s.asked(), ["hog"], "one eviction in flight");
+    // It failed: the wait lifts, and the same pod (still the first) is asked for again.
+    s.finish_actions().await;
+    s.agent.evaluate(None);
+    assert_eq!(s.asked(), ["hog", "hog"]);
+}
+
+#[tokio::test]
+async fn a_pod_found_gone_is_over_and_the_next_one_is_chosen_not_it_again() {
+    let pods = [("hog", 100, 1100), ("steady", 400, 600)];
+    let mut s = scene(|| ActionOutcome::Gone, &pods, 8192 - 300);
+    s.agent.evaluate(None);
+    assert_eq!(s.asked(), ["hog"]);
+    // Its processes are gone; the node is still short.
+    s.machine
+        .0
+        .borrow_mut()
+        .pods
+        .remove("/kubepods/burstable/poduid-hog");
+    s.finish_actions().await;
+    s.agent.evaluate(None);
+    assert_eq!(s.asked(), ["hog", "steady"]);
+    let saved = s.disk.0.borrow();
+    let last = saved.last().unwrap();
+    assert_eq!(
+        last.v1.last_eviction.as_ref().map(|e| e.pod.name.as_str()),
+        Some("steady"),
+        "each eviction reached the checkpoint before its action ran"
+    );
+}
+
+#[tokio::test]
+async fn evaluations_that_change_nothing_write_no_checkpoint() {
+    let pods = [("web", 100, 200)];
+    let mut s = scene(|| ActionOutcome::Gone, &pods, 2000);
+    s.agent.evaluate(None);
+    let written = s.disk.0.borrow().len();
+    assert!(written >= 1, "the first state is written");
+    for _ in 0..20 {
+        s.agent.read_unprompted();
+        s.agent.evaluate(None);
+    }
+    assert_eq!(s.disk.0.borrow().len(), written);
+    s.machine.0.borrow_mut().node_working_set = NODE - 300 * MI;
+    s.agent.read_unprompted();
+    s.agent.evaluate(None);
+    assert_eq!(
+        s.disk.0.borrow().len(),
+        written + 1,
+        "the eviction is written"
+    );
+}

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use super::{
     action_path::{ActionPath, Route, Step},
-    actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator},
+    actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     checkpointer::Checkpointer,
     event_source::Source,
     kubepods_brake::KubepodsBrake,
@@ -131,15 +131,32 @@ struct Scene {
     _mount: tempfile::TempDir,
 }
 
+/// Whether the agent acts (each action ending as scripted) or runs `--dry-run`.
+enum Mode {
+    Acting(fn() -> ActionOutcome),
+    DryRun,
+}
+
 /// An agent on an 8 GiB node with a hard `memory.available<500Mi`, no eviction interval,
 /// `pods` (name, request MiB, working set MiB) listed and read, the node's working set
 /// `node_mib`.
-fn scene(outcome: fn() -> ActionOutcome, pods: &[(&str, i64, u64)], node_mib: u64) -> Scene {
+fn scene(mode: Mode, pods: &[(&str, i64, u64)], node_mib: u64) -> Scene {
     let mount = tempfile::tempdir().unwrap();
     let machine = FakeReader::default();
     let asked = Arc::new(Mutex::new(Vec::new()));
     let disk = Disk::default();
-    let args = crate::cli::Cli::parse_from(["monitor", "--pods", "/nonexistent"]).agent;
+    let mut argv = vec!["monitor", "--pods", "/nonexistent"];
+    let actuator: Box<dyn Actuator> = match mode {
+        Mode::Acting(outcome) => Box::new(FakeActuator {
+            asked: asked.clone(),
+            outcome,
+        }),
+        Mode::DryRun => {
+            argv.push("--dry-run");
+            Box::new(DryRun { events: None })
+        }
+    };
+    let args = crate::cli::Cli::parse_from(argv).agent;
     let kubepods = KubepodsCgroup::new(CgroupRel::new("/kubepods").unwrap());
     let config = EvictionConfig::from_yaml(
         "evictionHard:\n  memory.available: 500Mi\nmonitor:\n  evictionInterval: 0s\n",
@@ -172,10 +189,7 @@ fn scene(outcome: fn() -> ActionOutcome, pods: &[(&str, i64, u64)], node_mib: u6
         reader: Box::new(machine.clone()),
         checkpoint: Checkpointer::new(CheckpointWriter::new(persister), AgentState::default()),
         publisher: snapshot::channel().0,
-        actuator: Box::new(FakeActuator {
-            asked: asked.clone(),
-            outcome,
-        }),
+        actuator,
         node_status: None,
         own_pod: OwnPod::default(),
     });
@@ -231,7 +245,11 @@ impl Scene {
 async fn the_first_input_that_meets_a_threshold_is_decided_on_and_the_pod_asked_for_once() {
     // 1,000 MiB above its request against 100 MiB: the kubelet's order takes `hog` first.
     let pods = [("hog", 100, 1100), ("steady", 400, 300)];
-    let mut s = scene(|| ActionOutcome::Failed("scripted".into()), &pods, 4000);
+    let mut s = scene(
+        Mode::Acting(|| ActionOutcome::Failed("scripted".into())),
+        &pods,
+        4000,
+    );
     s.agent.evaluate(None);
     assert!(s.asked().is_empty(), "3.6 GiB available: nothing to do");
     s.machine.0.borrow_mut().node_working_set = NODE - 300 * MI;
@@ -252,7 +270,7 @@ async fn the_first_input_that_meets_a_threshold_is_decided_on_and_the_pod_asked_
 #[tokio::test]
 async fn a_pod_found_gone_is_over_and_the_next_one_is_chosen_not_it_again() {
     let pods = [("hog", 100, 1100), ("steady", 400, 600)];
-    let mut s = scene(|| ActionOutcome::Gone, &pods, 8192 - 300);
+    let mut s = scene(Mode::Acting(|| ActionOutcome::Gone), &pods, 8192 - 300);
     s.agent.evaluate(None);
     assert_eq!(s.asked(), ["hog"]);
     // Its processes are gone; the node is still short.
@@ -276,7 +294,7 @@ async fn a_pod_found_gone_is_over_and_the_next_one_is_chosen_not_it_again() {
 #[tokio::test]
 async fn evaluations_that_change_nothing_write_no_checkpoint() {
     let pods = [("web", 100, 200)];
-    let mut s = scene(|| ActionOutcome::Gone, &pods, 2000);
+    let mut s = scene(Mode::Acting(|| ActionOutcome::Gone), &pods, 2000);
     s.agent.evaluate(None);
     let written = s.disk.0.borrow().len();
     assert!(written >= 1, "the first state is written");
@@ -292,5 +310,32 @@ async fn evaluations_that_change_nothing_write_no_checkpoint() {
         s.disk.0.borrow().len(),
         written + 1,
         "the eviction is written"
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
+    let pods = [("hog", 100, 1100), ("steady", 400, 300)];
+    let mut s = scene(Mode::DryRun, &pods, 8192 - 300);
+    s.agent.evaluate(None);
+    s.agent.evaluate(None);
+    let decided: Vec<(&str, String)> = s
+        .agent
+        .decisions
+        .to_vec()
+        .iter()
+        .map(|d| (d.report.action, d.report.name.clone()))
+        .collect();
+    assert_eq!(
+        decided,
+        [("would_evict", "hog".to_string())],
+        "one decision, waited on like a real one"
+    );
+    assert!(s.agent.actions.is_empty(), "nothing was started");
+    let pending = s.agent.core.state().awaiting_cleanup.clone();
+    assert_eq!(
+        pending.map(|p| p.grace_period_seconds),
+        Some(0),
+        "nothing was signalled: only the cleanup timeout is waited out, not the pod's grace"
     );
 }

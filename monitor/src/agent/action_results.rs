@@ -15,15 +15,14 @@ impl Agent {
     /// Hands a finished step to the actuator's action path, which says what the decision
     /// state learns of it and which step runs next.
     pub(super) fn step_done(&mut self, done: ActionDone) {
-        let after = self.actuator.finished(done);
-        if let Some(task) = after.next {
-            self.actions.spawn(task);
-        }
+        let after = self.actions.finished(done);
         if let Some(done) = after.decided {
             self.finish_action(done);
         }
         if let Some(recorded) = after.recorded {
-            self.action_failures += u64::from(recorded.failed);
+            if recorded.failed {
+                self.actions.count_failure();
+            }
             self.decisions.amend(&recorded.pod.uid, &recorded.text);
         }
     }
@@ -87,7 +86,7 @@ impl Agent {
                 }
             }
             ActionOutcome::Refused(reason) => {
-                self.action_failures += 1;
+                self.actions.count_failure();
                 tracing::warn!(
                     "{reason}; passed over for {:?}, the next candidate goes at once",
                     self.core
@@ -99,7 +98,7 @@ impl Agent {
                 self.core.eviction_refused(&uid, BootClock.now());
             }
             ActionOutcome::Failed(reason) | ActionOutcome::TimedOut(reason) => {
-                self.action_failures += 1;
+                self.actions.count_failure();
                 tracing::warn!(
                     "evicting {pod} failed: {reason}; the next decision is not held back"
                 );

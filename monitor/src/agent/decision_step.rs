@@ -9,10 +9,10 @@ use std::{
 };
 
 use tokio::{sync::Notify, time::Instant};
-use tracing::Instrument as _;
 
 use super::{
     action_path::Route,
+    actions::RunningGrace,
     actuator::ActionRequest,
     args::GraceProjection,
     checkpointer::Started,
@@ -20,7 +20,7 @@ use super::{
     decision_report::{DecisionContext, DecisionReport},
     kernel_victim,
     local_first::API_TIMEOUT,
-    run::{Agent, RunningGrace},
+    run::Agent,
 };
 use crate::{
     action::REAP_WAIT,
@@ -110,7 +110,7 @@ impl Agent {
             };
             grace_given = Some(seconds);
             if self
-                .actuator
+                .actions
                 .route(eviction.threshold.kind == ThresholdKind::Hard)
                 == Some(Route::Api)
             {
@@ -251,7 +251,7 @@ impl Agent {
     /// While a local kill's grace period runs: forces it now when the OOM point is projected
     /// nearer than what is left of it (the victim, or another pod, grew meanwhile).
     fn recheck_running_grace(&mut self, now_ns: u64) {
-        let Some(running) = &self.grace_running else {
+        let Some(running) = &self.actions.grace else {
             return;
         };
         // The growth measured is the one before the brake held it: it stands in for the cut
@@ -261,7 +261,7 @@ impl Agent {
         }
         let now = Instant::now();
         if now >= running.ends {
-            self.grace_running = None;
+            self.actions.grace = None;
             return;
         }
         let left = running.ends - now;
@@ -276,7 +276,7 @@ impl Agent {
             running
                 .span
                 .in_scope(|| tracing::info!("forcing now, the rest of the {forced}"));
-            self.grace_running = None;
+            self.actions.grace = None;
         }
     }
 
@@ -321,7 +321,7 @@ impl Agent {
                     .causes
                     .explain(&self.core.cgroups_of(&eviction.pod.uid), monotonic_ns()),
                 route: self
-                    .actuator
+                    .actions
                     .route(eviction.threshold.kind == ThresholdKind::Hard),
                 grace,
                 prediction: self
@@ -381,17 +381,17 @@ impl Agent {
             force_now: force_now.clone(),
             reap_wait,
         };
-        let local = self.actuator.route(hard).is_some_and(Route::kills);
+        let local = self.actions.route(hard).is_some_and(Route::kills);
         let uid = request.pod.uid.clone();
         let pod = request.pod.to_string();
-        if let Some(task) = self.actuator.start(request) {
+        if self.actions.start(request, span.clone()) {
             // Stopped for good, like a pod the kubelet evicted: never chosen again while it
             // is listed (a manifest outlives its processes). With --kube the pod leaves the
             // watch instead.
             if local {
                 self.core.mark_evicted(&uid);
                 if hard && !grace.is_zero() && self.args.grace_projection == GraceProjection::On {
-                    self.grace_running = Some(RunningGrace {
+                    self.actions.grace = Some(RunningGrace {
                         ends: Instant::now() + grace,
                         force_now,
                         span: span.clone(),
@@ -399,7 +399,6 @@ impl Agent {
                 }
             }
             tracing::info!(grace_s = grace.as_secs(), "eviction of {pod} started");
-            self.actions.spawn(task.instrument(span));
         } else {
             decision_log::dry_run(&span);
         }

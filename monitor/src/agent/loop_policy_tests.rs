@@ -11,7 +11,6 @@ use std::{
 };
 
 use clap::Parser as _;
-use tokio::task::JoinSet;
 
 use super::{
     action_path::{ActionPath, Route, Step},
@@ -232,10 +231,10 @@ impl Scene {
         self.asked.lock().unwrap().clone()
     }
 
-    /// Takes the finished actions back, as the loop's join set arm does.
+    /// Takes the finished actions back, as the loop does.
     async fn finish_actions(&mut self) {
-        let mut actions = std::mem::replace(&mut self.agent.actions, JoinSet::new());
-        while let Some(done) = actions.join_next().await {
+        while self.agent.actions.running() {
+            let done = self.agent.actions.next_done().await;
             self.agent.step_done(done.expect("the action task"));
         }
     }
@@ -331,7 +330,7 @@ async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
         [("would_evict", "hog".to_string())],
         "one decision, waited on like a real one"
     );
-    assert!(s.agent.actions.is_empty(), "nothing was started");
+    assert!(!s.agent.actions.running(), "nothing was started");
     let pending = s.agent.core.state().awaiting_cleanup.clone();
     assert_eq!(
         pending.map(|p| p.grace_period_seconds),

@@ -5,6 +5,7 @@
 //! [`decision_step`], [`evicted_pods`], [`action_results`] and [`visibility`].
 pub(crate) mod action_path;
 mod action_results;
+mod actions;
 pub(crate) mod actuator;
 pub(crate) mod args;
 pub(crate) mod cause;

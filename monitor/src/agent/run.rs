@@ -13,12 +13,11 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::{Context as _, bail};
 use tokio::{
     signal::unix::{SignalKind, signal},
-    task::JoinSet,
     time::{Instant, MissedTickBehavior, interval},
 };
 
 use super::{
-    actuator::{ActionDone, Actuator},
+    actions::Actions,
     args::AgentArgs,
     cause::CauseLog,
     checkpointer::Checkpointer,
@@ -128,9 +127,9 @@ pub(super) struct Agent {
     pub(super) pods: Vec<NodePod>,
     /// The lines last logged about pods the source holds that are not ranked.
     pub(super) left_out_logged: Vec<String>,
-    /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod).
-    pub(super) actuator: Box<dyn Actuator>,
-    pub(super) actions: JoinSet<ActionDone>,
+    /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod),
+    /// and the evictions in progress.
+    pub(super) actions: Actions,
     /// Whether an undecodable kernel record was logged (the kernel source counts them).
     pub(super) undecodable_logged: bool,
     /// Kernel records taken from the ring during a cgroupfs read, applied after it.
@@ -141,8 +140,6 @@ pub(super) struct Agent {
     pub(super) resyncs_since_sweep: u32,
     /// Which pods each timed resync reads.
     pub(super) resync: ResyncSchedule,
-    /// Actions that failed or were refused.
-    pub(super) action_failures: u64,
     /// Stalls and bursts, to say what led to a decision.
     pub(super) causes: CauseLog,
     /// The pod that runs this agent, never a candidate.
@@ -153,18 +150,8 @@ pub(super) struct Agent {
     pub(super) node_status: Option<NodeStatusPublisher>,
     /// The stat programs could not be attached at the last try (logged once per episode).
     pub(super) stat_attach_failing: bool,
-    /// The local kill whose grace period runs now, re-checked against the OOM projection.
-    pub(super) grace_running: Option<RunningGrace>,
     /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
     pub(super) brake: KubepodsBrake,
-}
-
-/// A grace period running on this node: SIGTERM was sent, force comes at `ends`, or when
-/// `force_now` is notified.
-pub(super) struct RunningGrace {
-    pub(super) ends: Instant,
-    pub(super) force_now: std::sync::Arc<tokio::sync::Notify>,
-    pub(super) span: tracing::Span,
 }
 
 impl Agent {
@@ -271,10 +258,9 @@ impl Agent {
                         }
                     }
                 }
-                Some(done) = self.actions.join_next(), if !self.actions.is_empty() => {
-                    match done {
-                        Ok(done) => self.step_done(done),
-                        Err(e) => tracing::error!("eviction task failed: {e}"),
+                done = self.actions.next_done(), if self.actions.running() => {
+                    if let Some(done) = done {
+                        self.step_done(done);
                     }
                     self.evaluate(None);
                 }

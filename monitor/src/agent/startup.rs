@@ -2,9 +2,10 @@
 //! source, the endpoints and the actuator the flags ask for, put together into an [`Agent`].
 
 use anyhow::{Context as _, bail};
-use tokio::{task::JoinSet, time::Instant};
+use tokio::time::Instant;
 
 use super::{
+    actions::Actions,
     actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
     args::{AgentArgs, MemoryBrake},
     cause::CauseLog,
@@ -280,20 +281,17 @@ impl Agent {
             pod_source_down: None,
             pods: Vec::new(),
             left_out_logged: Vec::new(),
-            actuator,
-            actions: JoinSet::new(),
+            actions: Actions::new(actuator),
             undecodable_logged: false,
             held: Vec::new(),
             fork_arming: ForkArming::Unknown,
             resyncs_since_sweep: 0,
             resync: ResyncSchedule::default(),
-            action_failures: 0,
             causes: CauseLog::default(),
             own_memory: OwnMemory::default(),
             own_pod,
             node_status,
             stat_attach_failing: false,
-            grace_running: None,
             brake,
         }
     }

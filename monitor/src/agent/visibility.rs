@@ -62,7 +62,7 @@ impl Agent {
         m.stat_programs_attached = self.source.memory_from_kernel();
         m.source_fallback = self.source.fallback.is_some();
         m.pod_read_failures = self.core.read_failures();
-        m.action_failures = self.action_failures;
+        m.action_failures = self.actions.failures();
         m.log_write_failures = logging::log_write_failures();
         m.checkpoint_write_failures = self.checkpoint.write_failures();
         m.checkpoint_writable =

@@ -1,15 +1,17 @@
 //! Where the agent's numbers come from, as the probe names it ([`EventSource`]), with the
 //! kernel programs when any are loaded: everything from the kernel, cgroup lifecycle from
 //! the kernel and memory by polling, or polling alone.
-use std::{io, time::Duration};
+use std::{io, path::Path, pin::Pin, time::Duration};
+
+use aya::maps::MapError;
 
 use super::args::{AgentArgs, SourceMode};
 use crate::{
-    cgroupfs::MemoryHierarchy,
+    cgroupfs::{CgroupPaths, MemoryHierarchy},
     source::{
         ebpf::{
-            CGROUP_MAP_ENTRY_BYTES, IncidentOptions, KernelSource, LoadOptions,
-            cgroup_map_entries_at,
+            CGROUP_MAP_ENTRY_BYTES, Drops, IncidentOptions, KernelSource, LoadOptions,
+            StatLinkError, SweepError, TaskCgroups, cgroup_map_entries_at,
         },
         event::{DecodeError, KernelEvent},
         probe::EventSource,
@@ -19,11 +21,80 @@ use crate::{
 /// Kernel records as one read hands them over.
 pub(super) type Batch = Vec<Result<KernelEvent, DecodeError>>;
 
+/// What the loop asks of the loaded kernel programs (see [`KernelSource`] for each), the
+/// seam its unit tests fake.
+pub(super) trait KernelEvents {
+    /// Waits for the kernel's next wake-up, then appends every waiting record. Cancel-safe.
+    fn next_batch<'a>(
+        &'a mut self,
+        out: &'a mut Batch,
+    ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>>;
+    fn read_pending(&mut self, out: &mut Batch) -> usize;
+    fn hold_pending(&mut self, out: &mut Batch, limit: usize) -> usize;
+    fn wake_after_growth(&mut self, headroom: Option<u64>) -> Result<bool, MapError>;
+    fn wake_after_forks(&mut self, tasks: Option<u64>) -> Result<bool, MapError>;
+    fn watch_task_cgroups(&mut self, on: bool) -> Result<bool, MapError>;
+    fn take_task_cgroups(&mut self) -> TaskCgroups;
+    fn new_drops(&mut self) -> Drops;
+    fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError>;
+    fn stats_attached(&self) -> bool;
+    fn attach_stats(&mut self) -> Result<(), StatLinkError>;
+    fn detach_stats(&mut self) -> Result<(), StatLinkError>;
+    /// Programs attached, and how many were planned.
+    fn programs(&self) -> (usize, usize);
+}
+
+impl KernelEvents for KernelSource {
+    fn next_batch<'a>(
+        &'a mut self,
+        out: &'a mut Batch,
+    ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>> {
+        Box::pin(KernelSource::next_batch(self, out))
+    }
+    fn read_pending(&mut self, out: &mut Batch) -> usize {
+        KernelSource::read_pending(self, out)
+    }
+    fn hold_pending(&mut self, out: &mut Batch, limit: usize) -> usize {
+        KernelSource::hold_pending(self, out, limit)
+    }
+    fn wake_after_growth(&mut self, headroom: Option<u64>) -> Result<bool, MapError> {
+        KernelSource::wake_after_growth(self, headroom)
+    }
+    fn wake_after_forks(&mut self, tasks: Option<u64>) -> Result<bool, MapError> {
+        KernelSource::wake_after_forks(self, tasks)
+    }
+    fn watch_task_cgroups(&mut self, on: bool) -> Result<bool, MapError> {
+        KernelSource::watch_task_cgroups(self, on)
+    }
+    fn take_task_cgroups(&mut self) -> TaskCgroups {
+        KernelSource::take_task_cgroups(self)
+    }
+    fn new_drops(&mut self) -> Drops {
+        KernelSource::new_drops(self)
+    }
+    fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError> {
+        KernelSource::sweep_stale(self, mount)
+    }
+    fn stats_attached(&self) -> bool {
+        KernelSource::stats_attached(self)
+    }
+    fn attach_stats(&mut self) -> Result<(), StatLinkError> {
+        KernelSource::attach_stats(self)
+    }
+    fn detach_stats(&mut self) -> Result<(), StatLinkError> {
+        KernelSource::detach_stats(self)
+    }
+    fn programs(&self) -> (usize, usize) {
+        let attached = self.attached().len();
+        (attached, attached + self.skipped().len())
+    }
+}
+
 /// The agent's event source.
 pub(super) struct Source {
     pub kind: EventSource,
     /// The loaded kernel programs; `None` when polling alone.
-    pub kernel: Option<KernelSource>,
+    pub kernel: Option<Box<dyn KernelEvents>>,
     /// Why `--source auto` polls: the kernel programs could not load.
     pub fallback: Option<String>,
 }
@@ -70,7 +141,7 @@ impl Source {
                 };
                 Ok(Source {
                     kind,
-                    kernel: Some(kernel),
+                    kernel: Some(Box::new(kernel)),
                     fallback: None,
                 })
             }
@@ -109,19 +180,15 @@ impl Source {
     /// Whether memory numbers come from the kernel between resyncs now: the stat programs
     /// are loaded and attached (`--attach-within` detaches them while no threshold is near).
     pub(super) fn memory_from_kernel(&self) -> bool {
-        self.has_stat_programs()
-            && self
-                .kernel
-                .as_ref()
-                .is_some_and(KernelSource::stats_attached)
+        self.has_stat_programs() && self.kernel.as_ref().is_some_and(|k| k.stats_attached())
     }
 
     /// The kernel programs, when they report memory numbers now.
-    pub(super) fn memory_kernel(&mut self) -> Option<&mut KernelSource> {
+    pub(super) fn memory_kernel(&mut self) -> Option<&mut (dyn KernelEvents + 'static)> {
         if !self.memory_from_kernel() {
             return None;
         }
-        self.kernel.as_mut()
+        self.kernel.as_deref_mut()
     }
 
     /// The next batch of kernel records; never resolves when polling alone. Cancel-safe.
@@ -134,14 +201,11 @@ impl Source {
 
     /// In words, for the start-up line and the status endpoint.
     pub(super) fn describe(&self, poll: Duration) -> String {
-        let programs = |k: &KernelSource| {
-            format!(
-                "{}/{} kernel programs",
-                k.attached().len(),
-                k.attached().len() + k.skipped().len()
-            )
+        let programs = |k: &dyn KernelEvents| {
+            let (attached, planned) = k.programs();
+            format!("{attached}/{planned} kernel programs")
         };
-        match (self.kind, &self.kernel) {
+        match (self.kind, self.kernel.as_deref()) {
             (EventSource::Ebpf, Some(k)) => format!("ebpf ({})", programs(k)),
             (EventSource::EbpfPoll, Some(k)) => {
                 format!("ebpf+poll ({}; memory polled every {poll:?})", programs(k))

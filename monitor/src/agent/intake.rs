@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use super::{
-    event_source::Batch,
+    event_source::{Batch, KernelEvents},
     fork_arming::ForkArming,
     psi_wake::PsiWake,
     reader::{read_all, recount_processes},
@@ -18,10 +18,7 @@ use crate::{
         working_set::StatChange,
     },
     pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
-    source::{
-        ebpf::{KernelSource, TaskCgroups},
-        event::KernelEvent,
-    },
+    source::{ebpf::TaskCgroups, event::KernelEvent},
 };
 
 /// The last records (of `--step` bytes each) before a threshold could be met wake the agent
@@ -44,7 +41,10 @@ const SWEEP_EVERY_RESYNCS: u32 = 6;
 
 /// What a long cgroupfs read runs between its chunks: the kernel's waiting records taken into
 /// `held` (up to [`HELD_RECORDS_MAX`]), so the ring does not overflow meanwhile.
-fn holding<'a>(mut kernel: Option<&'a mut KernelSource>, held: &'a mut Batch) -> impl FnMut() + 'a {
+fn holding<'a>(
+    mut kernel: Option<&'a mut (dyn KernelEvents + 'static)>,
+    held: &'a mut Batch,
+) -> impl FnMut() + 'a {
     move || {
         if let Some(kernel) = kernel.as_deref_mut() {
             kernel.hold_pending(held, HELD_RECORDS_MAX);
@@ -188,7 +188,7 @@ impl Agent {
 
     /// Counts the processes of `pods` anew, taking kernel records between chunks.
     fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
-        let mut hold = holding(self.source.kernel.as_mut(), &mut self.held);
+        let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.held);
         self.metrics.pod_process_counts +=
             recount_processes(self.reader.as_ref(), &mut self.core, pods, &mut hold);
     }
@@ -396,7 +396,7 @@ impl Agent {
         let scope = self.resync.take_scope(classify);
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
-        let mut hold = holding(self.source.kernel.as_mut(), &mut self.held);
+        let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.held);
         self.metrics.pod_process_counts += read_all(
             self.reader.as_ref(),
             &mut self.core,

@@ -16,7 +16,7 @@ use super::{
     action_path::{ActionPath, Route, Step},
     actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     checkpointer::Checkpointer,
-    event_source::Source,
+    event_source::{Batch, KernelEvents, Source},
     kubepods_brake::KubepodsBrake,
     reader::MachineReader,
     run::Agent,
@@ -40,6 +40,10 @@ use crate::{
     metrics::snapshot,
     node::read::NodeError,
     pods::{KubepodsCgroup, NodePod},
+    source::{
+        ebpf::{Drops, StatLinkError, SweepError, TaskCgroups},
+        probe::EventSource,
+    },
 };
 
 const MI: u64 = 1 << 20;
@@ -110,6 +114,79 @@ impl Actuator for FakeActuator {
     }
 }
 
+/// What the loop asked of the fake kernel, in order.
+#[derive(Clone, Debug, PartialEq)]
+enum Asked {
+    /// A wake-up level: the growth the kernel may count before it wakes the agent.
+    WakeAfter(Option<u64>),
+    ReadPending,
+    Attach,
+    Detach,
+}
+
+/// Kernel programs that record what they are asked; `reached` makes every new wake-up
+/// level one the kernel has already counted (the records are waiting in the ring).
+#[derive(Clone, Default)]
+struct FakeKernel {
+    asked: Rc<RefCell<Vec<Asked>>>,
+    reached: bool,
+    detached: Rc<RefCell<bool>>,
+}
+
+impl KernelEvents for FakeKernel {
+    fn next_batch<'a>(
+        &'a mut self,
+        _out: &'a mut Batch,
+    ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<()>> + 'a>> {
+        Box::pin(std::future::pending())
+    }
+    fn read_pending(&mut self, _out: &mut Batch) -> usize {
+        self.asked.borrow_mut().push(Asked::ReadPending);
+        0
+    }
+    fn hold_pending(&mut self, _out: &mut Batch, _limit: usize) -> usize {
+        0
+    }
+    fn wake_after_growth(&mut self, headroom: Option<u64>) -> Result<bool, aya::maps::MapError> {
+        self.asked.borrow_mut().push(Asked::WakeAfter(headroom));
+        Ok(self.reached)
+    }
+    fn wake_after_forks(&mut self, _tasks: Option<u64>) -> Result<bool, aya::maps::MapError> {
+        Ok(false)
+    }
+    fn watch_task_cgroups(&mut self, _on: bool) -> Result<bool, aya::maps::MapError> {
+        Ok(false)
+    }
+    fn take_task_cgroups(&mut self) -> TaskCgroups {
+        TaskCgroups::Unknown
+    }
+    fn new_drops(&mut self) -> Drops {
+        Drops::default()
+    }
+    fn sweep_stale(
+        &mut self,
+        _mount: &std::path::Path,
+    ) -> Result<(CgroupPaths, usize), SweepError> {
+        Ok((CgroupPaths::default(), 0))
+    }
+    fn stats_attached(&self) -> bool {
+        !*self.detached.borrow()
+    }
+    fn attach_stats(&mut self) -> Result<(), StatLinkError> {
+        self.asked.borrow_mut().push(Asked::Attach);
+        *self.detached.borrow_mut() = false;
+        Ok(())
+    }
+    fn detach_stats(&mut self) -> Result<(), StatLinkError> {
+        self.asked.borrow_mut().push(Asked::Detach);
+        *self.detached.borrow_mut() = true;
+        Ok(())
+    }
+    fn programs(&self) -> (usize, usize) {
+        (14, 14)
+    }
+}
+
 /// Checkpoint writes counted.
 #[derive(Clone, Default)]
 struct Disk(Rc<RefCell<Vec<AgentState>>>);
@@ -140,6 +217,17 @@ enum Mode {
 /// `pods` (name, request MiB, working set MiB) listed and read, the node's working set
 /// `node_mib`.
 fn scene(mode: Mode, pods: &[(&str, i64, u64)], node_mib: u64) -> Scene {
+    scene_with(mode, None, &[], pods, node_mib)
+}
+
+/// As [`scene`], the memory read from `kernel` (stat programs attached) and `flags` added.
+fn scene_with(
+    mode: Mode,
+    kernel: Option<FakeKernel>,
+    flags: &[&'static str],
+    pods: &[(&str, i64, u64)],
+    node_mib: u64,
+) -> Scene {
     let mount = tempfile::tempdir().unwrap();
     let machine = FakeReader::default();
     let asked = Arc::new(Mutex::new(Vec::new()));
@@ -155,7 +243,16 @@ fn scene(mode: Mode, pods: &[(&str, i64, u64)], node_mib: u64) -> Scene {
             Box::new(DryRun { events: None })
         }
     };
+    argv.extend_from_slice(flags);
     let args = crate::cli::Cli::parse_from(argv).agent;
+    let source = match kernel {
+        None => Source::polling(),
+        Some(kernel) => Source {
+            kind: EventSource::Ebpf,
+            kernel: Some(Box::new(kernel)),
+            fallback: None,
+        },
+    };
     let kubepods = KubepodsCgroup::new(CgroupRel::new("/kubepods").unwrap());
     let config = EvictionConfig::from_yaml(
         "evictionHard:\n  memory.available: 500Mi\nmonitor:\n  evictionInterval: 0s\n",
@@ -184,7 +281,7 @@ fn scene(mode: Mode, pods: &[(&str, i64, u64)], node_mib: u64) -> Scene {
         hierarchy,
         kubepods,
         core,
-        source: Source::polling(),
+        source,
         reader: Box::new(machine.clone()),
         checkpoint: Checkpointer::new(CheckpointWriter::new(persister), AgentState::default()),
         publisher: snapshot::channel().0,
@@ -336,5 +433,88 @@ async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
         pending.map(|p| p.grace_period_seconds),
         Some(0),
         "nothing was signalled: only the cleanup timeout is waited out, not the pod's grace"
+    );
+}
+
+#[tokio::test]
+async fn the_wake_up_level_follows_the_threshold_and_a_level_already_reached_is_read_at_once_within_bounds()
+ {
+    let kernel = FakeKernel::default();
+    let asked = kernel.asked.clone();
+    let pods = [("web", 100, 200)];
+    let mut s = scene_with(Mode::DryRun, Some(kernel), &[], &pods, 4000);
+    let mut batch = Batch::new();
+    asked.borrow_mut().clear();
+    s.agent.end_turn(&mut batch);
+    let levels: Vec<u64> = asked
+        .borrow()
+        .iter()
+        .filter_map(|a| match a {
+            Asked::WakeAfter(Some(bytes)) => Some(*bytes),
+            _ => None,
+        })
+        .collect();
+    // 4,192 MiB available, the threshold at 500 MiB: the kernel may count about 3.6 GiB,
+    // less a margin of a few steps, before it wakes the agent.
+    assert_eq!(levels.len(), 1, "{:?}", asked.borrow());
+    assert!(
+        (3_600 * MI..3_692 * MI).contains(&levels[0]),
+        "{} MiB",
+        levels[0] / MI
+    );
+    assert!(
+        !asked.borrow().contains(&Asked::ReadPending),
+        "nothing was waiting"
+    );
+    // A flood: every level set was already reached. The waiting records are read at once,
+    // but at most REARM_ROUNDS times before the loop takes its other inputs again.
+    let flood = FakeKernel {
+        reached: true,
+        ..FakeKernel::default()
+    };
+    let asked = flood.asked.clone();
+    let mut s = scene_with(Mode::DryRun, Some(flood), &[], &pods, 4000);
+    asked.borrow_mut().clear();
+    s.agent.end_turn(&mut batch);
+    let reads = asked
+        .borrow()
+        .iter()
+        .filter(|a| **a == Asked::ReadPending)
+        .count();
+    assert_eq!(reads, super::run::REARM_ROUNDS);
+}
+
+#[tokio::test]
+async fn the_stat_programs_detach_far_from_every_threshold_and_attach_near_one_with_every_pod_read()
+{
+    let kernel = FakeKernel::default();
+    let asked = kernel.asked.clone();
+    let pods = [("web", 100, 200)];
+    let flags = ["--attach-within", "1Gi"];
+    let mut s = scene_with(Mode::DryRun, Some(kernel), &flags, &pods, 4000);
+    asked.borrow_mut().clear();
+    s.agent.move_stat_gate();
+    assert_eq!(
+        *asked.borrow(),
+        [Asked::Detach],
+        "3.6 GiB away, twice 1 GiB"
+    );
+    assert!(s.agent.stats_detached());
+    s.agent.move_stat_gate();
+    assert_eq!(asked.borrow().len(), 1, "no move while nothing changed");
+    // The node nears the threshold and the pod grew while no program counted it.
+    {
+        let mut m = s.machine.0.borrow_mut();
+        m.node_working_set = NODE - 900 * MI;
+        m.pods
+            .insert("/kubepods/burstable/poduid-web".into(), 700 * MI);
+    }
+    s.agent.read_guard();
+    s.agent.move_stat_gate();
+    assert_eq!(*asked.borrow(), [Asked::Detach, Asked::Attach]);
+    assert_eq!(
+        s.agent.core.pod_working_set("uid-web"),
+        Some(700 * MI),
+        "every pod is read once the programs are back"
     );
 }

@@ -1,8 +1,11 @@
 //! The node agent's shell: kernel events -> working sets -> rankings -> decisions -> actions
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`] is
-//! the event loop over the seams ([`event_source`], [`reader`], [`actuator`],
-//! [`checkpointer`]) with its steps in [`startup`], [`intake`], [`stat_programs`],
-//! [`decision_step`], [`evicted_pods`], [`action_results`] and [`visibility`].
+//! the event loop over the seams (the kernel programs behind `event_source::KernelEvents`,
+//! the machine behind `reader::MachineReader`, the `actuator::Actuator`, the checkpoint
+//! store behind `Persister`), with its components [`actions`] and [`checkpointer`] and its
+//! steps in [`startup`], [`intake`], [`stat_programs`], [`decision_step`], [`evicted_pods`],
+//! [`action_results`] and [`visibility`]. `loop_policy_tests` drives it over fakes of every
+//! seam, without root.
 pub(crate) mod action_path;
 mod action_results;
 mod actions;

@@ -54,7 +54,7 @@ const WAITING_RECORDS_READ_EVERY: Duration = Duration::from_secs(1);
 const TURN_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
 /// How many times in a row the waiting records are read because the lowered wake-up level
 /// was already reached, before the loop takes its other inputs again.
-const REARM_ROUNDS: usize = 8;
+pub(super) const REARM_ROUNDS: usize = 8;
 /// How long to wait before opening the pod source again after it failed.
 const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
 
@@ -285,26 +285,32 @@ impl Agent {
                 }
                 () = sleep_until(stop_at) => break,
             }
-            if !self.held.is_empty() {
-                self.read_waiting(&mut batch);
-            }
-            // Every input can move the signals, and with them the growth that must wake us.
-            // Bounded: under a flood of records the loop must still get to signals and
-            // finished actions; what is left is read at the next wake-up or tick.
-            for _ in 0..REARM_ROUNDS {
-                if !self.rearm_wake() {
-                    break;
-                }
-                self.read_waiting(&mut batch);
-            }
-            if self.rearm_fork_wake() {
-                self.read_pids_now(None);
-                self.rearm_fork_wake();
-            }
-            self.publisher.heartbeat.beat(monotonic_ns());
+            self.end_turn(&mut batch);
         }
         self.save_counters();
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// What follows every input: the records held during a read are applied, the kernel's
+    /// wake-up levels are set again, and the heartbeat beats.
+    pub(super) fn end_turn(&mut self, batch: &mut Batch) {
+        if !self.held.is_empty() {
+            self.read_waiting(batch);
+        }
+        // Every input can move the signals, and with them the growth that must wake us.
+        // Bounded: under a flood of records the loop must still get to signals and
+        // finished actions; what is left is read at the next wake-up or tick.
+        for _ in 0..REARM_ROUNDS {
+            if !self.rearm_wake() {
+                break;
+            }
+            self.read_waiting(batch);
+        }
+        if self.rearm_fork_wake() {
+            self.read_pids_now(None);
+            self.rearm_fork_wake();
+        }
+        self.publisher.heartbeat.beat(monotonic_ns());
     }
 }
 

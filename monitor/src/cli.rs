@@ -1,4 +1,4 @@
-//! Command line: one subcommand per job, each implemented in [`crate::commands`].
+//! Command line: one subcommand per job, each implemented in `commands`.
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

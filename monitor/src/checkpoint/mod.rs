@@ -1,7 +1,7 @@
 //! The agent's checkpointed state on disk: a directory of atomically written files
 //! ([`store`]), the manager that loads the state at start and saves it when it changed
-//! ([`manager`]), and the writer that outlives failed writes ([`writer`]). Encoding, checksums and versions are pure code in
-//! [`crate::engine::checkpoint`].
+//! ([`manager`]), and the writer that outlives failed writes (`writer`). Encoding,
+//! checksums and versions are pure code in [`crate::engine::checkpoint`].
 //!
 //! At start the agent calls [`StateManager::load_or_init`] (with [`IfUnusable::Reset`] when run
 //! with `--reset-state`), then [`StateManager::save_if_changed`] after each change.

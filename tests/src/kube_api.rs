@@ -20,7 +20,7 @@
 //! mock's node; the field selector is recorded, not applied.
 use std::{
     collections::BTreeMap,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::Write as _,
     net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
     sync::{Arc, Condvar, Mutex, MutexGuard},
@@ -30,38 +30,12 @@ use std::{
 
 use crate::TestPod;
 
-/// A request the mock received.
-#[derive(Clone, Debug)]
-pub struct Request {
-    pub method: String,
-    /// Path and query, as sent.
-    pub target: String,
-    /// The Content-Type header, empty when none was sent.
-    pub content_type: String,
-    pub body: String,
-}
+mod api_objects;
+mod http_wire;
 
-impl Request {
-    /// The path without the query.
-    pub fn path(&self) -> &str {
-        self.target.split('?').next().unwrap_or_default()
-    }
-
-    /// A query parameter, percent-decoded.
-    pub fn query(&self, name: &str) -> Option<String> {
-        let (_, query) = self.target.split_once('?')?;
-        query
-            .split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| percent_decode(value))
-    }
-
-    /// A watch rather than a list.
-    pub fn is_watch(&self) -> bool {
-        self.query("watch").is_some_and(|w| w == "true" || w == "1")
-    }
-}
+use api_objects::{eviction_answer, pod_json, status_json};
+pub use http_wire::Request;
+use http_wire::{read_request, respond};
 
 /// One change of the pod set: the resourceVersion it produced, its type and the pod.
 struct Change {
@@ -503,130 +477,4 @@ fn watch(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Re
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .0;
     }
-}
-
-fn read_request(stream: &TcpStream) -> Option<Request> {
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next()?.to_string(), parts.next()?.to_string());
-    let mut length = 0;
-    let mut content_type = String::new();
-    loop {
-        let mut header = String::new();
-        reader.read_line(&mut header).ok()?;
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok()?;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-type")
-        {
-            content_type = value.trim().to_string();
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(Request {
-        method,
-        target,
-        content_type,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-fn respond(out: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
-    write!(
-        out,
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        reason(status),
-        body.len()
-    )
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        400 => "Bad Request",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        _ => "Error",
-    }
-}
-
-/// What the API server answers an Eviction with.
-fn eviction_answer(status: u16, pod: &str) -> String {
-    match status {
-        200 | 201 => {
-            format!(
-                r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Success","code":{status}}}"#
-            )
-        }
-        429 => status_json(
-            429,
-            "TooManyRequests",
-            "Cannot evict pod as it would violate the pod's disruption budget.",
-            &format!(
-                r#","details":{{"causes":[{{"reason":"DisruptionBudget","message":"The disruption budget {pod}-pdb needs 1 healthy pods and has 1 currently"}}]}}"#
-            ),
-        ),
-        404 => status_json(404, "NotFound", &format!("pods \"{pod}\" not found"), ""),
-        _ => status_json(status, "InternalError", "mock failure", ""),
-    }
-}
-
-/// A failure Status; `extra` is appended inside the object (`,"details":...`).
-fn status_json(code: u16, reason: &str, message: &str, extra: &str) -> String {
-    format!(
-        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"{message}","reason":"{reason}","code":{code}{extra}}}"#
-    )
-}
-
-/// The pod as the API server would serve it, bound to `node`, running.
-fn pod_json(pod: &TestPod, node: &str, version: u64) -> String {
-    let resources = pod.memory_request_mib.map_or(String::new(), |mib| {
-        format!(r#","resources":{{"requests":{{"memory":"{mib}Mi"}}}}"#)
-    });
-    let priority = pod
-        .priority
-        .map_or(String::new(), |p| format!(r#","priority":{p}"#));
-    format!(
-        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default","uid":"{}","resourceVersion":"{version}"}},"spec":{{"nodeName":"{node}"{priority},"containers":[{{"name":"main","image":"registry.k8s.io/pause:3.9"{resources}}}]}},"status":{{"phase":"Running"}}}}"#,
-        pod.name, pod.uid
-    )
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

@@ -20,10 +20,13 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize as _;
+use serde::de::DeserializeSeed as _;
 use serde_json::Value;
 
-use super::validate::{InvalidPod, validate_pod};
+use super::{
+    manifest_document::{DocumentSeed, ItemProblem, Verdict},
+    validate::{InvalidPod, validate_pod},
+};
 use crate::{
     engine::printable::printable,
     engine::yaml_bounds::{self, Unbounded},
@@ -118,6 +121,12 @@ pub fn load_dir_as<T>(dir: &Path, keep: impl Fn(Pod) -> T) -> io::Result<Loaded<
     // Each uid loaded so far, with the file and the pod it came from.
     let mut uids: HashMap<String, (PathBuf, String)> = HashMap::new();
     for file in files {
+        // Each pod is checked and kept as it is read; the file's verdict comes at its end.
+        let mut check_and_keep = |pod: Pod| {
+            let label = pod_label(&pod);
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            (validate_pod(&pod).map(|()| keep(pod)), uid, label)
+        };
         let pods = read_bounded(&file).and_then(|text| {
             yaml_bounds::check(&text, yaml_bounds::LIMITS).map_err(|reason| {
                 ManifestError::Unbounded {
@@ -125,7 +134,7 @@ pub fn load_dir_as<T>(dir: &Path, keep: impl Fn(Pod) -> T) -> io::Result<Loaded<
                     reason,
                 }
             })?;
-            parse_file(&file, &text)
+            parse_file_as(&file, &text, &mut check_and_keep)
         });
         let pods = match pods {
             Ok(pods) => pods,
@@ -134,17 +143,18 @@ pub fn load_dir_as<T>(dir: &Path, keep: impl Fn(Pod) -> T) -> io::Result<Loaded<
                 continue;
             }
         };
-        for pod in pods {
-            let label = pod_label(&pod);
-            if let Err(reason) = validate_pod(&pod) {
-                loaded.errors.push(ManifestError::Invalid {
-                    file: file.clone(),
-                    pod: label,
-                    reason,
-                });
-                continue;
-            }
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
+        for (checked, uid, label) in pods {
+            let pod = match checked {
+                Ok(pod) => pod,
+                Err(reason) => {
+                    loaded.errors.push(ManifestError::Invalid {
+                        file: file.clone(),
+                        pod: label,
+                        reason,
+                    });
+                    continue;
+                }
+            };
             if let Some((first_file, first_pod)) = uids.get(&uid) {
                 loaded.errors.push(ManifestError::DuplicateUid {
                     file: file.clone(),
@@ -156,7 +166,7 @@ pub fn load_dir_as<T>(dir: &Path, keep: impl Fn(Pod) -> T) -> io::Result<Loaded<
                 continue;
             }
             uids.insert(uid, (file.clone(), label));
-            loaded.pods.push(keep(pod));
+            loaded.pods.push(pod);
         }
     }
     Ok(loaded)
@@ -194,52 +204,92 @@ pub fn is_manifest(path: &Path) -> bool {
 /// Parses one file's text into its pods; `file` only names it in errors. JSON is read as
 /// YAML, of which it is a subset.
 pub fn parse_file(file: &Path, text: &str) -> Result<Vec<Pod>, ManifestError> {
-    let mut pods = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let document_number = index + 1;
-        let syntax = |message: String| ManifestError::Syntax {
-            file: file.to_path_buf(),
-            document: document_number,
-            message,
-        };
-        let value = Value::deserialize(document).map_err(|e| syntax(e.to_string()))?;
-        let unsupported = |kind: &str| ManifestError::UnsupportedKind {
-            file: file.to_path_buf(),
-            document: document_number,
-            kind: kind.to_string(),
-        };
-        let kind = kind_of(&value).map(str::to_owned);
-        match kind.as_deref() {
-            // Empty documents, such as after a trailing `---`.
-            _ if value.is_null() => {}
-            Some("Pod") => pods.push(to_pod(value).map_err(syntax)?),
-            Some(list @ ("PodList" | "List")) => {
-                let Value::Object(mut object) = value else {
-                    unreachable!("kind_of needs an object")
-                };
-                let items = match object.remove("items") {
-                    None | Some(Value::Null) => Vec::new(),
-                    Some(Value::Array(items)) => items,
-                    Some(_) => return Err(syntax("items is not a list".into())),
-                };
-                for item in items {
-                    // A PodList's items may leave out their kind; a generic List's may not.
-                    match (list, kind_of(&item)) {
-                        (_, Some("Pod")) | ("PodList", None) => {
-                            pods.push(to_pod(item).map_err(syntax)?);
-                        }
-                        (_, kind) => return Err(unsupported(kind.unwrap_or("<none>"))),
-                    }
-                }
-            }
-            kind => return Err(unsupported(kind.unwrap_or("<none>"))),
-        }
-    }
-    Ok(pods)
+    parse_file_as(file, text, &mut |pod| pod)
 }
 
-fn kind_of(value: &Value) -> Option<&str> {
-    value.get("kind")?.as_str()
+/// As [`parse_file`], each pod handed to `keep` as soon as it is read, so only what `keep`
+/// returns is held, never the parsed tree of a whole list.
+fn parse_file_as<T>(
+    file: &Path,
+    text: &str,
+    keep: &mut dyn FnMut(Pod) -> T,
+) -> Result<Vec<T>, ManifestError> {
+    let mut kept = Vec::new();
+    // JSON (how tools write a PodList) is read as it is parsed. The YAML parser first takes
+    // a whole document's events, about 10 KiB a pod of a list. What does not parse as one
+    // JSON value (YAML flow style, several documents) is read as YAML, as before.
+    if text.trim_start().starts_with('{') {
+        let mut json = serde_json::Deserializer::from_str(text);
+        let read = DocumentSeed { keep: &mut *keep }
+            .deserialize(&mut json)
+            .and_then(|verdict| json.end().map(|()| verdict));
+        if let Ok(verdict) = read {
+            take_document(file, 1, verdict, keep, &mut kept)?;
+            return Ok(kept);
+        }
+    }
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let document_number = index + 1;
+        let verdict = DocumentSeed { keep: &mut *keep }
+            .deserialize(document)
+            .map_err(|e| syntax_in(file, document_number, e.to_string()))?;
+        take_document(file, document_number, verdict, keep, &mut kept)?;
+    }
+    Ok(kept)
+}
+
+fn syntax_in(file: &Path, document: usize, message: String) -> ManifestError {
+    ManifestError::Syntax {
+        file: file.to_path_buf(),
+        document,
+        message,
+    }
+}
+
+/// Adds a document's pods to `kept`, or says why the file is refused.
+fn take_document<T>(
+    file: &Path,
+    document: usize,
+    verdict: Verdict<T>,
+    keep: &mut dyn FnMut(Pod) -> T,
+    kept: &mut Vec<T>,
+) -> Result<(), ManifestError> {
+    let syntax = |message: String| syntax_in(file, document, message);
+    let unsupported = |kind: &str| ManifestError::UnsupportedKind {
+        file: file.to_path_buf(),
+        document,
+        kind: kind.to_string(),
+    };
+    let (kind, object, items) = match verdict {
+        // Empty documents, such as after a trailing `---`.
+        Verdict::Empty => return Ok(()),
+        Verdict::NotAnObject => return Err(unsupported("<none>")),
+        Verdict::Object {
+            kind,
+            object,
+            items,
+        } => (kind, object, items),
+    };
+    match kind.as_deref() {
+        Some("Pod") => kept.push(keep(to_pod(Value::Object(object)).map_err(syntax)?)),
+        Some(list @ ("PodList" | "List")) => {
+            if items.not_a_list {
+                return Err(syntax("items is not a list".into()));
+            }
+            // The first item in the way decides, as when they were checked in order.
+            let without_kind = items.first_without_kind.filter(|_| list == "List");
+            match (without_kind, items.first_problem) {
+                (Some(at), problem) if problem.as_ref().is_none_or(|(p, _)| at <= *p) => {
+                    return Err(unsupported("<none>"));
+                }
+                (_, Some((_, ItemProblem::Kind(kind)))) => return Err(unsupported(&kind)),
+                (_, Some((_, ItemProblem::NotAPod(message)))) => return Err(syntax(message)),
+                _ => kept.extend(items.kept),
+            }
+        }
+        kind => return Err(unsupported(kind.unwrap_or("<none>"))),
+    }
+    Ok(())
 }
 
 fn to_pod(value: Value) -> Result<Pod, String> {
@@ -301,6 +351,26 @@ mod tests {
                 text: "kind: List\nitems: []\n",
                 uids: &[],
             },
+            Case {
+                name: "json list whose kind comes after its items, as kubectl sorts keys",
+                text: r#"{"apiVersion":"v1","items":[{"metadata":{"uid":"k1"}},{"kind":"Pod","metadata":{"uid":"k2"}}],"kind":"PodList"}"#,
+                uids: &["k1", "k2"],
+            },
+            Case {
+                name: "a json pod whose items are not a list's",
+                text: r#"{"kind":"Pod","items":[{"kind":"Pod","metadata":{"uid":"no"}}],"metadata":{"uid":"p1"}}"#,
+                uids: &["p1"],
+            },
+            Case {
+                name: "yaml flow style, read as yaml",
+                text: "{kind: Pod, metadata: {uid: f1}}\n",
+                uids: &["f1"],
+            },
+            Case {
+                name: "json followed by a second document, read as yaml",
+                text: "{\"kind\": \"Pod\", \"metadata\": {\"uid\": \"d1\"}}\n---\nkind: Pod\nmetadata: {uid: d2}\n",
+                uids: &["d1", "d2"],
+            },
         ];
         for case in cases {
             let pods = parse_file(Path::new("x.yaml"), case.text)
@@ -346,6 +416,36 @@ mod tests {
                 name: "wrong apiVersion",
                 text: "apiVersion: apps/v1\nkind: Pod\n",
                 check: |e| matches!(e, ManifestError::Syntax { .. }),
+            },
+            Case {
+                name: "json List item without a kind, the kind after the items",
+                text: r#"{"items":[{"metadata":{"uid":"a"}}],"kind":"List"}"#,
+                check: |e| matches!(e, ManifestError::UnsupportedKind { kind, .. } if kind == "<none>"),
+            },
+            Case {
+                name: "json List whose second item is another kind",
+                text: r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"uid":"a"}},{"kind":"Service"}]}"#,
+                check: |e| matches!(e, ManifestError::UnsupportedKind { kind, .. } if kind == "Service"),
+            },
+            Case {
+                name: "the first item in the way decides: a pod without kind before a Service",
+                text: r#"{"kind":"List","items":[{"metadata":{"uid":"a"}},{"kind":"Service"}]}"#,
+                check: |e| matches!(e, ManifestError::UnsupportedKind { kind, .. } if kind == "<none>"),
+            },
+            Case {
+                name: "json PodList item that is not a valid pod",
+                text: r#"{"kind":"PodList","items":[{"kind":"Pod","spec":{"containers":3}}]}"#,
+                check: |e| matches!(e, ManifestError::Syntax { document: 1, .. }),
+            },
+            Case {
+                name: "json items that are not a list",
+                text: r#"{"kind":"PodList","items":5}"#,
+                check: |e| matches!(e, ManifestError::Syntax { message, .. } if message == "items is not a list"),
+            },
+            Case {
+                name: "json that is not an object",
+                text: r#"["kind", "Pod"]"#,
+                check: |e| matches!(e, ManifestError::UnsupportedKind { kind, .. } if kind == "<none>"),
             },
         ];
         for case in cases {

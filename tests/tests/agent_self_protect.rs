@@ -153,9 +153,17 @@ fn the_agent_publishes_its_own_memory_charge_and_says_when_it_nears_its_limit() 
         &own,
     );
     let addr = metrics_addr(&agent);
-    let metrics = http_get(addr, "/metrics");
+    // The endpoint serves from its start; the agent's first snapshot follows its first read.
+    let mut metrics = http_get(addr, "/metrics");
+    for _ in 0..50 {
+        if metric(&metrics, "monitor_own_memory_charged_bytes").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        metrics = http_get(addr, "/metrics");
+    }
     let charged = metric(&metrics, "monitor_own_memory_charged_bytes")
-        .unwrap_or_else(|| panic!("no charge published:\n{metrics}"));
+        .unwrap_or_else(|| panic!("no charge published in 5 s:\n{metrics}"));
     assert_eq!(
         metric(&metrics, "monitor_own_memory_limit_bytes"),
         Some(ROOMY)

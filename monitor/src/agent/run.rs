@@ -75,6 +75,8 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         agent.take_pods(first);
         agent.restore_stopped_pods();
         agent.resume_pending_eviction();
+        // Before the first snapshot is published: `/metrics` has the charge from its start.
+        agent.check_own_memory();
         agent.evaluate(None);
         agent.run(watcher).await
     })
@@ -190,7 +192,6 @@ impl Agent {
         // Records held while start-up read cgroupfs.
         self.read_waiting(&mut batch);
         self.move_stat_gate();
-        self.check_own_memory();
         loop {
             tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {

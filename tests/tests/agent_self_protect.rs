@@ -207,3 +207,86 @@ fn the_agent_publishes_its_own_memory_charge_and_says_when_it_nears_its_limit() 
     );
     assert!(agent.running(), "{}", agent.stderr());
 }
+
+/// One mapping of `/proc/<pid>/smaps`: its path (empty when anonymous), its size and what of
+/// it is resident (kB), and its flags (`lo` locked, `lf` locked as touched).
+struct Mapping {
+    path: String,
+    size_kb: u64,
+    resident_kb: u64,
+    flags: Vec<String>,
+}
+
+fn mappings(pid: u32) -> Vec<Mapping> {
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    let mut all: Vec<Mapping> = Vec::new();
+    for line in smaps.lines() {
+        let field = |name: &str| {
+            line.strip_prefix(name)
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        };
+        if let Some(kb) = field("Size:") {
+            all.last_mut().expect("a mapping's head").size_kb = kb;
+        } else if let Some(kb) = field("Rss:") {
+            all.last_mut().expect("a mapping's head").resident_kb = kb;
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            all.last_mut().expect("a mapping's head").flags =
+                flags.split_whitespace().map(String::from).collect();
+        } else if line.split_whitespace().next().is_some_and(|a| {
+            a.contains('-') && a.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        }) {
+            all.push(Mapping {
+                path: line.split_whitespace().nth(5).unwrap_or("").to_string(),
+                size_kb: 0,
+                resident_kb: 0,
+                flags: Vec::new(),
+            });
+        }
+    }
+    all
+}
+
+/// The binary's pages are all resident and locked from the start (the eviction path that
+/// has not run yet is never read back from disk under pressure), while what is mapped later
+/// (a thread's stack, an allocator's reserve) is locked page by page as it is touched, not
+/// charged whole.
+#[test]
+fn the_agent_s_code_is_locked_whole_and_later_mappings_as_they_are_touched() {
+    if !running_as_root("the_agent_s_code_is_locked_whole") {
+        return;
+    }
+    let scene = AgentScene::new("lock-on-fault", "10s", "10s");
+    let mut agent = scene.start_agent(&[]);
+    let exe = fs::read_link(format!("/proc/{}/exe", agent.pid())).unwrap();
+    let all = mappings(agent.pid());
+    let code: Vec<&Mapping> = all
+        .iter()
+        .filter(|m| m.path == exe.to_string_lossy())
+        .collect();
+    assert!(!code.is_empty(), "no mapping of {}", exe.display());
+    for m in &code {
+        assert!(
+            m.flags.iter().any(|f| f == "lo") && m.resident_kb == m.size_kb,
+            "{} mapped {} kB, {} kB resident, flags {:?}",
+            m.path,
+            m.size_kb,
+            m.resident_kb,
+            m.flags
+        );
+    }
+    let on_fault: Vec<&Mapping> = all
+        .iter()
+        .filter(|m| m.path.is_empty() && m.flags.iter().any(|f| f == "lf"))
+        .collect();
+    assert!(
+        on_fault.iter().any(|m| m.resident_kb < m.size_kb / 2),
+        "no later mapping is locked only where touched: {:?}",
+        on_fault
+            .iter()
+            .map(|m| (m.size_kb, m.resident_kb))
+            .collect::<Vec<_>>()
+    );
+    // Read at start-up, maybe before the loop handles SIGTERM: any end will do.
+    agent.terminate();
+    agent.wait(Duration::from_secs(10)).expect("the agent ends");
+}

@@ -3,8 +3,8 @@
 //! An eviction agent that the OOM killer takes, whose code pages reclaim drops just when it
 //! must act, or that picks its own pod, fails exactly when the node needs it. So at start it
 //! lowers its `oom_score_adj` (-999 by default: only a task at -1000 is spared before it),
-//! locks its memory with `mlockall(MCL_CURRENT | MCL_FUTURE)` so reclaim never takes its
-//! pages, and once it knows the pods it keeps the pod whose cgroup holds it (found from
+//! locks its memory with `mlockall` so reclaim never takes its pages (the ones mapped at
+//! start whole, later ones as they are touched), and once it knows the pods it keeps the pod whose cgroup holds it (found from
 //! `/proc/self/cgroup`) out of every ranking.
 use std::{fs, io};
 
@@ -40,11 +40,29 @@ pub(crate) fn set_oom_score_adj(value: i32) -> io::Result<()> {
     fs::write(OWN_OOM_SCORE_ADJ, value.to_string())
 }
 
-/// Locks every current and future page of this process in memory. Fails with EPERM without
-/// CAP_IPC_LOCK, or ENOMEM when the mappings exceed RLIMIT_MEMLOCK for an unprivileged user.
+/// Locks this process's memory: every page mapped now (the binary's code and data, all of
+/// it, so the eviction path that has not run yet is never read back from disk under
+/// pressure), and later mappings page by page as they are touched (`MCL_ONFAULT`, as lmkd
+/// and earlyoom do): a thread's stack or an allocator's reserve is charged only for what it
+/// uses, not locked whole. Fails with EPERM without CAP_IPC_LOCK, or ENOMEM when the
+/// mappings exceed RLIMIT_MEMLOCK for an unprivileged user; EINVAL from a kernel before 4.4
+/// (no `MCL_ONFAULT`) falls back to locking later mappings whole.
 pub(crate) fn lock_memory() -> io::Result<()> {
     // SAFETY: mlockall only changes how the kernel treats this process's pages.
-    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+    if unsafe { libc::mlockall(libc::MCL_CURRENT) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Without MCL_CURRENT this call leaves the mappings just locked as they are.
+    // SAFETY: as above.
+    if unsafe { libc::mlockall(libc::MCL_FUTURE | libc::MCL_ONFAULT) } == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() != Some(libc::EINVAL) {
+        return Err(error);
+    }
+    // SAFETY: as above.
+    if unsafe { libc::mlockall(libc::MCL_FUTURE) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

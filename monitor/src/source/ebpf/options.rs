@@ -29,11 +29,14 @@ pub const CGROUP_MAP_MIN_ENTRIES: u32 = 4096;
 pub const CGROUP_MAP_ENTRY_BYTES: u64 = 144;
 pub const CGROUP_MAP_MAX_ENTRIES: u32 = 65536;
 
-/// Entries of the per-cgroup map for a node whose memory hierarchy holds `cgroups` now: four
-/// times as many, for the pods yet to come, within the bounds. A cgroup that finds the map
-/// full gets no records and is counted (`monitor_cgroup_map_full_total`).
+/// Entries of the per-cgroup map for a node whose memory hierarchy holds `cgroups` now: the
+/// power of two at or above twice as many (room for two to four times today's cgroups, for
+/// the pods yet to come; removed cgroups leave the map as they go), within the bounds.
+/// Every entry is preallocated and charged to the agent, so more room costs the node's
+/// memory. A cgroup that finds the map full gets no records and is counted
+/// (`monitor_cgroup_map_full_total`); it is still read at each resync.
 pub fn cgroup_map_entries(cgroups: usize) -> u32 {
-    let wanted = u32::try_from(cgroups.saturating_mul(4)).unwrap_or(u32::MAX);
+    let wanted = u32::try_from(cgroups.saturating_mul(2)).unwrap_or(u32::MAX);
     wanted
         .checked_next_power_of_two()
         .unwrap_or(CGROUP_MAP_MAX_ENTRIES)
@@ -67,13 +70,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cgroup_map_is_sized_to_four_times_the_node_s_cgroups_within_bounds() {
+    fn the_cgroup_map_is_sized_to_two_to_four_times_the_node_s_cgroups_within_bounds() {
         for (cgroups, entries) in [
             (0, CGROUP_MAP_MIN_ENTRIES),
             (300, 4096),
-            (1100, 8192),
-            (4200, 32768),
-            (16384, 65536),
+            (2100, 8192),
+            (4200, 16384),
+            (10_300, 32768),
+            (16384, 32768),
+            (16385, 65536),
             (1_000_000, CGROUP_MAP_MAX_ENTRIES),
             (usize::MAX, CGROUP_MAP_MAX_ENTRIES),
         ] {

@@ -238,9 +238,10 @@ pub(crate) struct AgentArgs {
         value_parser = parse_oom_score_adj
     )]
     pub oom_score_adj: i32,
-    /// Do not lock the agent's memory. By default every page of the agent is locked
-    /// (mlockall), so reclaim cannot page it out when the node is short of memory; this needs
-    /// CAP_IPC_LOCK (root has it) or a RLIMIT_MEMLOCK larger than the agent.
+    /// Do not lock the agent's memory. By default it is locked (mlockall: the binary whole at
+    /// start, later pages as they are touched), so reclaim cannot page it out when the node
+    /// is short of memory; this needs CAP_IPC_LOCK (root has it) or a RLIMIT_MEMLOCK larger
+    /// than the agent.
     #[arg(long)]
     pub no_mlock: bool,
     /// Run the event thread (kernel records -> decision) under SCHED_FIFO at this priority

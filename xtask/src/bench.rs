@@ -21,6 +21,10 @@
 //!   counter against a 10 s read; crossing -> decision p50/p99, and a fork's cost with the
 //!   agent attached against none.
 //!
+//! - `overhead`: what real jobs in a pod (a C build, a sort to a file, a growing heap) pay
+//!   for the agent beside them: wall time with no agent, the default agent and the stat
+//!   programs detached by `--attach-within`, far from every threshold.
+//!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.
 mod density;
@@ -31,6 +35,7 @@ mod latency;
 mod oom_brake;
 mod oom_peers;
 mod oom_race;
+mod overhead;
 mod pid_race;
 mod ranking;
 mod report;
@@ -55,6 +60,8 @@ pub(crate) enum Name {
     OomRace,
     /// A fork bomb against a `pid.available` threshold, and a fork's cost.
     PidRace,
+    /// Real jobs in a pod with and without the agent beside them.
+    Overhead,
     /// The oom-race's cgroup v2 cases alone (victims that handle SIGTERM, with and without
     /// the memory brake, in a VM); `oom-race` includes them.
     OomV2,
@@ -73,7 +80,7 @@ pub(crate) fn run(
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density, kernel, hooks, oom-race, pid-race and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel, hooks, oom-race, pid-race, overhead and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -135,6 +142,9 @@ pub(crate) fn run(
     run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, quick))?;
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
     run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, quick))?;
+    run_one(Name::Overhead, &mut || {
+        overhead::run(&bins, &machine, quick)
+    })?;
     if name == Some(Name::OomV2) {
         run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, quick))?;
     }

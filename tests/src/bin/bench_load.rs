@@ -16,6 +16,9 @@
 //! unmaps it, ROUNDS times, and prints `faults <pages> <CPU ns per page> <wall ns per page>`.
 //! The CPU time is this thread's own (the faults are handled in its context): time spent
 //! waiting for a CPU that other work holds is not counted, so the figure moves less with load.
+//!
+//! `bench_load heap MIB` grows a heap of MIB MiB in 1 MiB blocks, writing every byte, as a
+//! program building its data does, and exits.
 use std::{
     io::{self, BufRead as _, Write as _},
     time::{Duration, Instant},
@@ -35,8 +38,11 @@ fn main() {
             let rounds: usize = args[2].parse().expect("ROUNDS");
             faults(mib, rounds);
         }
+        Some("heap") if args.len() == 2 => heap(args[1].parse().expect("MIB")),
         _ => {
-            eprintln!("usage: bench_load step | churn MIB RATE CGROUP_DIR... | faults MIB ROUNDS");
+            eprintln!(
+                "usage: bench_load step | churn MIB RATE CGROUP_DIR... | faults MIB ROUNDS | heap MIB"
+            );
             std::process::exit(2);
         }
     }
@@ -162,6 +168,11 @@ fn churn(mib: usize, rate: f64, cgroups: &[String]) {
             next = now; // fell behind: do not try to catch up in a burst
         }
     }
+}
+
+fn heap(mib: usize) {
+    let blocks: Vec<Vec<u8>> = (0..mib).map(|i| vec![(i as u8) | 1; 1 << 20]).collect();
+    std::hint::black_box(&blocks);
 }
 
 fn faults(mib: usize, rounds: usize) {

@@ -26,7 +26,10 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use super::{
-    env::{Agent, BenchTree, Binaries, Machine, SourceArg, clock_ticks_per_sec, loadavg, spawn_in},
+    env::{
+        Agent, BenchTree, Binaries, Machine, SourceArg, clock_ticks_per_sec, limit_memory, loadavg,
+        spawn_in,
+    },
     report::{Figure, Section},
 };
 
@@ -167,13 +170,7 @@ impl AgentCgroup {
         let v2 = tree.hierarchy.v2;
         let dir = test_harness::cgroup_tree::create_dirs(&tree.dir, &format!("agent-{tag}"), v2)
             .with_context(|| format!("creating the agent's cgroup in {}", tree.dir.display()))?;
-        let limit = if v2 {
-            "memory.max"
-        } else {
-            "memory.limit_in_bytes"
-        };
-        fs::write(dir.join(limit), AGENT_LIMIT.to_string())
-            .with_context(|| format!("limiting {}", dir.display()))?;
+        limit_memory(&dir, v2, AGENT_LIMIT)?;
         Ok(Self { dir, v2 })
     }
 

@@ -265,6 +265,18 @@ fn pod_manifest(i: usize, uid: &str) -> serde_json::Value {
 }
 
 /// Starts `cmd` inside `cgroup_dir`: it joins the cgroup before exec.
+/// Sets the memory limit of the cgroup `dir` (`memory.max` on v2, `memory.limit_in_bytes` on
+/// v1).
+pub(super) fn limit_memory(dir: &Path, v2: bool, bytes: u64) -> anyhow::Result<()> {
+    let file = if v2 {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    fs::write(dir.join(file), bytes.to_string())
+        .with_context(|| format!("limiting {}", dir.display()))
+}
+
 pub(super) fn spawn_in(cmd: &mut Command, cgroup_dir: &Path) -> anyhow::Result<Child> {
     test_harness::cgroup_tree::spawn_in(cmd, cgroup_dir)
         .with_context(|| format!("starting {cmd:?}"))

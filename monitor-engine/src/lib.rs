@@ -15,7 +15,8 @@
 //! * [`eviction_order`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
 //! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
-//! * [`stat_gate`]: whether the kernel's stat programs must run at that distance;
+//! * [`stat_gate`]: whether the kernel's stat programs must run at that distance, and
+//!   [`attach_distance`]: which distance, when no operator says;
 //! * [`rank_report`]: the eviction order explained, for `monitor rank`;
 //! * [`memory_brake`] and [`oom_projection`]: when the pods are held while a victim drains,
 //!   and how long the node can wait for it;
@@ -28,6 +29,7 @@
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
 //!   and the decision step.
 pub mod allocation;
+pub mod attach_distance;
 pub mod checkpoint;
 pub mod config_origin;
 pub mod decide;

@@ -3,7 +3,9 @@
 //! they and the command line can both use it.
 use std::time::Duration;
 
-use crate::engine::{duration::parse_go_duration, quantity::Quantity};
+use crate::engine::{
+    attach_distance::AttachWithin, duration::parse_go_duration, quantity::Quantity,
+};
 
 /// A Go duration above zero (`100ms`, `1s`, `1m30s`).
 pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -21,6 +23,17 @@ pub(crate) fn positive_bytes(text: &str) -> Result<u64, String> {
         .ok()
         .filter(|b| *b > 0)
         .ok_or_else(|| format!("{text} is not a positive number of bytes"))
+}
+
+/// `--attach-within`: `auto`, `always`, or a positive quantity of bytes.
+pub(crate) fn attach_within(text: &str) -> Result<AttachWithin, String> {
+    match text {
+        "auto" => Ok(AttachWithin::Auto),
+        "always" => Ok(AttachWithin::Always),
+        _ => positive_bytes(text)
+            .map(AttachWithin::Bytes)
+            .map_err(|e| format!("{e}; or auto, or always")),
+    }
 }
 
 /// Bytes per second: a quantity, optionally followed by `/s` (`100Mi`, `1Gi/s`).
@@ -54,5 +67,12 @@ mod tests {
         assert_eq!(positive_duration("100ms"), Ok(Duration::from_millis(100)));
         assert!(positive_duration("0s").is_err());
         assert!(positive_duration("10").is_err(), "a unit is required");
+        assert_eq!(attach_within("auto"), Ok(AttachWithin::Auto));
+        assert_eq!(attach_within("always"), Ok(AttachWithin::Always));
+        assert_eq!(attach_within("2Gi"), Ok(AttachWithin::Bytes(2 << 30)));
+        for bad in ["0", "never", "-1Gi", "Auto"] {
+            let e = attach_within(bad).unwrap_err();
+            assert!(e.ends_with("or auto, or always"), "{bad}: {e}");
+        }
     }
 }

@@ -38,7 +38,8 @@ pub use pids_cap::PidsCap;
 pub use pods::{TestPod, uid_for};
 pub use scene::AgentScene;
 pub use skip::{
-    Reason, cannot_run, has_cap_sys_resource, memory_on_cgroup_v2, on_the_host, running_as_root,
+    Reason, cannot_run, has_cap_sys_resource, memory_on_cgroup_v2, on_the_host, outside_the_vm,
+    running_as_root,
 };
 pub use temp_dir::TempDir;
 pub use trace_process::Trace;

@@ -114,7 +114,8 @@ impl AgentScene {
     }
 
     /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
-    /// them `--pods` (the scene's manifests), `--source auto` with a short poll interval,
+    /// them `--allocatable-memory` ([`Self::ALLOCATABLE`]), `--pods` (the scene's manifests),
+    /// `--source auto` with a short poll interval,
     /// `--duration` 60s and this scene's checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
@@ -122,12 +123,13 @@ impl AgentScene {
         if !extra.contains(&"--pods") {
             args.extend(["--pods".into(), path(&self.manifests.path)]);
         }
+        if !extra.contains(&"--allocatable-memory") {
+            args.extend(["--allocatable-memory".into(), Self::ALLOCATABLE.into()]);
+        }
         args.extend(
             [
                 "--kubepods-cgroup",
                 &self.kubepods.rel,
-                "--allocatable-memory",
-                Self::ALLOCATABLE,
                 "--config",
                 &path(&self.config),
                 "--output",

@@ -59,12 +59,15 @@ pub fn has_cap_sys_resource() -> bool {
 /// True outside the test VM, which runs the test executables without the repository's files;
 /// in it the test (`test`: its name) is reported as skipped for `host-only`.
 pub fn on_the_host(test: &str) -> bool {
+    outside_the_vm(&format!("{test} checks the repository's files"))
+}
+
+/// True outside the test VM; in it the test is reported as skipped for `host-only`, `why`
+/// (which names the test).
+pub fn outside_the_vm(why: &str) -> bool {
     let in_vm = std::env::var_os("MONITOR_VM").is_some();
     if in_vm {
-        cannot_run(
-            Reason::HostOnly,
-            &format!("{test} checks the repository's files"),
-        );
+        cannot_run(Reason::HostOnly, why);
     }
     !in_vm
 }

@@ -632,3 +632,111 @@ fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_po
         agent.stop();
     });
 }
+
+/// The CPUs online, as the agent counts them for its default distance.
+fn online_cpus() -> u64 {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online CPUs");
+    online
+        .trim()
+        .split(',')
+        .map(|range| match range.split_once('-') {
+            Some((a, b)) => b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// The value of an unlabelled gauge in /metrics.
+fn gauge(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
+    http_get(addr, "/metrics").lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|v| v.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+#[test]
+fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_attach_in_time() {
+    if !running_as_root("by_default_the_stat_programs_detach_beyond_the_derived_distance")
+        || !tests::outside_the_vm(
+            "by_default_the_stat_programs_detach_beyond_the_derived_distance allocates several \
+             times the node's default distance, too much for the test VM",
+        )
+    {
+        return;
+    }
+    // The default distance is the CPUs at 2 GiB/s over the 100ms guard read and a read of
+    // every pod (a few ms here): allocatable leaves three times 200ms of it above the
+    // threshold, so the programs come off at start.
+    let cpus = online_cpus();
+    let estimate_mib = cpus * 2048 / 5;
+    assert!(
+        cpus <= 4,
+        "this test allocates about {} MiB on {cpus} CPUs; it is sized for nodes of 4 CPUs \
+         at most",
+        3 * estimate_mib
+    );
+    let allocatable = format!("{}Mi", 100 + 3 * estimate_mib);
+    let scene = AgentScene::new("agent-auto-gate", "10s", "10s");
+    set_memory_limit(&scene.cgroup.dir, (3 * estimate_mib + 512) << 20)
+        .expect("limiting the scene's memory");
+    in_own_network_namespace(|| {
+        let over = TestPod::new("over").request_mib(20).priority(1000);
+        let big = TestPod::new("big").request_mib(3 * estimate_mib);
+        let mut agent = scene.start_agent(&[
+            "--source",
+            "ebpf",
+            "--allocatable-memory",
+            &allocatable,
+            "--resync-interval",
+            "1s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ]);
+        let detached = |l: &str| l.contains("memory stat programs detached");
+        let attached = |l: &str| l.contains("memory stat programs attached");
+        let line = agent
+            .wait_stderr(Duration::from_secs(10), detached)
+            .unwrap_or_else(|| panic!("the programs were not detached: {}", agent.stderr()));
+        assert!(
+            line.contains(&format!("{cpus} CPUs at 2.0Gi/s")) && line.contains("guard read"),
+            "the log names the distance and why: {line}"
+        );
+        let addr = metrics_addr(&agent);
+        let distance_mib = gauge(addr, "monitor_stat_programs_attach_within_bytes")
+            .expect("the distance in /metrics")
+            >> 20;
+        assert!(
+            (estimate_mib / 2..=estimate_mib).contains(&distance_mib),
+            "{distance_mib} MiB for {cpus} CPUs"
+        );
+        assert_eq!(gauge(addr, "monitor_stat_programs_attached"), Some(0));
+        let headroom_mib = 3 * estimate_mib;
+        let mut over_proc = scene.start_pod(&over);
+        let mut big_proc = scene.start_pod(&big);
+        over_proc.alloc(60);
+        // Still 200 MiB beyond the distance (the distance follows the time a read of every
+        // pod takes, a few MiB per ms here): nothing attaches.
+        let first = headroom_mib - 60 - distance_mib - 200;
+        big_proc.alloc(first as usize);
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            agent.wait_stderr(Duration::ZERO, attached).is_none(),
+            "attached while beyond the distance: {}",
+            agent.stderr()
+        );
+        // Within it: the guard read attaches the programs before the threshold.
+        big_proc.alloc(300);
+        agent
+            .wait_stderr(Duration::from_secs(10), attached)
+            .unwrap_or_else(|| panic!("the programs were not attached: {}", agent.stderr()));
+        assert_no_decision(&agent, Duration::from_secs(1), "no threshold is met yet");
+        big_proc.alloc((distance_mib - 100 + 32) as usize);
+        // over is past its request, big within its own: over goes, as the kubelet's order says.
+        let decision = agent.next_decision(DECIDE);
+        assert_decision(&decision, "evict", &over);
+        scene.wait_until_empty(&over, KILL);
+        assert!(alive(&big_proc), "only the pod over its request died");
+        agent.stop();
+    });
+}

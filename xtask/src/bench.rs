@@ -22,8 +22,9 @@
 //!   agent attached against none.
 //!
 //! - `overhead`: what real jobs in a pod (a C build, a sort to a file, a growing heap) pay
-//!   for the agent beside them: wall time with no agent, the default agent and the stat
-//!   programs detached by `--attach-within`, far from every threshold.
+//!   for the agent beside them: wall time with no agent, the default agent (stat programs
+//!   detached far from every threshold) and `--attach-within always`. The other benches pin
+//!   `--attach-within always`: they measure the agent with its stat programs on.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails.

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
-    engine::{duration::parse_go_duration, ids::CgroupRel},
-    flags::{OutputFormat, positive_bytes, positive_duration},
+    engine::{attach_distance::AttachWithin, duration::parse_go_duration, ids::CgroupRel},
+    flags::{OutputFormat, attach_within, positive_bytes, positive_duration},
     source::ebpf::MemcgHook,
 };
 
@@ -152,14 +152,22 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "PAGES", value_parser = clap::value_parser!(u32).range(1..))]
     pub per_cpu_budget: Option<u32>,
     /// Run the memcg stat programs only while a memory threshold is within this much
-    /// working-set growth (kubelet quantity, e.g. 1Gi). Farther away they are detached, so
-    /// page faults run none of the agent's code; the node's and the kubepods cgroup's memory
-    /// is read every 100ms instead, and the pods' at each --resync-interval. They are attached
-    /// again at this distance, after which every pod is read, and detached beyond twice it.
-    /// Size it for the fastest growth the node sees over the 100ms read plus a read of every
-    /// pod (2 GiB/s for 250 ms is 512Mi). Default: attached at all times.
-    #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
-    pub attach_within: Option<u64>,
+    /// working-set growth. Farther away they are detached, so page faults run none of the
+    /// agent's code; the node's and the kubepods cgroup's memory is read every 100ms instead,
+    /// and the pods' at each --resync-interval. They are attached again at this distance,
+    /// after which every pod is read, and detached beyond twice it. `auto` derives it from
+    /// how fast memory can grow while the agent does not see the pods: the node's CPUs at
+    /// 2Gi/s each (or the fastest growth seen in the last hour or two, when faster) over the
+    /// 100ms read plus the time a read of every pod took (2 CPUs, 150ms: 1Gi). The distance
+    /// in force is logged and in /metrics. A quantity (kubelet syntax, e.g. 4Gi) fixes it;
+    /// `always` keeps the programs attached.
+    #[arg(
+        long,
+        value_name = "auto|always|QUANTITY",
+        default_value = "auto",
+        value_parser = attach_within
+    )]
+    pub attach_within: AttachWithin,
     /// On a hard threshold, project when the kernel's OOM point (the kubepods cgroup's memory
     /// limit, or the node's memory) is reached at the growth of the last 50ms, and cut the
     /// victim's grace period to that time less 100ms for the kill, down to force at once; an

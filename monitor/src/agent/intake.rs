@@ -397,6 +397,7 @@ impl Agent {
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
         let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.held);
+        let started = std::time::Instant::now();
         self.metrics.pod_process_counts += read_all(
             self.reader.as_ref(),
             &mut self.core,
@@ -407,6 +408,9 @@ impl Agent {
             &mut hold,
         );
         drop(hold);
+        if scope == ReadScope::All {
+            self.attach_distance.read_all_took(started.elapsed());
+        }
         // A read of the changed pods counts the processes of those whose memory moved; the
         // ones whose tasks changed without it are counted here, every pod's when the kernel
         // could not tell which.

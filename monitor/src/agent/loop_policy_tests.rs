@@ -30,6 +30,7 @@ use crate::{
         writer::{CheckpointWriter, Persister},
     },
     engine::{
+        attach_distance::AttachDistance,
         checkpoint::AgentState,
         decide::EvictionState,
         eviction_config::EvictionConfig,
@@ -517,4 +518,45 @@ async fn the_stat_programs_detach_far_from_every_threshold_and_attach_near_one_w
         Some(700 * MI),
         "every pod is read once the programs are back"
     );
+}
+
+#[tokio::test]
+async fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_always_keeps_them() {
+    let pods = [("web", 100, 200)];
+    let kernel = FakeKernel::default();
+    let asked = kernel.asked.clone();
+    let mut s = scene_with(Mode::DryRun, Some(kernel), &[], &pods, 4000);
+    // One CPU: 2 GiB/s over the 100ms guard read and a read of every pod (none timed here),
+    // so the distance is 400 MiB, whatever machine runs the test.
+    s.agent.attach_distance = AttachDistance::new(1);
+    let distance = s.agent.attach_within().expect("auto derives a distance");
+    assert_eq!(distance, s.agent.attach_distance.distance());
+    assert!((400 * MI..410 * MI).contains(&distance), "{distance}");
+    asked.borrow_mut().clear();
+    s.agent.move_stat_gate();
+    assert_eq!(*asked.borrow(), [Asked::Detach], "3.6 GiB away");
+    // 350 MiB from the threshold: within the distance.
+    s.machine.0.borrow_mut().node_working_set = NODE - 850 * MI;
+    s.agent.read_guard();
+    s.agent.move_stat_gate();
+    assert_eq!(*asked.borrow(), [Asked::Detach, Asked::Attach]);
+    // The read of every pod was timed: the distance is now 2 GiB/s over 100ms and that read.
+    s.agent.update_metrics(None, None);
+    let now = s.agent.attach_distance.distance();
+    assert!((200 * MI..distance).contains(&now), "{now}");
+    assert_eq!(s.agent.metrics.stat_programs_attach_within, Some(now));
+
+    let kernel = FakeKernel::default();
+    let asked = kernel.asked.clone();
+    let mut s = scene_with(
+        Mode::DryRun,
+        Some(kernel),
+        &["--attach-within", "always"],
+        &pods,
+        0,
+    );
+    asked.borrow_mut().clear();
+    s.agent.move_stat_gate();
+    assert!(asked.borrow().is_empty(), "8 GiB away, yet attached");
+    assert_eq!(s.agent.attach_within(), None);
 }

@@ -36,7 +36,10 @@ use crate::{
     action::KubeEvictor,
     cgroupfs::MemoryHierarchy,
     checkpoint::writer::Persister,
-    engine::eviction_machine::AgentCore,
+    engine::{
+        attach_distance::{AttachDistance, GUARD_PERIOD},
+        eviction_machine::AgentCore,
+    },
     metrics::{Metrics, snapshot::Publisher},
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
@@ -44,7 +47,7 @@ use crate::{
 
 /// How often the node's and the kubepods cgroup's memory is read while the stat programs are
 /// detached: two files, about as cheap as one wake-up of the agent.
-pub(super) const GUARD_READ_EVERY: Duration = Duration::from_millis(100);
+pub(super) const GUARD_READ_EVERY: Duration = GUARD_PERIOD;
 
 /// How often stat records the kernel sent without a wake-up (far from every threshold) are
 /// read, so rankings, metrics and status stay this fresh.
@@ -152,6 +155,8 @@ pub(super) struct Agent {
     pub(super) node_status: Option<NodeStatusPublisher>,
     /// The stat programs could not be attached at the last try (logged once per episode).
     pub(super) stat_attach_failing: bool,
+    /// How near a memory threshold the stat programs attach with `--attach-within auto`.
+    pub(super) attach_distance: AttachDistance,
     /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
     pub(super) brake: KubepodsBrake,
 }
@@ -311,7 +316,10 @@ impl Agent {
             self.read_pids_now(None);
             self.rearm_fork_wake();
         }
-        self.publisher.heartbeat.beat(monotonic_ns());
+        let now = monotonic_ns();
+        self.attach_distance
+            .observe(now, self.core.memory_headroom());
+        self.publisher.heartbeat.beat(now);
     }
 }
 

@@ -28,6 +28,7 @@ use crate::{
         IfUnusable, StateManager, read_now,
         writer::{CheckpointWriter, Persister},
     },
+    engine::attach_distance::AttachDistance,
     engine::checkpoint::decision_state,
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
@@ -38,7 +39,7 @@ use crate::{
         server,
         snapshot::{self, Publisher},
     },
-    node::read::{read_mem_total, read_memory_limit},
+    node::read::{online_cpus, read_mem_total, read_memory_limit},
     pods::KubepodsCgroup,
 };
 
@@ -99,6 +100,7 @@ impl Agent {
                 bytes(capacity.allocatable_memory_bytes as i64),
             );
             self.core.set_capacity(capacity);
+            self.attach_distance.forget_mark();
         }
     }
 
@@ -278,6 +280,7 @@ impl Agent {
             own_pod: parts.own_pod,
             node_status: parts.node_status,
             stat_attach_failing: false,
+            attach_distance: AttachDistance::new(online_cpus()),
             brake: parts.brake,
         }
     }

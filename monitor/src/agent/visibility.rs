@@ -19,6 +19,7 @@ use crate::{
 impl Agent {
     /// Brings the metrics up to date and publishes a snapshot for readers.
     pub(super) fn update_metrics(&mut self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
+        let attach_within = self.attach_within();
         let m = &mut self.metrics;
         for (signal, observed) in self.core.observations() {
             m.signal_observations
@@ -60,6 +61,7 @@ impl Agent {
         }
         m.pods_ranked = self.core.pod_count() as u64;
         m.stat_programs_attached = self.source.memory_from_kernel();
+        m.stat_programs_attach_within = attach_within;
         m.source_fallback = self.source.fallback.is_some();
         m.pod_read_failures = self.core.read_failures();
         m.action_failures = self.actions.failures();

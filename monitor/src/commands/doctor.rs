@@ -11,7 +11,11 @@ use crate::{
     action::reap::kernel_has_process_mrelease,
     agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
-    engine::ids::CgroupRel,
+    engine::{
+        attach_distance::{AttachDistance, GUARD_PERIOD},
+        ids::CgroupRel,
+    },
+    node::read::online_cpus,
     source::{
         ebpf::MemcgHook,
         hook_plan,
@@ -59,6 +63,9 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     };
     let mut report = Report::from_features(&features).with_privileges(privileges::check(&needs));
     report.process_mrelease = Some(kernel_has_process_mrelease());
+    if report.source == EventSource::Ebpf {
+        report.stat_gate = Some(stat_gate(&AttachDistance::new(online_cpus())));
+    }
     match args.output {
         OutputFormat::Text => print!("{}", report.to_text()),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -91,6 +98,9 @@ struct Report {
     /// Whether the kernel has `process_mrelease` (5.15+), with which force reaps a killed
     /// pod's memory at once; unknown (null) when not probed.
     process_mrelease: Option<bool>,
+    /// When the memcg stat programs run by default and what guards the node meanwhile; null
+    /// when the agent polls (or not worked out, in unit tests).
+    stat_gate: Option<String>,
     /// Whether the memory brake can hold the kubepods cgroup while a victim drains: cgroup v2
     /// has `memory.high`, v1 does not.
     memory_brake: bool,
@@ -223,6 +233,7 @@ impl Report {
                 cgroup: features.psi.cgroup.clone(),
             },
             process_mrelease: None,
+            stat_gate: None,
             memory_brake: features
                 .memory
                 .as_ref()
@@ -310,6 +321,9 @@ impl Report {
                 ),
             );
         }
+        if let Some(gate) = &self.stat_gate {
+            line("stat gate", gate.clone());
+        }
         line(
             "brake",
             yes_no(
@@ -363,6 +377,16 @@ impl Report {
         let _ = writeln!(out, "{}", self.summary);
         out
     }
+}
+
+/// The default `--attach-within auto` on this node, with the guard that holds meanwhile.
+fn stat_gate(distance: &AttachDistance) -> String {
+    format!(
+        "the memcg stat programs run only within {distance} of a memory threshold \
+         (--attach-within auto; the read time is the agent's own once it runs); farther away \
+         page faults run none of the agent's code, and the guard is the {GUARD_PERIOD:?} read \
+         of the node's and the kubepods cgroup's memory"
+    )
 }
 
 /// Why memory is counted with `hook`, in one line.
@@ -650,6 +674,18 @@ mod tests {
                     assert!(text.contains("  CAP_KILL              MISSING (not in the effective set): a purpose\n"), "{name}: {text}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_stat_gate_names_the_distance_its_reasons_and_the_guard() {
+        let text = stat_gate(&AttachDistance::new(2));
+        for part in [
+            "within 819.2Mi (4.0Gi/s: 2 CPUs at 2.0Gi/s",
+            "--attach-within auto",
+            "the guard is the 100ms read of the node's and the kubepods cgroup's memory",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
         }
     }
 

@@ -69,6 +69,9 @@ pub(crate) struct Metrics {
     pub cgroup_map_full: u64,
     /// Whether the kernel's memcg stat programs run on their hooks now.
     pub stat_programs_attached: bool,
+    /// The distance to a memory threshold within which they are attached (`None`: at all
+    /// times, or no stat programs).
+    pub stat_programs_attach_within: Option<u64>,
     /// Checkpoint writes that failed.
     pub checkpoint_write_failures: u64,
     /// Whether the last checkpoint write succeeded.
@@ -103,6 +106,7 @@ impl Default for Metrics {
             events_undecodable: 0,
             cgroup_map_full: 0,
             stat_programs_attached: false,
+            stat_programs_attach_within: None,
             checkpoint_write_failures: 0,
             checkpoint_writable: true,
             pod_read_failures: 0,
@@ -248,7 +252,7 @@ impl Metrics {
             (
                 "monitor_stat_programs_attached",
                 "gauge",
-                "1 while the kernel's memcg stat programs run on their hooks; 0 while polling, or while --attach-within keeps them off far from every memory threshold.",
+                "1 while the kernel's memcg stat programs run on their hooks; 0 while polling, or while --attach-within (auto by default) keeps them off far from every memory threshold.",
                 u64::from(self.stat_programs_attached),
             ),
             (
@@ -292,6 +296,11 @@ impl Metrics {
             let _ = writeln!(out, "{name} {value}");
         }
         for (name, help, value) in [
+            (
+                "monitor_stat_programs_attach_within_bytes",
+                "The distance to the nearest memory threshold within which the memcg stat programs are attached (--attach-within; auto: derived from the node's CPUs, the fastest growth seen and the time to read every pod); absent while they are attached at all times or absent.",
+                self.stat_programs_attach_within,
+            ),
             (
                 "monitor_own_memory_charged_bytes",
                 "Bytes the agent's own memory cgroup is charged (heap, locked pages, kernel maps, page cache of its binary).",
@@ -365,6 +374,7 @@ mod tests {
         m.pods_ranked = 40;
         m.source_fallback = true;
         m.own_memory_charged = Some(30 << 20);
+        m.stat_programs_attach_within = Some(1 << 30);
         let text = m.render();
         for line in [
             "monitor_evictions_total{eviction_signal=\"memory.available\"} 2",
@@ -379,6 +389,7 @@ mod tests {
             "monitor_event_to_decision_seconds_count 0",
             "monitor_event_source_fallback 1",
             "monitor_own_memory_charged_bytes 31457280",
+            "monitor_stat_programs_attach_within_bytes 1073741824",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -387,7 +398,7 @@ mod tests {
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!(
-            types, 22,
+            types, 23,
             "one TYPE line per family (no limit: no limit family)"
         );
         let build = format!(

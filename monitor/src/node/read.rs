@@ -21,6 +21,13 @@ pub(crate) fn page_size() -> u64 {
     u64::try_from(size).unwrap_or(4096).max(1)
 }
 
+/// The CPUs online: how many can fault memory in at once. The node's, not the agent's share
+/// (`available_parallelism` would count the agent's CPU quota).
+pub(crate) fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).map_or(1, |n| n.max(1))
+}
+
 /// Why a node signal's input could not be read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum NodeError {

@@ -323,6 +323,18 @@ impl SourceArg {
     }
 }
 
+/// The benches measure the agent with its stat programs on their hooks (the latency, the
+/// kernel's cost, density under churn), so they pin `--attach-within always` unless `extra`
+/// says otherwise: with the default `auto`, a threshold as far as most benches put it would
+/// detach them. The overhead bench measures the default itself.
+fn pin_stat_programs(extra: &[&str]) -> &'static [&'static str] {
+    if extra.contains(&"--attach-within") {
+        &[]
+    } else {
+        &["--attach-within", "always"]
+    }
+}
+
 impl Agent {
     /// Starts `monitor --dry-run` on the tree and waits until it has loaded the pods.
     pub(super) fn start(
@@ -396,6 +408,7 @@ impl Agent {
             .args(source.args())
             .args(extra)
             .args(&bins.agent_flags)
+            .args(pin_stat_programs(extra))
             .arg("--checkpoint-dir")
             .arg(&checkpoint)
             .args(["--output", "json", "--no-metrics"])

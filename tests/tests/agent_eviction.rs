@@ -550,6 +550,46 @@ fn a_pod_whose_containers_restart_after_its_kill_is_a_candidate_again() {
     agent.stop();
 }
 
+/// The log lines of the stat gate's moves.
+const DETACHED: &str = "memory stat programs detached";
+const ATTACHED: &str = "memory stat programs attached";
+
+/// Waits for the stat programs to come off their hooks; the log line that says so.
+fn wait_detached(agent: &MonitorProcess) -> String {
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| l.contains(DETACHED))
+        .unwrap_or_else(|| panic!("the programs were not detached: {}", agent.stderr()))
+}
+
+/// Allocates `mib` in `pod`, which keeps the node beyond the distance: after `settle`, the
+/// programs are still off.
+fn grow_beyond_the_distance(
+    agent: &MonitorProcess,
+    pod: &mut Allocator,
+    mib: u64,
+    settle: Duration,
+) {
+    pod.alloc(mib as usize);
+    std::thread::sleep(settle);
+    assert!(
+        agent
+            .wait_stderr(Duration::ZERO, |l| l.contains(ATTACHED))
+            .is_none(),
+        "attached while beyond the distance: {}",
+        agent.stderr()
+    );
+}
+
+/// Allocates `mib` in `pod`, which brings the node within the distance but not to the
+/// threshold: the guard read attaches the programs, and nothing is decided yet.
+fn grow_within_the_distance(agent: &MonitorProcess, pod: &mut Allocator, mib: usize) {
+    pod.alloc(mib);
+    agent
+        .wait_stderr(Duration::from_secs(10), |l| l.contains(ATTACHED))
+        .unwrap_or_else(|| panic!("the programs were not attached: {}", agent.stderr()));
+    assert_no_decision(agent, Duration::from_secs(1), "no threshold is met yet");
+}
+
 #[test]
 fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_pod_goes() {
     if !running_as_root("stat_programs_detached_far_from_the_threshold_attach_in_time") {
@@ -572,11 +612,7 @@ fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_po
             "--metrics-addr",
             "127.0.0.1:0",
         ]);
-        let detached = |l: &str| l.contains("memory stat programs detached");
-        let attached = |l: &str| l.contains("memory stat programs attached");
-        agent
-            .wait_stderr(Duration::from_secs(10), detached)
-            .unwrap_or_else(|| panic!("the programs were not detached: {}", agent.stderr()));
+        wait_detached(&agent);
         let addr = metrics_addr(&agent);
         // The metrics are refreshed at least every second.
         let gauge_becomes = |value: &str| {
@@ -592,23 +628,15 @@ fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_po
         let mut small_proc = scene.start_pod(&small);
         let mut big_proc = scene.start_pod(&big);
 
+        // The victim drains as a server would: only SIGKILL returns its memory in time.
+        over_proc.drain_after_term(60_000);
         // 110Mi from the threshold: still more than 60Mi, so nothing is attached, and what the
         // pods take is seen only by reading cgroupfs.
         over_proc.alloc(60);
-        small_proc.alloc(30);
-        std::thread::sleep(Duration::from_secs(2));
-        assert!(
-            agent.wait_stderr(Duration::ZERO, attached).is_none(),
-            "attached while 110Mi from the threshold: {}",
-            agent.stderr()
-        );
+        grow_beyond_the_distance(&agent, &mut small_proc, 30, Duration::from_secs(2));
         // 50Mi from it: the guard read sees it within 100ms and attaches before the threshold.
-        big_proc.alloc(60);
-        agent
-            .wait_stderr(Duration::from_secs(10), attached)
-            .unwrap_or_else(|| panic!("the programs were not attached: {}", agent.stderr()));
+        grow_within_the_distance(&agent, &mut big_proc, 60);
         gauge_becomes("1");
-        assert_no_decision(&agent, Duration::from_secs(1), "no threshold is met yet");
         big_proc.alloc(80);
 
         // The pods read after attaching, plus the kernel's records since: over's 60Mi counted
@@ -623,7 +651,13 @@ fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_po
         // Far again once big frees its memory: detached at a resync.
         big_proc.free();
         small_proc.free();
-        let detaches = || agent.stderr().lines().filter(|l| detached(l)).count();
+        let detaches = || {
+            agent
+                .stderr()
+                .lines()
+                .filter(|l| l.contains(DETACHED))
+                .count()
+        };
         let deadline = Instant::now() + Duration::from_secs(15);
         while detaches() < 2 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(200));
@@ -693,11 +727,7 @@ fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_attach_in
             "--metrics-addr",
             "127.0.0.1:0",
         ]);
-        let detached = |l: &str| l.contains("memory stat programs detached");
-        let attached = |l: &str| l.contains("memory stat programs attached");
-        let line = agent
-            .wait_stderr(Duration::from_secs(10), detached)
-            .unwrap_or_else(|| panic!("the programs were not detached: {}", agent.stderr()));
+        let line = wait_detached(&agent);
         assert!(
             line.contains(&format!("{cpus} CPUs at 2.0Gi/s")) && line.contains("guard read"),
             "the log names the distance and why: {line}"
@@ -714,23 +744,15 @@ fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_attach_in
         let headroom_mib = 3 * estimate_mib;
         let mut over_proc = scene.start_pod(&over);
         let mut big_proc = scene.start_pod(&big);
+        // The victim drains as a server would: only SIGKILL returns its memory in time.
+        over_proc.drain_after_term(60_000);
         over_proc.alloc(60);
         // Still 200 MiB beyond the distance (the distance follows the time a read of every
         // pod takes, a few MiB per ms here): nothing attaches.
         let first = headroom_mib - 60 - distance_mib - 200;
-        big_proc.alloc(first as usize);
-        std::thread::sleep(Duration::from_secs(1));
-        assert!(
-            agent.wait_stderr(Duration::ZERO, attached).is_none(),
-            "attached while beyond the distance: {}",
-            agent.stderr()
-        );
+        grow_beyond_the_distance(&agent, &mut big_proc, first, Duration::from_secs(1));
         // Within it: the guard read attaches the programs before the threshold.
-        big_proc.alloc(300);
-        agent
-            .wait_stderr(Duration::from_secs(10), attached)
-            .unwrap_or_else(|| panic!("the programs were not attached: {}", agent.stderr()));
-        assert_no_decision(&agent, Duration::from_secs(1), "no threshold is met yet");
+        grow_within_the_distance(&agent, &mut big_proc, 300);
         big_proc.alloc((distance_mib - 100 + 32) as usize);
         // over is past its request, big within its own: over goes, as the kubelet's order says.
         let decision = agent.next_decision(DECIDE);

@@ -45,10 +45,6 @@ use crate::{
     system_clock::monotonic_ns,
 };
 
-/// How often the node's and the kubepods cgroup's memory is read while the stat programs are
-/// detached: two files, about as cheap as one wake-up of the agent.
-pub(super) const GUARD_READ_EVERY: Duration = GUARD_PERIOD;
-
 /// How often stat records the kernel sent without a wake-up (far from every threshold) are
 /// read, so rankings, metrics and status stay this fresh.
 const WAITING_RECORDS_READ_EVERY: Duration = Duration::from_secs(1);
@@ -186,7 +182,7 @@ impl Agent {
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = self.source.has_stat_programs();
-        let mut guard = interval(GUARD_READ_EVERY);
+        let mut guard = interval(GUARD_PERIOD);
         guard.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut psi = self.install_psi_wake();
         // None while the pod source is being opened again after it failed.

@@ -1,14 +1,11 @@
 //! The shell of [`StatGate`] (`--attach-within`): takes the kernel's memcg stat programs off
-//! while no memory threshold is near, reads the node's memory every [`GUARD_READ_EVERY`]
+//! while no memory threshold is near, reads the node's memory every [`GUARD_PERIOD`]
 //! meanwhile, and puts them back, then reads every pod, once one comes near. How near is the
 //! operator's quantity, or by default the
 //! [`AttachDistance`](crate::engine::attach_distance::AttachDistance) the agent derives.
-use super::{
-    reader::read_node,
-    run::{Agent, GUARD_READ_EVERY},
-};
+use super::{reader::read_node, run::Agent};
 use crate::{
-    engine::attach_distance::AttachWithin,
+    engine::attach_distance::{AttachDistance, AttachWithin, GUARD_PERIOD},
     engine::stat_gate::{GateMove, StatGate},
     engine::units::unsigned_bytes,
 };
@@ -42,14 +39,6 @@ impl Agent {
         }
     }
 
-    /// The distance in force, said with its reasons when derived.
-    fn distance_in_force(&self) -> String {
-        match self.args.attach_within {
-            AttachWithin::Auto => self.attach_distance.to_string(),
-            _ => unsigned_bytes(self.attach_within().unwrap_or(0)),
-        }
-    }
-
     /// Attaches or detaches the stat programs as the headroom says. After attaching, every
     /// pod is read: what changed while the programs were off was not counted. When they
     /// cannot be attached, every pod is read at each guard read instead, so a decision is
@@ -62,11 +51,14 @@ impl Agent {
             within: self.attach_within(),
         };
         let headroom = self.core.memory_headroom();
-        let away = headroom.map_or_else(
-            || "no threshold watches memory".to_string(),
-            |h| format!("the nearest memory threshold is {} away", unsigned_bytes(h)),
-        );
-        let distance = self.distance_in_force();
+        // Said only when the gate moves: while detached this runs at every guard read.
+        let away = || {
+            headroom.map_or_else(
+                || "no threshold watches memory".to_string(),
+                |h| format!("the nearest memory threshold is {} away", unsigned_bytes(h)),
+            )
+        };
+        let distance = || distance_in_force(self.args.attach_within, &self.attach_distance);
         let Some(kernel) = self.source.kernel.as_mut() else {
             return;
         };
@@ -74,12 +66,14 @@ impl Agent {
             GateMove::Stay => {}
             GateMove::Detach => match kernel.detach_stats() {
                 Ok(()) => tracing::info!(
-                    "memory stat programs detached: {away}; reading node memory every \
-                     {GUARD_READ_EVERY:?} until it is within {distance}"
+                    "memory stat programs detached: {}; reading node memory every \
+                     {GUARD_PERIOD:?} until it is within {}",
+                    away(),
+                    distance()
                 ),
                 Err(e) => tracing::warn!(
                     "detaching the memory stat programs: {e}; reading node memory every \
-                     {GUARD_READ_EVERY:?}, the pods at each resync"
+                     {GUARD_PERIOD:?}, the pods at each resync"
                 ),
             },
             GateMove::Attach => {
@@ -87,15 +81,17 @@ impl Agent {
                     Ok(()) => {
                         self.stat_attach_failing = false;
                         tracing::info!(
-                            "memory stat programs attached: {away}, within {distance}; \
-                             reading every pod"
+                            "memory stat programs attached: {}, within {}; reading every pod",
+                            away(),
+                            distance()
                         );
                     }
                     Err(e) if !self.stat_attach_failing => {
                         self.stat_attach_failing = true;
                         tracing::warn!(
-                            "attaching the memory stat programs: {e}; {away}, so every pod \
-                             is read every {GUARD_READ_EVERY:?} until they attach"
+                            "attaching the memory stat programs: {e}; {}, so every pod is \
+                             read every {GUARD_PERIOD:?} until they attach",
+                            away()
                         );
                     }
                     Err(e) => tracing::debug!("attaching the memory stat programs: {e}"),
@@ -103,5 +99,14 @@ impl Agent {
                 self.read_cgroupfs(false);
             }
         }
+    }
+}
+
+/// The distance in force, said with its reasons when derived.
+fn distance_in_force(within: AttachWithin, derived: &AttachDistance) -> String {
+    match within {
+        AttachWithin::Auto => derived.to_string(),
+        AttachWithin::Bytes(bytes) => unsigned_bytes(bytes),
+        AttachWithin::Always => "any distance".to_string(),
     }
 }

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TempDir, TermIgnorer, TestPod, http_get,
-    in_own_network_namespace, metrics_addr, process_alive, running_as_root, set_memory_limit,
+    AgentScene, Allocator, MonitorProcess, TempDir, TermIgnorer, TestPod,
+    attach_distance_bound_mib, http_get, in_own_network_namespace, metrics_addr, online_cpus,
+    process_alive, running_as_root, set_memory_limit,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -667,19 +668,6 @@ fn stat_programs_detached_far_from_the_threshold_attach_in_time_and_the_right_po
     });
 }
 
-/// The CPUs online, as the agent counts them for its default distance.
-fn online_cpus() -> u64 {
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online CPUs");
-    online
-        .trim()
-        .split(',')
-        .map(|range| match range.split_once('-') {
-            Some((a, b)) => b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1,
-            None => 1,
-        })
-        .sum()
-}
-
 /// The value of an unlabelled gauge in /metrics.
 fn gauge(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
     http_get(addr, "/metrics").lines().find_map(|l| {
@@ -703,7 +691,7 @@ fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_attach_in
     // every pod (a few ms here): allocatable leaves three times 200ms of it above the
     // threshold, so the programs come off at start.
     let cpus = online_cpus();
-    let estimate_mib = cpus * 2048 / 5;
+    let estimate_mib = attach_distance_bound_mib();
     assert!(
         cpus <= 4,
         "this test allocates about {} MiB on {cpus} CPUs; it is sized for nodes of 4 CPUs \

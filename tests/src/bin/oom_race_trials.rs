@@ -6,7 +6,7 @@
 //!
 //!     oom_race_trials SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
 //!              [--draining-hog] [--draining-victim] [--grace-projection on|off]
-//!              [--memory-brake kubepods|pods|off] [--predict MS]
+//!              [--memory-brake kubepods|pods|off] [--predict MS] [--beyond-distance]
 //!
 //! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
 //! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
@@ -15,8 +15,12 @@
 //! before the allocating pod. `--draining-hog`: the hog handles SIGTERM and keeps allocating
 //! until SIGKILL, as a server draining its requests would; `--draining-victim`: the
 //! bystander handles SIGTERM likewise, idle. `--grace-projection`, `--memory-brake` and
-//! `--predict` (as a lead in ms) are passed to the agent. One JSON object per trial on
-//! stdout, naming the arguments it ran with and every pod the agent evicted.
+//! `--predict` (as a lead in ms) are passed to the agent. `--beyond-distance`: allocatable
+//! memory leaves twice the agent's default `--attach-within` on this node above the
+//! threshold, so its stat programs are detached when each trial starts (the trial waits
+//! for that) and only the 100 ms guard read can attach them before the hog crosses; the hog
+//! then allocates past the kubepods limit. One JSON object per trial on stdout, naming the
+//! arguments it ran with and every pod the agent evicted.
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -24,13 +28,18 @@ use std::{
 
 use serde_json::json;
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, oom_kills_in,
-    set_memory_limit, stand_in_kubelet::StandInKubelet,
+    AgentScene, MonitorProcess, TempDir, TestPod, attach_distance_bound_mib, kube_api::MockKubeApi,
+    oom_kills_in, set_memory_limit, stand_in_kubelet::StandInKubelet,
 };
 
 const NODE: &str = "bench-node";
 /// MiB each steady pod holds, within its request.
 const STEADY_MIB: usize = 40;
+/// The hard `allocatableMemory.available` threshold (the scene's).
+const THRESHOLD_MIB: u64 = 100;
+/// The stat gate's log lines.
+const DETACHED: &str = "memory stat programs detached";
+const ATTACHED: &str = "memory stat programs attached";
 
 struct Args {
     source: Vec<String>,
@@ -44,12 +53,14 @@ struct Args {
     grace_projection: Option<String>,
     memory_brake: Option<String>,
     predict: Option<String>,
+    beyond_distance: bool,
 }
 
 fn parse() -> Result<Args, String> {
     let usage = "usage: oom_race_trials ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
                  [--kubelet-delay MS] [--other-victim] [--draining-hog] [--draining-victim] \
-                 [--grace-projection on|off] [--memory-brake kubepods|pods|off] [--predict MS]";
+                 [--grace-projection on|off] [--memory-brake kubepods|pods|off] [--predict MS] \
+                 [--beyond-distance]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [source, margin, trials, rest @ ..] = args.as_slice() else {
         return Err(usage.into());
@@ -77,6 +88,7 @@ fn parse() -> Result<Args, String> {
         grace_projection: None,
         memory_brake: None,
         predict: None,
+        beyond_distance: false,
     };
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
@@ -91,6 +103,7 @@ fn parse() -> Result<Args, String> {
             ("--other-victim", _) => parsed.other_victim = true,
             ("--draining-hog", _) => parsed.draining_hog = true,
             ("--draining-victim", _) => parsed.draining_victim = true,
+            ("--beyond-distance", _) => parsed.beyond_distance = true,
             ("--memory-brake", Some(mode))
                 if ["kubepods", "pods", "off"].contains(&mode.as_str()) =>
             {
@@ -150,11 +163,20 @@ fn main() {
         }
     };
     let scene = AgentScene::new("oom-race-bench", "1s", "5s");
+    // Kubepods working set above which the threshold is met.
+    let pressure_above_mib = if args.beyond_distance {
+        2 * STEADY_MIB as u64 + 2 * attach_distance_bound_mib()
+    } else {
+        AgentScene::PRESSURE_ABOVE_MIB
+    };
+    let allocatable = format!("{}Mi", pressure_above_mib + THRESHOLD_MIB);
     set_memory_limit(
         &scene.kubepods.dir,
-        (AgentScene::PRESSURE_ABOVE_MIB + args.margin_mib) << 20,
+        (pressure_above_mib + args.margin_mib) << 20,
     )
     .expect("limiting kubepods");
+    // Far past the limit in one go: only a fast stop beats the kernel's OOM killer.
+    let hog_mib = (pressure_above_mib + args.margin_mib).max(1024);
     let pods = if args.kube.is_none() {
         Pods::Manifests
     } else {
@@ -175,7 +197,7 @@ fn main() {
     }
     // Many trials in a slow VM outlast the scene's default minute.
     let mut extra: Vec<&str> = args.source.iter().map(String::as_str).collect();
-    extra.extend(["--duration", "1h"]);
+    extra.extend(["--duration", "1h", "--allocatable-memory", &allocatable]);
     if let Some(mode) = &args.grace_projection {
         extra.extend(["--grace-projection", mode]);
     }
@@ -229,10 +251,14 @@ fn main() {
         };
         // Let the agent learn of the new pods before the race starts.
         std::thread::sleep(Duration::from_millis(300));
+        if args.beyond_distance {
+            // Detached again at a resync (every 10 s by default) once the last hog is gone.
+            wait_detached(&agent, Duration::from_secs(30));
+        }
+        let attaches_before = gate_lines(&agent, ATTACHED);
         let before = oom_kills_in(&scene.kubepods.dir);
         let started = Instant::now();
-        // Far past the limit in one go: only a fast stop beats the kernel's OOM killer.
-        procs[0].command("alloc 1024");
+        procs[0].command(&format!("alloc {hog_mib}"));
         let ended_ms = started.elapsed().as_secs_f64() * 1e3;
         let decision = agent.next_line(Duration::from_secs(3));
         let oom_kills = oom_kills_in(&scene.kubepods.dir) - before;
@@ -268,6 +294,7 @@ fn main() {
                 "grace_ms": grace_ms,
                 "args": std::env::args().skip(1).collect::<Vec<_>>(),
                 "hog_ended_ms": ended_ms,
+                "stat_programs_attached_in_race": gate_lines(&agent, ATTACHED) > attaches_before,
             })
         );
         if let Some(kubelet) = kubelet {
@@ -283,4 +310,26 @@ fn main() {
     }
     drop(agent);
     drop(steady_procs);
+}
+
+/// How many times the agent logged `line` so far.
+fn gate_lines(agent: &MonitorProcess, line: &str) -> usize {
+    agent.stderr().lines().filter(|l| l.contains(line)).count()
+}
+
+/// Waits until the agent's stat programs are detached; ends the run when they are not within
+/// `within`, as the scene then does not start beyond the distance.
+fn wait_detached(agent: &MonitorProcess, within: Duration) {
+    let deadline = Instant::now() + within;
+    while gate_lines(agent, DETACHED) <= gate_lines(agent, ATTACHED) {
+        if Instant::now() > deadline {
+            eprintln!(
+                "the stat programs were not detached within {within:?}: the race would not \
+                 start beyond the distance\n{}",
+                agent.stderr()
+            );
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

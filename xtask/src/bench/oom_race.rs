@@ -13,7 +13,10 @@
 //! One more case: a bystander of lower priority that the kubelet's order evicts first. And a
 //! hog that handles SIGTERM and keeps allocating until SIGKILL, with its grace period cut to
 //! what the node affords (`--grace-projection on`, the default) and with the whole second, and
-//! the same with the opt-in `--predict 100ms` (acting before the crossing).
+//! the same with the opt-in `--predict 100ms` (acting before the crossing). And, with the
+//! defaults, the race starting while the stat programs are detached (allocatable memory
+//! leaves twice the default `--attach-within` above the threshold): the 100 ms guard read
+//! must attach them before the hog, plain or draining, crosses.
 //! Then the same race on cgroup v2 with the memory brake, in a VM (see [`super::oom_brake`]),
 //! and the peers on whole-node memory, in a VM (see [`super::oom_peers`]).
 use std::process::{Command, Stdio};
@@ -78,6 +81,24 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
         c.margins = Some(margins);
         c
     };
+    // With the defaults, the stat programs detached when the hog starts: only the 100 ms
+    // guard read can attach them in time (the trial runner's --beyond-distance).
+    let beyond = |draining: bool, margins: Vec<u64>| {
+        let (label, args): (&str, &[&str]) = if draining {
+            (
+                "ebpf, draining hog, programs detached at start",
+                &["ebpf", "--draining-hog", "--beyond-distance"],
+            )
+        } else {
+            (
+                "ebpf, programs detached at start",
+                &["ebpf", "--beyond-distance"],
+            )
+        };
+        let mut c = case(label, args);
+        c.margins = Some(margins);
+        c
+    };
     if quick {
         // CI's run: the eBPF source at both margins, every other case at the wider one only.
         let at_48 = |mut c: Case| {
@@ -93,6 +114,7 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             draining("on", vec![48]),
             draining("off", vec![48]),
             predicting(vec![16]),
+            beyond(true, vec![48]),
         ];
         (vec![16, 48], 3, cases)
     } else {
@@ -108,6 +130,8 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             draining("on", vec![16, 48, 200]),
             draining("off", vec![16, 48, 200]),
             predicting(vec![16, 48, 100]),
+            beyond(false, vec![16, 48, 200]),
+            beyond(true, vec![16, 48, 200]),
         ];
         (vec![16, 32, 48, 100, 200], 20, cases)
     }

@@ -23,7 +23,8 @@
 //!
 //! - `overhead`: what real jobs in a pod (a C build, a sort to a file, a growing heap) pay
 //!   for the agent beside them: wall time with no agent, the default agent (stat programs
-//!   detached far from every threshold) and `--attach-within always`. The other benches pin
+//!   detached far from every threshold) and `--attach-within always`; the full run adds the
+//!   heap job in the 6.18 VM, on fentry too. The other benches pin
 //!   `--attach-within always`: they measure the agent with its stat programs on.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
@@ -37,6 +38,7 @@ mod oom_brake;
 mod oom_peers;
 mod oom_race;
 mod overhead;
+mod overhead_vm;
 mod pid_race;
 mod ranking;
 mod report;
@@ -107,6 +109,7 @@ pub(crate) fn run(
             "pid_race_trials",
             "reap_time",
             "oom_peers_trials",
+            "overhead_trials",
             "alloc",
         ] {
             build.args(["--bin", helper]);

@@ -39,6 +39,29 @@ const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
 
+/// What the intake keeps between turns.
+pub(super) struct Intake {
+    /// Kernel records taken from the ring during a cgroupfs read, applied after it.
+    pub(super) held: Batch,
+    /// Whether an undecodable kernel record was logged (the kernel source counts them).
+    undecodable_logged: bool,
+    /// What the kernel's fork counter was last told.
+    fork_arming: ForkArming,
+    /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
+    resyncs_since_sweep: u32,
+}
+
+impl Default for Intake {
+    fn default() -> Self {
+        Self {
+            held: Vec::new(),
+            undecodable_logged: false,
+            fork_arming: ForkArming::Unknown,
+            resyncs_since_sweep: 0,
+        }
+    }
+}
+
 /// What a long cgroupfs read runs between its chunks: the kernel's waiting records taken into
 /// `held` (up to [`HELD_RECORDS_MAX`]), so the ring does not overflow meanwhile.
 fn holding<'a>(
@@ -86,7 +109,7 @@ impl Agent {
     /// Reads and applies the records the kernel sent without waking us, after those held
     /// during a cgroupfs read.
     pub(super) fn read_waiting(&mut self, batch: &mut Batch) {
-        batch.append(&mut self.held);
+        batch.append(&mut self.intake.held);
         if let Some(kernel) = self.source.kernel.as_mut() {
             kernel.read_pending(batch);
         }
@@ -134,10 +157,10 @@ impl Agent {
         }
         let headroom = self.core.pid_headroom();
         let arming = ForkArming::at(headroom);
-        if self.fork_arming == arming {
+        if self.intake.fork_arming == arming {
             return false;
         }
-        self.fork_arming = arming;
+        self.intake.fork_arming = arming;
         kernel.wake_after_forks(headroom).unwrap_or_else(|e| {
             tracing::warn!("arming the kernel's fork counter: {e}");
             false
@@ -157,7 +180,7 @@ impl Agent {
     /// records'); every pod is read when the kernel cannot tell which changed.
     fn read_for_pids(&mut self) {
         // The kernel disarmed the counter when it sent its record.
-        self.fork_arming = ForkArming::Unknown;
+        self.intake.fork_arming = ForkArming::Unknown;
         let Some(pods) = self.marked_pods() else {
             tracing::debug!("the kernel counted tasks enough to meet a pid threshold: reading all");
             self.read_unprompted();
@@ -188,7 +211,7 @@ impl Agent {
 
     /// Counts the processes of `pods` anew, taking kernel records between chunks.
     fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
-        let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.held);
+        let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.intake.held);
         self.metrics.pod_process_counts +=
             recount_processes(self.reader.as_ref(), &mut self.core, pods, &mut hold);
     }
@@ -206,12 +229,12 @@ impl Agent {
             let event = match decoded {
                 Ok(event) => event,
                 Err(e) => {
-                    if !self.undecodable_logged {
+                    if !self.intake.undecodable_logged {
                         tracing::warn!(
                             "skipping a kernel record that does not decode: {e} (counted in \
                              monitor_events_undecodable_total; logged once)"
                         );
-                        self.undecodable_logged = true;
+                        self.intake.undecodable_logged = true;
                     }
                     continue;
                 }
@@ -396,7 +419,7 @@ impl Agent {
         let scope = self.resync.take_scope(classify);
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
-        let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.held);
+        let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.intake.held);
         let started = std::time::Instant::now();
         self.metrics.pod_process_counts += read_all(
             self.reader.as_ref(),
@@ -409,7 +432,7 @@ impl Agent {
         );
         drop(hold);
         if scope == ReadScope::All {
-            self.attach_distance.read_all_took(started.elapsed());
+            self.stat_programs.read_all_took(started.elapsed());
         }
         // A read of the changed pods counts the processes of those whose memory moved; the
         // ones whose tasks changed without it are counted here, every pod's when the kernel
@@ -458,11 +481,11 @@ impl Agent {
         let Some(kernel) = self.source.memory_kernel() else {
             return;
         };
-        self.resyncs_since_sweep += 1;
-        if self.resyncs_since_sweep < SWEEP_EVERY_RESYNCS {
+        self.intake.resyncs_since_sweep += 1;
+        if self.intake.resyncs_since_sweep < SWEEP_EVERY_RESYNCS {
             return;
         }
-        self.resyncs_since_sweep = 0;
+        self.intake.resyncs_since_sweep = 0;
         match kernel.sweep_stale(&self.hierarchy.mount) {
             Ok((_, 0)) => {}
             Ok((_, deleted)) => {

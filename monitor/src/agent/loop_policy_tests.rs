@@ -22,6 +22,7 @@ use super::{
     run::Agent,
     self_protect::OwnPod,
     startup::Parts,
+    stat_programs::StatPrograms,
 };
 use crate::{
     cgroupfs::{CgroupPaths, CgroupVersion, MemoryHierarchy, StatsError},
@@ -30,7 +31,7 @@ use crate::{
         writer::{CheckpointWriter, Persister},
     },
     engine::{
-        attach_distance::AttachDistance,
+        attach_distance::AttachWithin,
         checkpoint::AgentState,
         decide::EvictionState,
         eviction_config::EvictionConfig,
@@ -528,9 +529,8 @@ async fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_alw
     let mut s = scene_with(Mode::DryRun, Some(kernel), &[], &pods, 4000);
     // One CPU: 2 GiB/s over the 100ms guard read and a read of every pod (none timed here),
     // so the distance is 400 MiB, whatever machine runs the test.
-    s.agent.attach_distance = AttachDistance::new(1);
+    s.agent.stat_programs = StatPrograms::new(AttachWithin::Auto, 1);
     let distance = s.agent.attach_within().expect("auto derives a distance");
-    assert_eq!(distance, s.agent.attach_distance.distance());
     assert!((400 * MI..410 * MI).contains(&distance), "{distance}");
     asked.borrow_mut().clear();
     s.agent.move_stat_gate();
@@ -542,7 +542,7 @@ async fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_alw
     assert_eq!(*asked.borrow(), [Asked::Detach, Asked::Attach]);
     // The read of every pod was timed: the distance is now 2 GiB/s over 100ms and that read.
     s.agent.update_metrics(None, None);
-    let now = s.agent.attach_distance.distance();
+    let now = s.agent.attach_within().unwrap();
     assert!((200 * MI..distance).contains(&now), "{now}");
     assert_eq!(s.agent.metrics.stat_programs_attach_within, Some(now));
 

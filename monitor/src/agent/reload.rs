@@ -13,7 +13,7 @@ impl Agent {
                     config.thresholds_line()
                 );
                 self.core.reconfigure(config);
-                self.attach_distance.forget_mark();
+                self.stat_programs.forget_mark();
                 self.move_stat_gate();
                 self.evaluate(None);
             }

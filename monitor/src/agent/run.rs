@@ -22,7 +22,7 @@ use super::{
     cause::CauseLog,
     checkpointer::Checkpointer,
     event_source::{Batch, Source},
-    fork_arming::ForkArming,
+    intake::Intake,
     kubepods_brake::KubepodsBrake,
     node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
@@ -31,15 +31,13 @@ use super::{
     realtime,
     resync::ResyncSchedule,
     self_protect::{self, OwnMemory, OwnPod},
+    stat_programs::StatPrograms,
 };
 use crate::{
     action::KubeEvictor,
     cgroupfs::MemoryHierarchy,
     checkpoint::writer::Persister,
-    engine::{
-        attach_distance::{AttachDistance, GUARD_PERIOD},
-        eviction_machine::AgentCore,
-    },
+    engine::{attach_distance::GUARD_PERIOD, eviction_machine::AgentCore},
     metrics::{Metrics, snapshot::Publisher},
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
@@ -131,14 +129,9 @@ pub(super) struct Agent {
     /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod),
     /// and the evictions in progress.
     pub(super) actions: Actions,
-    /// Whether an undecodable kernel record was logged (the kernel source counts them).
-    pub(super) undecodable_logged: bool,
-    /// Kernel records taken from the ring during a cgroupfs read, applied after it.
-    pub(super) held: Batch,
-    /// What the kernel's fork counter was last told.
-    pub(super) fork_arming: ForkArming,
-    /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
-    pub(super) resyncs_since_sweep: u32,
+    /// What the intake keeps between turns: records held during a read, the fork counter's
+    /// arming, the sweep's count.
+    pub(super) intake: Intake,
     /// Which pods each timed resync reads.
     pub(super) resync: ResyncSchedule,
     /// Stalls and bursts, to say what led to a decision.
@@ -149,10 +142,8 @@ pub(super) struct Agent {
     pub(super) own_memory: OwnMemory,
     /// With --kube: the agent's own node conditions, published on the Node.
     pub(super) node_status: Option<NodeStatusPublisher>,
-    /// The stat programs could not be attached at the last try (logged once per episode).
-    pub(super) stat_attach_failing: bool,
-    /// How near a memory threshold the stat programs attach with `--attach-within auto`.
-    pub(super) attach_distance: AttachDistance,
+    /// How near a memory threshold the stat programs run (`--attach-within`).
+    pub(super) stat_programs: StatPrograms,
     /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
     pub(super) brake: KubepodsBrake,
 }
@@ -296,7 +287,7 @@ impl Agent {
     /// What follows every input: the records held during a read are applied, the kernel's
     /// wake-up levels are set again, and the heartbeat beats.
     pub(super) fn end_turn(&mut self, batch: &mut Batch) {
-        if !self.held.is_empty() {
+        if !self.intake.held.is_empty() {
             self.read_waiting(batch);
         }
         // Every input can move the signals, and with them the growth that must wake us.
@@ -313,8 +304,7 @@ impl Agent {
             self.rearm_fork_wake();
         }
         let now = monotonic_ns();
-        self.attach_distance
-            .observe(now, self.core.memory_headroom());
+        self.stat_programs.observe(now, self.core.memory_headroom());
         self.publisher.heartbeat.beat(now);
     }
 }

@@ -11,7 +11,7 @@ use super::{
     cause::CauseLog,
     checkpointer::Checkpointer,
     event_source::Source,
-    fork_arming::ForkArming,
+    intake::Intake,
     kubepods_brake::{BrakeScope, KubepodsBrake},
     local_first::LocalFirst,
     node_status::NodeStatusPublisher,
@@ -20,6 +20,7 @@ use super::{
     resync::ResyncSchedule,
     run::Agent,
     self_protect::{OwnMemory, OwnPod},
+    stat_programs::StatPrograms,
 };
 use crate::{
     action::{KubeEvictor, kube_event::EventPoster},
@@ -28,7 +29,6 @@ use crate::{
         IfUnusable, StateManager, read_now,
         writer::{CheckpointWriter, Persister},
     },
-    engine::attach_distance::AttachDistance,
     engine::checkpoint::decision_state,
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
@@ -100,7 +100,7 @@ impl Agent {
                 bytes(capacity.allocatable_memory_bytes as i64),
             );
             self.core.set_capacity(capacity);
-            self.attach_distance.forget_mark();
+            self.stat_programs.forget_mark();
         }
     }
 
@@ -254,6 +254,7 @@ impl Agent {
     /// The agent from what start-up opened (or a unit test faked), every other part of its
     /// state empty.
     pub(super) fn assemble(parts: Parts) -> Self {
+        let stat_programs = StatPrograms::new(parts.args.attach_within, online_cpus());
         Self {
             args: parts.args,
             hierarchy: parts.hierarchy,
@@ -270,17 +271,13 @@ impl Agent {
             pods: Vec::new(),
             left_out_logged: Vec::new(),
             actions: Actions::new(parts.actuator),
-            undecodable_logged: false,
-            held: Vec::new(),
-            fork_arming: ForkArming::Unknown,
-            resyncs_since_sweep: 0,
+            intake: Intake::default(),
             resync: ResyncSchedule::default(),
             causes: CauseLog::default(),
             own_memory: OwnMemory::default(),
             own_pod: parts.own_pod,
             node_status: parts.node_status,
-            stat_attach_failing: false,
-            attach_distance: AttachDistance::new(online_cpus()),
+            stat_programs,
             brake: parts.brake,
         }
     }

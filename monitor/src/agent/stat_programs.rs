@@ -1,14 +1,121 @@
 //! The shell of [`StatGate`] (`--attach-within`): takes the kernel's memcg stat programs off
 //! while no memory threshold is near, reads the node's memory every [`GUARD_PERIOD`]
 //! meanwhile, and puts them back, then reads every pod, once one comes near. How near is the
-//! operator's quantity, or by default the
-//! [`AttachDistance`](crate::engine::attach_distance::AttachDistance) the agent derives.
-use super::{reader::read_node, run::Agent};
+//! operator's quantity, or by default the [`AttachDistance`] the agent derives.
+use super::{event_source::KernelEvents, reader::read_node, run::Agent};
 use crate::{
     engine::attach_distance::{AttachDistance, AttachWithin, GUARD_PERIOD},
     engine::stat_gate::{GateMove, StatGate},
     engine::units::unsigned_bytes,
 };
+
+/// The gate's own state: the operator's setting, the distance derived from what the agent
+/// saw, and whether the last attach failed (said once per episode).
+pub(super) struct StatPrograms {
+    within: AttachWithin,
+    derived: AttachDistance,
+    attach_failing: bool,
+}
+
+impl StatPrograms {
+    /// The gate for `--attach-within`, on a node of `cpus` online CPUs.
+    pub(super) fn new(within: AttachWithin, cpus: usize) -> Self {
+        Self {
+            within,
+            derived: AttachDistance::new(cpus),
+            attach_failing: false,
+        }
+    }
+
+    /// The distance to a memory threshold within which the programs run (`None`: always).
+    fn within(&self) -> Option<u64> {
+        match self.within {
+            AttachWithin::Always => None,
+            AttachWithin::Bytes(bytes) => Some(bytes),
+            AttachWithin::Auto => Some(self.derived.distance()),
+        }
+    }
+
+    /// Counts the headroom at `now_ns` towards the fastest fall seen.
+    pub(super) fn observe(&mut self, now_ns: u64, headroom: Option<u64>) {
+        self.derived.observe(now_ns, headroom);
+    }
+
+    /// The time a read of every pod took, part of the derived distance.
+    pub(super) fn read_all_took(&mut self, took: std::time::Duration) {
+        self.derived.read_all_took(took);
+    }
+
+    /// Forgets the last headroom: a change of configuration or capacity is no fall.
+    pub(super) fn forget_mark(&mut self) {
+        self.derived.forget_mark();
+    }
+
+    /// Attaches or detaches the programs of `kernel` as `headroom` says. True when they
+    /// were to be attached, whether that worked or not: every pod must then be read, as what
+    /// changed while they were off was not counted (and, when they failed, nothing counts).
+    fn move_gate(&mut self, kernel: &mut dyn KernelEvents, headroom: Option<u64>) -> bool {
+        let gate = StatGate {
+            within: self.within(),
+        };
+        // Said only when the gate moves: while detached this runs at every guard read.
+        let away = || {
+            headroom.map_or_else(
+                || "no threshold watches memory".to_string(),
+                |h| format!("the nearest memory threshold is {} away", unsigned_bytes(h)),
+            )
+        };
+        match gate.next(kernel.stats_attached(), headroom) {
+            GateMove::Stay => false,
+            GateMove::Detach => {
+                match kernel.detach_stats() {
+                    Ok(()) => tracing::info!(
+                        "memory stat programs detached: {}; reading node memory every \
+                         {GUARD_PERIOD:?} until it is within {}",
+                        away(),
+                        self.distance_in_force()
+                    ),
+                    Err(e) => tracing::warn!(
+                        "detaching the memory stat programs: {e}; reading node memory every \
+                         {GUARD_PERIOD:?}, the pods at each resync"
+                    ),
+                }
+                false
+            }
+            GateMove::Attach => {
+                match kernel.attach_stats() {
+                    Ok(()) => {
+                        self.attach_failing = false;
+                        tracing::info!(
+                            "memory stat programs attached: {}, within {}; reading every pod",
+                            away(),
+                            self.distance_in_force()
+                        );
+                    }
+                    Err(e) if !self.attach_failing => {
+                        self.attach_failing = true;
+                        tracing::warn!(
+                            "attaching the memory stat programs: {e}; {}, so every pod is \
+                             read every {GUARD_PERIOD:?} until they attach",
+                            away()
+                        );
+                    }
+                    Err(e) => tracing::debug!("attaching the memory stat programs: {e}"),
+                }
+                true
+            }
+        }
+    }
+
+    /// The distance in force, said with its reasons when derived.
+    fn distance_in_force(&self) -> String {
+        match self.within {
+            AttachWithin::Auto => self.derived.to_string(),
+            AttachWithin::Bytes(bytes) => unsigned_bytes(bytes),
+            AttachWithin::Always => "any distance".to_string(),
+        }
+    }
+}
 
 impl Agent {
     /// True while the stat programs are loaded but off their hooks.
@@ -32,11 +139,7 @@ impl Agent {
         if !self.source.has_stat_programs() {
             return None;
         }
-        match self.args.attach_within {
-            AttachWithin::Always => None,
-            AttachWithin::Bytes(bytes) => Some(bytes),
-            AttachWithin::Auto => Some(self.attach_distance.distance()),
-        }
+        self.stat_programs.within()
     }
 
     /// Attaches or detaches the stat programs as the headroom says. After attaching, every
@@ -47,66 +150,12 @@ impl Agent {
         if !self.source.has_stat_programs() {
             return;
         }
-        let gate = StatGate {
-            within: self.attach_within(),
-        };
         let headroom = self.core.memory_headroom();
-        // Said only when the gate moves: while detached this runs at every guard read.
-        let away = || {
-            headroom.map_or_else(
-                || "no threshold watches memory".to_string(),
-                |h| format!("the nearest memory threshold is {} away", unsigned_bytes(h)),
-            )
-        };
-        let distance = || distance_in_force(self.args.attach_within, &self.attach_distance);
         let Some(kernel) = self.source.kernel.as_mut() else {
             return;
         };
-        match gate.next(kernel.stats_attached(), headroom) {
-            GateMove::Stay => {}
-            GateMove::Detach => match kernel.detach_stats() {
-                Ok(()) => tracing::info!(
-                    "memory stat programs detached: {}; reading node memory every \
-                     {GUARD_PERIOD:?} until it is within {}",
-                    away(),
-                    distance()
-                ),
-                Err(e) => tracing::warn!(
-                    "detaching the memory stat programs: {e}; reading node memory every \
-                     {GUARD_PERIOD:?}, the pods at each resync"
-                ),
-            },
-            GateMove::Attach => {
-                match kernel.attach_stats() {
-                    Ok(()) => {
-                        self.stat_attach_failing = false;
-                        tracing::info!(
-                            "memory stat programs attached: {}, within {}; reading every pod",
-                            away(),
-                            distance()
-                        );
-                    }
-                    Err(e) if !self.stat_attach_failing => {
-                        self.stat_attach_failing = true;
-                        tracing::warn!(
-                            "attaching the memory stat programs: {e}; {}, so every pod is \
-                             read every {GUARD_PERIOD:?} until they attach",
-                            away()
-                        );
-                    }
-                    Err(e) => tracing::debug!("attaching the memory stat programs: {e}"),
-                }
-                self.read_cgroupfs(false);
-            }
+        if self.stat_programs.move_gate(kernel.as_mut(), headroom) {
+            self.read_cgroupfs(false);
         }
-    }
-}
-
-/// The distance in force, said with its reasons when derived.
-fn distance_in_force(within: AttachWithin, derived: &AttachDistance) -> String {
-    match within {
-        AttachWithin::Auto => derived.to_string(),
-        AttachWithin::Bytes(bytes) => unsigned_bytes(bytes),
-        AttachWithin::Always => "any distance".to_string(),
     }
 }

@@ -22,13 +22,13 @@ use std::{
     collections::BTreeMap,
     io::Write as _,
     net::{SocketAddr, TcpListener, TcpStream},
-    path::Path,
+    path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex, MutexGuard},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
-use crate::TestPod;
+use crate::{TempDir, TestPod};
 
 mod api_objects;
 mod http_wire;
@@ -138,6 +138,15 @@ impl MockKubeApi {
             self.addr
         );
         std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+
+    /// A kubeconfig pointing at the mock ([`Self::write_kubeconfig`]), in a directory named
+    /// after `name` that is removed on drop.
+    pub fn kubeconfig_in(&self, name: &str) -> (TempDir, PathBuf) {
+        let files = TempDir::new(name);
+        let path = files.join("kubeconfig");
+        self.write_kubeconfig(&path);
+        (files, path)
     }
 
     /// Adds the pod, or replaces it (same name): an `ADDED` or `MODIFIED` event.

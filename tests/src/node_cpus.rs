@@ -1,13 +1,28 @@
-//! The node's CPUs, as the agent counts them for its default stat-gate distance.
+//! The node's CPUs: online, as the agent counts them for its default stat-gate distance,
+//! and possible, as the kernel sizes its per-CPU maps.
 
 /// The CPUs online (`/sys/devices/system/cpu/online`).
 pub fn online_cpus() -> u64 {
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online CPUs");
-    online
-        .trim()
+    cpus_in("online")
+}
+
+/// The CPUs the kernel's per-CPU maps have a slot for (`/sys/devices/system/cpu/possible`).
+pub fn possible_cpus() -> u64 {
+    cpus_in("possible")
+}
+
+/// How many CPUs a list of `/sys/devices/system/cpu` holds (`0-1`, `0,2-5`, ...).
+fn cpus_in(list: &str) -> u64 {
+    let path = format!("/sys/devices/system/cpu/{list}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    text.trim()
         .split(',')
         .map(|range| match range.split_once('-') {
-            Some((a, b)) => b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1,
+            Some((first, last)) => {
+                last.parse::<u64>().expect("a CPU number")
+                    - first.parse::<u64>().expect("a CPU number")
+                    + 1
+            }
             None => 1,
         })
         .sum()

@@ -1,339 +1,27 @@
-//! `--kube` against a MOCK Kubernetes API server ([`MockKubeApi`]), since no real one can run
-//! here. Without root: the pod watch and the Eviction client through kube-rs, pointed at the
-//! mock by a kubeconfig the test writes. With root: the real `monitor` binary with `--kube`
-//! on a kubepods tree of real cgroups, its pods served by the mock.
+//! The real `monitor` binary with `--kube` on a kubepods tree of real cgroups, its pods
+//! served by a MOCK Kubernetes API server ([`MockKubeApi`]), since no real one can run here;
+//! a STAND-IN kubelet stops the pods the API evicts (root only). The API clients alone are
+//! tested in `kube_clients.rs`.
 use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
+    path::Path,
     time::{Duration, Instant},
 };
 
-use monitor::{
-    action::{
-        EvictError, KubeEvictor,
-        kube_event::{EventPoster, EventReason},
-    },
-    engine::pod_facts::PodRef,
-    pods::{KubeWatchError, KubeWatcher, Loaded, NodePod, kube_watch},
-};
 use serde_json::Value;
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TestPod, kube_api::MockKubeApi, oom_kills, process_alive,
-    running_as_root, set_memory_limit, stand_in_kubelet::StandInKubelet, uid_for,
+    AgentScene, KubeScene, MonitorProcess, oom_kills, process_alive, running_as_root,
+    set_memory_limit, stand_in_kubelet::StandInKubelet, uid_for,
 };
 
 /// The node the mock's pods are bound to.
-const NODE: &str = "node-a";
+const NODE: &str = KubeScene::NODE;
 /// How long a change or a decision may take (a slow VM included).
 const WITHIN: Duration = Duration::from_secs(20);
-
-/// A kubeconfig pointing at `api`, in a directory removed on drop.
-fn kubeconfig(api: &MockKubeApi, name: &str) -> (TempDir, PathBuf) {
-    let files = TempDir::new(name);
-    let path = files.join("kubeconfig");
-    api.write_kubeconfig(&path);
-    (files, path)
-}
-
-fn names(loaded: &Loaded<NodePod>) -> Vec<String> {
-    loaded
-        .pods
-        .iter()
-        .map(|p| p.facts.as_ref().expect("facts").pod.name.clone())
-        .collect()
-}
-
-async fn change(watcher: &mut KubeWatcher) -> Loaded<NodePod> {
-    tokio::time::timeout(WITHIN, watcher.next_change())
-        .await
-        .expect("a change within the timeout")
-        .expect("watching")
-}
-
-/// The node-name part of a field selector, which may hold further terms.
-fn selects_node(selector: &str) -> bool {
-    selector
-        .split(',')
-        .any(|term| term == format!("spec.nodeName={NODE}"))
-}
-
-fn hog() -> PodRef {
-    PodRef {
-        namespace: "default".into(),
-        name: "hog".into(),
-        uid: uid_for("hog"),
-    }
-}
-
-#[tokio::test]
-async fn the_watch_lists_the_nodes_pods_then_follows_added_and_deleted_pods() {
-    let api = MockKubeApi::start(NODE);
-    let a = TestPod::new("a").request_mib(10);
-    let b = TestPod::new("b");
-    api.apply_pod(&a);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-watch");
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("a configuration for the mock");
-
-    let (mut watcher, first) = KubeWatcher::start(config, NODE)
-        .await
-        .expect("the first list");
-    assert_eq!(names(&first), ["a"]);
-    assert_eq!(
-        first.pods[0].facts.as_ref().map(|f| f.pod.uid.as_str()),
-        Ok(uid_for("a").as_str())
-    );
-    let list = api
-        .requests()
-        .into_iter()
-        .find(|r| r.path() == "/api/v1/pods" && !r.is_watch())
-        .expect("a list of pods");
-    let selector = list.query("fieldSelector").expect("a field selector");
-    assert!(selects_node(&selector), "list selector {selector:?}");
-
-    api.apply_pod(&b);
-    assert_eq!(names(&change(&mut watcher).await), ["a", "b"], "ADDED");
-    let watch = api
-        .requests()
-        .into_iter()
-        .find(tests::kube_api::Request::is_watch)
-        .expect("a watch of pods");
-    let selector = watch.query("fieldSelector").expect("a field selector");
-    assert!(selects_node(&selector), "watch selector {selector:?}");
-    // The list answered with version 2 (one pod added to the empty mock); the watch goes on
-    // from there instead of listing again.
-    assert_eq!(watch.query("resourceVersion").as_deref(), Some("2"));
-
-    api.delete_pod(&a);
-    let after = change(&mut watcher).await;
-    assert_eq!(names(&after), ["b"], "DELETED");
-    assert_eq!(after.pods[0].node_name.as_deref(), Some(NODE));
-}
-
-#[tokio::test]
-async fn an_unreachable_api_server_stops_the_start_with_the_reason() {
-    let api = MockKubeApi::start(NODE);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-unreachable");
-    drop(api);
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("a configuration (connecting comes later)");
-    let started = tokio::time::timeout(WITHIN, KubeWatcher::start(config, NODE))
-        .await
-        .expect("an answer within the timeout");
-    let Err(error) = started else {
-        panic!("started without an API server")
-    };
-    assert!(
-        matches!(error, KubeWatchError::InitialList { .. }),
-        "{error:?}"
-    );
-    let message = error.to_string();
-    assert!(
-        message.contains(NODE) && message.contains("list and watch on pods"),
-        "{message}"
-    );
-}
-
-#[tokio::test]
-async fn an_eviction_is_a_policy_v1_eviction_with_the_grace_period_and_the_pods_uid() {
-    let api = MockKubeApi::start(NODE);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-evict");
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("config");
-
-    KubeEvictor::new(config)
-        .expect("a client")
-        .evict(&hog(), 7)
-        .await
-        .expect("the mock accepts the eviction");
-
-    let posts: Vec<_> = api
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "POST")
-        .collect();
-    assert_eq!(posts.len(), 1, "{posts:?}");
-    assert_eq!(
-        posts[0].path(),
-        "/api/v1/namespaces/default/pods/hog/eviction"
-    );
-    let body: Value = serde_json::from_str(&posts[0].body).expect("a JSON body");
-    assert_eq!(body["apiVersion"], "policy/v1", "{body:#}");
-    assert_eq!(body["kind"], "Eviction", "{body:#}");
-    assert_eq!(body["metadata"]["name"], "hog", "{body:#}");
-    assert_eq!(body["metadata"]["namespace"], "default", "{body:#}");
-    assert_eq!(body["deleteOptions"]["gracePeriodSeconds"], 7, "{body:#}");
-    assert_eq!(
-        body["deleteOptions"]["preconditions"]["uid"],
-        uid_for("hog"),
-        "{body:#}"
-    );
-}
-
-#[tokio::test]
-async fn a_pdb_refusal_and_a_missing_pod_are_reported_each_after_one_request() {
-    let api = MockKubeApi::start(NODE);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-refused");
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("config");
-    let evictor = KubeEvictor::new(config).expect("a client");
-
-    api.answer_evictions_with(429);
-    // Bounded: a client that retried 429 would take minutes.
-    let refused = tokio::time::timeout(WITHIN, evictor.evict(&hog(), 1))
-        .await
-        .expect("answered at once")
-        .expect_err("429 refuses");
-    assert!(
-        matches!(refused, EvictError::DisruptionBudget { .. }),
-        "{refused:?}"
-    );
-    let message = refused.to_string();
-    assert!(
-        message.contains("default/hog")
-            && message.contains("PodDisruptionBudget")
-            && message.contains("hog-pdb needs 1 healthy pods"),
-        "the budget and its cause are named: {message}"
-    );
-
-    api.answer_evictions_with(404);
-    let missing = evictor.evict(&hog(), 1).await.expect_err("404 refuses");
-    assert!(
-        matches!(missing, EvictError::NotFound { .. }),
-        "{missing:?}"
-    );
-
-    let posts = api.requests().iter().filter(|r| r.method == "POST").count();
-    assert_eq!(posts, 2, "each eviction is one request, never retried");
-}
-
-#[tokio::test]
-async fn ignoring_budgets_deletes_the_pod_with_the_grace_period_and_its_uid() {
-    let api = MockKubeApi::start(NODE);
-    api.apply_pod(&TestPod::new("hog"));
-    // A budget would refuse; a deletion does not ask it.
-    api.answer_evictions_with(429);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-delete");
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("config");
-    KubeEvictor::new(config)
-        .expect("a client")
-        .deleting()
-        .evict(&hog(), 7)
-        .await
-        .expect("the mock deletes the pod");
-    let requests: Vec<_> = api
-        .requests()
-        .into_iter()
-        .filter(|r| r.method != "GET")
-        .collect();
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    assert_eq!(requests[0].method, "DELETE");
-    assert_eq!(requests[0].path(), "/api/v1/namespaces/default/pods/hog");
-    let body: Value = serde_json::from_str(&requests[0].body).expect("DeleteOptions");
-    assert_eq!(body["gracePeriodSeconds"], 7, "{body:#}");
-    assert_eq!(body["preconditions"]["uid"], uid_for("hog"), "{body:#}");
-}
-
-#[tokio::test]
-async fn an_event_is_a_core_v1_warning_on_the_pod() {
-    let api = MockKubeApi::start(NODE);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-event");
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("config");
-    let client = KubeEvictor::new(config).expect("a client").client();
-    EventPoster::new(client, NODE)
-        .post(
-            &hog(),
-            EventReason::EvictionDryRun,
-            "The node was low on resource: memory.",
-        )
-        .await
-        .expect("the mock takes the event");
-    let post = api
-        .requests()
-        .into_iter()
-        .find(|r| r.method == "POST")
-        .expect("a post");
-    assert_eq!(post.path(), "/api/v1/namespaces/default/events");
-    let events = api.events();
-    assert_eq!(events.len(), 1);
-    let event = &events[0];
-    assert_eq!(event["kind"], "Event", "{event:#}");
-    assert_eq!(event["type"], "Warning", "{event:#}");
-    assert_eq!(event["reason"], "EvictionDryRun", "{event:#}");
-    assert_eq!(event["involvedObject"]["uid"], uid_for("hog"), "{event:#}");
-    assert_eq!(event["source"]["host"], NODE, "{event:#}");
-}
 
 /// The agent's flags for `scene` with its pods from the mock instead of the manifests
 /// directory, started and ready (its pods loaded).
 fn start_kube_agent(scene: &AgentScene, kubeconfig: &Path, extra: &[&str]) -> MonitorProcess {
     scene.start_kube_agent(kubeconfig, NODE, extra)
-}
-
-fn next_decision(agent: &MonitorProcess) -> Value {
-    let line = agent
-        .next_line(WITHIN)
-        .unwrap_or_else(|| panic!("no decision; stderr:\n{}", agent.stderr()));
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("decision {line:?} is not JSON: {e}"))
-}
-
-/// Pods on the mock and in real cgroups: `hog` over its request, `calm` within its own;
-/// the two together pass the scene's threshold once allocated.
-struct KubeScene {
-    scene: AgentScene,
-    api: Arc<MockKubeApi>,
-    kubeconfig: PathBuf,
-    hog: TestPod,
-    calm: TestPod,
-    _files: TempDir,
-}
-
-impl KubeScene {
-    fn new(name: &str) -> Self {
-        Self::on(AgentScene::new(name, "10s", "30s"), name)
-    }
-
-    /// The pods on `scene`, which is named `name`.
-    fn on(scene: AgentScene, name: &str) -> Self {
-        let api = Arc::new(MockKubeApi::start(NODE));
-        let hog = TestPod::new("hog").request_mib(20);
-        let calm = TestPod::new("calm").request_mib(300);
-        api.apply_pod(&hog);
-        api.apply_pod(&calm);
-        let (files, kubeconfig) = kubeconfig(&api, &format!("{name}-kubeconfig"));
-        Self {
-            scene,
-            api,
-            kubeconfig,
-            hog,
-            calm,
-            _files: files,
-        }
-    }
-
-    /// Eviction requests so far.
-    fn posts(&self) -> usize {
-        self.api
-            .requests()
-            .iter()
-            .filter(|r| r.method == "POST" && r.path().ends_with("/eviction"))
-            .count()
-    }
-}
-
-fn assert_decides_on_hog(decision: &Value, action: &str) {
-    assert_eq!(decision["action"], action, "{decision:#}");
-    assert_eq!(decision["name"], "hog", "{decision:#}");
-    assert_eq!(decision["uid"], uid_for("hog"), "{decision:#}");
-    assert_eq!(decision["namespace"], "default", "{decision:#}");
 }
 
 #[test]
@@ -349,16 +37,14 @@ fn dry_run_decides_on_the_pod_the_api_server_serves() {
     hog.alloc(60);
     calm.alloc(160);
     // The manifests directory is empty and unused: the pods come from the API alone.
-    assert_decides_on_hog(&next_decision(&agent), "would_evict");
+    KubeScene::assert_decides_on_hog(&agent.next_decision(WITHIN), "would_evict");
     let list = kube
         .api
         .requests()
         .into_iter()
         .find(|r| r.path() == "/api/v1/pods")
         .expect("the agent listed pods");
-    assert!(selects_node(
-        &list.query("fieldSelector").unwrap_or_default()
-    ));
+    assert!(list.selects_node(NODE), "{:?}", list.query("fieldSelector"));
     std::thread::sleep(Duration::from_secs(2));
     let writes: Vec<_> = kube
         .api
@@ -388,8 +74,8 @@ fn dry_run_events_show_each_decision_on_its_pod() {
     );
     hog.alloc(60);
     calm.alloc(160);
-    let decision = next_decision(&agent);
-    assert_decides_on_hog(&decision, "would_evict");
+    let decision = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&decision, "would_evict");
     let event = kube
         .api
         .wait_until(WITHIN, |api| api.events().into_iter().next())
@@ -427,9 +113,9 @@ fn a_refused_eviction_moves_on_to_the_next_pod_at_once() {
 
     hog.alloc(60);
     calm.alloc(160);
-    let refused = next_decision(&agent);
-    assert_decides_on_hog(&refused, "evict");
-    let next = next_decision(&agent);
+    let refused = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&refused, "evict");
+    let next = agent.next_decision(WITHIN);
     assert_eq!(next["name"], "calm", "the next candidate: {next:#}");
     let decided_ns = |d: &Value| d["monotonic_ns"].as_u64().expect("monotonic_ns");
     let after = Duration::from_nanos(decided_ns(&next) - decided_ns(&refused));
@@ -487,8 +173,8 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
 
     hog.alloc(60);
     calm.alloc(160);
-    let decision = next_decision(&agent);
-    assert_decides_on_hog(&decision, "evict");
+    let decision = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&decision, "evict");
     assert_eq!(decision["path"], "api", "{decision:#}");
     let post = kube
         .api
@@ -590,7 +276,7 @@ fn ignoring_budgets_the_agent_deletes_the_pod_a_budget_would_keep() {
     );
     hog.alloc(60);
     calm.alloc(160);
-    assert_decides_on_hog(&next_decision(&agent), "evict");
+    KubeScene::assert_decides_on_hog(&agent.next_decision(WITHIN), "evict");
     let deletion = kube
         .api
         .wait_for_request(WITHIN, |r| r.method == "DELETE")
@@ -631,8 +317,8 @@ fn a_hard_threshold_stops_the_pod_on_the_node_before_the_api_answers() {
 
     hog.alloc(60);
     calm.alloc(160);
-    let decision = next_decision(&agent);
-    assert_decides_on_hog(&decision, "evict");
+    let decision = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&decision, "evict");
     assert_eq!(decision["path"], "kill_then_api", "{decision:#}");
     kube.scene
         .wait_until_empty(&kube.hog, Duration::from_secs(5));
@@ -692,8 +378,8 @@ fn a_refused_eviction_after_the_kill_does_not_leave_the_node_to_the_oom_killer()
     let before = oom_kills();
     // Far past the limit, in one go: only a kill on the node stops it short of the OOM killer.
     hog.command("alloc 1024");
-    let decision = next_decision(&agent);
-    assert_decides_on_hog(&decision, "evict");
+    let decision = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&decision, "evict");
     kube.scene
         .wait_until_empty(&kube.hog, Duration::from_secs(5));
     assert_eq!(
@@ -734,7 +420,7 @@ fn a_failing_api_server_after_the_kill_is_logged_not_waited_for() {
 
     hog.alloc(60);
     calm.alloc(160);
-    assert_decides_on_hog(&next_decision(&agent), "evict");
+    KubeScene::assert_decides_on_hog(&agent.next_decision(WITHIN), "evict");
     kube.scene
         .wait_until_empty(&kube.hog, Duration::from_secs(5));
     assert!(
@@ -777,8 +463,8 @@ fn a_soft_threshold_goes_through_the_api_alone() {
 
     hog.alloc(60);
     calm.alloc(100);
-    let decision = next_decision(&agent);
-    assert_decides_on_hog(&decision, "evict");
+    let decision = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&decision, "evict");
     assert_eq!(decision["threshold_kind"], "soft", "{decision:#}");
     assert_eq!(decision["path"], "api", "{decision:#}");
     kube.api
@@ -837,8 +523,8 @@ fn the_api_only_path_says_when_the_oom_point_is_nearer_than_the_kubelet_can_act(
     }
     // Far past the limit at full speed: the kernel's OOM killer ends it, the mock's pod stays.
     hog.command("alloc 1024");
-    let decision = next_decision(&agent);
-    assert_decides_on_hog(&decision, "evict");
+    let decision = agent.next_decision(WITHIN);
+    KubeScene::assert_decides_on_hog(&decision, "evict");
     assert_eq!(decision["path"], "api", "{decision:#}");
     let line = agent
         .wait_stderr(WITHIN, |l| l.contains("through the API alone"))
@@ -846,121 +532,4 @@ fn the_api_only_path_says_when_the_oom_point_is_nearer_than_the_kubelet_can_act(
     assert!(line.contains("the OOM point is "), "{line}");
     assert!(line.contains("--kube-hard-action kill"), "{line}");
     let _ = hog.wait();
-}
-
-/// A Summary API answer for `node` with each pod's working set in MiB.
-fn summary_json(node: &str, pods: &[(&TestPod, u64)]) -> String {
-    let pods: Vec<Value> = pods
-        .iter()
-        .map(|(pod, mib)| {
-            serde_json::json!({
-                "podRef": {"name": pod.name, "namespace": "default", "uid": pod.uid},
-                "memory": {"workingSetBytes": mib << 20, "usageBytes": mib << 20},
-            })
-        })
-        .collect();
-    serde_json::json!({"node": {"nodeName": node}, "pods": pods}).to_string()
-}
-
-fn run_rank(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(tests::monitor_bin())
-        .arg("rank")
-        .args(args)
-        .output()
-        .expect("running monitor rank")
-}
-
-#[test]
-fn rank_kube_ranks_the_api_servers_answers_like_rank_with_their_files() {
-    let api = MockKubeApi::start(NODE);
-    let pods = [
-        (TestPod::new("within").request_mib(300), 100),
-        (TestPod::new("over").request_mib(20), 60),
-        (
-            TestPod::new("important").request_mib(10).priority(1000),
-            200,
-        ),
-        (TestPod::new("unmeasured").request_mib(10), 0),
-    ];
-    for (pod, _) in &pods {
-        api.apply_pod(pod);
-    }
-    let measured: Vec<(&TestPod, u64)> = pods[..3].iter().map(|(p, mib)| (p, *mib)).collect();
-    let summary = summary_json(NODE, &measured);
-    api.serve_summary(&summary);
-    let (files, kubeconfig) = kubeconfig(&api, "kube-rank");
-    std::fs::write(files.join("pods.json"), api.pod_list()).expect("pods file");
-    std::fs::write(files.join("summary.json"), &summary).expect("summary file");
-    let kubeconfig = kubeconfig.display().to_string();
-    let pods_file = files.join("pods.json").display().to_string();
-    let summary_file = files.join("summary.json").display().to_string();
-
-    for output in ["json", "text"] {
-        let live = run_rank(&[
-            "--kube",
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            &kubeconfig,
-            "--output",
-            output,
-        ]);
-        let stderr = String::from_utf8_lossy(&live.stderr);
-        assert!(live.status.success(), "{}: {stderr}", live.status);
-        let from_files = run_rank(&[
-            "--pods",
-            &pods_file,
-            "--summary",
-            &summary_file,
-            "--output",
-            output,
-        ]);
-        assert!(from_files.status.success());
-        assert_eq!(
-            String::from_utf8_lossy(&live.stdout),
-            String::from_utf8_lossy(&from_files.stdout),
-            "--output {output}"
-        );
-        if output == "json" {
-            let ranked: Value = serde_json::from_slice(&live.stdout).expect("a JSON object");
-            let names: Vec<&str> = ranked["pods"]
-                .as_array()
-                .expect("an array of pods")
-                .iter()
-                .filter_map(|p| p["name"].as_str())
-                .collect();
-            assert_eq!(names, ["unmeasured", "over", "important", "within"]);
-        }
-    }
-    let asked: Vec<String> = api
-        .requests()
-        .iter()
-        .map(|r| r.path().to_string())
-        .collect();
-    assert!(
-        asked.contains(&format!("/api/v1/nodes/{NODE}/proxy/stats/summary")),
-        "{asked:?}"
-    );
-}
-
-#[test]
-fn rank_kube_names_what_it_could_not_read() {
-    let api = MockKubeApi::start(NODE);
-    let (_files, kubeconfig) = kubeconfig(&api, "kube-rank-missing");
-    let kubeconfig = kubeconfig.display().to_string();
-    // No Summary served: the proxy answers 404.
-    let out = run_rank(&["--kube", "--node-name", NODE, "--kubeconfig", &kubeconfig]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("Summary API of node node-a") && stderr.contains("nodes/proxy"),
-        "{stderr}"
-    );
-    let out = run_rank(&["--kube", "--node-name", "../x", "--kubeconfig", &kubeconfig]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not a DNS-1123 subdomain"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

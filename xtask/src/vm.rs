@@ -39,8 +39,9 @@ const GUEST_TARGET: &str = "/target";
 /// both). Each runs in the VM named beside it, so the two VMs, which run side by side, take
 /// about as long; the rest, which depend on the memcg hooks or on each kernel's tracepoints,
 /// run in both.
-const ONE_VM_TESTS: [(&str, &str); 23] = [
+const ONE_VM_TESTS: [(&str, &str); 24] = [
     ("agent_kube", "6.1"),
+    ("kube_clients", "6.1"),
     ("agent_faults", "6.1"),
     ("agent_checkpoint_dir", "6.1"),
     ("agent_endpoints", "6.1"),

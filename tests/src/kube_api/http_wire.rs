@@ -33,6 +33,15 @@ impl Request {
             .map(|(_, value)| percent_decode(value))
     }
 
+    /// Whether the field selector, which may hold further terms, names `node`.
+    pub fn selects_node(&self, node: &str) -> bool {
+        self.query("fieldSelector").is_some_and(|selector| {
+            selector
+                .split(',')
+                .any(|term| term == format!("spec.nodeName={node}"))
+        })
+    }
+
     /// A watch rather than a list.
     pub fn is_watch(&self) -> bool {
         self.query("watch").is_some_and(|w| w == "true" || w == "1")

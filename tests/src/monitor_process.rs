@@ -5,7 +5,7 @@ use std::{
     time::Duration,
 };
 
-use test_harness::watched_process::WatchedProcess;
+use test_harness::watched_process::{Line, WatchedProcess};
 
 use crate::monitor_bin;
 
@@ -61,6 +61,12 @@ impl MonitorProcess {
     /// The next stdout line, waiting at most `timeout`; `None` on timeout or end of output.
     pub fn next_line(&self, timeout: Duration) -> Option<String> {
         Some(self.process.next_line(timeout).ok()??.text)
+    }
+
+    /// The next stdout line with the CLOCK_MONOTONIC time it was read at, waiting at most
+    /// `timeout`; `None` on timeout or end of output.
+    pub fn next_timed_line(&self, timeout: Duration) -> Option<Line> {
+        self.process.next_line(timeout).ok()?
     }
 
     /// The next decision the agent prints (a JSON line), waiting at most `within`.

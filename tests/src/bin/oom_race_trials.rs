@@ -27,6 +27,7 @@ use std::{
 };
 
 use serde_json::json;
+use test_harness::watched_process::monotonic_ns;
 use tests::{
     AgentScene, MonitorProcess, TempDir, TestPod, attach_distance_bound_mib, kube_api::MockKubeApi,
     oom_kills_in, set_memory_limit, stand_in_kubelet::StandInKubelet,
@@ -258,9 +259,14 @@ fn main() {
         let attaches_before = gate_lines(&agent, ATTACHED);
         let before = oom_kills_in(&scene.kubepods.dir);
         let started = Instant::now();
+        let started_ns = monotonic_ns();
         procs[0].command(&format!("alloc {hog_mib}"));
         let ended_ms = started.elapsed().as_secs_f64() * 1e3;
-        let decision = agent.next_line(Duration::from_secs(3));
+        let decision = agent.next_timed_line(Duration::from_secs(3));
+        let decided_ms = decision
+            .as_ref()
+            .map(|l| l.read_ns.saturating_sub(started_ns) as f64 / 1e6);
+        let decision = decision.map(|l| l.text);
         let oom_kills = oom_kills_in(&scene.kubepods.dir) - before;
         let decision_json = decision
             .as_deref()
@@ -294,6 +300,7 @@ fn main() {
                 "grace_ms": grace_ms,
                 "args": std::env::args().skip(1).collect::<Vec<_>>(),
                 "hog_ended_ms": ended_ms,
+                "decided_ms": decided_ms,
                 "stat_programs_attached_in_race": gate_lines(&agent, ATTACHED) > attaches_before,
             })
         );

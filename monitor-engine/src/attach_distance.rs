@@ -3,9 +3,11 @@
 //! to the pods.
 //!
 //! With the programs detached, the agent sees memory only at the guard read, every
-//! [`GUARD_PERIOD`]; once a read finds the nearest memory threshold within the distance, it
-//! attaches them and reads every pod, which takes time of its own. So the distance is the
-//! fastest growth times that blind span: the guard period plus the last read of every pod.
+//! [`GUARD_PERIOD`] near the distance; once a read finds the nearest memory threshold within
+//! the distance, it attaches them and reads every pod, which takes time of its own. So the
+//! distance is the fastest growth times that blind span: the guard period plus the last read
+//! of every pod. Farther away the guard reads less often: only as often as the fastest
+//! growth could bring the headroom to the distance ([`AttachDistance::guard_wait`]).
 //! The fastest growth is the larger of what the node's CPUs can fault in
 //! ([`PER_CPU_GROWTH`] each) and the fastest fall of the headroom the agent itself measured
 //! over the last hour or two (a working set also grows when page cache turns active, which no
@@ -14,8 +16,12 @@ use std::{fmt, time::Duration};
 
 use crate::units::unsigned_bytes;
 
-/// How often the node's memory is read while the stat programs are detached.
+/// How often the node's memory is read while the stat programs are detached and the
+/// headroom is near the distance.
 pub const GUARD_PERIOD: Duration = Duration::from_millis(100);
+/// The longest the guard waits between two reads, however far every threshold is: the node's
+/// numbers in `/metrics` and the growth measured stay this fresh.
+pub const GUARD_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Bytes per second one CPU can add to a working set by faulting anonymous memory. A
 /// process writing fresh memory as fast as it can reaches about 2 GiB/s here; more per CPU
 /// would need faster memory than any fault path has.
@@ -114,11 +120,34 @@ impl AttachDistance {
         GUARD_PERIOD + self.read_all.unwrap_or(FIRST_READ_ALLOWANCE)
     }
 
+    /// The fastest growth assumed, in bytes per second: the CPUs' bound or the fastest seen.
+    fn rate(&self) -> u64 {
+        self.fault_bound().max(self.fastest_seen())
+    }
+
     /// The distance at which the programs attach.
     pub fn distance(&self) -> u64 {
-        let rate = self.fault_bound().max(self.fastest_seen());
-        let bytes = u128::from(rate) * self.blind_span().as_nanos() / 1_000_000_000;
+        let bytes = u128::from(self.rate()) * self.blind_span().as_nanos() / 1_000_000_000;
         u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
+
+    /// How long after a guard read that found `headroom` the next may wait, the programs
+    /// attaching `within` bytes of a threshold: the time the fastest growth needs to bring
+    /// the headroom down to `within`, plus the one guard period the distance allows for. A
+    /// read every [`GUARD_PERIOD`] finds the headroom at least `within` less one period of
+    /// growth when the programs attach; so does this wait, with fewer reads far from every
+    /// threshold. At least one guard period, at most [`GUARD_WAIT_MAX`] (also when no
+    /// threshold watches memory).
+    pub fn guard_wait(&self, headroom: Option<u64>, within: u64) -> Duration {
+        let Some(headroom) = headroom else {
+            return GUARD_WAIT_MAX;
+        };
+        let beyond = u128::from(headroom.saturating_sub(within));
+        let ns = beyond * 1_000_000_000 / u128::from(self.rate().max(1));
+        let until_within = Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX));
+        GUARD_PERIOD
+            .saturating_add(until_within)
+            .min(GUARD_WAIT_MAX)
     }
 }
 
@@ -240,6 +269,82 @@ mod tests {
         d.observe(700 * MS, Some(10 * MIB));
         d.observe(800 * MS, Some(10 * MIB));
         assert_eq!(d.fastest_seen(), GIB - 24 * MIB);
+    }
+
+    #[test]
+    fn the_guard_waits_as_long_as_the_fastest_growth_needs_to_reach_the_distance() {
+        struct Case {
+            name: &'static str,
+            cpus: usize,
+            headroom: Option<u64>,
+            within: u64,
+            wait_ms: u64,
+        }
+        let cases = [
+            Case {
+                name: "within the distance: every guard period",
+                cpus: 2,
+                headroom: Some(300 * MIB),
+                within: 400 * MIB,
+                wait_ms: 100,
+            },
+            Case {
+                name: "at the distance: every guard period",
+                cpus: 2,
+                headroom: Some(400 * MIB),
+                within: 400 * MIB,
+                wait_ms: 100,
+            },
+            Case {
+                name: "4 GiB beyond it at 4 GiB/s: a second and a period",
+                cpus: 2,
+                headroom: Some(4 * GIB + 400 * MIB),
+                within: 400 * MIB,
+                wait_ms: 1100,
+            },
+            Case {
+                name: "the same on 8 CPUs: a quarter of the time",
+                cpus: 8,
+                headroom: Some(4 * GIB + 400 * MIB),
+                within: 400 * MIB,
+                wait_ms: 350,
+            },
+            Case {
+                name: "far beyond it: at most five seconds",
+                cpus: 2,
+                headroom: Some(64 * GIB),
+                within: 400 * MIB,
+                wait_ms: 5000,
+            },
+            Case {
+                name: "no threshold watches memory: at most five seconds",
+                cpus: 2,
+                headroom: None,
+                within: 400 * MIB,
+                wait_ms: 5000,
+            },
+        ];
+        for c in cases {
+            let d = AttachDistance::new(c.cpus);
+            assert_eq!(
+                d.guard_wait(c.headroom, c.within),
+                Duration::from_millis(c.wait_ms),
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_faster_growth_seen_shortens_the_guards_wait() {
+        let mut d = AttachDistance::new(1);
+        let within = 400 * MIB;
+        let far = Some(2 * GIB + within);
+        assert_eq!(d.guard_wait(far, within), Duration::from_millis(1100));
+        // 4 GiB fell in a second: twice the one CPU's bound.
+        d.observe(0, Some(10 * GIB));
+        d.observe(1000 * MS, Some(6 * GIB));
+        assert_eq!(d.guard_wait(far, within), Duration::from_millis(600));
     }
 
     #[test]

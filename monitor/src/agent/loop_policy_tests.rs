@@ -56,6 +56,8 @@ const NODE: u64 = 8192 * MI;
 #[derive(Default)]
 struct Machine {
     node_working_set: u64,
+    /// The node's files cannot be read.
+    node_fails: bool,
     pods: HashMap<String, u64>,
 }
 
@@ -67,7 +69,14 @@ impl MachineReader for FakeReader {
         Ok(CgroupPaths::default())
     }
     fn node_working_set(&self) -> Result<u64, NodeError> {
-        Ok(self.0.borrow().node_working_set)
+        let machine = self.0.borrow();
+        if machine.node_fails {
+            return Err(NodeError::Read {
+                path: "/sys/fs/cgroup/memory/memory.stat".into(),
+                source: io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
+        Ok(machine.node_working_set)
     }
     fn working_set(&self, rel: &str) -> Result<u64, StatsError> {
         let machine = self.0.borrow();
@@ -559,4 +568,31 @@ async fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_alw
     s.agent.move_stat_gate();
     assert!(asked.borrow().is_empty(), "8 GiB away, yet attached");
     assert_eq!(s.agent.attach_within(), None);
+}
+
+#[tokio::test]
+async fn far_from_every_threshold_the_guard_reads_only_as_often_as_growth_could_bring_it_near() {
+    let pods = [("web", 100, 200)];
+    let mut s = scene_with(Mode::DryRun, Some(FakeKernel::default()), &[], &pods, 4000);
+    // One CPU: 2 GiB/s over 200ms (the guard period and 100ms allowed for a read of every
+    // pod, none timed here), a distance of 409.6 MiB.
+    s.agent.stat_programs = StatPrograms::new(AttachWithin::Auto, 1);
+    s.agent.move_stat_gate();
+    let wait_after_read = |s: &mut Scene| {
+        let read_ns = crate::system_clock::monotonic_ns();
+        s.agent.read_guard();
+        let due = s.agent.stat_programs.guard_due_ns();
+        due.saturating_sub(read_ns) / 1_000_000
+    };
+    // 3.6 GiB away: 3.2 GiB to go at 2 GiB/s, and the guard period.
+    let far = wait_after_read(&mut s);
+    assert!((1690..=1710).contains(&far), "{far} ms");
+    // 600 MiB away, 190.4 MiB beyond the distance: 93 ms of growth, and the period.
+    s.machine.0.borrow_mut().node_working_set = NODE - 1100 * MI;
+    let near = wait_after_read(&mut s);
+    assert!((190..=196).contains(&near), "{near} ms");
+    // A read that fails knows no headroom: the next one period later.
+    s.machine.0.borrow_mut().node_fails = true;
+    let failed = wait_after_read(&mut s);
+    assert!((95..=105).contains(&failed), "{failed} ms");
 }

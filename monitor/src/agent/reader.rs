@@ -80,7 +80,7 @@ pub(crate) fn read_node(
     core: &mut AgentCore,
     kubepods_rel: &str,
     failures: &mut ReadFailures,
-) {
+) -> bool {
     // Taken before each read: kernel records sent earlier are contained in it.
     let read_ns = monotonic_ns();
     match (reader.node_working_set(), reader.working_set(kubepods_rel)) {
@@ -89,6 +89,7 @@ pub(crate) fn read_node(
             if failures.logged.remove(NODE_READS) {
                 tracing::info!("node memory is readable again");
             }
+            true
         }
         (node, kubepods) => {
             let why = format!(
@@ -103,6 +104,7 @@ pub(crate) fn read_node(
             } else {
                 tracing::debug!("reading node memory: {why}");
             }
+            false
         }
     }
 }

@@ -37,7 +37,7 @@ use crate::{
     action::KubeEvictor,
     cgroupfs::MemoryHierarchy,
     checkpoint::writer::Persister,
-    engine::{attach_distance::GUARD_PERIOD, eviction_machine::AgentCore},
+    engine::eviction_machine::AgentCore,
     metrics::{Metrics, snapshot::Publisher},
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
@@ -173,8 +173,6 @@ impl Agent {
         let mut waiting = interval(WAITING_RECORDS_READ_EVERY);
         waiting.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let wakes_on_growth = self.source.has_stat_programs();
-        let mut guard = interval(GUARD_PERIOD);
-        guard.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut psi = self.install_psi_wake();
         // None while the pod source is being opened again after it failed.
         let mut watcher = Some(watcher);
@@ -185,6 +183,7 @@ impl Agent {
         self.read_waiting(&mut batch);
         self.move_stat_gate();
         loop {
+            let guard_at = self.stats_detached().then(|| self.guard_deadline());
             tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {
                     Ok(()) => self.apply_batch(&mut batch),
@@ -214,7 +213,7 @@ impl Agent {
                     self.move_stat_gate();
                     self.save_counters();
                 }
-                _ = guard.tick(), if self.stats_detached() => {
+                () = sleep_until(guard_at), if guard_at.is_some() => {
                     self.read_guard();
                     self.move_stat_gate();
                     self.evaluate(None);
@@ -286,6 +285,15 @@ impl Agent {
 
     /// What follows every input: the records held during a read are applied, the kernel's
     /// wake-up levels are set again, and the heartbeat beats.
+    /// When the guard reads the node's memory next, while the stat programs are detached.
+    fn guard_deadline(&self) -> Instant {
+        let wait = self
+            .stat_programs
+            .guard_due_ns()
+            .saturating_sub(monotonic_ns());
+        Instant::now() + Duration::from_nanos(wait)
+    }
+
     pub(super) fn end_turn(&mut self, batch: &mut Batch) {
         if !self.intake.held.is_empty() {
             self.read_waiting(batch);

@@ -1,8 +1,11 @@
 //! The shell of [`StatGate`] (`--attach-within`): takes the kernel's memcg stat programs off
-//! while no memory threshold is near, reads the node's memory every [`GUARD_PERIOD`]
-//! meanwhile, and puts them back, then reads every pod, once one comes near. How near is the
-//! operator's quantity, or by default the [`AttachDistance`] the agent derives.
+//! while no memory threshold is near, reads the node's memory meanwhile (every
+//! [`GUARD_PERIOD`] near the distance, less often farther away:
+//! [`AttachDistance::guard_wait`]), and puts them back, then reads every pod, once one comes
+//! near. How near is the operator's quantity, or by default the [`AttachDistance`] the agent
+//! derives.
 use super::{event_source::KernelEvents, reader::read_node, run::Agent};
+use crate::system_clock::monotonic_ns;
 use crate::{
     engine::attach_distance::{AttachDistance, AttachWithin, GUARD_PERIOD},
     engine::stat_gate::{GateMove, StatGate},
@@ -10,11 +13,14 @@ use crate::{
 };
 
 /// The gate's own state: the operator's setting, the distance derived from what the agent
-/// saw, and whether the last attach failed (said once per episode).
+/// saw, whether the last attach failed (said once per episode), and the guard's last read.
 pub(super) struct StatPrograms {
     within: AttachWithin,
     derived: AttachDistance,
     attach_failing: bool,
+    /// When the guard last read the node's memory (CLOCK_MONOTONIC ns), and the headroom it
+    /// found.
+    guard_read: Option<(u64, Option<u64>)>,
 }
 
 impl StatPrograms {
@@ -24,7 +30,20 @@ impl StatPrograms {
             within,
             derived: AttachDistance::new(cpus),
             attach_failing: false,
+            guard_read: None,
         }
+    }
+
+    /// When the guard reads next (CLOCK_MONOTONIC ns): after its last read, the time the
+    /// fastest growth needs to bring that headroom near, by today's distance and rate.
+    pub(super) fn guard_due_ns(&self) -> u64 {
+        let Some((read_ns, headroom)) = self.guard_read else {
+            return 0;
+        };
+        let wait = self
+            .derived
+            .guard_wait(headroom, self.within().unwrap_or(0));
+        read_ns.saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX))
     }
 
     /// The distance to a memory threshold within which the programs run (`None`: always).
@@ -123,14 +142,23 @@ impl Agent {
         self.source.has_stat_programs() && !self.source.memory_from_kernel()
     }
 
-    /// Reads the node's and the kubepods cgroup's working sets, not the pods'.
+    /// Reads the node's and the kubepods cgroup's working sets, not the pods', and when the
+    /// guard reads next.
     pub(super) fn read_guard(&mut self) {
-        read_node(
+        let read_ns = monotonic_ns();
+        let read = read_node(
             self.reader.as_ref(),
             &mut self.core,
             self.kubepods.rel.as_str(),
             &mut self.read_failures,
         );
+        // A failed read knows no headroom: the next comes one guard period later.
+        let headroom = if read {
+            self.core.memory_headroom()
+        } else {
+            Some(0)
+        };
+        self.stat_programs.guard_read = Some((read_ns, headroom));
     }
 
     /// The distance to a memory threshold within which the stat programs run (`None`: at

@@ -7,7 +7,7 @@
 use super::{event_source::KernelEvents, reader::read_node, run::Agent};
 use crate::system_clock::monotonic_ns;
 use crate::{
-    engine::attach_distance::{AttachDistance, AttachWithin, GUARD_PERIOD},
+    engine::attach_distance::{AttachDistance, AttachWithin, GUARD_PERIOD, GUARD_WAIT_MAX},
     engine::stat_gate::{GateMove, StatGate},
     engine::units::unsigned_bytes,
 };
@@ -89,8 +89,9 @@ impl StatPrograms {
             GateMove::Detach => {
                 match kernel.detach_stats() {
                     Ok(()) => tracing::info!(
-                        "memory stat programs detached: {}; reading node memory every \
-                         {GUARD_PERIOD:?} until it is within {}",
+                        "memory stat programs detached: {}; reading node memory as often as \
+                         growth could bring it within {} (every {GUARD_PERIOD:?} near it, at \
+                         most every {GUARD_WAIT_MAX:?})",
                         away(),
                         self.distance_in_force()
                     ),

@@ -12,7 +12,7 @@ use crate::{
     agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
     engine::{
-        attach_distance::{AttachDistance, GUARD_PERIOD},
+        attach_distance::{AttachDistance, GUARD_PERIOD, GUARD_WAIT_MAX},
         ids::CgroupRel,
     },
     node::read::online_cpus,
@@ -384,8 +384,9 @@ fn stat_gate(distance: &AttachDistance) -> String {
     format!(
         "the memcg stat programs run only within {distance} of a memory threshold \
          (--attach-within auto; the read time is the agent's own once it runs); farther away \
-         page faults run none of the agent's code, and the guard is the {GUARD_PERIOD:?} read \
-         of the node's and the kubepods cgroup's memory"
+         page faults run none of the agent's code, and the guard reads the node's and the \
+         kubepods cgroup's memory as often as growth could bring it near (every \
+         {GUARD_PERIOD:?} at that distance, at most every {GUARD_WAIT_MAX:?})"
     )
 }
 
@@ -683,7 +684,8 @@ mod tests {
         for part in [
             "within 819.2Mi (4.0Gi/s: 2 CPUs at 2.0Gi/s",
             "--attach-within auto",
-            "the guard is the 100ms read of the node's and the kubepods cgroup's memory",
+            "the guard reads the node's and the kubepods cgroup's memory as often as growth \
+             could bring it near (every 100ms at that distance, at most every 5s)",
         ] {
             assert!(text.contains(part), "{part:?} in {text}");
         }

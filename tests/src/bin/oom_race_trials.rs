@@ -324,19 +324,18 @@ fn gate_lines(agent: &MonitorProcess, line: &str) -> usize {
     agent.stderr().lines().filter(|l| l.contains(line)).count()
 }
 
-/// Waits until the agent's stat programs are detached; ends the run when they are not within
-/// `within`, as the scene then does not start beyond the distance.
+/// Waits until the agent's stat programs are detached; fails the run when they are not
+/// within `within`, as the scene then does not start beyond the distance (a panic, so the
+/// scene's cgroups are removed on the way out).
 fn wait_detached(agent: &MonitorProcess, within: Duration) {
     let deadline = Instant::now() + within;
     while gate_lines(agent, DETACHED) <= gate_lines(agent, ATTACHED) {
-        if Instant::now() > deadline {
-            eprintln!(
-                "the stat programs were not detached within {within:?}: the race would not \
-                 start beyond the distance\n{}",
-                agent.stderr()
-            );
-            std::process::exit(1);
-        }
+        assert!(
+            Instant::now() <= deadline,
+            "the stat programs were not detached within {within:?}: the race would not start \
+             beyond the distance\n{}",
+            agent.stderr()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -1,9 +1,12 @@
 //! The node's CPUs: online, as the agent counts them for its default stat-gate distance,
 //! and possible, as the kernel sizes its per-CPU maps.
 
-/// The CPUs online (`/sys/devices/system/cpu/online`).
+use monitor::engine::attach_distance::AttachDistance;
+
+/// The CPUs online, counted as the agent counts them (`sysconf`).
 pub fn online_cpus() -> u64 {
-    cpus_in("online")
+    // SAFETY: sysconf has no preconditions.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).map_or(1, |n| n.max(1))
 }
 
 /// The CPUs the kernel's per-CPU maps have a slot for (`/sys/devices/system/cpu/possible`).
@@ -28,9 +31,11 @@ fn cpus_in(list: &str) -> u64 {
         .sum()
 }
 
-/// MiB above the agent's default `--attach-within` on this node, while it has seen no faster
-/// fall: each CPU at 2 GiB/s over 200 ms, the 100 ms guard read and as long again for a read
-/// of every pod (a few ms in a test scene).
+/// MiB at or above the agent's default `--attach-within` on this node, while it has seen no
+/// faster fall: the engine's distance before a read of every pod was timed (each CPU at
+/// 2 GiB/s over the 100 ms guard read and a 100 ms allowance for the read; a timed read in a
+/// test scene takes a few ms).
 pub fn attach_distance_bound_mib() -> u64 {
-    online_cpus() * 2048 / 5
+    let cpus = usize::try_from(online_cpus()).unwrap_or(usize::MAX);
+    AttachDistance::new(cpus).distance() >> 20
 }

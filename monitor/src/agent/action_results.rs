@@ -23,7 +23,9 @@ impl Agent {
             if recorded.failed {
                 self.actions.count_failure();
             }
-            self.decisions.amend(&recorded.pod.uid, &recorded.text);
+            self.visibility
+                .decisions
+                .amend(&recorded.pod.uid, &recorded.text);
         }
     }
 
@@ -105,6 +107,8 @@ impl Agent {
                 self.core.eviction_failed(&uid);
             }
         }
-        self.decisions.settle(&uid, done.outcome.describe());
+        self.visibility
+            .decisions
+            .settle(&uid, done.outcome.describe());
     }
 }

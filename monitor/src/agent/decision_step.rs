@@ -136,7 +136,7 @@ impl Agent {
                 self.name_kernel_victim(span.clone());
             }
         }
-        if let Some(node_status) = &self.node_status {
+        if let Some(node_status) = &self.visibility.node_status {
             node_status.set(&decision.node_conditions);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
@@ -336,7 +336,7 @@ impl Agent {
             OutputFormat::Text => text.clone(),
             OutputFormat::Json => serde_json::to_string(&report)?,
         };
-        self.decisions.push(DecisionView {
+        self.visibility.decisions.push(DecisionView {
             report,
             text,
             outcome: self.args.dry_run.then(|| "dry-run: nothing done".into()),

@@ -2,9 +2,10 @@
 //! changes.
 /// What the kernel's fork counter was last told, so it is armed again only when the pid
 /// headroom changed or the counter fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) enum ForkArming {
     /// Not armed since start, or its record came (the kernel disarms it then).
+    #[default]
     Unknown,
     /// Disarmed: no pid threshold to wake for, or one is met.
     Disarmed,

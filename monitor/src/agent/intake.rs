@@ -40,6 +40,7 @@ const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 const SWEEP_EVERY_RESYNCS: u32 = 6;
 
 /// What the intake keeps between turns.
+#[derive(Default)]
 pub(super) struct Intake {
     /// Kernel records taken from the ring during a cgroupfs read, applied after it.
     pub(super) held: Batch,
@@ -51,15 +52,14 @@ pub(super) struct Intake {
     resyncs_since_sweep: u32,
 }
 
-impl Default for Intake {
-    fn default() -> Self {
-        Self {
-            held: Vec::new(),
-            undecodable_logged: false,
-            fork_arming: ForkArming::Unknown,
-            resyncs_since_sweep: 0,
-        }
-    }
+/// The pods on this node as the pod source last handed them out (their cgroups may appear
+/// later), and why the source is not open while it is opened again.
+#[derive(Default)]
+pub(super) struct PodsOnNode {
+    pub(super) handed_out: Vec<NodePod>,
+    pub(super) source_down: Option<String>,
+    /// The lines last logged about pods the source holds that are not ranked.
+    pub(super) left_out_logged: Vec<String>,
 }
 
 /// What a long cgroupfs read runs between its chunks: the kernel's waiting records taken into
@@ -212,7 +212,7 @@ impl Agent {
     /// Counts the processes of `pods` anew, taking kernel records between chunks.
     fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
         let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.intake.held);
-        self.metrics.pod_process_counts +=
+        self.visibility.metrics.pod_process_counts +=
             recount_processes(self.reader.as_ref(), &mut self.core, pods, &mut hold);
     }
 
@@ -284,11 +284,11 @@ impl Agent {
             .iter()
             .any(|c| self.core.belongs_to_stopped_pod(c.cgroup_id));
         self.checkpoint.count_received(received);
-        self.metrics.events_received += received;
+        self.visibility.metrics.events_received += received;
         // A pod whose cgroup did not exist yet may have just got it; a restarted container
         // of a stopped pod gets a new cgroup, or at least moves memory in the old one.
         if cgroup_created && self.waiting_pod_has_its_cgroup() {
-            let pods = std::mem::take(&mut self.pods);
+            let pods = std::mem::take(&mut self.pods.handed_out);
             self.apply_pods(pods);
         }
         if cgroup_created || stopped_pod_moved {
@@ -311,14 +311,14 @@ impl Agent {
         let (pods, mut left_out) = split_by_standing(loaded.pods, node, !self.args.kube);
         left_out.extend(loaded.left_out);
         let lines = left_out_lines(&left_out);
-        if lines != self.left_out_logged {
-            if lines.is_empty() && !self.left_out_logged.is_empty() {
+        if lines != self.pods.left_out_logged {
+            if lines.is_empty() && !self.pods.left_out_logged.is_empty() {
                 tracing::info!("no pod left out any more");
             }
             for line in &lines {
                 tracing::info!("pods {line}");
             }
-            self.left_out_logged = lines;
+            self.pods.left_out_logged = lines;
         }
         self.apply_pods(pods);
     }
@@ -353,7 +353,7 @@ impl Agent {
                 self.core.pod_count()
             );
         }
-        self.pods = pods;
+        self.pods.handed_out = pods;
         self.read_cgroupfs(true);
         self.settle_unlisted_evictions();
     }
@@ -376,7 +376,7 @@ impl Agent {
     /// were waiting for theirs.
     pub(super) fn rediscover(&mut self) {
         if self.waiting_pod_has_its_cgroup() {
-            let pods = std::mem::take(&mut self.pods);
+            let pods = std::mem::take(&mut self.pods.handed_out);
             self.apply_pods(pods);
         } else {
             self.read_cgroupfs(true);
@@ -393,7 +393,7 @@ impl Agent {
             .map(|p| p.facts.pod.uid.as_str())
             .collect();
         !waiting.is_empty()
-            && self.pods.iter().any(|pod| {
+            && self.pods.handed_out.iter().any(|pod| {
                 pod.facts.as_ref().is_ok_and(|facts| {
                     waiting.contains(facts.pod.uid.as_str()) && self.find_cgroup(pod, facts).is_ok()
                 })
@@ -421,7 +421,7 @@ impl Agent {
         let marked = self.marked_pods();
         let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.intake.held);
         let started = std::time::Instant::now();
-        self.metrics.pod_process_counts += read_all(
+        self.visibility.metrics.pod_process_counts += read_all(
             self.reader.as_ref(),
             &mut self.core,
             self.kubepods.rel.as_str(),
@@ -452,9 +452,9 @@ impl Agent {
             return;
         };
         let new = kernel.new_drops();
-        self.metrics.events_lost += new.ring_full;
-        self.metrics.events_undecodable += new.undecodable;
-        self.metrics.cgroup_map_full += new.map_full;
+        self.visibility.metrics.events_lost += new.ring_full;
+        self.visibility.metrics.events_undecodable += new.undecodable;
+        self.visibility.metrics.cgroup_map_full += new.map_full;
         if new.map_full > 0 {
             self.resync.changes_uncounted();
             tracing::warn!(

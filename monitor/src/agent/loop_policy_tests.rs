@@ -428,6 +428,7 @@ async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
     s.agent.evaluate(None);
     let decided: Vec<(&str, String)> = s
         .agent
+        .visibility
         .decisions
         .to_vec()
         .iter()
@@ -553,7 +554,10 @@ async fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_alw
     s.agent.update_metrics(None, None);
     let now = s.agent.attach_within().unwrap();
     assert!((200 * MI..distance).contains(&now), "{now}");
-    assert_eq!(s.agent.metrics.stat_programs_attach_within, Some(now));
+    assert_eq!(
+        s.agent.visibility.metrics.stat_programs_attach_within,
+        Some(now)
+    );
 
     let kernel = FakeKernel::default();
     let asked = kernel.asked.clone();

@@ -2,8 +2,11 @@
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`] is
 //! the event loop over the seams (the kernel programs behind `event_source::KernelEvents`,
 //! the machine behind `reader::MachineReader`, the `actuator::Actuator`, the checkpoint
-//! store behind `Persister`), with its components [`actions`] and [`checkpointer`] and its
-//! steps in [`startup`], [`intake`], [`stat_programs`], [`decision_step`], [`evicted_pods`],
+//! store behind `Persister`). Its components each keep their own state: [`actions`] (the
+//! actuator and evictions in progress), [`checkpointer`], [`intake`] (held records, fork
+//! arming, the pods handed out), [`stat_programs`] (the gate and its guard) and
+//! [`visibility`] (metrics, snapshot, recent decisions); the steps that compose them are in
+//! [`startup`], [`intake`], [`stat_programs`], [`decision_step`], [`evicted_pods`],
 //! [`action_results`] and [`visibility`]. `loop_policy_tests` drives it over fakes of every
 //! seam, without root.
 pub(crate) mod action_path;

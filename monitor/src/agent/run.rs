@@ -22,23 +22,21 @@ use super::{
     cause::CauseLog,
     checkpointer::Checkpointer,
     event_source::{Batch, Source},
-    intake::Intake,
+    intake::{Intake, PodsOnNode},
     kubepods_brake::KubepodsBrake,
-    node_status::NodeStatusPublisher,
     psi_wake::PsiWake,
-    publish::RecentDecisions,
     reader::{MachineReader, ReadFailures},
     realtime,
     resync::ResyncSchedule,
     self_protect::{self, OwnMemory, OwnPod},
     stat_programs::StatPrograms,
+    visibility::Visibility,
 };
 use crate::{
     action::KubeEvictor,
     cgroupfs::MemoryHierarchy,
     checkpoint::writer::Persister,
     engine::eviction_machine::AgentCore,
-    metrics::{Metrics, snapshot::Publisher},
     pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
 };
@@ -115,17 +113,10 @@ pub(super) struct Agent {
     pub(super) reader: Box<dyn MachineReader>,
     pub(super) read_failures: ReadFailures,
     pub(super) checkpoint: Checkpointer<Box<dyn Persister>>,
-    /// Owned by the loop; readers get a copy in each published snapshot.
-    pub(super) metrics: Metrics,
-    pub(super) publisher: Publisher,
-    pub(super) decisions: RecentDecisions,
-    /// Why the pod source is not open, while it is being opened again.
-    pub(super) pod_source_down: Option<String>,
-    /// The pods on this node as the source last handed them out: their cgroups may appear
-    /// later.
-    pub(super) pods: Vec<NodePod>,
-    /// The lines last logged about pods the source holds that are not ranked.
-    pub(super) left_out_logged: Vec<String>,
+    /// What readers see: metrics, the published snapshot, recent decisions, node conditions.
+    pub(super) visibility: Visibility,
+    /// The pods as the pod source last handed them out, and whether it is open.
+    pub(super) pods: PodsOnNode,
     /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod),
     /// and the evictions in progress.
     pub(super) actions: Actions,
@@ -140,8 +131,6 @@ pub(super) struct Agent {
     pub(super) own_pod: OwnPod,
     /// The agent's own memory cgroup against its limit.
     pub(super) own_memory: OwnMemory,
-    /// With --kube: the agent's own node conditions, published on the Node.
-    pub(super) node_status: Option<NodeStatusPublisher>,
     /// How near a memory threshold the stat programs run (`--attach-within`).
     pub(super) stat_programs: StatPrograms,
     /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
@@ -227,9 +216,9 @@ impl Agent {
                         tracing::error!(
                             "pod source failed: {e}; deciding on the {} pods known, opening it \
                              again in {POD_SOURCE_RETRY:?}",
-                            self.pods.len()
+                            self.pods.handed_out.len()
                         );
-                        self.pod_source_down = Some(format!("pod source failed: {e}"));
+                        self.pods.source_down = Some(format!("pod source failed: {e}"));
                         watcher = None;
                         reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
                     }
@@ -239,7 +228,7 @@ impl Agent {
                     match open_pods(&self.args).await {
                         Ok((reopened, loaded, _)) => {
                             tracing::info!("pod source open again");
-                            self.pod_source_down = None;
+                            self.pods.source_down = None;
                             watcher = Some(reopened);
                             self.take_pods(loaded);
                             self.evaluate(None);
@@ -313,7 +302,7 @@ impl Agent {
         }
         let now = monotonic_ns();
         self.stat_programs.observe(now, self.core.memory_headroom());
-        self.publisher.heartbeat.beat(now);
+        self.visibility.publisher.heartbeat.beat(now);
     }
 }
 

@@ -4,7 +4,8 @@
 use tokio::time::Instant;
 
 use super::{
-    publish::{self},
+    node_status::NodeStatusPublisher,
+    publish::{self, RecentDecisions},
     run::Agent,
 };
 use crate::{
@@ -12,15 +13,39 @@ use crate::{
     engine::units::bytes,
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
-    metrics::snapshot::{DebugRanking, Readiness, SignalView, Snapshot, SourceView},
+    metrics::{
+        Metrics,
+        snapshot::{DebugRanking, Publisher, Readiness, SignalView, Snapshot, SourceView},
+    },
     system_clock::monotonic_ns,
 };
+
+/// What readers of the agent see, owned by the loop.
+pub(super) struct Visibility {
+    /// Readers get a copy in each published snapshot.
+    pub(super) metrics: Metrics,
+    pub(super) publisher: Publisher,
+    pub(super) decisions: RecentDecisions,
+    /// With --kube: the agent's own node conditions, published on the Node.
+    pub(super) node_status: Option<NodeStatusPublisher>,
+}
+
+impl Visibility {
+    pub(super) fn new(publisher: Publisher, node_status: Option<NodeStatusPublisher>) -> Self {
+        Self {
+            metrics: Metrics::default(),
+            publisher,
+            decisions: RecentDecisions::default(),
+            node_status,
+        }
+    }
+}
 
 impl Agent {
     /// Brings the metrics up to date and publishes a snapshot for readers.
     pub(super) fn update_metrics(&mut self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
         let attach_within = self.attach_within();
-        let m = &mut self.metrics;
+        let m = &mut self.visibility.metrics;
         for (signal, observed) in self.core.observations() {
             m.signal_observations
                 .insert(signal.as_str(), observed.available as f64);
@@ -85,18 +110,18 @@ impl Agent {
     /// limit.
     pub(super) fn check_own_memory(&mut self) {
         let charge = self.own_memory.check(&self.hierarchy, &self.own_pod);
-        self.metrics.own_memory_charged = charge.map(|c| c.charged);
-        self.metrics.own_memory_limit = charge.and_then(|c| c.limit);
+        self.visibility.metrics.own_memory_charged = charge.map(|c| c.charged);
+        self.visibility.metrics.own_memory_limit = charge.and_then(|c| c.limit);
     }
 
     /// Publishes what readers see, with the signal views just built; never waits for them.
     pub(super) fn publish(&self, signals: Vec<SignalView>) {
         let description = self.source.describe(self.args.poll_interval);
         let snapshot = Snapshot {
-            metrics: self.metrics.clone(),
+            metrics: self.visibility.metrics.clone(),
             readiness: Readiness {
                 source: Some(description.clone()),
-                pods: match &self.pod_source_down {
+                pods: match &self.pods.source_down {
                     None => Ok(self.core.pod_count()),
                     Some(why) => Err(why.clone()),
                 },
@@ -105,16 +130,16 @@ impl Agent {
             ranking: DebugRanking {
                 signals,
                 rankings: publish::rankings(&self.core),
-                decisions: self.decisions.to_vec(),
+                decisions: self.visibility.decisions.to_vec(),
                 source: SourceView {
                     description,
-                    events_received: self.metrics.events_received,
-                    events_lost: self.metrics.events_lost,
-                    events_undecodable: self.metrics.events_undecodable,
+                    events_received: self.visibility.metrics.events_received,
+                    events_lost: self.visibility.metrics.events_lost,
+                    events_undecodable: self.visibility.metrics.events_undecodable,
                 },
             },
         };
-        self.publisher.publish(snapshot);
+        self.visibility.publisher.publish(snapshot);
     }
 
     pub(super) fn print_status(&self) {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{
     env::{Binaries, Machine, loadavg},
-    report::{Figure, Section, win_table},
+    report::{Figure, Section, json_lines, win_table},
 };
 use crate::vm;
 
@@ -120,7 +120,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
             console.push(line.to_string());
         })?;
     }
-    let results = trial_lines(&console)?;
+    let results = json_lines(&console, "trial")?;
     let mut figures = Vec::new();
     let mut rates = Vec::new();
     let mut raw = Vec::new();
@@ -185,16 +185,6 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
     })
 }
 
-/// The runner's JSON trial lines among the VM's console lines.
-fn trial_lines(console: &[String]) -> anyhow::Result<Vec<Value>> {
-    console
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with('{') && l.contains("\"trial\""))
-        .map(|l| serde_json::from_str(l).with_context(|| format!("a trial line is not JSON: {l}")))
-        .collect()
-}
-
 /// Whether a trial ran at `margin` with exactly `flags` after SOURCE MARGIN TRIALS.
 fn ran_with(trial: &Value, margin: &str, flags: &[&str]) -> bool {
     let Some(args) = trial["args"].as_array() else {
@@ -216,7 +206,7 @@ mod tests {
             r#"{"trial":0,"win":false,"args":["ebpf","48","3","--draining-hog","--grace-projection","off"]}"#
                 .to_string(),
         ];
-        let trials = trial_lines(&console).unwrap();
+        let trials = json_lines(&console, "trial").unwrap();
         assert_eq!(trials.len(), 2);
         assert!(ran_with(&trials[0], "48", &["--draining-hog"]));
         assert!(!ran_with(&trials[0], "16", &["--draining-hog"]));
@@ -226,6 +216,6 @@ mod tests {
             "48",
             &["--draining-hog", "--grace-projection", "off"]
         ));
-        assert!(trial_lines(&["{\"trial\": nope".to_string()]).is_err());
+        assert!(json_lines(&["{\"trial\": nope".to_string()], "trial").is_err());
     }
 }

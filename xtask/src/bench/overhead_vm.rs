@@ -5,12 +5,12 @@
 //! guest, so no build or sort runs there. Emulated faults cost far more than real ones:
 //! compare the variants with each other, not with this machine.
 use anyhow::{Context as _, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{
     env::{Binaries, Machine, loadavg},
     percentile,
-    report::{Figure, Section},
+    report::{Figure, Section, json_lines},
 };
 use crate::vm;
 
@@ -50,12 +50,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine) -> anyhow::Result<Section>
             console.push(line.to_string());
         },
     )?;
-    let trials: Vec<Value> = console
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with('{') && l.contains("\"variant\""))
-        .map(|l| serde_json::from_str(l).with_context(|| format!("not JSON: {l}")))
-        .collect::<anyhow::Result<_>>()?;
+    let trials = json_lines(&console, "variant")?;
     // Variants in the order the runner printed them; the first is without the agent.
     let mut variants: Vec<(String, Vec<f64>)> = Vec::new();
     for trial in &trials {

@@ -197,6 +197,20 @@ pub(super) fn json(
 }
 
 /// Win rates as a matrix: a row per case, a column per margin.
+/// A runner's JSON lines that carry `key`, among a VM's console lines.
+pub(super) fn json_lines(console: &[String], key: &str) -> anyhow::Result<Vec<Value>> {
+    let quoted = format!("\"{key}\"");
+    console
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with('{') && l.contains(&quoted))
+        .map(|l| {
+            serde_json::from_str(l)
+                .map_err(|e| anyhow::anyhow!("a {key} line is not JSON ({e}): {l}"))
+        })
+        .collect()
+}
+
 pub(super) fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
     let mut margins: Vec<u64> = rates.iter().map(|r| r.1).collect();
     margins.sort_unstable();

@@ -6,8 +6,8 @@ use tokio::time::Instant;
 
 use super::{
     actuator::{ActionDone, ActionOutcome},
+    components::Agent,
     decision_log,
-    run::Agent,
 };
 use crate::{engine::instant::Clock as _, engine::units::bytes, system_clock::BootClock};
 

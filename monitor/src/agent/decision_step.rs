@@ -16,11 +16,11 @@ use super::{
     actuator::ActionRequest,
     args::GraceProjection,
     checkpointer::Started,
+    components::Agent,
     decision_log,
     decision_report::{DecisionContext, DecisionReport},
     kernel_victim,
     local_first::API_TIMEOUT,
-    run::Agent,
 };
 use crate::{
     action::REAP_WAIT,

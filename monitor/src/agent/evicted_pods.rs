@@ -1,7 +1,7 @@
 //! Evicted pods after the decision: restored after a restart, settled once empty, revived.
 use std::{collections::HashSet, io};
 
-use super::run::Agent;
+use super::components::Agent;
 use crate::{cgroupfs::procs::subtree_pids, engine::ids::CgroupRel};
 
 impl Agent {

@@ -3,11 +3,11 @@
 use std::collections::HashSet;
 
 use super::{
+    components::Agent,
     event_source::{Batch, KernelEvents},
-    fork_arming::ForkArming,
+    intake_state::ForkArming,
     psi_wake::PsiWake,
     reader::{read_all, recount_processes},
-    run::Agent,
 };
 use crate::{
     engine::{
@@ -38,29 +38,6 @@ const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 /// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
 /// walk, so not at every resync).
 const SWEEP_EVERY_RESYNCS: u32 = 6;
-
-/// What the intake keeps between turns.
-#[derive(Default)]
-pub(super) struct Intake {
-    /// Kernel records taken from the ring during a cgroupfs read, applied after it.
-    pub(super) held: Batch,
-    /// Whether an undecodable kernel record was logged (the kernel source counts them).
-    undecodable_logged: bool,
-    /// What the kernel's fork counter was last told.
-    fork_arming: ForkArming,
-    /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
-    resyncs_since_sweep: u32,
-}
-
-/// The pods on this node as the pod source last handed them out (their cgroups may appear
-/// later), and why the source is not open while it is opened again.
-#[derive(Default)]
-pub(super) struct PodsOnNode {
-    pub(super) handed_out: Vec<NodePod>,
-    pub(super) source_down: Option<String>,
-    /// The lines last logged about pods the source holds that are not ranked.
-    pub(super) left_out_logged: Vec<String>,
-}
 
 /// What a long cgroupfs read runs between its chunks: the kernel's waiting records taken into
 /// `held` (up to [`HELD_RECORDS_MAX`]), so the ring does not overflow meanwhile.

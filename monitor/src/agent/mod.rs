@@ -1,14 +1,15 @@
 //! The node agent's shell: kernel events -> working sets -> rankings -> decisions -> actions
-//! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`] is
+//! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`]; [`run`](mod@run) is
 //! the event loop over the seams (the kernel programs behind `event_source::KernelEvents`,
 //! the machine behind `reader::MachineReader`, the `actuator::Actuator`, the checkpoint
-//! store behind `Persister`). Its components each keep their own state: [`actions`] (the
-//! actuator and evictions in progress), [`checkpointer`], [`intake`] (held records, fork
-//! arming, the pods handed out), [`stat_programs`] (the gate and its guard) and
-//! [`visibility`] (metrics, snapshot, recent decisions); the steps that compose them are in
-//! [`startup`], [`intake`], [`stat_programs`], [`decision_step`], [`evicted_pods`],
-//! [`action_results`] and [`visibility`]. `loop_policy_tests` drives it over fakes of every
-//! seam, without root.
+//! store behind `Persister`). The [`components`] it composes each keep their own state:
+//! [`actions`] (the actuator and evictions in progress), [`checkpointer`], [`intake_state`]
+//! (held records, fork arming, the pods handed out), [`stat_programs`] (the gate and its
+//! guard's schedule) and [`publish`]'s `Visibility` (metrics, snapshot, recent decisions).
+//! The steps that compose them are in [`startup`], [`intake`], [`guard_read`],
+//! [`decision_step`], [`evicted_pods`], [`action_results`] and [`visibility`]; each file
+//! stands above what it uses, so no two import each other. `loop_policy_tests` drives the
+//! loop over fakes of every seam, without root.
 pub(crate) mod action_path;
 mod action_results;
 mod actions;
@@ -16,13 +17,15 @@ pub(crate) mod actuator;
 pub(crate) mod args;
 pub(crate) mod cause;
 mod checkpointer;
+mod components;
 pub(crate) mod decision_log;
 pub(crate) mod decision_report;
 mod decision_step;
 mod event_source;
 mod evicted_pods;
-mod fork_arming;
+mod guard_read;
 mod intake;
+mod intake_state;
 mod kernel_victim;
 mod kubepods_brake;
 pub(crate) mod local_first;

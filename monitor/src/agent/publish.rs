@@ -1,8 +1,10 @@
 //! Builds what the agent publishes after each evaluation (see [`crate::metrics::snapshot`]):
 //! the signals against their thresholds, the head of each ranking explained, and the last
-//! decisions with what came of them. Reads the core; changes nothing in it.
+//! decisions with what came of them, kept in the loop's [`Visibility`]. Reads the core;
+//! changes nothing in it.
 use std::collections::VecDeque;
 
+use super::node_status::NodeStatusPublisher;
 use crate::engine::eviction_machine::AgentCore;
 use crate::{
     engine::{
@@ -10,9 +12,12 @@ use crate::{
         quantity::Quantity,
         rank_report::explained_head,
     },
-    metrics::snapshot::{
-        DECISIONS_KEPT, DecisionView, RANKING_HEAD, RankedEntry, RankingView, SignalView,
-        ThresholdView,
+    metrics::{
+        Metrics,
+        snapshot::{
+            DECISIONS_KEPT, DecisionView, Publisher, RANKING_HEAD, RankedEntry, RankingView,
+            SignalView, ThresholdView,
+        },
     },
 };
 
@@ -116,5 +121,26 @@ impl RecentDecisions {
 
     pub(crate) fn to_vec(&self) -> Vec<DecisionView> {
         self.0.iter().cloned().collect()
+    }
+}
+
+/// What readers of the agent see, owned by the loop.
+pub(super) struct Visibility {
+    /// Readers get a copy in each published snapshot.
+    pub(super) metrics: Metrics,
+    pub(super) publisher: Publisher,
+    pub(super) decisions: RecentDecisions,
+    /// With --kube: the agent's own node conditions, published on the Node.
+    pub(super) node_status: Option<NodeStatusPublisher>,
+}
+
+impl Visibility {
+    pub(super) fn new(publisher: Publisher, node_status: Option<NodeStatusPublisher>) -> Self {
+        Self {
+            metrics: Metrics::default(),
+            publisher,
+            decisions: RecentDecisions::default(),
+            node_status,
+        }
     }
 }

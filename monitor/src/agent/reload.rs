@@ -1,7 +1,7 @@
 //! SIGHUP, as operators expect of a daemon: the configuration file is read again and the
 //! pods listed anew. A configuration that does not load is logged and the one in force kept,
 //! so a typo never leaves the node without thresholds.
-use super::run::Agent;
+use super::components::Agent;
 
 impl Agent {
     /// Reads `--config` again and puts it in force; keeps the old one when it does not load.

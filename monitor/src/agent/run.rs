@@ -1,4 +1,4 @@
-//! The agent's event loop: the thin shell around [`AgentCore`] that reads the machine and acts.
+//! The agent's event loop: the thin shell around [`AgentCore`](crate::engine::eviction_machine::AgentCore) that reads the machine and acts.
 //!
 //! Inputs are kernel ring-buffer batches, cgroupfs reads (every poll interval when polling,
 //! every resync interval with eBPF, and at once when PSI reports memory stalls while
@@ -17,27 +17,12 @@ use tokio::{
 };
 
 use super::{
-    actions::Actions,
-    args::AgentArgs,
-    cause::CauseLog,
-    checkpointer::Checkpointer,
-    event_source::{Batch, Source},
-    intake::{Intake, PodsOnNode},
-    kubepods_brake::KubepodsBrake,
-    psi_wake::PsiWake,
-    reader::{MachineReader, ReadFailures},
-    realtime,
-    resync::ResyncSchedule,
-    self_protect::{self, OwnMemory, OwnPod},
-    stat_programs::StatPrograms,
-    visibility::Visibility,
+    args::AgentArgs, components::Agent, event_source::Batch, psi_wake::PsiWake, realtime,
+    self_protect,
 };
 use crate::{
     action::KubeEvictor,
-    cgroupfs::MemoryHierarchy,
-    checkpoint::writer::Persister,
-    engine::eviction_machine::AgentCore,
-    pods::{KubeWatcher, KubepodsCgroup, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
+    pods::{KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
 };
 
@@ -101,40 +86,6 @@ async fn open_pods(
     let (watcher, first) = ManifestWatcher::start(pods_dir)
         .with_context(|| format!("watching pod manifests in {}", pods_dir.display()))?;
     Ok((PodSource::Dir(watcher), first, None))
-}
-
-pub(super) struct Agent {
-    pub(super) args: AgentArgs,
-    pub(super) hierarchy: MemoryHierarchy,
-    pub(super) kubepods: KubepodsCgroup,
-    pub(super) core: AgentCore,
-    pub(super) source: Source,
-    /// The machine's memory numbers (cgroupfs), a fake in the loop's unit tests.
-    pub(super) reader: Box<dyn MachineReader>,
-    pub(super) read_failures: ReadFailures,
-    pub(super) checkpoint: Checkpointer<Box<dyn Persister>>,
-    /// What readers see: metrics, the published snapshot, recent decisions, node conditions.
-    pub(super) visibility: Visibility,
-    /// The pods as the pod source last handed them out, and whether it is open.
-    pub(super) pods: PodsOnNode,
-    /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod),
-    /// and the evictions in progress.
-    pub(super) actions: Actions,
-    /// What the intake keeps between turns: records held during a read, the fork counter's
-    /// arming, the sweep's count.
-    pub(super) intake: Intake,
-    /// Which pods each timed resync reads.
-    pub(super) resync: ResyncSchedule,
-    /// Stalls and bursts, to say what led to a decision.
-    pub(super) causes: CauseLog,
-    /// The pod that runs this agent, never a candidate.
-    pub(super) own_pod: OwnPod,
-    /// The agent's own memory cgroup against its limit.
-    pub(super) own_memory: OwnMemory,
-    /// How near a memory threshold the stat programs run (`--attach-within`).
-    pub(super) stat_programs: StatPrograms,
-    /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
-    pub(super) brake: KubepodsBrake,
 }
 
 impl Agent {

@@ -4,8 +4,7 @@
 //! [`AttachDistance::guard_wait`]), and puts them back, then reads every pod, once one comes
 //! near. How near is the operator's quantity, or by default the [`AttachDistance`] the agent
 //! derives.
-use super::{event_source::KernelEvents, reader::read_node, run::Agent};
-use crate::system_clock::monotonic_ns;
+use super::event_source::KernelEvents;
 use crate::{
     engine::attach_distance::{AttachDistance, AttachWithin, GUARD_PERIOD, GUARD_WAIT_MAX},
     engine::stat_gate::{GateMove, StatGate},
@@ -24,6 +23,11 @@ pub(super) struct StatPrograms {
 }
 
 impl StatPrograms {
+    /// The guard read the node's memory at `read_ns` (CLOCK_MONOTONIC) and found `headroom`.
+    pub(super) fn guard_read_found(&mut self, read_ns: u64, headroom: Option<u64>) {
+        self.guard_read = Some((read_ns, headroom));
+    }
+
     /// The gate for `--attach-within`, on a node of `cpus` online CPUs.
     pub(super) fn new(within: AttachWithin, cpus: usize) -> Self {
         Self {
@@ -47,7 +51,7 @@ impl StatPrograms {
     }
 
     /// The distance to a memory threshold within which the programs run (`None`: always).
-    fn within(&self) -> Option<u64> {
+    pub(super) fn within(&self) -> Option<u64> {
         match self.within {
             AttachWithin::Always => None,
             AttachWithin::Bytes(bytes) => Some(bytes),
@@ -73,7 +77,11 @@ impl StatPrograms {
     /// Attaches or detaches the programs of `kernel` as `headroom` says. True when they
     /// were to be attached, whether that worked or not: every pod must then be read, as what
     /// changed while they were off was not counted (and, when they failed, nothing counts).
-    fn move_gate(&mut self, kernel: &mut dyn KernelEvents, headroom: Option<u64>) -> bool {
+    pub(super) fn move_gate(
+        &mut self,
+        kernel: &mut dyn KernelEvents,
+        headroom: Option<u64>,
+    ) -> bool {
         let gate = StatGate {
             within: self.within(),
         };
@@ -133,58 +141,6 @@ impl StatPrograms {
             AttachWithin::Auto => self.derived.to_string(),
             AttachWithin::Bytes(bytes) => unsigned_bytes(bytes),
             AttachWithin::Always => "any distance".to_string(),
-        }
-    }
-}
-
-impl Agent {
-    /// True while the stat programs are loaded but off their hooks.
-    pub(super) fn stats_detached(&self) -> bool {
-        self.source.has_stat_programs() && !self.source.memory_from_kernel()
-    }
-
-    /// Reads the node's and the kubepods cgroup's working sets, not the pods', and when the
-    /// guard reads next.
-    pub(super) fn read_guard(&mut self) {
-        let read_ns = monotonic_ns();
-        let read = read_node(
-            self.reader.as_ref(),
-            &mut self.core,
-            self.kubepods.rel.as_str(),
-            &mut self.read_failures,
-        );
-        // A failed read knows no headroom: the next comes one guard period later.
-        let headroom = if read {
-            self.core.memory_headroom()
-        } else {
-            Some(0)
-        };
-        self.stat_programs.guard_read = Some((read_ns, headroom));
-    }
-
-    /// The distance to a memory threshold within which the stat programs run (`None`: at
-    /// all times, or there are none).
-    pub(super) fn attach_within(&self) -> Option<u64> {
-        if !self.source.has_stat_programs() {
-            return None;
-        }
-        self.stat_programs.within()
-    }
-
-    /// Attaches or detaches the stat programs as the headroom says. After attaching, every
-    /// pod is read: what changed while the programs were off was not counted. When they
-    /// cannot be attached, every pod is read at each guard read instead, so a decision is
-    /// never taken on old numbers.
-    pub(super) fn move_stat_gate(&mut self) {
-        if !self.source.has_stat_programs() {
-            return;
-        }
-        let headroom = self.core.memory_headroom();
-        let Some(kernel) = self.source.kernel.as_mut() else {
-            return;
-        };
-        if self.stat_programs.move_gate(kernel.as_mut(), headroom) {
-            self.read_cgroupfs(false);
         }
     }
 }

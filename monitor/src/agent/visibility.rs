@@ -3,43 +3,15 @@
 
 use tokio::time::Instant;
 
-use super::{
-    node_status::NodeStatusPublisher,
-    publish::{self, RecentDecisions},
-    run::Agent,
-};
+use super::{components::Agent, publish};
 use crate::{
     checkpoint::writer::CheckpointHealth,
     engine::units::bytes,
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
-    metrics::{
-        Metrics,
-        snapshot::{DebugRanking, Publisher, Readiness, SignalView, Snapshot, SourceView},
-    },
+    metrics::snapshot::{DebugRanking, Readiness, SignalView, Snapshot, SourceView},
     system_clock::monotonic_ns,
 };
-
-/// What readers of the agent see, owned by the loop.
-pub(super) struct Visibility {
-    /// Readers get a copy in each published snapshot.
-    pub(super) metrics: Metrics,
-    pub(super) publisher: Publisher,
-    pub(super) decisions: RecentDecisions,
-    /// With --kube: the agent's own node conditions, published on the Node.
-    pub(super) node_status: Option<NodeStatusPublisher>,
-}
-
-impl Visibility {
-    pub(super) fn new(publisher: Publisher, node_status: Option<NodeStatusPublisher>) -> Self {
-        Self {
-            metrics: Metrics::default(),
-            publisher,
-            decisions: RecentDecisions::default(),
-            node_status,
-        }
-    }
-}
 
 impl Agent {
     /// Brings the metrics up to date and publishes a snapshot for readers.

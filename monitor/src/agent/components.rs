@@ -1,0 +1,54 @@
+//! The agent: the components the event loop composes, each with its own state. The loop is
+//! in [`super::run`](mod@super::run), its steps in the files named after what they do.
+use super::{
+    actions::Actions,
+    args::AgentArgs,
+    cause::CauseLog,
+    checkpointer::Checkpointer,
+    event_source::Source,
+    intake_state::{Intake, PodsOnNode},
+    kubepods_brake::KubepodsBrake,
+    publish::Visibility,
+    reader::{MachineReader, ReadFailures},
+    resync::ResyncSchedule,
+    self_protect::{OwnMemory, OwnPod},
+    stat_programs::StatPrograms,
+};
+use crate::{
+    cgroupfs::MemoryHierarchy, checkpoint::writer::Persister, engine::eviction_machine::AgentCore,
+    pods::KubepodsCgroup,
+};
+
+pub(super) struct Agent {
+    pub(super) args: AgentArgs,
+    pub(super) hierarchy: MemoryHierarchy,
+    pub(super) kubepods: KubepodsCgroup,
+    pub(super) core: AgentCore,
+    pub(super) source: Source,
+    /// The machine's memory numbers (cgroupfs), a fake in the loop's unit tests.
+    pub(super) reader: Box<dyn MachineReader>,
+    pub(super) read_failures: ReadFailures,
+    pub(super) checkpoint: Checkpointer<Box<dyn Persister>>,
+    /// What readers see: metrics, the published snapshot, recent decisions, node conditions.
+    pub(super) visibility: Visibility,
+    /// The pods as the pod source last handed them out, and whether it is open.
+    pub(super) pods: PodsOnNode,
+    /// Dry-run, a cgroup kill, or the Eviction API (`--kube`: the kubelet stops the pod),
+    /// and the evictions in progress.
+    pub(super) actions: Actions,
+    /// What the intake keeps between turns: records held during a read, the fork counter's
+    /// arming, the sweep's count.
+    pub(super) intake: Intake,
+    /// Which pods each timed resync reads.
+    pub(super) resync: ResyncSchedule,
+    /// Stalls and bursts, to say what led to a decision.
+    pub(super) causes: CauseLog,
+    /// The pod that runs this agent, never a candidate.
+    pub(super) own_pod: OwnPod,
+    /// The agent's own memory cgroup against its limit.
+    pub(super) own_memory: OwnMemory,
+    /// How near a memory threshold the stat programs run (`--attach-within`).
+    pub(super) stat_programs: StatPrograms,
+    /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
+    pub(super) brake: KubepodsBrake,
+}

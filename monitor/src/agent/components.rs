@@ -19,6 +19,8 @@ use crate::{
     pods::KubepodsCgroup,
 };
 
+/// Everything the loop owns: what start-up opened (or a unit test faked) and the state of
+/// each component.
 pub(super) struct Agent {
     pub(super) args: AgentArgs,
     pub(super) hierarchy: MemoryHierarchy,

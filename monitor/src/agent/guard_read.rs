@@ -1,5 +1,6 @@
-//! The loop's steps around [`StatPrograms`](super::stat_programs::StatPrograms): the guard read of the node's memory while the
-//! stat programs are off, and moving them on or off as the headroom says.
+//! The loop's steps around [`StatPrograms`](super::stat_programs::StatPrograms): the guard
+//! read of the node's memory while the stat programs are off, and moving them on or off as
+//! the headroom says.
 use super::{components::Agent, reader::read_node};
 use crate::system_clock::monotonic_ns;
 

@@ -1,4 +1,5 @@
-//! The agent's event loop: the thin shell around [`AgentCore`](crate::engine::eviction_machine::AgentCore) that reads the machine and acts.
+//! The agent's event loop: the thin shell around
+//! [`AgentCore`](crate::engine::eviction_machine::AgentCore) that reads the machine and acts.
 //!
 //! Inputs are kernel ring-buffer batches, cgroupfs reads (every poll interval when polling,
 //! every resync interval with eBPF, and at once when PSI reports memory stalls while

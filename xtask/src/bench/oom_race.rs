@@ -81,8 +81,8 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
         c.margins = Some(margins);
         c
     };
-    // With the defaults, the stat programs detached when the hog starts: only the 100 ms
-    // guard read can attach them in time (the trial runner's --beyond-distance).
+    // With the defaults, the stat programs detached when the hog starts: only the guard read
+    // can attach them in time (the trial runner's --beyond-distance).
     let beyond = |draining: bool, margins: Vec<u64>| {
         let (label, args): (&str, &[&str]) = if draining {
             (

@@ -23,11 +23,6 @@ pub(super) struct StatPrograms {
 }
 
 impl StatPrograms {
-    /// The guard read the node's memory at `read_ns` (CLOCK_MONOTONIC) and found `headroom`.
-    pub(super) fn guard_read_found(&mut self, read_ns: u64, headroom: Option<u64>) {
-        self.guard_read = Some((read_ns, headroom));
-    }
-
     /// The gate for `--attach-within`, on a node of `cpus` online CPUs.
     pub(super) fn new(within: AttachWithin, cpus: usize) -> Self {
         Self {
@@ -48,6 +43,11 @@ impl StatPrograms {
             .derived
             .guard_wait(headroom, self.within().unwrap_or(0));
         read_ns.saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The guard read the node's memory at `read_ns` (CLOCK_MONOTONIC) and found `headroom`.
+    pub(super) fn guard_read_found(&mut self, read_ns: u64, headroom: Option<u64>) {
+        self.guard_read = Some((read_ns, headroom));
     }
 
     /// The distance to a memory threshold within which the programs run (`None`: always).

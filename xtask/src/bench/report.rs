@@ -196,7 +196,6 @@ pub(super) fn json(
     })
 }
 
-/// Win rates as a matrix: a row per case, a column per margin.
 /// A runner's JSON lines that carry `key`, among a VM's console lines.
 pub(super) fn json_lines(console: &[String], key: &str) -> anyhow::Result<Vec<Value>> {
     let quoted = format!("\"{key}\"");
@@ -211,6 +210,7 @@ pub(super) fn json_lines(console: &[String], key: &str) -> anyhow::Result<Vec<Va
         .collect()
 }
 
+/// Win rates as a matrix: a row per case, a column per margin.
 pub(super) fn win_table(rates: &[(String, u64, usize, usize)]) -> String {
     let mut margins: Vec<u64> = rates.iter().map(|r| r.1).collect();
     margins.sort_unstable();

@@ -1,5 +1,5 @@
-//! `cargo xtask bench [NAME] [--quick] [--json]`: the agent's speed measured side by side in
-//! one run, each figure next to a baseline measured in the same run.
+//! `cargo xtask bench [NAME] [--quick | --smoke] [--json]`: the agent's speed measured side by
+//! side in one run, each figure next to a baseline measured in the same run.
 //!
 //! - `latency`: time from the allocation that crosses an eviction threshold (read by the
 //!   allocating process) to the agent's decision, for the eBPF source and the poll source at
@@ -28,7 +28,11 @@
 //!   `--attach-within always`: they measure the agent with its stat programs on.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
-//! here passes or fails on speed: only a harness that cannot measure fails.
+//! here passes or fails on speed: only a harness that cannot measure fails. Three sizes
+//! ([`Size`]): the full run measures, `--quick` gives rough figures in minutes, and the smoke
+//! (`cargo xtask test` runs it) proves each benchmark still runs: one trial of each case, one
+//! VM boot where a case needs a VM, on the test build's binaries; it fails when a trial did
+//! not run to its end or a figure did not parse, never on a figure's value.
 mod density;
 mod env;
 mod hooks;
@@ -45,7 +49,7 @@ mod report;
 
 use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use clap::ValueEnum;
 
 pub(crate) use report::percentile;
@@ -73,9 +77,57 @@ pub(crate) enum Name {
     OomPeers,
 }
 
+/// How much of each benchmark a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Size {
+    /// Each case's machinery once, on the test build (`cargo xtask test`).
+    Smoke,
+    /// A few trials a case: rough figures in minutes (`--quick`).
+    Quick,
+    /// The figures docs/benchmarks.md quotes.
+    Full,
+}
+
+impl Size {
+    /// The value for this size.
+    pub(super) fn pick<T>(self, smoke: T, quick: T, full: T) -> T {
+        match self {
+            Self::Smoke => smoke,
+            Self::Quick => quick,
+            Self::Full => full,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        self.pick(" (--smoke)", " (--quick)", "")
+    }
+
+    /// In the smoke, a case that returned fewer trials than it ran did not run to its end.
+    pub(super) fn expect_trials(self, case: &str, got: usize, asked: usize) -> anyhow::Result<()> {
+        if self == Self::Smoke && got < asked {
+            bail!("{case}: {got} of {asked} trials reported a result");
+        }
+        Ok(())
+    }
+}
+
+/// The helpers the benchmarks run beside the agent (the tests crate's binaries).
+const HELPERS: [&str; 10] = [
+    "ranking_timings",
+    "bench_load",
+    "hook_cost",
+    "hook_floor",
+    "oom_race_trials",
+    "pid_race_trials",
+    "reap_time",
+    "oom_peers_trials",
+    "overhead_trials",
+    "alloc",
+];
+
 pub(crate) fn run(
     name: Option<Name>,
-    quick: bool,
+    size: Size,
     json: bool,
     agent_flags: Vec<String>,
 ) -> anyhow::Result<()> {
@@ -87,36 +139,8 @@ pub(crate) fn run(
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
-    // One release build for every helper, the ranking benchmark among them.
-    let mut build = crate::process::cargo();
-    build.args([
-        "build",
-        "--release",
-        "--quiet",
-        "--package",
-        "tests",
-        "--bin",
-        "ranking_timings",
-    ]);
-    if needs_root {
-        eprintln!("bench: building the agent and the load helpers (release)");
-        build.args(["--package", "monitor", "--bin", "monitor"]);
-        for helper in [
-            "bench_load",
-            "hook_cost",
-            "hook_floor",
-            "oom_race_trials",
-            "pid_race_trials",
-            "reap_time",
-            "oom_peers_trials",
-            "overhead_trials",
-            "alloc",
-        ] {
-            build.args(["--bin", helper]);
-        }
-    }
-    status(&mut build)?;
-    let bins = env::Binaries::locate(agent_flags)?;
+    build(size, needs_root)?;
+    let bins = env::Binaries::locate(size, agent_flags)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
     let mut sections = serde_json::Map::new();
@@ -127,8 +151,11 @@ pub(crate) fn run(
         let label = format!("{n:?}").to_lowercase();
         eprintln!("bench: {label} (load {:.2})", env::loadavg());
         let section_started = Instant::now();
-        let section = f()?;
-        // Where the run's time goes, for keeping the quick run within CI's budget.
+        let section = f().with_context(|| format!("bench {label}{}", size.label()))?;
+        if size == Size::Smoke {
+            report::check_smoke(&label, &section.figures)?;
+        }
+        // Where the run's time goes, for keeping each size within its budget.
         eprintln!(
             "bench: {label} took {:.0} s",
             section_started.elapsed().as_secs_f64()
@@ -137,24 +164,22 @@ pub(crate) fn run(
         sections.insert(label, section.raw);
         Ok(())
     };
-    run_one(Name::Latency, &mut || latency::run(&bins, &machine, quick))?;
-    run_one(Name::Density, &mut || density::run(&bins, &machine, quick))?;
+    run_one(Name::Latency, &mut || latency::run(&bins, &machine, size))?;
+    run_one(Name::Density, &mut || density::run(&bins, &machine, size))?;
     run_one(Name::Kernel, &mut || {
-        kernel_cost::run(&bins, &machine, quick)
+        kernel_cost::run(&bins, &machine, size)
     })?;
-    run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, quick))?;
-    run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, quick))?;
-    run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, quick))?;
-    run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, quick))?;
-    run_one(Name::Overhead, &mut || {
-        overhead::run(&bins, &machine, quick)
-    })?;
+    run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, size))?;
+    run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, size))?;
+    run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, size))?;
+    run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
+    run_one(Name::Overhead, &mut || overhead::run(&bins, &machine, size))?;
     if name == Some(Name::OomV2) {
-        run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, quick))?;
+        run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, size))?;
     }
     if name == Some(Name::OomPeers) {
         run_one(Name::OomPeers, &mut || {
-            oom_peers::run(&bins, &machine, quick)
+            oom_peers::run(&bins, &machine, size)
         })?;
     }
     let elapsed = started.elapsed();
@@ -164,7 +189,7 @@ pub(crate) fn run(
         machine.cores,
         machine.kernel,
         elapsed.as_secs_f64(),
-        if quick { " (--quick)" } else { "" }
+        size.label()
     );
     if !bins.agent_flags.is_empty() {
         println!("agent flags: {}", bins.agent_flags.join(" "));
@@ -172,8 +197,29 @@ pub(crate) fn run(
     if json {
         println!(
             "{}",
-            report::json(&machine, quick, elapsed, &figures, sections)
+            report::json(&machine, size, elapsed, &figures, sections)
         );
     }
     Ok(())
+}
+
+/// The agent and the helpers, built as the size runs them: the smoke takes the test build's
+/// binaries (`cargo test` built them; the same command finds them fresh), the others one
+/// release build of everything.
+fn build(size: Size, needs_root: bool) -> anyhow::Result<()> {
+    let mut build = crate::process::cargo();
+    if size == Size::Smoke {
+        eprintln!("bench: the smoke runs the test build's agent and helpers");
+        return status(build.args(["test", "--no-run", "--quiet"]));
+    }
+    build.args(["build", "--release", "--quiet", "--package", "tests"]);
+    let helpers: &[&str] = if needs_root { &HELPERS } else { &HELPERS[..1] };
+    if needs_root {
+        eprintln!("bench: building the agent and the load helpers (release)");
+        build.args(["--package", "monitor", "--bin", "monitor"]);
+    }
+    for helper in helpers {
+        build.args(["--bin", helper]);
+    }
+    status(&mut build)
 }

@@ -18,15 +18,23 @@ use crate::{
     setup::{ensure_debian_packages, ensure_rust_target},
 };
 
-const MUSL: &str = "x86_64-unknown-linux-musl";
+pub(crate) const MUSL: &str = "x86_64-unknown-linux-musl";
+/// Debian packages the image needs: buildah assembles it, musl-tools gives a C compiler for
+/// the musl target (ring's build script compiles C).
+pub(crate) const PACKAGES: [&str; 2] = ["buildah", "musl-tools"];
 /// The reference stored in the archive (`skopeo copy` uses it unless told otherwise).
 pub(crate) const REFERENCE: &str = concat!("monitor:", env!("CARGO_PKG_VERSION"));
 
-/// Builds the image when the binary is newer than the archive; returns the archive's path.
-pub(crate) fn build() -> anyhow::Result<PathBuf> {
+/// The image and the static binary it holds.
+pub(crate) struct Image {
+    pub archive: PathBuf,
+    pub binary: PathBuf,
+}
+
+/// Builds the image when the binary is newer than the archive.
+pub(crate) fn build() -> anyhow::Result<Image> {
     ensure_rust_target(MUSL)?;
-    // musl-tools: a C compiler for the musl target (ring's build script compiles C).
-    ensure_debian_packages(&["buildah", "musl-tools"].map(String::from))?;
+    ensure_debian_packages(&PACKAGES)?;
     status(
         cargo()
             .env("CC_x86_64_unknown_linux_musl", "musl-gcc")
@@ -47,12 +55,12 @@ pub(crate) fn build() -> anyhow::Result<PathBuf> {
     let archive = target.join("image/monitor.oci.tar");
     if is_newer(&archive, &binary) {
         eprintln!("image: {} is up to date", archive.display());
-        return Ok(archive);
+    } else {
+        fs::create_dir_all(archive.parent().context("archive path has a parent")?)?;
+        assemble(&binary, &archive)?;
+        eprintln!("image: wrote {} ({REFERENCE})", archive.display());
     }
-    fs::create_dir_all(archive.parent().context("archive path has a parent")?)?;
-    assemble(&binary, &archive)?;
-    eprintln!("image: wrote {} ({REFERENCE})", archive.display());
-    Ok(archive)
+    Ok(Image { archive, binary })
 }
 
 /// `buildah from scratch`, the binary as `/monitor`, committed straight to an OCI archive

@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod image;
+mod phases;
 mod process;
 mod setup;
 mod skips;
@@ -67,9 +68,14 @@ enum Task {
         /// One benchmark only (default: all).
         #[arg(value_enum)]
         name: Option<bench::Name>,
-        /// A reduced run fast enough for CI.
-        #[arg(long)]
+        /// A few trials a case: rough figures in minutes, not the ones docs/benchmarks.md
+        /// quotes.
+        #[arg(long, conflicts_with = "smoke")]
         quick: bool,
+        /// Each case once on the test build, checking that its trial ran to its end and its
+        /// figures parse, never their values (what `cargo xtask test` runs).
+        #[arg(long)]
+        smoke: bool,
         /// Also print the results as one JSON object on the last line.
         #[arg(long)]
         json: bool,
@@ -90,6 +96,10 @@ enum Task {
         /// Only these test executables of the tests crate, by file name, e.g.
         /// `trace_incidents agent_kube` (default: all of them).
         only: Vec<String>,
+        /// The agent of the container image (static, release), as `cargo xtask test` runs
+        /// it in the VMs, instead of the debug build.
+        #[arg(long)]
+        image_agent: bool,
     },
 }
 
@@ -99,18 +109,36 @@ fn main() -> ExitCode {
         Task::Setup => setup::run(),
         Task::Build { release } => setup::run().and_then(|()| tasks::build(release)),
         Task::Run { release, args } => setup::run().and_then(|()| tasks::run(release, &args)),
-        Task::Test { no_vm } => setup::run().and_then(|()| tasks::test(!no_vm)),
+        Task::Test { no_vm } => tasks::test(!no_vm),
         Task::Demo { duration, enforce } => {
             setup::run().and_then(|()| demo::run(std::time::Duration::from_secs(duration), enforce))
         }
         Task::Bench {
             name,
             quick,
+            smoke,
             json,
             agent_flags,
-        } => setup::run().and_then(|()| bench::run(name, quick, json, agent_flags)),
+        } => {
+            let size = match (smoke, quick) {
+                (true, _) => bench::Size::Smoke,
+                (false, true) => bench::Size::Quick,
+                (false, false) => bench::Size::Full,
+            };
+            setup::run().and_then(|()| bench::run(name, size, json, agent_flags))
+        }
         Task::Image => setup::run().and_then(|()| image::build().map(drop)),
-        Task::VmTest { only } => setup::run().and_then(|()| vm::run(&only)),
+        Task::VmTest { only, image_agent } => setup::run().and_then(|()| {
+            let agent = if image_agent {
+                Some(image::build()?.binary)
+            } else {
+                None
+            };
+            vm::run(&only, agent.as_deref(), &mut |vm, took, failed| {
+                let verdict = if failed { "failed" } else { "passed" };
+                eprintln!("vm-test: {vm} {verdict} in {:.0} s", took.as_secs_f64());
+            })
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,7 +17,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let llvm = nightly_llvm_major()?;
     ensure_bpf_linker(llvm)?;
     // The `monitor top` test drives the terminal view in tmux.
-    ensure_debian_packages(&["tmux".to_string()])?;
+    ensure_debian_packages(&["tmux"])?;
     Ok(())
 }
 
@@ -47,7 +47,7 @@ pub(crate) fn ensure_kubernetes_validate(target: &std::path::Path) -> anyhow::Re
     );
     let make_venv = || status(Command::new("python3").arg("-m").arg("venv").arg(&venv));
     if make_venv().is_err() {
-        ensure_debian_packages(&["python3-venv".to_string()])?;
+        ensure_debian_packages(&["python3-venv"])?;
         make_venv()?;
     }
     status(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "kubernetes-validate"]))
@@ -188,23 +188,21 @@ fn llvm_packages(llvm: u32) -> Vec<String> {
 }
 
 fn ensure_llvm_packages(llvm: u32) -> anyhow::Result<()> {
-    ensure_debian_packages(&llvm_packages(llvm))
+    let packages = llvm_packages(llvm);
+    ensure_debian_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// Installs the Debian packages that are not installed yet; needs root for apt-get.
-pub(crate) fn ensure_debian_packages(packages: &[String]) -> anyhow::Result<()> {
-    let missing: Vec<&String> = packages
+pub(crate) fn ensure_debian_packages(packages: &[&str]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
+        .copied()
         .filter(|p| !debian_package_installed(p))
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    let list = missing
-        .iter()
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let list = missing.join(" ");
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc_geteuid() } != 0 {
         bail!(

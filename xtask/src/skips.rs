@@ -7,27 +7,18 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::{Context as _, bail};
 use test_skip::{ALLOW_VAR, LOG_VAR, Reason};
 
-use crate::process::cargo;
-
 /// The reasons allowed for this run: the probe's, then the developer's.
 pub(crate) struct Allowed {
     pub reasons: Vec<Reason>,
 }
 
 impl Allowed {
-    /// Runs the probe (building it first) and adds what [`ALLOW_VAR`] already allows.
-    pub(crate) fn here() -> anyhow::Result<Self> {
-        let out = cargo()
-            .args([
-                "run",
-                "--quiet",
-                "--package",
-                "tests",
-                "--bin",
-                "skip_probe",
-            ])
+    /// Runs the probe (the tests crate's `skip_probe` of the test build) and adds what
+    /// [`ALLOW_VAR`] already allows.
+    pub(crate) fn here(probe: &Path) -> anyhow::Result<Self> {
+        let out = std::process::Command::new(probe)
             .output()
-            .context("starting the skip probe")?;
+            .with_context(|| format!("starting the skip probe {}", probe.display()))?;
         if !out.status.success() {
             bail!(
                 "the skip probe failed ({}): {}",

@@ -1,7 +1,12 @@
 //! Build, run and test tasks: thin wrappers around cargo with the right flags.
+use std::path::{Path, PathBuf};
+
 use anyhow::Context as _;
 
-use crate::process::{cargo, status, target_dir};
+use crate::{
+    phases::Phases,
+    process::{cargo, status, target_dir},
+};
 
 pub(crate) fn build(release: bool) -> anyhow::Result<()> {
     let mut cmd = cargo();
@@ -22,41 +27,89 @@ pub(crate) fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     status(&mut cmd)
 }
 
+/// `cargo xtask test`: every phase in turn, then the table of where the time went.
 pub(crate) fn test(with_vm: bool) -> anyhow::Result<()> {
-    crate::setup::ensure_component("rustfmt")?;
-    status(cargo().args(["fmt", "--all", "--check"]))
-        .context("the code is not formatted as rustfmt would: run `cargo fmt --all`")?;
+    let mut phases = Phases::new();
+    let result = test_phases(&mut phases, with_vm);
+    eprintln!("\n{}", phases.table());
+    result
+}
+
+/// What the host tests need beside the build.
+struct Tools {
+    validator: PathBuf,
+    prometheus: PathBuf,
+}
+
+fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
+    let tools = phases.run("toolchain", || toolchain(with_vm))?;
+    phases.run("lints", lints)?;
+    let image = phases.run("image", crate::image::build)?;
     // The default members, as for the build: the kernel crate builds only on nightly for the
     // BPF target (monitor's build script builds it, with its own warnings shown).
+    phases.run("build", || status(cargo().args(["test", "--no-run"])))?;
+    phases.run("host tests", || host_tests(&image.archive, &tools))?;
+    if with_vm {
+        // The VMs run the agent that ships: the image's static release binary.
+        crate::vm::run(&[], Some(&image.binary), &mut |vm, took, failed| {
+            phases.record(vm, took, failed);
+        })?;
+    }
+    phases.run("benchmark smoke", || {
+        crate::bench::run(None, crate::bench::Size::Smoke, false, Vec::new())
+    })
+}
+
+/// Everything the later phases install or download, so their times are their own: the
+/// toolchain pieces, the Debian packages of the image, the container and VM tests (one apt
+/// run), the manifest validator, Prometheus and the VMs' kernels.
+fn toolchain(with_vm: bool) -> anyhow::Result<Tools> {
+    crate::setup::run()?;
+    crate::setup::ensure_component("rustfmt")?;
     crate::setup::ensure_component("clippy")?;
-    status(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"])).context(
-        "clippy found something: run `cargo clippy --all-targets` and fix what it reports",
-    )?;
+    crate::setup::ensure_rust_target(crate::image::MUSL)?;
     // The container test runs the image with Debian's podman (runc: crun refuses cgroup v1's
-    // hybrid layout); the deploy/ test validates the manifests.
-    let image = crate::image::build()?;
-    crate::setup::ensure_debian_packages(&["podman", "runc"].map(String::from))?;
+    // hybrid layout).
+    let packages: Vec<&str> = ["podman", "runc"]
+        .into_iter()
+        .chain(crate::image::PACKAGES)
+        .chain(crate::vm::PACKAGES)
+        .collect();
+    crate::setup::ensure_debian_packages(&packages)?;
     let validator = crate::setup::ensure_kubernetes_validate(&target_dir()?)?;
     // The monitoring test runs Debian's Prometheus server and promtool, unpacked, not installed.
     let prometheus = crate::vm::debian_package("prometheus")?;
-    // A test that cannot run fails, unless the machine (or the developer) gives it a reason.
-    let allowed = crate::skips::Allowed::here()?;
-    let skip_log = target_dir()?.join("test-skips.log");
-    // The default members: the workspace without the BPF-target kernel crate.
+    if with_vm {
+        crate::vm::fetch_kernels()?;
+    }
+    Ok(Tools {
+        validator,
+        prometheus,
+    })
+}
+
+fn lints() -> anyhow::Result<()> {
+    status(cargo().args(["fmt", "--all", "--check"]))
+        .context("the code is not formatted as rustfmt would: run `cargo fmt --all`")?;
+    status(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))
+        .context("clippy found something: run `cargo clippy --all-targets` and fix what it reports")
+}
+
+/// The unit and root integration tests against this kernel. A test that cannot run fails,
+/// unless the machine (or the developer) gives it a reason.
+fn host_tests(image: &Path, tools: &Tools) -> anyhow::Result<()> {
+    let target = target_dir()?;
+    let allowed = crate::skips::Allowed::here(&target.join("debug/skip_probe"))?;
+    let skip_log = target.join("test-skips.log");
     let mut cmd = cargo();
     cmd.args(["test"])
         .env("MONITOR_IMAGE", image)
-        .env("KUBERNETES_VALIDATE", validator)
-        .env("MONITOR_PROMETHEUS_DIR", prometheus);
+        .env("KUBERNETES_VALIDATE", &tools.validator)
+        .env("MONITOR_PROMETHEUS_DIR", &tools.prometheus);
     allowed.apply(&mut cmd, &skip_log)?;
     let tested = status(&mut cmd);
     for line in crate::skips::summary(&skip_log) {
         eprintln!("{line}");
     }
-    tested?;
-    if with_vm {
-        crate::vm::run(&[])?;
-    }
-    crate::bench::run(None, true, false, Vec::new())?;
-    Ok(())
+    tested
 }

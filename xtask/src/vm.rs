@@ -17,7 +17,7 @@ mod systemd;
 
 use std::{
     path::{Path, PathBuf},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context as _;
@@ -77,15 +77,24 @@ fn runs_on(test: &Path, version: &str, named: bool) -> bool {
 }
 
 /// Runs the tests crate's test executables in the VMs: those named in `only` (their file
-/// names up to the hash cargo appends), or all when it is empty.
-pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
+/// names up to the hash cargo appends), or all when it is empty. The agent they start is
+/// `agent` (the image's static release binary, in `cargo xtask test`), else the debug build.
+/// `timed` hears how long each VM took and whether it failed.
+pub(crate) fn run(
+    only: &[String],
+    agent: Option<&Path>,
+    timed: &mut dyn FnMut(&str, Duration, bool),
+) -> anyhow::Result<()> {
     let target = target_dir()?;
     let work = prepare(&target)?;
     let kernels = kernel::SERIES
         .iter()
         .map(|series| Ok((*series, kernel::ensure(&work, *series)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let built = artifacts::build()?;
+    let mut built = artifacts::build()?;
+    if let Some(agent) = agent {
+        built.monitor = agent.to_path_buf();
+    }
     let tests = built
         .tests
         .iter()
@@ -112,7 +121,7 @@ pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
     // instead of waiting for each other (TCG makes each run take minutes). Every kernel runs
     // to its end even when another failed: each result is worth having. Console lines are
     // prefixed with the kernel they come from.
-    let booted: Vec<(kernel::Series, anyhow::Result<()>)> = std::thread::scope(|scope| {
+    let booted: Vec<(kernel::Series, Duration, anyhow::Result<()>)> = std::thread::scope(|scope| {
         let runs_on: Vec<_> = kernels
             .iter()
             .map(|(series, kernel)| {
@@ -125,14 +134,16 @@ pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
                 let runs = init::test_runs(&monitor, &mine);
                 let (executables, monitor, skip_probe) = (&executables, &monitor, &skip_probe);
                 let run = scope.spawn(move || {
-                    boot_plan(
+                    let started = Instant::now();
+                    let result = boot_plan(
                         &guest,
                         executables,
                         &[("MONITOR_BIN", monitor)],
                         Some(skip_probe),
                         &runs,
                         |line| println!("[Linux {}] {line}", guest.series.version),
-                    )
+                    );
+                    (started.elapsed(), result)
                 });
                 (*series, run)
             })
@@ -140,15 +151,23 @@ pub(crate) fn run(only: &[String]) -> anyhow::Result<()> {
         runs_on
             .into_iter()
             .map(|(series, run)| {
-                let result = run
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the VM's runner panicked")));
-                (series, result)
+                let (took, result) = run.join().unwrap_or_else(|_| {
+                    (
+                        Duration::ZERO,
+                        Err(anyhow::anyhow!("the VM's runner panicked")),
+                    )
+                });
+                (series, took, result)
             })
             .collect()
     });
     let mut failed = Vec::new();
-    for (series, result) in booted {
+    for (series, took, result) in booted {
+        timed(
+            &format!("VM Linux {}", series.version),
+            took,
+            result.is_err(),
+        );
         if let Err(e) = result {
             eprintln!("vm-test: Linux {}: {e:#}", series.version);
             failed.push(format!("Linux {}: {e:#}", series.version));
@@ -305,18 +324,29 @@ pub(crate) fn debian_package(package: &str) -> anyhow::Result<PathBuf> {
     packages::unpacked(&prepare(&target_dir()?)?, package)
 }
 
+/// The Debian packages the VMs need.
+pub(crate) const PACKAGES: [&str; 5] = [
+    "qemu-system-x86",
+    "busybox-static",
+    "binutils",
+    "ca-certificates",
+    // Decompresses the RAM disk module of kernels from 6.12.
+    "xz-utils",
+];
+
 /// The packages the VM needs, installed; the VM work directory under `target`.
 fn prepare(target: &Path) -> anyhow::Result<PathBuf> {
-    let packages = [
-        "qemu-system-x86",
-        "busybox-static",
-        "binutils",
-        "ca-certificates",
-        // Decompresses the RAM disk module of kernels from 6.12.
-        "xz-utils",
-    ];
-    ensure_debian_packages(&packages.map(String::from))?;
+    ensure_debian_packages(&PACKAGES)?;
     Ok(target.join("vm"))
+}
+
+/// The test matrix's kernels, downloaded and unpacked where they are not yet.
+pub(crate) fn fetch_kernels() -> anyhow::Result<()> {
+    let work = prepare(&target_dir()?)?;
+    for series in kernel::SERIES {
+        kernel::ensure(&work, series)?;
+    }
+    Ok(())
 }
 
 /// Where and on what a plan boots.

@@ -26,6 +26,7 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{
         Agent, BenchTree, Binaries, Machine, SourceArg, clock_ticks_per_sec, limit_memory, loadavg,
         spawn_in,
@@ -57,16 +58,13 @@ pub(super) struct Usage {
     pub load: f64,
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
-    let (sizes, warmup, window): (&[usize], _, _) = if quick {
-        (&[200], Duration::from_secs(2), Duration::from_secs(5))
-    } else {
-        (
-            &[1000, 5000, 10_000],
-            Duration::from_secs(5),
-            Duration::from_secs(30),
-        )
-    };
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+    let secs = Duration::from_secs;
+    let (sizes, warmup, window): (&[usize], _, _) = size.pick(
+        (&[100], secs(1), secs(1)),
+        (&[200], secs(2), secs(5)),
+        (&[1000, 5000, 10_000], secs(5), secs(30)),
+    );
     let mut results = Vec::new();
     for &pods in sizes {
         eprintln!("bench: density {pods} pods: creating cgroups");

@@ -74,7 +74,7 @@ impl Rng {
     }
 }
 
-/// The release binaries the benchmarks run.
+/// The binaries the benchmarks run: the release build, or the test build for the smoke.
 pub(super) struct Binaries {
     pub monitor: PathBuf,
     pub load: PathBuf,
@@ -90,13 +90,13 @@ pub(super) struct Binaries {
 
 impl Binaries {
     /// Next to xtask's own target directory: xtask runs from `<target>/<profile>/xtask`.
-    pub(super) fn locate(agent_flags: Vec<String>) -> anyhow::Result<Self> {
+    pub(super) fn locate(size: super::Size, agent_flags: Vec<String>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the xtask executable")?;
         let target = exe
             .parent()
             .and_then(Path::parent)
             .context("xtask runs from outside a cargo target directory")?;
-        let release = target.join("release");
+        let release = target.join(size.pick("debug", "release", "release"));
         Ok(Self {
             monitor: release.join("monitor"),
             load: release.join("bench_load"),

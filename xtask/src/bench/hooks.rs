@@ -12,6 +12,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     percentile,
     report::{Figure, Section},
@@ -34,9 +35,9 @@ pub(super) enum Measurement {
     },
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     // Under TCG a faulted page costs ~10x a real one: fewer rounds there.
-    let (host_rounds, vm_rounds, repeats) = if quick { (100, 20, 3) } else { (500, 100, 7) };
+    let (host_rounds, vm_rounds, repeats) = size.pick((20, 5, 1), (100, 20, 3), (500, 100, 7));
     let load = loadavg();
     eprintln!("bench: hooks: on this machine (load {load:.2})");
     let host = host_measurements(bins, host_rounds, repeats)?;

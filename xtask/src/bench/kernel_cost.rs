@@ -20,6 +20,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Agent, BenchTree, Binaries, Machine, SourceArg, SysctlGuard, loadavg, spawn_in},
     percentile,
     report::{Figure, Section},
@@ -33,9 +34,9 @@ pub(super) struct ProgStats {
     pub run_cnt: u64,
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
-    ensure_debian_packages(&["bpftool".to_string()])?;
-    let (rounds, repeats) = if quick { (300, 3) } else { (1000, 5) };
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+    ensure_debian_packages(&["bpftool"])?;
+    let (rounds, repeats) = size.pick((30, 1), (300, 3), (1000, 5));
     let tree = BenchTree::create("kernel", 2)?;
     let config = tree.write_config(100 * 1024)?;
     let fault_dir = tree.pod_dir(&tree.uids[1]);

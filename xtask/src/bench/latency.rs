@@ -23,6 +23,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Agent, BenchTree, Binaries, Machine, Rng, SourceArg, Stepper, loadavg},
     percentile,
     report::{Figure, Section},
@@ -64,43 +65,22 @@ struct Plan {
     trials: usize,
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     let ms = Duration::from_millis;
-    let plans = if quick {
-        vec![
-            Plan {
-                source: SourceArg::Ebpf,
-                trials: 40,
-            },
-            Plan {
-                source: SourceArg::Poll(ms(100)),
-                trials: 15,
-            },
-            Plan {
-                source: SourceArg::Poll(ms(1000)),
-                trials: 4,
-            },
-        ]
-    } else {
-        vec![
-            Plan {
-                source: SourceArg::Ebpf,
-                trials: 300,
-            },
-            Plan {
-                source: SourceArg::Poll(ms(100)),
-                trials: 60,
-            },
-            Plan {
-                source: SourceArg::Poll(ms(1000)),
-                trials: 20,
-            },
-            Plan {
-                source: SourceArg::Poll(ms(10_000)),
-                trials: 6,
-            },
-        ]
-    };
+    // Trials per source: eBPF, then polling every 100 ms, 1 s and 10 s (not in the quick run).
+    let trials: [usize; 4] = size.pick([1, 1, 1, 1], [40, 15, 4, 0], [300, 60, 20, 6]);
+    let sources = [
+        SourceArg::Ebpf,
+        SourceArg::Poll(ms(100)),
+        SourceArg::Poll(ms(1000)),
+        SourceArg::Poll(ms(10_000)),
+    ];
+    let plans: Vec<Plan> = sources
+        .into_iter()
+        .zip(trials)
+        .filter(|(_, trials)| *trials > 0)
+        .map(|(source, trials)| Plan { source, trials })
+        .collect();
     let mut results = Vec::new();
     for plan in &plans {
         let load = loadavg();
@@ -111,6 +91,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         );
         let trials = measure(bins, plan.source, plan.trials)
             .with_context(|| format!("latency with {}", plan.source.label()))?;
+        size.expect_trials(&plan.source.label(), trials.len(), plan.trials)?;
         results.push((plan.source, trials, load));
     }
     Ok(summarize(machine, &results))

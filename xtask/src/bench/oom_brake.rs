@@ -11,6 +11,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     report::{Figure, Section, json_lines, win_table},
 };
@@ -70,12 +71,9 @@ const CASES: [(&str, &[&str]); 7] = [
     ),
 ];
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
-    let (margins, trials): (&[u64], usize) = if quick {
-        (&[48], 3)
-    } else {
-        (&[16, 48, 200], 20)
-    };
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+    let (margins, trials): (&[u64], usize) =
+        size.pick((&[48], 1), (&[48], 3), (&[16, 48, 200], 20));
     let release = bins
         .monitor
         .parent()
@@ -95,9 +93,9 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         CASES.len(),
         margins.len()
     );
-    // The quick run in one boot; the full one a boot per case, as a whole full run in one
-    // guest outlasts the VM's time limit.
-    let per_boot = if quick { CASES.len() } else { 1 };
+    // The smoke and the quick run in one boot; the full one a boot per case, as a whole full
+    // run in one guest outlasts the VM's time limit.
+    let per_boot = size.pick(CASES.len(), CASES.len(), 1);
     let mut console = Vec::new();
     for cases in CASES.chunks(per_boot) {
         let argv: Vec<Vec<&str>> = cases
@@ -133,6 +131,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
             if mine.is_empty() {
                 bail!("the VM printed no trial of {label} at {margin} MiB");
             }
+            size.expect_trials(label, mine.len(), trials)?;
             let wins = mine.iter().filter(|r| r["win"] == true).count();
             let graces: Vec<u64> = mine.iter().filter_map(|r| r["grace_ms"].as_u64()).collect();
             let evicted: Vec<String> = mine

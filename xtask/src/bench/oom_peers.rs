@@ -12,6 +12,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     report::{Figure, Section},
 };
@@ -248,16 +249,16 @@ const PODS_SLICE: &str =
 const AGENT_EARLIER: &str = "agent:20%";
 
 /// Runs the peers' trials in the VM and reports them.
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     // The kernel alone: how long the hog takes, and that the kernel does stop it.
-    let (trials, baseline) = if quick { (2, 1) } else { (10, 3) };
+    let (trials_n, baseline_n) = size.pick((1, 1), (2, 1), (10, 3));
     let release = bins
         .monitor
         .parent()
         .context("the monitor binary has no directory")?;
     let runner = release.join("oom_peers_trials");
     let earlyoom = vm::debian_package("earlyoom")?.join("usr/bin/earlyoom");
-    let (trials, baseline) = (trials.to_string(), baseline.to_string());
+    let (trials, baseline) = (trials_n.to_string(), baseline_n.to_string());
     let alloc = release.join("alloc");
     let env: [(&str, &Path); 3] = [
         ("MONITOR_BIN", &bins.monitor),
@@ -285,11 +286,35 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
     let oomd = vm::run_under_systemd(MEMORY_MIB, &oomd_runs, &env, &units, &mut echo)
         .err()
         .map(|e| format!("not measured: the VM with systemd as PID 1 failed: {e:#}"));
+    // The smoke proves each peer's machinery runs, systemd's boot included.
+    if let (Size::Smoke, Some(why)) = (size, &oomd) {
+        bail!("systemd-oomd {why}");
+    }
     let trials = parse(&console.join("\n"))?;
     if trials.is_empty() {
         bail!("the VM printed no oom-peers line");
     }
     let summaries = summarize(&trials);
+    for (peer, summary) in &summaries {
+        let asked = if peer == "kernel" {
+            baseline_n
+        } else {
+            trials_n
+        };
+        size.expect_trials(&format!("peer {peer}"), summary.trials, asked)?;
+    }
+    for peer in [
+        "kernel",
+        "earlyoom",
+        "agent",
+        "agent-no-brake",
+        AGENT_EARLIER,
+        "systemd-oomd",
+    ] {
+        if size == Size::Smoke && !summaries.iter().any(|(p, _)| p == peer) {
+            bail!("no trial of peer {peer}");
+        }
+    }
     println!("{}", table(&summaries, oomd.as_deref()));
     let figures = summaries
         .iter()

@@ -25,6 +25,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     oom_brake, oom_peers,
     report::{Figure, Section, win_table},
@@ -46,7 +47,7 @@ fn case(label: &str, args: &[&str]) -> Case {
     }
 }
 
-fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
+fn plan(size: Size) -> (Vec<u64>, usize, Vec<Case>) {
     let kube = |mode: &str, delay_ms: u64| {
         let delay = delay_ms.to_string();
         let label = match mode {
@@ -55,8 +56,11 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
         };
         case(&label, &["ebpf", "--kube", mode, "--kubelet-delay", &delay])
     };
-    let mut other = case("ebpf, other victim", &["ebpf", "--other-victim"]);
-    other.margins = Some(vec![48]);
+    let other = || {
+        let mut c = case("ebpf, other victim", &["ebpf", "--other-victim"]);
+        c.margins = Some(vec![48]);
+        c
+    };
     // A hog that handles SIGTERM and allocates on until SIGKILL, with the grace period cut to
     // what the node affords and with the kubelet's whole second.
     let draining = |projection: &str, margins: Vec<u64>| {
@@ -99,26 +103,12 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
         c.margins = Some(margins);
         c
     };
-    if quick {
-        // CI's run: the eBPF source at both margins, every other case at the wider one only.
-        let at_48 = |mut c: Case| {
-            c.margins = Some(vec![48]);
-            c
-        };
-        let cases = vec![
-            case("ebpf", &["ebpf"]),
-            at_48(case("poll 100ms", &["poll:100"])),
-            at_48(kube("api", 100)),
-            at_48(kube("kill", 100)),
-            other,
-            draining("on", vec![48]),
-            draining("off", vec![48]),
-            predicting(vec![16]),
-            beyond(true, vec![48]),
-        ];
-        (vec![16, 48], 3, cases)
-    } else {
-        let cases = vec![
+    let at = |margin: u64, mut c: Case| {
+        c.margins = Some(vec![margin]);
+        c
+    };
+    let full = || {
+        vec![
             case("ebpf", &["ebpf"]),
             case("poll 100ms", &["poll:100"]),
             case("poll 1s", &["poll:1000"]),
@@ -126,24 +116,43 @@ fn plan(quick: bool) -> (Vec<u64>, usize, Vec<Case>) {
             kube("api", 50),
             kube("api", 300),
             kube("kill", 100),
-            other,
+            other(),
             draining("on", vec![16, 48, 200]),
             draining("off", vec![16, 48, 200]),
             predicting(vec![16, 48, 100]),
             beyond(false, vec![16, 48, 200]),
             beyond(true, vec![16, 48, 200]),
-        ];
-        (vec![16, 32, 48, 100, 200], 20, cases)
+        ]
+    };
+    match size {
+        // Every case of the full run once, at one margin.
+        Size::Smoke => (vec![48], 1, full().into_iter().map(|c| at(48, c)).collect()),
+        // The eBPF source at both margins, every other case at the wider one only.
+        Size::Quick => {
+            let cases = vec![
+                case("ebpf", &["ebpf"]),
+                at(48, case("poll 100ms", &["poll:100"])),
+                at(48, kube("api", 100)),
+                at(48, kube("kill", 100)),
+                other(),
+                draining("on", vec![48]),
+                draining("off", vec![48]),
+                predicting(vec![16]),
+                beyond(true, vec![48]),
+            ];
+            (vec![16, 48], 3, cases)
+        }
+        Size::Full => (vec![16, 32, 48, 100, 200], 20, full()),
     }
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     let release = bins
         .monitor
         .parent()
         .context("the monitor binary has no directory")?;
     let runner = release.join("oom_race_trials");
-    let (margins, trials, cases) = plan(quick);
+    let (margins, trials, cases) = plan(size);
     // Win rates are read side by side in the table, not as ratios of each other.
     let mut figures = Vec::new();
     let mut raw = Vec::new();
@@ -178,6 +187,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
                 .map(serde_json::from_str)
                 .collect::<Result<_, _>>()
                 .context("the trial runner's output is not JSON lines")?;
+            size.expect_trials(&case.label, results.len(), trials)?;
             let wins = results.iter().filter(|r| r["win"] == true).count();
             let victims: Vec<&str> = results
                 .iter()
@@ -205,11 +215,11 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Re
         }
     }
     println!("{}", win_table(&rates));
-    let (reap_figures, reap_raw) = reap_times(release, machine, if quick { 6 } else { 30 })?;
+    let (reap_figures, reap_raw) = reap_times(release, machine, size.pick(1, 6, 30))?;
     figures.extend(reap_figures);
-    let v2 = oom_brake::run(bins, machine, quick)?;
+    let v2 = oom_brake::run(bins, machine, size)?;
     figures.extend(v2.figures);
-    let peers = oom_peers::run(bins, machine, quick)?;
+    let peers = oom_peers::run(bins, machine, size)?;
     figures.extend(peers.figures);
     Ok(Section {
         figures,
@@ -268,12 +278,11 @@ mod tests {
 
     #[test]
     fn every_plan_runs_each_kube_mode_and_the_other_victim() {
-        for quick in [true, false] {
-            let (margins, _, cases) = plan(quick);
-            assert!(
-                margins.contains(&16) && margins.contains(&48),
-                "quick={quick}"
-            );
+        for size in [Size::Smoke, Size::Quick, Size::Full] {
+            let (margins, _, cases) = plan(size);
+            // The smoke runs each case once, at one margin.
+            let both = margins.contains(&16) && margins.contains(&48);
+            assert!(both || size == Size::Smoke, "{size:?}");
             let labels: Vec<&str> = cases.iter().map(|c| c.label.as_str()).collect();
             assert!(
                 labels.iter().any(|l| l.starts_with("kube api")),
@@ -288,8 +297,22 @@ mod tests {
     }
 
     #[test]
+    fn the_smoke_runs_every_case_of_the_full_plan_once() {
+        let (_, trials, smoke) = plan(Size::Smoke);
+        let (_, _, full) = plan(Size::Full);
+        assert_eq!(trials, 1);
+        let labels = |cases: &[Case]| cases.iter().map(|c| c.label.clone()).collect::<Vec<_>>();
+        assert_eq!(labels(&smoke), labels(&full));
+        assert!(
+            smoke
+                .iter()
+                .all(|c| c.margins.as_ref().is_some_and(|m| m.len() == 1))
+        );
+    }
+
+    #[test]
     fn the_full_plan_spans_16_to_200_mib_with_every_source() {
-        let (margins, trials, cases) = plan(false);
+        let (margins, trials, cases) = plan(Size::Full);
         assert_eq!(margins.first(), Some(&16));
         assert_eq!(margins.last(), Some(&200));
         assert!(trials >= 10);

@@ -8,6 +8,7 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     percentile,
     report::{Figure, Section, json_lines},
@@ -20,9 +21,14 @@ const ROUNDS: usize = 5;
 const HEAP_MIB: usize = 256;
 const HEAPS: usize = 3;
 
-/// The full run only: a boot of the emulated 6.18 would add minutes to CI's quick run.
-pub(super) fn run(bins: &Binaries, machine: &Machine) -> anyhow::Result<Section> {
-    let (rounds, heap_mib, heaps) = (ROUNDS, HEAP_MIB, HEAPS);
+/// Not in the quick run: a boot of the emulated 6.18 and its heaps take minutes. The smoke
+/// runs one small round.
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+    let (rounds, heap_mib, heaps) = size.pick(
+        (1, 16, 1),
+        (ROUNDS, HEAP_MIB, HEAPS),
+        (ROUNDS, HEAP_MIB, HEAPS),
+    );
     let runner = bins
         .monitor
         .parent()

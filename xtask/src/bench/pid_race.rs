@@ -13,6 +13,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     report::{Figure, Section, percentile},
 };
@@ -34,8 +35,8 @@ fn run_lines(runner: &Path, bins: &Binaries, args: &[&str]) -> anyhow::Result<Ve
         .context("pid_race's output is not JSON lines")
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
-    let (trials, rounds) = if quick { (3, 3) } else { (20, 7) };
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+    let (trials, rounds) = size.pick((1, 1), (3, 3), (20, 7));
     let runner = bins
         .monitor
         .parent()

@@ -7,15 +7,16 @@ use anyhow::{Context as _, bail};
 use serde_json::Value;
 
 use super::{
+    Size,
     env::{Binaries, Machine, loadavg},
     report::{Figure, Section},
 };
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, quick: bool) -> anyhow::Result<Section> {
+pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     let load = loadavg();
     let mut cmd = Command::new(&bins.ranking);
     cmd.arg("--json");
-    if quick {
+    if size != Size::Full {
         cmd.arg("--quick");
     }
     let out = cmd

@@ -3,7 +3,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use serde_json::{Value, json};
 
-use super::env::Machine;
+use super::{Size, env::Machine};
 
 /// One measured number, with where and under what load it was measured.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,7 +164,7 @@ pub(super) fn table(figures: &[Figure]) -> String {
 /// Everything as one JSON object.
 pub(super) fn json(
     machine: &Machine,
-    quick: bool,
+    size: Size,
     elapsed: Duration,
     figures: &[Figure],
     sections: serde_json::Map<String, Value>,
@@ -188,12 +188,33 @@ pub(super) fn json(
         .collect();
     json!({
         "bench": "xtask bench",
-        "quick": quick,
+        "quick": size == Size::Quick,
+        "smoke": size == Size::Smoke,
         "machine": { "cores": machine.cores, "kernel": machine.kernel, "memory_bytes": machine.memory_bytes },
         "elapsed_secs": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
         "figures": figures,
         "sections": Value::Object(sections),
     })
+}
+
+/// The smoke's check of a section: it has figures, and each one parsed (a value the harness
+/// could not read is NaN). The values themselves are never judged.
+pub(super) fn check_smoke(section: &str, figures: &[Figure]) -> anyhow::Result<()> {
+    if figures.is_empty() {
+        anyhow::bail!("{section}: no figure");
+    }
+    let unparsed: Vec<String> = figures
+        .iter()
+        .filter(|f| !f.value.is_finite())
+        .map(|f| format!("{} / {}", f.case, f.metric))
+        .collect();
+    if !unparsed.is_empty() {
+        anyhow::bail!(
+            "{section}: figures that did not parse: {}",
+            unparsed.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// A runner's JSON lines that carry `key`, among a VM's console lines.
@@ -329,6 +350,20 @@ mod tests {
     }
 
     #[test]
+    fn the_smoke_fails_on_a_figure_that_did_not_parse_never_on_its_value() {
+        let m = machine();
+        let slow = Figure::new("latency", "ebpf", "p50", 9e9, "ms").on(&m, 0.1);
+        assert!(check_smoke("latency", std::slice::from_ref(&slow)).is_ok());
+        let unparsed = Figure::new("latency", "poll 1s", "p50", f64::NAN, "ms").on(&m, 0.1);
+        let err = check_smoke("latency", &[slow, unparsed]).unwrap_err();
+        assert!(err.to_string().contains("poll 1s / p50"), "{err}");
+        assert!(
+            check_smoke("latency", &[]).is_err(),
+            "a section without figures"
+        );
+    }
+
+    #[test]
     fn json_carries_figures_and_machine() {
         let m = machine();
         let base = Figure::new("latency", "poll 1s", "p50", 500.0, "ms").on(&m, 0.1);
@@ -337,9 +372,16 @@ mod tests {
             .on(&m, 0.1);
         let mut sections = serde_json::Map::new();
         sections.insert("latency".into(), json!({"trials": 3}));
-        let v = json(&m, true, Duration::from_secs(12), &[base, f], sections);
+        let v = json(
+            &m,
+            Size::Quick,
+            Duration::from_secs(12),
+            &[base, f],
+            sections,
+        );
         assert_eq!(v["machine"]["cores"], 2);
         assert_eq!(v["quick"], true);
+        assert_eq!(v["smoke"], false);
         assert_eq!(v["figures"][1]["ratio"], 0.001);
         assert_eq!(v["figures"][1]["baseline"], "poll 1s");
         assert_eq!(v["figures"][0]["ratio"], Value::Null);

@@ -3,7 +3,7 @@
 //! xtask keeps its dependencies to a minimum, so the two fields needed are read from cargo's
 //! compact one-object-per-line output directly.
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
@@ -18,15 +18,21 @@ pub(super) struct Artifacts {
     pub helpers: Vec<PathBuf>,
 }
 
-/// Builds the `monitor` binary and the `tests` crate's test executables.
+/// The `monitor` binary and the `tests` crate's test executables and helpers, from the
+/// same `cargo test` build as the host tests (default members, so the same features and
+/// the same artifacts: nothing is built twice).
 pub(super) fn build() -> anyhow::Result<Artifacts> {
-    let monitor = executables(&["build", "--package", "monitor", "--bin", "monitor"])?
-        .into_iter()
-        .map(|e| e.path)
-        .find(|path| path.file_name().is_some_and(|name| name == "monitor"))
+    let built = executables(&["test", "--no-run"])?;
+    let monitor = built
+        .iter()
+        .find(|e| {
+            !e.test && e.package == "monitor" && e.path.file_name().is_some_and(|n| n == "monitor")
+        })
+        .map(|e| e.path.clone())
         .context("cargo built no `monitor` executable")?;
-    let (tests, helpers) = executables(&["test", "--package", "tests", "--no-run"])?
+    let (tests, helpers) = built
         .into_iter()
+        .filter(|e| e.package == "tests")
         .partition::<Vec<_>, _>(|e| e.test);
     if tests.is_empty() {
         bail!("the tests crate built no test executable");
@@ -41,6 +47,8 @@ pub(super) fn build() -> anyhow::Result<Artifacts> {
 #[derive(Debug, PartialEq, Eq)]
 struct Executable {
     path: PathBuf,
+    /// The package's directory name in the workspace (`tests`, `monitor`).
+    package: String,
     /// Built with the test harness.
     test: bool,
 }
@@ -67,11 +75,18 @@ fn executable(message: &str) -> Option<Executable> {
         return None;
     }
     let path = string_field(message, "executable")?;
+    let manifest = string_field(message, "manifest_path")?;
+    let package = Path::new(&manifest)
+        .parent()?
+        .file_name()?
+        .to_string_lossy()
+        .into_owned();
     // `target` has a `test` field too (whether `cargo test` builds it); the profile's says
     // whether this build has the harness. The profile object holds no nested objects.
     let profile = message.split_once(r#""profile":{"#)?.1.split('}').next()?;
     Some(Executable {
         path: PathBuf::from(path),
+        package,
         test: profile.contains(r#""test":true"#),
     })
 }
@@ -102,9 +117,9 @@ fn string_field(json: &str, key: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    const TEST_BIN: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///src/tests#0.1.0","target":{"kind":["test"],"name":"cgroup_v2","test":true},"profile":{"opt_level":"0","debuginfo":2,"test":true},"features":[],"filenames":["/t/debug/deps/cgroup_v2-1f2e"],"executable":"/t/debug/deps/cgroup_v2-1f2e","fresh":true}"#;
-    const HELPER_BIN: &str = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"alloc","test":true},"profile":{"opt_level":"0","test":false},"executable":"/t/debug/alloc","fresh":true}"#;
-    const LIB: &str = r#"{"reason":"compiler-artifact","target":{"kind":["lib"],"name":"monitor","test":true},"profile":{"test":false},"executable":null,"fresh":true}"#;
+    const TEST_BIN: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///src/tests#0.1.0","manifest_path":"/src/tests/Cargo.toml","target":{"kind":["test"],"name":"cgroup_v2","test":true},"profile":{"opt_level":"0","debuginfo":2,"test":true},"features":[],"filenames":["/t/debug/deps/cgroup_v2-1f2e"],"executable":"/t/debug/deps/cgroup_v2-1f2e","fresh":true}"#;
+    const HELPER_BIN: &str = r#"{"reason":"compiler-artifact","manifest_path":"/src/tests/Cargo.toml","target":{"kind":["bin"],"name":"alloc","test":true},"profile":{"opt_level":"0","test":false},"executable":"/t/debug/alloc","fresh":true}"#;
+    const LIB: &str = r#"{"reason":"compiler-artifact","manifest_path":"/src/monitor/Cargo.toml","target":{"kind":["lib"],"name":"monitor","test":true},"profile":{"test":false},"executable":null,"fresh":true}"#;
 
     #[test]
     fn test_executables_are_told_from_helpers_by_the_profile() {
@@ -112,6 +127,7 @@ mod tests {
             executable(TEST_BIN),
             Some(Executable {
                 path: "/t/debug/deps/cgroup_v2-1f2e".into(),
+                package: "tests".into(),
                 test: true
             })
         );
@@ -119,6 +135,7 @@ mod tests {
             executable(HELPER_BIN),
             Some(Executable {
                 path: "/t/debug/alloc".into(),
+                package: "tests".into(),
                 test: false
             })
         );

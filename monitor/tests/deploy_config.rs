@@ -3,8 +3,8 @@ use monitor::engine::eviction_config::{ConfigForm, EvictionConfig};
 
 #[test]
 fn the_configmaps_configuration_decodes_as_a_kubelet_configuration() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/configmap.yaml");
-    let text = std::fs::read_to_string(path).expect("deploy/configmap.yaml");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/configmap.yaml");
+    let text = std::fs::read_to_string(path).expect("deploy/base/configmap.yaml");
     let map: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
     let config = map["data"]["config.yaml"]
         .as_str()

@@ -49,13 +49,15 @@ pub enum Reason {
     Image,
     /// kubernetes-validate is not installed.
     KubernetesValidate,
+    /// kubectl, whose built-in kustomize renders deploy/, is not installed.
+    Kubectl,
     /// Debian's Prometheus (the server and promtool) is not at hand.
     Prometheus,
 }
 
 impl Reason {
     /// Every reason, in the order of the summary.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::Root,
         Reason::Fentry,
         Reason::MemcgTracepoints,
@@ -70,6 +72,7 @@ impl Reason {
         Reason::Tmux,
         Reason::Image,
         Reason::KubernetesValidate,
+        Reason::Kubectl,
         Reason::Prometheus,
     ];
 
@@ -90,6 +93,7 @@ impl Reason {
             Reason::Tmux => "tmux",
             Reason::Image => "image",
             Reason::KubernetesValidate => "kubernetes-validate",
+            Reason::Kubectl => "kubectl",
             Reason::Prometheus => "prometheus",
         }
     }
@@ -111,6 +115,7 @@ impl Reason {
             Reason::Tmux => "tmux is not installed",
             Reason::Image => "no container image or podman",
             Reason::KubernetesValidate => "kubernetes-validate is not installed",
+            Reason::Kubectl => "kubectl (its kustomize renders the manifests) is not installed",
             Reason::Prometheus => "Debian's prometheus package (server, promtool) is not at hand",
         }
     }

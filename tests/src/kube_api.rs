@@ -33,6 +33,7 @@ use crate::{TempDir, TestPod};
 mod api_objects;
 mod http_wire;
 
+pub use api_objects::summary_json;
 use api_objects::{eviction_answer, pod_json, status_json};
 pub use http_wire::Request;
 use http_wire::{read_request, respond};

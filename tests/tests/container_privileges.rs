@@ -14,7 +14,7 @@ use std::{
 
 use tests::{AgentScene, Allocator, MonitorProcess, Reason, TestPod, cannot_run, running_as_root};
 
-/// The capabilities the agent is given, as in deploy/daemonset.yaml.
+/// The capabilities the agent is given, as in deploy/base/daemonset.yaml.
 const CAPABILITIES: [&str; 3] = ["CAP_BPF", "CAP_PERFMON", "CAP_KILL"];
 /// An unprivileged user for the pods' processes: signalling them needs CAP_KILL.
 const NOBODY: u32 = 65534;

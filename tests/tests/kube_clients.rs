@@ -13,7 +13,11 @@ use monitor::{
     pods::{KubeWatchError, KubeWatcher, Loaded, NodePod, kube_watch},
 };
 use serde_json::Value;
-use tests::{TestPod, kube_api::MockKubeApi, uid_for};
+use tests::{
+    TestPod,
+    kube_api::{MockKubeApi, summary_json},
+    uid_for,
+};
 
 /// The node the mock's pods are bound to.
 const NODE: &str = "node-a";
@@ -254,20 +258,6 @@ async fn an_event_is_a_core_v1_warning_on_the_pod() {
     assert_eq!(event["reason"], "EvictionDryRun", "{event:#}");
     assert_eq!(event["involvedObject"]["uid"], uid_for("hog"), "{event:#}");
     assert_eq!(event["source"]["host"], NODE, "{event:#}");
-}
-
-/// A Summary API answer for `node` with each pod's working set in MiB.
-fn summary_json(node: &str, pods: &[(&TestPod, u64)]) -> String {
-    let pods: Vec<Value> = pods
-        .iter()
-        .map(|(pod, mib)| {
-            serde_json::json!({
-                "podRef": {"name": pod.name, "namespace": "default", "uid": pod.uid},
-                "memory": {"workingSetBytes": mib << 20, "usageBytes": mib << 20},
-            })
-        })
-        .collect();
-    serde_json::json!({"node": {"nodeName": node}, "pods": pods}).to_string()
 }
 
 fn run_rank(args: &[&str]) -> std::process::Output {

@@ -108,7 +108,7 @@ fn the_scrape_job_and_the_pod_monitor_select_the_daemonset_pods() {
     if !on_the_host("the_scrape_job_and_the_pod_monitor_select_the_daemonset_pods") {
         return;
     }
-    let daemonset = yaml(&deploy().join("daemonset.yaml"));
+    let daemonset = yaml(&deploy().join("base/daemonset.yaml"));
     let template = &daemonset["spec"]["template"];
     let name = template["metadata"]["labels"]["app.kubernetes.io/name"]
         .as_str()
@@ -116,7 +116,7 @@ fn the_scrape_job_and_the_pod_monitor_select_the_daemonset_pods() {
     let port = template["spec"]["containers"][0]["ports"][0]["name"]
         .as_str()
         .expect("the metrics port's name");
-    let namespace = yaml(&deploy().join("kustomization.yaml"))["namespace"].clone();
+    let namespace = yaml(&deploy().join("base/kustomization.yaml"))["namespace"].clone();
 
     let job = &yaml(&monitoring().join("scrape-job.yaml"))["scrape_configs"][0];
     assert_eq!(

@@ -55,6 +55,10 @@ fn reasons_here() -> Vec<(Reason, String)> {
         found.push((Reason::Image, "the VM holds no podman".to_string()));
     } else {
         found.push((Reason::VmOnly, "this is not the test VM".to_string()));
+        // Not installed by `cargo xtask test`: the machine has kubectl or has not.
+        if let Err(why) = tests::deploy_files::kubectl_version() {
+            found.push((Reason::Kubectl, why));
+        }
     }
     match &features.memory {
         Ok(memory) if memory.version == CgroupVersion::V1 => found.push((

@@ -42,3 +42,18 @@ pub(super) fn pod_json(pod: &TestPod, node: &str, version: u64) -> String {
         pod.name, pod.uid
     )
 }
+
+/// A Summary API answer for `node` with each pod's working set in MiB, as the kubelet serves
+/// it through the node proxy.
+pub fn summary_json(node: &str, pods: &[(&TestPod, u64)]) -> String {
+    let pods: Vec<serde_json::Value> = pods
+        .iter()
+        .map(|(pod, mib)| {
+            serde_json::json!({
+                "podRef": {"name": pod.name, "namespace": "default", "uid": pod.uid},
+                "memory": {"workingSetBytes": mib << 20, "usageBytes": mib << 20},
+            })
+        })
+        .collect();
+    serde_json::json!({"node": {"nodeName": node}, "pods": pods}).to_string()
+}

@@ -39,7 +39,7 @@ const GUEST_TARGET: &str = "/target";
 /// both). Each runs in the VM named beside it, so the two VMs, which run side by side, take
 /// about as long; the rest, which depend on the memcg hooks or on each kernel's tracepoints,
 /// run in both.
-const ONE_VM_TESTS: [(&str, &str); 24] = [
+const ONE_VM_TESTS: [(&str, &str); 26] = [
     ("agent_kube", "6.1"),
     ("kube_clients", "6.1"),
     ("agent_faults", "6.1"),
@@ -48,6 +48,8 @@ const ONE_VM_TESTS: [(&str, &str); 24] = [
     ("agent_log_sink", "6.1"),
     ("agent_metrics_fds", "6.1"),
     ("deploy_manifests", "6.1"),
+    ("deploy_rbac", "6.1"),
+    ("rollout_doc", "6.1"),
     ("container_privileges", "6.1"),
     ("top_tmux", "6.1"),
     ("agent_signals", "6.1"),

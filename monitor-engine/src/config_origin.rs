@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::eviction_config::{EvictionConfig, Written};
 use super::eviction_machine::OBSERVED_SIGNALS;
@@ -13,7 +13,7 @@ use super::signal::Signal;
 use super::threshold::ThresholdKind;
 
 /// Where an effective value came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
     /// Written in the configuration file (the kubelet's, when an overlay is laid over it).
@@ -50,7 +50,7 @@ impl Origin {
 }
 
 /// One setting in force.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Setting {
     /// The configuration field, with the signal for per-signal maps
     /// (`evictionHard.memory.available`).

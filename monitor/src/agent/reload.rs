@@ -131,8 +131,10 @@ impl Agent {
         let was_refused = self.config.refused.take().is_some();
         if changed.is_empty() {
             let same = loaded.checksum == self.config.checksum;
-            match (trigger, same) {
-                (Trigger::Sighup, _) | (_, false) => tracing::info!(
+            if trigger == Trigger::FilesChanged && same {
+                tracing::debug!("{trigger}: the same configuration ({})", loaded.checksum);
+            } else {
+                tracing::info!(
                     "{trigger}: configuration read again ({}): no setting changed{}",
                     loaded.checksum,
                     if was_refused {
@@ -140,10 +142,7 @@ impl Agent {
                     } else {
                         ""
                     }
-                ),
-                (Trigger::FilesChanged, true) => {
-                    tracing::debug!("{trigger}: the same configuration ({})", loaded.checksum)
-                }
+                );
             }
             if !same {
                 self.config.checksum = loaded.checksum;

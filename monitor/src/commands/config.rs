@@ -58,40 +58,40 @@ struct FromFiles<'a> {
 }
 
 pub(crate) fn run(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
-    let output = match args.agent {
-        Some(addr) => from_agent(addr, args.output)?,
-        None => {
-            let sources = ConfigSources {
-                kubelet: args.kubelet_config.clone(),
-                overlay: args.config.clone(),
-            };
-            let loaded = load(&sources)?;
-            let settings = effective_settings(&loaded.config, &loaded.written);
-            match args.output {
-                OutputFormat::Json => {
-                    serde_json::to_string_pretty(&FromFiles {
-                        source: sources.describe(),
-                        checksum: &loaded.checksum,
-                        notes: &loaded.notes,
-                        settings: &settings,
-                    })? + "\n"
-                }
-                OutputFormat::Text => {
-                    let mut out = format!(
-                        "configuration: {} ({})\n",
-                        sources.describe(),
-                        loaded.checksum
-                    );
-                    for note in &loaded.notes {
-                        out.push_str(&format!("warning: {}\n", printable(note)));
-                    }
-                    out + &render_settings(&settings)
-                }
-            }
-        }
+    let output = if let Some(addr) = args.agent {
+        from_agent(addr, args.output)?
+    } else {
+        from_files(args)?
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), output.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the files give, as the agent would read them.
+fn from_files(args: &ConfigArgs) -> anyhow::Result<String> {
+    let sources = ConfigSources {
+        kubelet: args.kubelet_config.clone(),
+        overlay: args.config.clone(),
+    };
+    let loaded = load(&sources)?;
+    let settings = effective_settings(&loaded.config, &loaded.written);
+    if args.output == OutputFormat::Json {
+        return Ok(serde_json::to_string_pretty(&FromFiles {
+            source: sources.describe(),
+            checksum: &loaded.checksum,
+            notes: &loaded.notes,
+            settings: &settings,
+        })? + "\n");
+    }
+    let mut out = format!(
+        "configuration: {} ({})\n",
+        sources.describe(),
+        loaded.checksum
+    );
+    for note in &loaded.notes {
+        out.push_str(&format!("warning: {}\n", printable(note)));
+    }
+    Ok(out + &render_settings(&settings))
 }
 
 /// What the agent at `addr` has in force.

@@ -1,4 +1,4 @@
-use std::{fs, os::unix::fs::symlink, path::Path};
+use std::{fs, os::unix::fs::symlink};
 
 use super::*;
 

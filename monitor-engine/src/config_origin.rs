@@ -1,20 +1,26 @@
 //! The effective configuration and where each value came from, for `monitor config`: the
 //! file, the kubelet's defaulting (including its rules that rewrite what a file says), or the
-//! agent's own defaults.
+//! agent's own defaults; whether the agent acts on it; and what changed between two
+//! configurations, for the log of a reload.
+use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::eviction_config::{EvictionConfig, Written};
+use super::eviction_machine::OBSERVED_SIGNALS;
 use super::signal::Signal;
 use super::threshold::ThresholdKind;
 
 /// Where an effective value came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
-    /// Written in the configuration file.
+    /// Written in the configuration file (the kubelet's, when an overlay is laid over it).
     File,
+    /// Written in the overlay laid over the kubelet's configuration (`--config` with
+    /// `--kubelet-config`).
+    Overlay,
     /// The kubelet's default, the file being silent.
     KubeletDefault,
     /// The file's zero `evictionPressureTransitionPeriod` (kubeadm writes `0s`), which the
@@ -32,6 +38,7 @@ impl Origin {
     pub fn describe(self) -> &'static str {
         match self {
             Origin::File => "the file",
+            Origin::Overlay => "the overlay (--config), over the kubelet's",
             Origin::KubeletDefault => "kubelet default",
             Origin::KubeadmZeroDefaulted => "the file's 0s, made 5m by the kubelet's defaulting",
             Origin::NodeAllocatableCopy => {
@@ -43,7 +50,7 @@ impl Origin {
 }
 
 /// One setting in force.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Setting {
     /// The configuration field, with the signal for per-signal maps
     /// (`evictionHard.memory.available`).
@@ -51,11 +58,38 @@ pub struct Setting {
     /// The value in force, as the kubelet writes it (`100Mi`, `10%`, `5m0s`, `0`).
     pub value: String,
     pub origin: Origin,
+    /// Whether the agent acts on it: not for the disk signals (`nodefs.*`, `imagefs.*`,
+    /// `containerfs.*`), which the kubelet enforces and the agent does not observe.
+    pub acted_on: bool,
+}
+
+/// Why a setting of a signal the agent does not observe is not acted on.
+pub const NOT_ACTED_ON: &str = "not acted on: this agent observes memory.available, \
+     allocatableMemory.available and pid.available only; the kubelet enforces the disk signals";
+
+/// Whether the agent acts on the setting `name`: per-signal settings are named
+/// `field.signal`, and a signal the agent does not compute can never be met here.
+fn acts_on(name: &str) -> bool {
+    name.split_once('.')
+        .and_then(|(_, signal)| signal.parse::<Signal>().ok())
+        .is_none_or(|signal| OBSERVED_SIGNALS.contains(&signal))
 }
 
 /// Every setting in force, hard thresholds first, then soft ones with their grace periods,
 /// minimum reclaims, and the single-valued settings.
 pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Setting> {
+    let mut settings = file_settings(config, written);
+    for setting in &mut settings {
+        if setting.origin == Origin::File && written.overridden.contains(&setting.name) {
+            setting.origin = Origin::Overlay;
+        }
+        setting.acted_on = acts_on(&setting.name);
+    }
+    settings
+}
+
+/// [`effective_settings`], before the overlay's are told from the kubelet file's.
+fn file_settings(config: &EvictionConfig, written: &Written) -> Vec<Setting> {
     let wrote_hard = |signal: Signal| {
         written
             .eviction_hard
@@ -74,12 +108,14 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
             ThresholdKind::Hard => ("evictionHard", Origin::KubeletDefault),
         };
         settings.push(Setting {
+            acted_on: true,
             name: format!("{field}.{signal}"),
             value: threshold.value.to_string(),
             origin,
         });
         if threshold.kind() == ThresholdKind::Soft {
             settings.push(Setting {
+                acted_on: true,
                 name: format!("evictionSoftGracePeriod.{signal}"),
                 value: go_duration(threshold.grace_period),
                 origin: Origin::File,
@@ -95,6 +131,7 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
             .any(|t| t.kind() == ThresholdKind::Hard && t.signal.as_str() == name);
         if !hard {
             settings.push(Setting {
+                acted_on: true,
                 name: format!("evictionHard.{name}"),
                 value: "off".into(),
                 origin: Origin::File,
@@ -115,6 +152,7 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
             continue;
         }
         settings.push(Setting {
+            acted_on: true,
             name,
             value: min_reclaim.to_string(),
             origin: if own {
@@ -125,6 +163,7 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
         });
     }
     settings.push(Setting {
+        acted_on: true,
         name: "evictionMaxPodGracePeriod".into(),
         value: config.max_pod_grace_period_seconds.to_string(),
         origin: if written.eviction_max_pod_grace_period {
@@ -134,6 +173,7 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
         },
     });
     settings.push(Setting {
+        acted_on: true,
         name: "evictionPressureTransitionPeriod".into(),
         value: go_duration(config.pressure_transition_period),
         origin: match &written.eviction_pressure_transition_period {
@@ -157,6 +197,7 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
         ),
     ] {
         settings.push(Setting {
+            acted_on: true,
             name: name.into(),
             value: go_duration(value),
             origin: if wrote {
@@ -167,6 +208,59 @@ pub fn effective_settings(config: &EvictionConfig, written: &Written) -> Vec<Set
         });
     }
     settings
+}
+
+/// One setting that differs between two configurations; `None` where one has no such
+/// setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingChange {
+    pub name: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+impl fmt::Display for SettingChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |value: &Option<String>| value.clone().unwrap_or_else(|| "(none)".into());
+        write!(
+            f,
+            "{} {} -> {}",
+            self.name,
+            shown(&self.old),
+            shown(&self.new)
+        )
+    }
+}
+
+/// What differs from `old` to `new`, in `new`'s order, then the settings `new` no longer has.
+pub fn changes(old: &[Setting], new: &[Setting]) -> Vec<SettingChange> {
+    let value_in = |settings: &[Setting], name: &str| {
+        settings
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.value.clone())
+    };
+    let mut changed: Vec<SettingChange> = new
+        .iter()
+        .filter_map(|setting| {
+            let before = value_in(old, &setting.name);
+            (before.as_ref() != Some(&setting.value)).then(|| SettingChange {
+                name: setting.name.clone(),
+                old: before,
+                new: Some(setting.value.clone()),
+            })
+        })
+        .collect();
+    changed.extend(
+        old.iter()
+            .filter(|setting| value_in(new, &setting.name).is_none())
+            .map(|setting| SettingChange {
+                name: setting.name.clone(),
+                old: Some(setting.value.clone()),
+                new: None,
+            }),
+    );
+    changed
 }
 
 /// A written 5m transition period is the file's own; a written zero became 5m.
@@ -350,6 +444,57 @@ mod tests {
                 assert_eq!(got, expected, "{}: {name} in {all:?}", case.name);
             }
         }
+    }
+
+    /// The kubelet's default disk thresholds are listed, each marked as not acted on.
+    #[test]
+    fn settings_of_signals_the_agent_does_not_observe_are_marked() {
+        let yaml = "evictionSoft:\n  nodefs.available: 15%\n  memory.available: 1Gi\n\
+                    evictionSoftGracePeriod:\n  nodefs.available: 1m\n  memory.available: 1m\n\
+                    evictionMinimumReclaim:\n  imagefs.available: 1Gi\n";
+        let (config, written) = EvictionConfig::from_yaml_explained(yaml).unwrap();
+        let not_acted: Vec<String> = effective_settings(&config, &written)
+            .into_iter()
+            .filter(|s| !s.acted_on)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(
+            not_acted,
+            [
+                "evictionHard.nodefs.available",
+                "evictionHard.nodefs.inodesFree",
+                "evictionHard.imagefs.available",
+                "evictionHard.imagefs.inodesFree",
+                "evictionSoft.nodefs.available",
+                "evictionSoftGracePeriod.nodefs.available",
+                "evictionMinimumReclaim.imagefs.available",
+            ]
+        );
+    }
+
+    #[test]
+    fn changes_name_each_setting_old_and_new() {
+        let all = |yaml: &str| {
+            let (config, written) = EvictionConfig::from_yaml_explained(yaml).unwrap();
+            effective_settings(&config, &written)
+        };
+        let old = all("evictionHard:\n  memory.available: 100Mi\n  pid.available: 10%\n");
+        let new =
+            all("evictionHard:\n  memory.available: 200Mi\nmonitor:\n  evictionInterval: 5s\n");
+        let said: Vec<String> = changes(&old, &new)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "evictionHard.memory.available 100Mi -> 200Mi",
+                "evictionHard.allocatableMemory.available 100Mi -> 200Mi",
+                "monitor.evictionInterval 10s -> 5s",
+                "evictionHard.pid.available 10% -> (none)",
+            ]
+        );
+        assert!(changes(&new, &new).is_empty());
     }
 
     #[test]

@@ -46,6 +46,11 @@
 //! Two rules are stricter than the kubelet, which would accept the value and misbehave:
 //! a negative `evictionMaxPodGracePeriod`, and a minimum reclaim over 100%.
 //!
+//! A configuration may come in two layers, as the kubelet's own does: the node's kubelet
+//! configuration and an overlay laid over it by the kubelet's drop-in rules (`layers`). A
+//! field the kubelet does not know is ignored and reported, as the kubelet's lenient decoding
+//! warns about it (`known_fields`).
+//!
 //! Which document of a file is read, and in which form, is decided here; the fields read from
 //! it, and the kubelet's rules that turn them into an [`EvictionConfig`], are in
 //! `kubelet_fields`.
@@ -59,9 +64,12 @@ use super::signal::Signal;
 use super::threshold::Threshold;
 use crate::yaml_bounds::{self, Unbounded};
 
+mod known_fields;
 mod kubelet_fields;
+mod layers;
 
 use kubelet_fields::KubeletConfigFile;
+pub use layers::{ConfigLayer, UnknownField};
 
 /// The kubelet's Linux `DefaultEvictionHard`.
 pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
@@ -220,6 +228,13 @@ pub enum ConfigError {
     /// A configz answer whose `kubeletconfig` is not a KubeletConfiguration object.
     #[error("configz answer: kubeletconfig {0}")]
     BadConfigz(String),
+    /// A configz answer given as the overlay: it is a whole effective configuration, not
+    /// the few fields laid over the kubelet's.
+    #[error(
+        "a configz answer is the kubelet's whole effective configuration: give it as the \
+         kubelet's configuration, not as the overlay"
+    )]
+    ConfigzOverlay,
     /// `evictionMaxPodGracePeriod` below zero.
     #[error("evictionMaxPodGracePeriod: {value} must not be negative")]
     NegativeMaxPodGracePeriod {
@@ -327,6 +342,10 @@ pub struct Written {
     pub eviction_interval: bool,
     /// `monitor.podCleanupTimeout` was set.
     pub pod_cleanup_timeout: bool,
+    /// The settings an overlay laid over the kubelet's configuration wrote, named as
+    /// [`super::config_origin`] names them (`evictionHard.memory.available`,
+    /// `evictionMaxPodGracePeriod`, `monitor.evictionInterval`).
+    pub overridden: Vec<String>,
 }
 
 const KUBELET_CONFIGURATION: &str = "KubeletConfiguration";
@@ -355,47 +374,9 @@ impl EvictionConfig {
     pub fn decode_explained(
         text: &str,
     ) -> Result<(EvictionConfig, Written, ConfigForm), ConfigError> {
-        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
-        let mut documents = Vec::new();
-        for document in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_yaml::Value::deserialize(document).map_err(yaml_error)?;
-            if !value.is_null() {
-                documents.push(value);
-            }
-        }
-        if let [single] = documents.as_slice()
-            && let Some(inner) = configz_body(single)
-        {
-            let (config, written) = from_configz(inner)?;
-            return Ok((config, written, ConfigForm::Configz));
-        }
-        if documents.is_empty() {
-            return Err(ConfigError::Empty);
-        }
-        for (index, document) in documents.iter().enumerate() {
-            let header = DocumentKind::deserialize(document).map_err(yaml_error)?;
-            let missing = match (&header.kind, &header.api_version) {
-                (Some(_), Some(_)) => None,
-                (None, Some(_)) => Some("kind"),
-                (Some(_), None) => Some("apiVersion"),
-                (None, None) => Some("kind and apiVersion"),
-            };
-            if let Some(missing) = missing {
-                return Err(ConfigError::MissingTypeMeta {
-                    document: index + 1,
-                    missing,
-                });
-            }
-            if header.kind.as_deref() == Some(KUBELET_CONFIGURATION)
-                && header.api_version.as_deref() != Some(KUBELET_API_VERSION)
-            {
-                return Err(ConfigError::UnknownVersion(
-                    header.api_version.unwrap_or_default(),
-                ));
-            }
-        }
-        let (config, written) = EvictionConfig::from_yaml_explained(text)?;
-        Ok((config, written, ConfigForm::Document))
+        let layer = ConfigLayer::parse(text)?;
+        let (config, written) = EvictionConfig::from_layers(&layer, None)?;
+        Ok((config, written, layer.form()))
     }
 }
 
@@ -403,32 +384,6 @@ impl EvictionConfig {
 fn configz_body(document: &serde_yaml::Value) -> Option<&serde_yaml::Value> {
     let map = document.as_mapping()?;
     (map.len() == 1).then(|| map.get(CONFIGZ_KEY)).flatten()
-}
-
-/// The effective configuration a configz answer holds. Its JSON omits empty maps and lists,
-/// so an absent `evictionHard` or `enforceNodeAllocatable` is an empty one, and
-/// `mergeDefaultEvictionSettings` has already been applied.
-fn from_configz(inner: &serde_yaml::Value) -> Result<(EvictionConfig, Written), ConfigError> {
-    if !inner.is_mapping() {
-        return Err(ConfigError::BadConfigz("is not an object".into()));
-    }
-    let header =
-        DocumentKind::deserialize(inner).map_err(|err| ConfigError::BadConfigz(err.to_string()))?;
-    if let Some(kind) = header.kind.filter(|kind| kind != KUBELET_CONFIGURATION) {
-        return Err(ConfigError::BadConfigz(format!(
-            "is of kind {kind:?}, not {KUBELET_CONFIGURATION}"
-        )));
-    }
-    if let Some(version) = header.api_version.filter(|v| v != KUBELET_API_VERSION) {
-        return Err(ConfigError::UnknownVersion(version));
-    }
-    let mut file =
-        KubeletConfigFile::deserialize(inner).map_err(|err| ConfigError::Yaml(err.to_string()))?;
-    file.eviction_hard.get_or_insert_default();
-    file.enforce_node_allocatable.get_or_insert_default();
-    file.merge_default_eviction_settings = None;
-    let written = file.written();
-    Ok((file.into_config()?, written))
 }
 
 /// The `kind` and `apiVersion` of one YAML document; every other field is ignored.

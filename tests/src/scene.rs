@@ -114,7 +114,8 @@ impl AgentScene {
     }
 
     /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
-    /// them `--allocatable-memory` ([`Self::ALLOCATABLE`]), `--pods` (the scene's manifests),
+    /// them `--config` (the scene's), `--allocatable-memory` ([`Self::ALLOCATABLE`]), `--pods`
+    /// (the scene's manifests),
     /// `--source auto` with a short poll interval,
     /// `--duration` 60s and this scene's checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
@@ -127,17 +128,13 @@ impl AgentScene {
             args.extend(["--allocatable-memory".into(), Self::ALLOCATABLE.into()]);
         }
         args.extend(
-            [
-                "--kubepods-cgroup",
-                &self.kubepods.rel,
-                "--config",
-                &path(&self.config),
-                "--output",
-                "json",
-            ]
-            .iter()
-            .map(ToString::to_string),
+            ["--kubepods-cgroup", &self.kubepods.rel, "--output", "json"]
+                .iter()
+                .map(ToString::to_string),
         );
+        if !extra.contains(&"--config") {
+            args.extend(["--config".into(), path(&self.config)]);
+        }
         if !extra.contains(&"--checkpoint-dir") {
             args.extend(["--checkpoint-dir".into(), path(&self.checkpoint.path)]);
         }

@@ -37,7 +37,7 @@ impl Privileges {
                 ("cgroupfs", "/sys/fs/cgroup".into(), false),
                 ("tracefs", "/sys/kernel/tracing".into(), true),
                 ("checkpoint directory", scene.checkpoint.path.clone(), false),
-                ("kubelet config", scene.config.clone(), true),
+                ("configuration", scene.config.clone(), true),
                 ("pods directory", scene.manifests.path.clone(), true),
             ],
         }

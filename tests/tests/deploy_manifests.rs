@@ -292,3 +292,100 @@ fn the_disruption_budget_overlay_adds_only_the_flag_and_deleting_pods() {
     });
     assert_eq!(ignoring, expected);
 }
+
+/// The kubelet's configuration as kubeadm writes it: its thresholds are the kubelet's
+/// defaults, made explicit.
+const KUBEADM_KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+    kind: KubeletConfiguration\ncgroupDriver: systemd\nevictionPressureTransitionPeriod: 0s\n\
+    staticPodPath: /etc/kubernetes/manifests\nmaxPods: 110\n";
+
+/// The shipped ConfigMap lays nothing over the kubelet's thresholds: with it, the agent's
+/// thresholds are exactly the kubelet's (the kubeadm file's defaults, or one of its own).
+#[test]
+fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
+    use monitor::engine::eviction_config::{ConfigLayer, EvictionConfig};
+    let configmap: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(deploy().join("configmap.yaml")).unwrap())
+            .unwrap();
+    let overlay_text = configmap["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml");
+    let overlay = ConfigLayer::parse(overlay_text).expect("the shipped overlay decodes");
+    assert!(
+        overlay.unknown_fields().is_empty(),
+        "{:?}",
+        overlay.unknown_fields()
+    );
+    for kubelet in [
+        KUBEADM_KUBELET_CONFIG.to_string(),
+        format!("{KUBEADM_KUBELET_CONFIG}evictionHard:\n  memory.available: 500Mi\n"),
+    ] {
+        let kubelet = ConfigLayer::parse(&kubelet).unwrap();
+        let (alone, _) = EvictionConfig::from_layers(&kubelet, None).unwrap();
+        let (overlaid, written) = EvictionConfig::from_layers(&kubelet, Some(&overlay)).unwrap();
+        assert_eq!(overlaid.thresholds, alone.thresholds, "{overlay_text}");
+        assert!(
+            written
+                .overridden
+                .iter()
+                .all(|name| name.starts_with("monitor.")),
+            "the overlay writes only the agent's settings: {:?}",
+            written.overridden
+        );
+    }
+}
+
+/// The DaemonSet reads the node's kubelet configuration, one file of the host mounted
+/// read-only (not /var/lib/kubelet, which holds the pods' secrets), and lays the ConfigMap
+/// over it from the whole volume (a subPath mount never sees the ConfigMap's updates).
+#[test]
+fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it() {
+    let daemonset: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
+            .unwrap();
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let flag = |name: &str| {
+        container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find_map(|a| a.as_str().unwrap().strip_prefix(&format!("--{name}=")))
+            .unwrap_or_else(|| panic!("--{name} is passed"))
+            .to_string()
+    };
+    let mount_of = |path: &str| {
+        container["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("{path} is mounted"))
+            .clone()
+    };
+    let volume = |name: &serde_yaml::Value| {
+        pod["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| &v["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let kubelet_mount = mount_of(&flag("kubelet-config"));
+    assert_eq!(kubelet_mount["readOnly"], true);
+    let kubelet_volume = volume(&kubelet_mount["name"]);
+    assert_eq!(
+        kubelet_volume["hostPath"]["path"],
+        "/var/lib/kubelet/config.yaml"
+    );
+    assert_eq!(kubelet_volume["hostPath"]["type"], "File");
+
+    let overlay_mount = mount_of(&flag("config"));
+    assert_eq!(overlay_mount["readOnly"], true);
+    assert!(overlay_mount["subPath"].is_null(), "{overlay_mount:?}");
+    assert_eq!(
+        volume(&overlay_mount["name"])["configMap"]["name"],
+        "monitor-config"
+    );
+}

@@ -132,6 +132,7 @@ impl KubeletConfigFile {
             eviction_pressure_transition_period: self.eviction_pressure_transition_period.clone(),
             eviction_interval: monitor.is_some_and(|m| m.eviction_interval.is_some()),
             pod_cleanup_timeout: monitor.is_some_and(|m| m.pod_cleanup_timeout.is_some()),
+            overridden: Vec::new(),
         }
     }
 

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
+    config_file::ConfigSources,
     engine::{attach_distance::AttachWithin, duration::parse_go_duration, ids::CgroupRel},
     flags::{OutputFormat, attach_within, positive_bytes, positive_duration},
     source::ebpf::MemcgHook,
@@ -115,8 +116,19 @@ pub(crate) struct AgentArgs {
     /// limit, or the node's memory when it has none.
     #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
     pub allocatable_memory: Option<u64>,
-    /// KubeletConfiguration YAML with evictionHard, evictionSoft, evictionSoftGracePeriod,
-    /// evictionMinimumReclaim, ... (other fields ignored). Default: the kubelet's defaults.
+    /// The node's kubelet configuration, read-only: the kubelet's own `--config` file
+    /// (kubeadm, kind: /var/lib/kubelet/config.yaml; EKS: /etc/kubernetes/kubelet/config.json;
+    /// GKE: /home/kubernetes/kubelet-config.yaml) or a configz answer saved to a file. Its
+    /// eviction thresholds are the kubelet's; thresholds given on the kubelet's command line
+    /// (--eviction-hard) or in its --config-dir are not in it: lay them over it with --config.
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_config: Option<PathBuf>,
+    /// KubeletConfiguration YAML (evictionHard, evictionSoft, evictionSoftGracePeriod,
+    /// evictionMinimumReclaim, ..., and the agent's `monitor:` settings). With
+    /// --kubelet-config, laid over the kubelet's as a kubelet drop-in: only what differs
+    /// (absent: the kubelet's alone). Alone, the whole configuration; without either, the
+    /// kubelet's defaults. Both files are watched: a change is put in force within a second
+    /// and logged with what changed; an invalid one is refused and the one in force kept.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Event source.
@@ -258,6 +270,16 @@ pub(crate) struct AgentArgs {
     /// RLIMIT_RTPRIO of at least N; the agent refuses to start when the kernel says no.
     #[arg(long, value_name = "N", value_parser = parse_realtime_priority)]
     pub realtime_priority: Option<u8>,
+}
+
+impl AgentArgs {
+    /// The configuration files the flags name.
+    pub(crate) fn config_sources(&self) -> ConfigSources {
+        ConfigSources {
+            kubelet: self.kubelet_config.clone(),
+            overlay: self.config.clone(),
+        }
+    }
 }
 
 /// `--predict`: a lead from 1ms to 10s; beyond that the last 50ms of growth say nothing.

@@ -10,6 +10,7 @@ use super::{
     kubepods_brake::KubepodsBrake,
     publish::Visibility,
     reader::{MachineReader, ReadFailures},
+    reload::ConfigInForce,
     resync::ResyncSchedule,
     self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
@@ -23,6 +24,8 @@ use crate::{
 /// each component.
 pub(super) struct Agent {
     pub(super) args: AgentArgs,
+    /// The configuration in force (the engine holds it decoded), its files and since when.
+    pub(super) config: ConfigInForce,
     pub(super) hierarchy: MemoryHierarchy,
     pub(super) kubepods: KubepodsCgroup,
     pub(super) core: AgentCore,

@@ -20,6 +20,7 @@ use super::{
     event_source::{Batch, KernelEvents, Source},
     kubepods_brake::KubepodsBrake,
     reader::MachineReader,
+    reload::ConfigInForce,
     self_protect::OwnPod,
     startup::Parts,
 };
@@ -274,6 +275,15 @@ fn scene_with(
         allocatable_memory_bytes: NODE,
         kubepods_limit: None,
     };
+    let in_force = ConfigInForce::new(
+        Default::default(),
+        &crate::config_file::LoadedConfig {
+            config: config.clone(),
+            written: Default::default(),
+            checksum: "sha256:test".into(),
+            notes: Vec::new(),
+        },
+    );
     let core = AgentCore::new(
         config,
         capacity,
@@ -289,6 +299,7 @@ fn scene_with(
     let mut agent = Agent::assemble(Parts {
         brake: KubepodsBrake::new(mount.path().into(), "/kubepods", None, mount.path()),
         args,
+        config: in_force,
         hierarchy,
         kubepods,
         core,

@@ -9,6 +9,7 @@
 //! the distance to the nearest memory threshold (see [`crate::engine::headroom`]); the rest
 //! wait in the ring and are read every second. The kernel's fork counter wakes it likewise
 //! once enough tasks were created to meet a pid threshold, and `pid.available` is read then.
+//! A change of the configuration files, like SIGHUP, puts the new configuration in force.
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -19,10 +20,12 @@ use tokio::{
 
 use super::{
     args::AgentArgs, components::Agent, event_source::Batch, psi_wake::PsiWake, realtime,
-    self_protect,
+    reload::Trigger, self_protect,
 };
 use crate::{
     action::KubeEvictor,
+    config_file::LoadedConfig,
+    config_watch::ConfigWatcher,
     pods::{KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
     system_clock::monotonic_ns,
 };
@@ -51,6 +54,8 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // Before the configuration is first read: no change between the two is lost.
+        let config_watch = ConfigWatcher::start(&args.config_sources());
         let (watcher, first, evictor) = open_pods(&args).await?;
         let mut agent = Agent::start(args, evictor).await?;
         agent.take_pods(first);
@@ -59,7 +64,7 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         // Before the first snapshot is published: `/metrics` has the charge from its start.
         agent.check_own_memory();
         agent.evaluate(None);
-        agent.run(watcher).await
+        agent.run(watcher, config_watch).await
     })
 }
 
@@ -90,7 +95,11 @@ async fn open_pods(
 }
 
 impl Agent {
-    pub(super) async fn run(mut self, watcher: PodSource) -> anyhow::Result<ExitCode> {
+    pub(super) async fn run(
+        mut self,
+        watcher: PodSource,
+        mut config_watch: Option<ConfigWatcher>,
+    ) -> anyhow::Result<ExitCode> {
         let read_every = if self.source.has_stat_programs() {
             self.args.resync_interval
         } else {
@@ -209,6 +218,9 @@ impl Agent {
                 }
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
+                change = next_config(&mut config_watch) => {
+                    self.apply_config(Trigger::FilesChanged, change);
+                }
                 _ = sighup.recv() => {
                     self.reload_config();
                     // The pods are listed anew: the source is opened again at once.
@@ -270,6 +282,13 @@ async fn next_change(
 ) -> Result<Loaded<NodePod>, crate::pods::PodSourceError> {
     match watcher {
         Some(watcher) => watcher.next_change().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_config(watch: &mut Option<ConfigWatcher>) -> anyhow::Result<LoadedConfig> {
+    match watch {
+        Some(watch) => watch.next_change().await,
         None => std::future::pending().await,
     }
 }

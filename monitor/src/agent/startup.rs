@@ -18,6 +18,7 @@ use super::{
     node_status::NodeStatusPublisher,
     publish::Visibility,
     reader::{Cgroupfs, MachineReader, ReadFailures},
+    reload::ConfigInForce,
     resync::ResyncSchedule,
     self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
@@ -59,6 +60,7 @@ fn node_capacity(
 /// What start-up opens on the machine (or a unit test fakes) for [`Agent::assemble`].
 pub(super) struct Parts {
     pub(super) args: AgentArgs,
+    pub(super) config: ConfigInForce,
     pub(super) hierarchy: MemoryHierarchy,
     pub(super) kubepods: KubepodsCgroup,
     pub(super) core: AgentCore,
@@ -107,7 +109,19 @@ impl Agent {
         args: AgentArgs,
         evictor: Option<KubeEvictor>,
     ) -> anyhow::Result<Self> {
-        let (config, _) = crate::config_file::load(args.config.as_deref())?;
+        let sources = args.config_sources();
+        let loaded = crate::config_file::load(&sources)?;
+        tracing::info!(
+            "configuration: {} ({}); thresholds {}",
+            sources.describe(),
+            loaded.checksum,
+            loaded.config.thresholds_line()
+        );
+        for note in &loaded.notes {
+            tracing::warn!("{note}");
+        }
+        let in_force = ConfigInForce::new(sources, &loaded);
+        let config = loaded.config;
         let hierarchy = MemoryHierarchy::discover()?;
         let kubepods = match &args.kubepods_cgroup {
             Some(rel) => KubepodsCgroup::new(rel.clone()),
@@ -236,6 +250,7 @@ impl Agent {
         });
         Ok(Self::assemble(Parts {
             args,
+            config: in_force,
             hierarchy,
             kubepods,
             core,
@@ -256,6 +271,7 @@ impl Agent {
         let stat_programs = StatPrograms::new(parts.args.attach_within, online_cpus());
         Self {
             args: parts.args,
+            config: parts.config,
             hierarchy: parts.hierarchy,
             kubepods: parts.kubepods,
             core: parts.core,

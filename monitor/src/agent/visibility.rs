@@ -66,6 +66,7 @@ impl Agent {
         m.checkpoint_write_failures = self.checkpoint.write_failures();
         m.checkpoint_writable =
             self.checkpoint.health(Instant::now()) == CheckpointHealth::Writable;
+        m.config = Some(self.config.metrics());
         if let Some(eviction) = eviction {
             *m.evictions_by_signal
                 .entry(eviction.signal.as_str())
@@ -110,6 +111,7 @@ impl Agent {
                     events_undecodable: self.visibility.metrics.events_undecodable,
                 },
             },
+            config: Some(self.config.view()),
         };
         self.visibility.publisher.publish(snapshot);
     }

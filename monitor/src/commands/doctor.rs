@@ -31,7 +31,10 @@ pub(crate) struct DoctorArgs {
     /// The agent's checkpoint directory, checked for being there and writable.
     #[arg(long, value_name = "DIR", default_value = crate::checkpoint::DEFAULT_CHECKPOINT_DIR)]
     pub checkpoint_dir: PathBuf,
-    /// The agent's KubeletConfiguration file, checked for being readable.
+    /// The node's kubelet configuration the agent is given, checked for being readable.
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_config: Option<PathBuf>,
+    /// The agent's KubeletConfiguration file (--config), checked for being readable.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The agent's manifests directory, checked for being readable.
@@ -58,6 +61,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         kubepods_cgroup: args.kubepods_cgroup.as_ref(),
         tracefs: features.tracefs.as_deref().map_err(String::as_str),
         checkpoint_dir: &args.checkpoint_dir,
+        kubelet_config: args.kubelet_config.as_deref(),
         config: args.config.as_deref(),
         pods: args.pods.as_deref(),
     };

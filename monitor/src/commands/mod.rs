@@ -1,5 +1,6 @@
 //! One module per subcommand. Each exposes a clap `Args` struct and
 //! `run(args) -> anyhow::Result<ExitCode>`.
+mod agent_http;
 pub(crate) mod checkpoint;
 pub(crate) mod config;
 pub(crate) mod doctor;

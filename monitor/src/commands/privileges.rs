@@ -23,6 +23,7 @@ pub(crate) struct Needs<'a> {
     pub kubepods_cgroup: Option<&'a CgroupRel>,
     pub tracefs: Result<&'a Path, &'a str>,
     pub checkpoint_dir: &'a Path,
+    pub kubelet_config: Option<&'a Path>,
     pub config: Option<&'a Path>,
     pub pods: Option<&'a Path>,
 }
@@ -142,12 +143,21 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
         "keep grace periods and the last eviction across restarts",
         writable_dir(needs.checkpoint_dir),
     ));
-    if let Some(config) = needs.config {
+    if let Some(kubelet_config) = needs.kubelet_config {
         out.push(requirement(
             "kubelet config",
             Kind::Path,
             true,
-            "the eviction thresholds",
+            "the kubelet's eviction thresholds",
+            readable(kubelet_config),
+        ));
+    }
+    if let Some(config) = needs.config {
+        out.push(requirement(
+            "configuration",
+            Kind::Path,
+            true,
+            "the agent's settings, and thresholds laid over the kubelet's",
             readable(config),
         ));
     }
@@ -330,6 +340,7 @@ mod tests {
             kubepods_cgroup: None,
             tracefs: Err("none"),
             checkpoint_dir: &tmp,
+            kubelet_config: None,
             config: None,
             pods: None,
         };

@@ -5,8 +5,7 @@
 //! in between; an agent that goes away is shown as unreachable and asked again, so `top`
 //! outlives agent restarts.
 use std::{
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     process::ExitCode,
     sync::mpsc,
     time::{Duration, Instant},
@@ -16,13 +15,14 @@ use anyhow::Context as _;
 use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
-use super::top_view::{Screen, View, draw};
+use super::{
+    agent_http,
+    top_view::{Screen, View, draw},
+};
 use crate::flags::positive_duration;
 
 /// The fastest the screen is redrawn.
 const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);
-/// How long one read of the agent may take.
-const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Watch a running agent: each signal against its thresholds, the head of the ranking with
 /// why each pod is where it is, the recent decisions, the kernel event rate and losses.
@@ -100,25 +100,6 @@ fn show(
 
 /// One `GET /debug/ranking`, parsed; the error in words.
 fn read_view(addr: SocketAddr) -> Result<View, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, READ_TIMEOUT).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(READ_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET /debug/ranking HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .map_err(|e| e.to_string())?;
-    let (head, body) = answer
-        .split_once("\r\n\r\n")
-        .ok_or("an incomplete answer")?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.starts_with("HTTP/1.1 200") {
-        return Err(format!("the agent answered {status:?}"));
-    }
-    serde_json::from_str(body).map_err(|e| format!("not a ranking view: {e}"))
+    let body = agent_http::get(addr, "/debug/ranking")?;
+    serde_json::from_str(&body).map_err(|e| format!("not a ranking view: {e}"))
 }

@@ -8,6 +8,8 @@
 //!   writable; else 503 naming each part missing.
 //! * `/debug/ranking`: the signals, the head of each ranking, the last decisions and the
 //!   source, as JSON.
+//! * `/debug/config`: the configuration in force, its files and checksum, since when, and a
+//!   change refused, as JSON.
 use std::time::Duration;
 
 use hyper::StatusCode;
@@ -59,6 +61,17 @@ pub(crate) fn answer(
             content_type: "application/json",
             body: serde_json::to_string_pretty(&snapshot.ranking)
                 .expect("the ranking view serializes"),
+        },
+        "/debug/config" => match &snapshot.config {
+            Some(config) => Answer {
+                status: StatusCode::OK,
+                content_type: "application/json",
+                body: serde_json::to_string_pretty(config).expect("the config view serializes"),
+            },
+            None => Answer::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no configuration in force yet\n".into(),
+            ),
         },
         _ => return None,
     })

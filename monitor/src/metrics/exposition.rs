@@ -91,6 +91,25 @@ pub(crate) struct Metrics {
     pub own_memory_charged: Option<u64>,
     pub own_memory_limit: Option<u64>,
     pub decision_latency_seconds: Histogram,
+    /// The configuration in force (`None` before the agent has one).
+    pub config: Option<ConfigMetrics>,
+}
+
+/// The configuration in force, for `monitor_config_*`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ConfigMetrics {
+    /// Which files: `kubelet_config+config`, `kubelet_config`, `config` or `defaults`.
+    pub source: &'static str,
+    /// `--kubelet-config` and `--config` as given (empty when not).
+    pub kubelet_config: String,
+    pub config: String,
+    pub checksum: String,
+    /// When it was put in force, in seconds since the epoch.
+    pub loaded_at_seconds: f64,
+    /// Changes refused since start.
+    pub reload_failures: u64,
+    /// Whether the files' newest content is in force (0 while a change is refused).
+    pub last_reload_successful: bool,
 }
 
 impl Default for Metrics {
@@ -117,6 +136,50 @@ impl Default for Metrics {
             own_memory_charged: None,
             own_memory_limit: None,
             decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
+            config: None,
+        }
+    }
+}
+
+impl ConfigMetrics {
+    fn render(&self, out: &mut String) {
+        let name = "monitor_config_info";
+        header(
+            out,
+            name,
+            "gauge",
+            "Always 1; the configuration in force: which files, and the SHA-256 of their bytes in order.",
+        );
+        let _ = writeln!(
+            out,
+            "{name}{{source=\"{}\",kubelet_config=\"{}\",config=\"{}\",checksum=\"{}\"}} 1",
+            self.source,
+            escape(&self.kubelet_config),
+            escape(&self.config),
+            escape(&self.checksum)
+        );
+        for (name, kind, help, value) in [
+            (
+                "monitor_config_loaded_timestamp_seconds",
+                "gauge",
+                "When the configuration in force was put in force, in seconds since the epoch.",
+                self.loaded_at_seconds,
+            ),
+            (
+                "monitor_config_last_reload_successful",
+                "gauge",
+                "1 while the configuration files' newest content is in force; 0 while it is refused (the log says why) and the previous one kept.",
+                f64::from(u8::from(self.last_reload_successful)),
+            ),
+            (
+                "monitor_config_reload_failures_total",
+                "counter",
+                "Changes of the configuration refused (invalid, unreadable, removed); the one in force was kept.",
+                self.reload_failures as f64,
+            ),
+        ] {
+            header(out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
         }
     }
 }
@@ -316,6 +379,9 @@ impl Metrics {
                 header(&mut out, name, "gauge", help);
                 let _ = writeln!(out, "{name} {value}");
             }
+        }
+        if let Some(config) = &self.config {
+            config.render(&mut out);
         }
         let name = "monitor_event_to_decision_seconds";
         header(

@@ -26,6 +26,28 @@ pub(crate) struct Snapshot {
     pub metrics: Metrics,
     pub readiness: Readiness,
     pub ranking: DebugRanking,
+    /// `/debug/config`; `None` before the agent has a configuration.
+    pub config: Option<DebugConfig>,
+}
+
+/// `/debug/config`: the configuration in force, since when, and a change refused, as JSON
+/// (what `monitor config --agent` shows).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DebugConfig {
+    /// Which files are read, and why, in words.
+    pub source: String,
+    pub kubelet_config: Option<String>,
+    pub config: Option<String>,
+    /// `sha256:` and 16 hex digits of the files' bytes in order.
+    pub checksum: String,
+    /// When it was put in force (RFC 3339).
+    pub since: String,
+    /// Why the files' newest content was refused, while it is.
+    pub refused: Option<String>,
+    /// Changes refused since start.
+    pub refusals: u64,
+    pub settings: Vec<crate::engine::config_origin::Setting>,
 }
 
 /// What `/readyz` needs: each part the agent must have before its decisions mean anything.

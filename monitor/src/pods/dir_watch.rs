@@ -1,4 +1,4 @@
-//! Reloading the manifests directory when it changes, through inotify on tokio's reactor: a
+//! Reloading the manifests directory when it changes, through inotify (`crate::inotify`): a
 //! change is seen as soon as the kernel reports it, without polling.
 //!
 //! Only completed changes are watched for (a file closed after writing, moved in or out,
@@ -16,18 +16,12 @@
 //! at once when it names another directory. Whatever inotify says, the directory is read
 //! again every 20 s, as the kubelet's file source does.
 use std::{
-    ffi::CString,
     io,
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::ffi::OsStrExt as _,
-    },
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use tokio::{
-    io::{Interest, unix::AsyncFd},
     task::JoinHandle,
     time::{Instant, Interval, MissedTickBehavior},
 };
@@ -36,6 +30,7 @@ use super::{
     manifests::{Loaded, load_dir_as},
     node_pod::NodePod,
 };
+use crate::inotify::Inotify;
 
 /// Why watching stopped or could not start.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +77,7 @@ type DirIdentity = (u64, u64);
 /// Watches one manifests directory.
 pub struct ManifestWatcher {
     dir: PathBuf,
-    inotify: AsyncFd<OwnedFd>,
+    inotify: Inotify,
     /// The directory the watch is on; the path may come to name another.
     watched: DirIdentity,
     /// Ticks of the path check and of the periodic re-list.
@@ -217,40 +212,20 @@ impl ManifestWatcher {
 
 /// Sets up inotify on the directory `dir` names, and says which directory that is. The path
 /// is looked up before and after adding the watch, so a swap in between is not missed.
-fn watch(dir: &Path) -> Result<(AsyncFd<OwnedFd>, DirIdentity), WatchError> {
+fn watch(dir: &Path) -> Result<(Inotify, DirIdentity), WatchError> {
     let watch_error = |source| WatchError::Watch {
         dir: dir.to_path_buf(),
         source,
     };
-    let path = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| watch_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
     loop {
         let before = identity(dir).map_err(watch_error)?;
-        // SAFETY: no pointers passed; the result is checked.
-        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if raw < 0 {
-            return Err(watch_error(io::Error::last_os_error()));
+        let inotify = Inotify::new().map_err(watch_error)?;
+        inotify
+            .add_watch(dir, CHANGE_MASK | libc::IN_ONLYDIR)
+            .map_err(watch_error)?;
+        if identity(dir).map_err(watch_error)? == before {
+            return Ok((inotify, before));
         }
-        // SAFETY: `raw` is a new descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
-        let watch = unsafe {
-            libc::inotify_add_watch(
-                fd.as_raw_fd(),
-                path.as_ptr(),
-                CHANGE_MASK | libc::IN_ONLYDIR,
-            )
-        };
-        if watch < 0 {
-            return Err(watch_error(io::Error::last_os_error()));
-        }
-        if identity(dir).map_err(watch_error)? != before {
-            continue;
-        }
-        // SAFETY: the AsyncFd owns the OwnedFd, which stays open until both are dropped.
-        let inotify = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| watch_error(e.into()))?;
-        return Ok((inotify, before));
     }
 }
 
@@ -265,64 +240,25 @@ fn identity(dir: &Path) -> io::Result<DirIdentity> {
 }
 
 /// Waits until events are queued, then drains all of them so a burst leads to one reload.
-async fn wait_for_events(inotify: &AsyncFd<OwnedFd>, dir: &Path) -> Result<(), WatchError> {
-    let events_error = |source| WatchError::Events {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    let mut buffer = [0u8; 4096];
-    let mut drained_any = false;
-    loop {
-        let mut guard = inotify.readable().await.map_err(events_error)?;
-        loop {
-            let read = guard.try_io(|fd| {
-                // SAFETY: reads into a buffer we own, at most its length.
-                let n =
-                    unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
-            match read {
-                Ok(Ok(n)) => {
-                    if event_masks(&buffer[..n]).any(|mask| mask & GONE_MASK != 0) {
-                        return Err(WatchError::DirectoryGone {
-                            dir: dir.to_path_buf(),
-                        });
-                    }
-                    drained_any = true;
-                }
-                Ok(Err(error)) => return Err(events_error(error)),
-                // Queue empty: readiness was cleared by try_io.
-                Err(_would_block) if drained_any => return Ok(()),
-                Err(_would_block) => break,
-            }
-        }
+async fn wait_for_events(inotify: &Inotify, dir: &Path) -> Result<(), WatchError> {
+    let masks = inotify
+        .next_burst()
+        .await
+        .map_err(|source| WatchError::Events {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    if masks & GONE_MASK != 0 {
+        return Err(WatchError::DirectoryGone {
+            dir: dir.to_path_buf(),
+        });
     }
+    Ok(())
 }
 
 /// The directory's pods as the agent keeps them.
 fn load_nodes(dir: &Path) -> io::Result<Loaded<NodePod>> {
     load_dir_as(dir, |pod| NodePod::from_pod(&pod))
-}
-
-/// The masks of the `struct inotify_event` records in `bytes`: wd (4 bytes), mask (4),
-/// cookie (4), name length (4), then the name.
-fn event_masks(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    let field = |at: usize| {
-        bytes
-            .get(at..at + 4)
-            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-    };
-    let mut offset = 0;
-    std::iter::from_fn(move || {
-        let mask = field(offset + 4)?;
-        let name_len = field(offset + 12)? as usize;
-        offset += 16 + name_len;
-        Some(mask)
-    })
 }
 
 #[cfg(test)]
@@ -550,21 +486,5 @@ mod tests {
     fn missing_directory_cannot_be_watched() {
         let started = ManifestWatcher::start(Path::new("/nonexistent/manifests"));
         assert!(matches!(started, Err(WatchError::Watch { .. })));
-    }
-
-    #[test]
-    fn event_records_are_split_by_name_length() {
-        let record = |mask: u32, name: &[u8]| {
-            let mut bytes = Vec::new();
-            for field in [1u32, mask, 0, name.len() as u32] {
-                bytes.extend(field.to_ne_bytes());
-            }
-            bytes.extend(name);
-            bytes
-        };
-        let mut bytes = record(libc::IN_CLOSE_WRITE, b"a.yaml\0\0\0\0\0\0\0\0\0\0");
-        bytes.extend(record(libc::IN_DELETE_SELF, b""));
-        let masks: Vec<u32> = event_masks(&bytes).collect();
-        assert_eq!(masks, [libc::IN_CLOSE_WRITE, libc::IN_DELETE_SELF]);
     }
 }

@@ -305,7 +305,7 @@ const KUBEADM_KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\
 fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
     use monitor::engine::eviction_config::{ConfigLayer, EvictionConfig};
     let configmap: serde_yaml::Value =
-        serde_yaml::from_str(&fs::read_to_string(deploy().join("configmap.yaml")).unwrap())
+        serde_yaml::from_str(&fs::read_to_string(deploy_dir().join("base/configmap.yaml")).unwrap())
             .unwrap();
     let overlay_text = configmap["data"]["config.yaml"]
         .as_str()
@@ -341,7 +341,7 @@ fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
 #[test]
 fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it() {
     let daemonset: serde_yaml::Value =
-        serde_yaml::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
+        serde_yaml::from_str(&fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap())
             .unwrap();
     let pod = &daemonset["spec"]["template"]["spec"];
     let container = &pod["containers"][0];

@@ -390,10 +390,11 @@ fn requests_are_read_as_the_api_server_does() {
 /// The flags of the rendered DaemonSet that decide what the agent does; the node, the files
 /// and the address are the scene's.
 fn behaviour(args: &[String]) -> Vec<String> {
-    const THE_SCENES: [&str; 5] = [
+    const THE_SCENES: [&str; 6] = [
         "--kube",
         "--node-name",
         "--config",
+        "--kubelet-config",
         "--checkpoint-dir",
         "--metrics-addr",
     ];

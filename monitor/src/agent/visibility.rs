@@ -66,6 +66,7 @@ impl Agent {
         m.checkpoint_write_failures = self.checkpoint.write_failures();
         m.checkpoint_writable =
             self.checkpoint.health(Instant::now()) == CheckpointHealth::Writable;
+        m.checkpoint_damaged_at_start = self.checkpoint.damaged_at_start();
         if let Some(eviction) = eviction {
             *m.evictions_by_signal
                 .entry(eviction.signal.as_str())

@@ -11,8 +11,8 @@ use std::{
 };
 
 use tests::{
-    AgentScene, MonitorProcess, TestPod, http_get, in_own_network_namespace, metric, metrics_addr,
-    monitor_bin, process_alive, running_as_root,
+    AgentScene, KubeScene, MonitorProcess, TestPod, http_get, in_own_network_namespace, metric,
+    metrics_addr, monitor_bin, process_alive, running_as_root,
 };
 
 /// How long a decision may take once the threshold is crossed (a slow VM included).

@@ -7,9 +7,11 @@ use monitor::engine::checkpoint::{Checkpoint as _, CheckpointV2};
 
 const GOLDEN_V2: &str = include_str!("golden/checkpoint-v2.json");
 const GOLDEN_V3: &str = include_str!("golden/checkpoint-v3.json");
+const GOLDEN_V4: &str = include_str!("golden/checkpoint-v4.json");
 const V1_CHECKSUM: &str = "1273374159";
 const V2_CHECKSUM: &str = "3905580282";
 const V3_CHECKSUM: &str = "1304896949";
+const V4_CHECKSUM: &str = "3348207112";
 
 fn monitor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_monitor"))
@@ -43,6 +45,7 @@ fn tampered() -> String {
 fn verify_reports_each_outcome_with_its_exit_status() {
     let valid = dir_with(GOLDEN_V2);
     let valid_v3 = dir_with(GOLDEN_V3);
+    let valid_v4 = dir_with(GOLDEN_V4);
     let corrupt = dir_with(&tampered());
     let unparsable = dir_with("{\"version\": 2, \"state\": ");
     let empty = tempfile::tempdir().unwrap();
@@ -74,6 +77,19 @@ fn verify_reports_each_outcome_with_its_exit_status() {
             vec!["valid", "version 3", V1_CHECKSUM, V2_CHECKSUM, V3_CHECKSUM],
         ),
         (
+            "valid version-4 file",
+            vec!["--checkpoint-dir", arg(valid_v4.path())],
+            0,
+            vec![
+                "valid",
+                "version 4",
+                V1_CHECKSUM,
+                V2_CHECKSUM,
+                V3_CHECKSUM,
+                V4_CHECKSUM,
+            ],
+        ),
+        (
             "checksum mismatch",
             vec!["--checkpoint-dir", arg(corrupt.path())],
             1,
@@ -83,7 +99,7 @@ fn verify_reports_each_outcome_with_its_exit_status() {
                 V2_CHECKSUM,
                 "actual",
                 &actual,
-                "--reset-state",
+                "sets this file aside when it starts",
             ],
         ),
         (
@@ -143,18 +159,22 @@ fn show_prints_text_for_people() {
             "Checksums (verified)",
             "version 2, checksum 1273374159, checksum_v2 3905580282",
         ),
-        ("  memory.available", "2026-01-01T12:00:30Z  ("),
-        ("  allocatableMemory.available", "2026-01-01T12:00:35Z  ("),
-        ("  MemoryPressure", "True    since 2026-01-01T12:00:10Z  ("),
+        ("Written by", "not recorded (a file from before version 4)"),
+        ("    memory.available", "2026-01-01T12:00:30Z  ("),
+        ("    allocatableMemory.available", "2026-01-01T12:00:35Z  ("),
         (
-            "Last eviction",
+            "    MemoryPressure",
+            "True    since 2026-01-01T12:00:10Z  (",
+        ),
+        (
+            "  Last eviction",
             "shop/cart-7d9f (uid 5f0e6c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b), memory.available, 768.0Mi \
              freed",
         ),
-        ("Recent evictions", "2 kept (at most 64), newest first"),
-        ("Events received", "123456"),
-        ("Events lost", "7"),
-        ("Evictions by signal", "memory.available=2"),
+        ("  Recent evictions", "2 kept (at most 64), newest first"),
+        ("  Events received", "123456"),
+        ("  Events lost", "7"),
+        ("  Evictions by signal", "memory.available=2"),
     ];
     for (label, expected) in cases {
         let (value_column, value) = value_of(&stdout, label);
@@ -164,7 +184,7 @@ fn show_prints_text_for_people() {
         );
         assert_eq!(value_column, column, "{label}: values are aligned");
     }
-    let (_, soft) = value_of(&stdout, "  memory.available");
+    let (_, soft) = value_of(&stdout, "    memory.available");
     assert!(soft.ends_with(" s ago)"), "{soft}");
 }
 
@@ -185,11 +205,16 @@ fn show_prints_json_for_tools() {
     assert_eq!(report["checksum"].to_string(), V1_CHECKSUM);
     assert_eq!(report["checksum_v2"].to_string(), V2_CHECKSUM);
     assert!(report["checksum_v3"].is_null(), "{report:#}");
+    assert!(report["checksum_v4"].is_null(), "{report:#}");
     assert_eq!(
-        report["state"]["v1"]["counters"]["events_received"],
+        report["state"]["acting"]["v1"]["counters"]["events_received"],
         123_456
     );
-    assert_eq!(report["state"]["boot"]["last_eviction_ms"], 86_440_000);
+    assert_eq!(
+        report["state"]["acting"]["boot"]["last_eviction_ms"],
+        86_440_000
+    );
+    assert!(report["state"]["written_by"].is_null(), "{report:#}");
 }
 
 #[test]

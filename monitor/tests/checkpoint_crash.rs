@@ -15,8 +15,10 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use monitor::checkpoint::{IfUnusable, StateManager};
-use monitor::engine::checkpoint::{AgentState, MAX_RECENT_EVICTIONS, Now, SavedPod, decode};
+use monitor::checkpoint::{AtStart, StateManager};
+use monitor::engine::checkpoint::{
+    AgentState, MAX_RECENT_EVICTIONS, Memory, Mode, Now, SavedPod, decode,
+};
 
 const TEST_NAME: &str = "killed_writer_leaves_the_old_or_the_new_checkpoint";
 const CHILD_DIR_ENV: &str = "MONITOR_CRASH_CHILD_DIR";
@@ -34,7 +36,7 @@ fn state_for(generation: u64) -> AgentState {
         boot_id: "crash-test".into(),
         boot_ms: generation,
     };
-    let mut state = AgentState::default();
+    let mut state = Memory::default();
     for i in 0..MAX_RECENT_EVICTIONS {
         let pod = SavedPod {
             namespace: "crash".into(),
@@ -44,13 +46,17 @@ fn state_for(generation: u64) -> AgentState {
         state.record_eviction(pod, "memory.available", i as u64, &now);
     }
     state.count_events(generation, 0);
-    state
+    AgentState {
+        acting: state,
+        written_by: Some(Mode::Acting),
+        ..AgentState::default()
+    }
 }
 
 fn generation_on_disk(dir: &Path) -> u64 {
     let bytes = std::fs::read(dir.join("agent_state")).expect("checkpoint readable");
     let decoded = decode(&bytes).expect("checkpoint verifies");
-    let generation = decoded.state.v1.counters.events_received;
+    let generation = decoded.state.acting.v1.counters.events_received;
     assert_eq!(
         decoded.state,
         state_for(generation),
@@ -61,9 +67,9 @@ fn generation_on_disk(dir: &Path) -> u64 {
 
 /// The child: continue from what is on disk and write the next generation until killed.
 fn run_writer(dir: OsString) -> ! {
-    let (mut manager, state, _) =
-        StateManager::load_or_init(dir, IfUnusable::Refuse).expect("child loads the checkpoint");
-    let mut generation = state.v1.counters.events_received;
+    let (mut manager, state, _) = StateManager::load_or_init(dir, Mode::Acting, AtStart::Load)
+        .expect("child loads the checkpoint");
+    let mut generation = state.acting.v1.counters.events_received;
     let mut stdout = std::io::stdout().lock();
     loop {
         generation += 1;
@@ -113,7 +119,8 @@ fn killed_writer_leaves_the_old_or_the_new_checkpoint() {
     let mut rng = Rng(seed);
 
     let dir = tempfile::tempdir().unwrap();
-    let (mut manager, _, _) = StateManager::load_or_init(dir.path(), IfUnusable::Refuse).unwrap();
+    let (mut manager, _, _) =
+        StateManager::load_or_init(dir.path(), Mode::Acting, AtStart::Load).unwrap();
     manager.save_if_changed(&state_for(0)).unwrap();
     drop(manager);
 

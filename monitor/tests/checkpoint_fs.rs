@@ -8,8 +8,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use monitor::checkpoint::{IfUnusable, StateError, StateManager};
-use monitor::engine::checkpoint::{AgentState, MAX_RECENT_EVICTIONS, Now, SavedPod, decode};
+use monitor::checkpoint::{AtStart, StateError, StateManager};
+use monitor::engine::checkpoint::{
+    AgentState, MAX_RECENT_EVICTIONS, Memory, Mode, Now, SavedPod, decode,
+};
 
 fn have_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -67,7 +69,7 @@ fn state(generation: u64) -> AgentState {
         boot_id: "fs-test".into(),
         boot_ms: 1,
     };
-    let mut state = AgentState::default();
+    let mut state = Memory::default();
     state.count_events(generation, 0);
     for i in 0..MAX_RECENT_EVICTIONS {
         let pod = SavedPod {
@@ -77,7 +79,11 @@ fn state(generation: u64) -> AgentState {
         };
         state.record_eviction(pod, "memory.available", 1, &now);
     }
-    state
+    AgentState {
+        acting: state,
+        written_by: Some(Mode::Acting),
+        ..AgentState::default()
+    }
 }
 
 fn assert_intact(dir: &Path, expected: &AgentState) {
@@ -102,7 +108,8 @@ fn full_file_system_keeps_the_previous_checkpoint() {
     let root = tempfile::tempdir().unwrap();
     let mount = TmpfsMount::new(&root.path().join("tiny"), "size=64k,mode=0700");
     let dir = mount.path.join("checkpoints");
-    let (mut manager, _, _) = StateManager::load_or_init(&dir, IfUnusable::Refuse).unwrap();
+    let (mut manager, _, _) =
+        StateManager::load_or_init(&dir, Mode::Acting, AtStart::Load).unwrap();
     manager.save_if_changed(&state(1)).unwrap();
 
     let filler_path = mount.path.join("filler");
@@ -142,7 +149,8 @@ fn read_only_file_system_keeps_the_previous_checkpoint() {
     let root = tempfile::tempdir().unwrap();
     let mount = TmpfsMount::new(&root.path().join("ro"), "size=1m,mode=0700");
     let dir = mount.path.join("checkpoints");
-    let (mut manager, _, _) = StateManager::load_or_init(&dir, IfUnusable::Refuse).unwrap();
+    let (mut manager, _, _) =
+        StateManager::load_or_init(&dir, Mode::Acting, AtStart::Load).unwrap();
     manager.save_if_changed(&state(1)).unwrap();
     mount.remount_read_only();
 

@@ -1,14 +1,16 @@
-//! Checked-in checkpoints of each version: they must keep loading, a version-1 agent must keep
-//! reading the version-2 file, and no damage to them may go unnoticed.
+//! Checked-in checkpoints of each version: they must keep loading, older agents must keep
+//! reading the newer files (finding there only what acting agents did), and no damage to them
+//! may go unnoticed.
 use monitor::engine::checkpoint::{
-    AgentState, AgentStateV1, BootMarks, Checkpoint as _, CheckpointV1, CheckpointV2,
-    ConditionTransition, Counters, EvictionRecord, PendingEviction, SavedPod, decode, encode,
-    migrate_v1_to_v2,
+    AgentState, AgentStateV1, BootMarks, Checkpoint as _, CheckpointV1, CheckpointV2, CheckpointV3,
+    ConditionTransition, Counters, EvictionRecord, Memory, Mode, PendingEviction, SavedPod, decode,
+    encode, migrate_to_v4, migrate_v1_to_v2,
 };
 
 const GOLDEN_V1: &[u8] = include_bytes!("golden/checkpoint-v1.json");
 const GOLDEN_V2: &[u8] = include_bytes!("golden/checkpoint-v2.json");
 const GOLDEN_V3: &[u8] = include_bytes!("golden/checkpoint-v3.json");
+const GOLDEN_V4: &[u8] = include_bytes!("golden/checkpoint-v4.json");
 
 const T0: u64 = 1_767_268_800_000; // 2026-01-01T12:00:00Z
 
@@ -25,10 +27,33 @@ fn eviction(name: &str, uid: &str, at: u64, signal: &str, bytes_freed: u64) -> E
     }
 }
 
+/// The content of the version-4 golden file: the version-3 content as what acting agents did,
+/// and a dry run's memory of its own, the dry run having written the file.
+fn golden_state_v4() -> AgentState {
+    let mut dry_run = Memory::default();
+    dry_run.v1.last_eviction = Some(eviction(
+        "web-0",
+        "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f",
+        T0 + 50_000,
+        "allocatableMemory.available",
+        0,
+    ));
+    dry_run.v1.awaiting_cleanup = dry_run.v1.last_eviction.clone();
+    dry_run.pending = Some(PendingEviction {
+        uid: "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f".into(),
+        grace_period_seconds: 1,
+    });
+    AgentState {
+        acting: golden_state_v3(),
+        dry_run,
+        written_by: Some(Mode::DryRun),
+    }
+}
+
 /// The content of the version-3 golden file: the version-2 content and the grace period of
 /// the eviction awaiting cleanup.
-fn golden_state_v3() -> AgentState {
-    AgentState {
+fn golden_state_v3() -> Memory {
+    Memory {
         pending: Some(PendingEviction {
             uid: "5f0e6c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b".into(),
             grace_period_seconds: 30,
@@ -39,7 +64,7 @@ fn golden_state_v3() -> AgentState {
 
 /// The content of the version-1 and version-2 golden files, written out independently of
 /// the encoder.
-fn golden_state() -> AgentState {
+fn golden_state() -> Memory {
     let cart = eviction(
         "cart-7d9f",
         "5f0e6c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b",
@@ -47,7 +72,7 @@ fn golden_state() -> AgentState {
         "memory.available",
         805_306_368,
     );
-    AgentState {
+    Memory {
         v1: AgentStateV1 {
             soft_threshold_first_observed_unix_ms: [
                 ("memory.available".to_owned(), T0 + 30_000),
@@ -94,10 +119,31 @@ fn golden_state() -> AgentState {
 }
 
 #[test]
-fn version_3_golden_loads() {
+fn version_4_golden_loads() {
+    let decoded = decode(GOLDEN_V4).unwrap();
+    assert_eq!(decoded.file_version, 4);
+    assert_eq!(decoded.state, golden_state_v4());
+}
+
+#[test]
+fn older_readers_find_only_what_acting_agents_did_in_the_version_4_golden() {
+    let v3_agent = CheckpointV3::unmarshal(GOLDEN_V4).unwrap();
+    v3_agent.verify_checksum().unwrap();
+    assert_eq!(v3_agent.into_state(), golden_state_v3());
+    let v2_agent = CheckpointV2::unmarshal(GOLDEN_V4).unwrap();
+    v2_agent.verify_checksum().unwrap();
+    assert_eq!(v2_agent.into_state(), golden_state());
+    let v1_agent = CheckpointV1::unmarshal(GOLDEN_V4).unwrap();
+    v1_agent.verify_checksum().unwrap();
+    assert_eq!(v1_agent.state, golden_state().v1);
+}
+
+#[test]
+fn version_3_golden_loads_without_a_mode() {
     let decoded = decode(GOLDEN_V3).unwrap();
     assert_eq!(decoded.file_version, 3);
-    assert_eq!(decoded.state, golden_state_v3());
+    assert_eq!(decoded.state, migrate_to_v4(golden_state_v3()));
+    assert_eq!(decoded.state.written_by, None);
 }
 
 #[test]
@@ -114,15 +160,21 @@ fn older_readers_verify_and_load_the_version_3_golden() {
 fn version_2_golden_loads() {
     let decoded = decode(GOLDEN_V2).unwrap();
     assert_eq!(decoded.file_version, 2);
-    assert_eq!(decoded.state, golden_state());
+    assert_eq!(decoded.state, migrate_to_v4(golden_state()));
 }
 
 #[test]
 fn version_1_golden_loads_and_migrates() {
     let decoded = decode(GOLDEN_V1).unwrap();
     assert_eq!(decoded.file_version, 1);
-    assert_eq!(decoded.state, migrate_v1_to_v2(golden_state().v1));
-    assert_eq!(decoded.state.boot, None, "version 1 had no boot marks");
+    assert_eq!(
+        decoded.state,
+        migrate_to_v4(migrate_v1_to_v2(golden_state().v1))
+    );
+    assert_eq!(
+        decoded.state.acting.boot, None,
+        "version 1 had no boot marks"
+    );
 }
 
 #[test]
@@ -151,10 +203,18 @@ fn encoders_still_write_the_golden_bytes() {
         String::from_utf8_lossy(&v2),
         String::from_utf8_lossy(GOLDEN_V2)
     );
-    let v3 = encode(&golden_state_v3()).unwrap();
+    let v3 = CheckpointV3::new(golden_state_v3())
+        .unwrap()
+        .marshal()
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&v3),
         String::from_utf8_lossy(GOLDEN_V3)
+    );
+    let v4 = encode(&golden_state_v4()).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v4),
+        String::from_utf8_lossy(GOLDEN_V4)
     );
 }
 
@@ -164,22 +224,27 @@ struct Golden {
     expected: AgentState,
 }
 
-fn goldens() -> [Golden; 3] {
+fn goldens() -> [Golden; 4] {
     [
         Golden {
             name: "checkpoint-v1.json",
             bytes: GOLDEN_V1,
-            expected: migrate_v1_to_v2(golden_state().v1),
+            expected: migrate_to_v4(migrate_v1_to_v2(golden_state().v1)),
         },
         Golden {
             name: "checkpoint-v2.json",
             bytes: GOLDEN_V2,
-            expected: golden_state(),
+            expected: migrate_to_v4(golden_state()),
         },
         Golden {
             name: "checkpoint-v3.json",
             bytes: GOLDEN_V3,
-            expected: golden_state_v3(),
+            expected: migrate_to_v4(golden_state_v3()),
+        },
+        Golden {
+            name: "checkpoint-v4.json",
+            bytes: GOLDEN_V4,
+            expected: golden_state_v4(),
         },
     ]
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use monitor::engine::checkpoint::{
-    AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
-    PendingEviction, SavedPod, decode, encode,
+    AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord, Memory,
+    Mode, PendingEviction, SavedPod, decode, encode,
 };
 use proptest::prelude::*;
 
@@ -35,6 +35,15 @@ fn eviction() -> impl Strategy<Value = EvictionRecord> {
 }
 
 fn agent_state() -> impl Strategy<Value = AgentState> {
+    let mode = prop::option::of(prop_oneof![Just(Mode::Acting), Just(Mode::DryRun)]);
+    (memory(), memory(), mode).prop_map(|(acting, dry_run, written_by)| AgentState {
+        acting,
+        dry_run,
+        written_by,
+    })
+}
+
+fn memory() -> impl Strategy<Value = Memory> {
     let conditions = map_of(
         (name(), any::<u64>()).prop_map(|(status, at)| ConditionTransition {
             status,
@@ -83,7 +92,7 @@ fn agent_state() -> impl Strategy<Value = AgentState> {
             grace_period_seconds,
         },
     ));
-    (v1, boot, pending).prop_map(|(v1, boot, pending)| AgentState { v1, boot, pending })
+    (v1, boot, pending).prop_map(|(v1, boot, pending)| Memory { v1, boot, pending })
 }
 
 proptest! {

@@ -95,6 +95,15 @@ impl Allocator {
         );
     }
 
+    /// As [`Self::drain_after_term`], and each SIGTERM received is logged as a line of `log`
+    /// (see [`sigterms_logged`]).
+    pub fn drain_after_term_logging(&mut self, ms: u64, log: &Path) {
+        assert_eq!(
+            self.command(&format!("drain {ms} {}", log.display())),
+            format!("draining {ms}")
+        );
+    }
+
     /// Waits for the helper to end (it must have been told to, or be killed).
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.wait().expect("waiting for the alloc helper")
@@ -144,6 +153,11 @@ impl Drop for TermIgnorer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// How many SIGTERMs a helper told [`Allocator::drain_after_term_logging`] received so far.
+pub fn sigterms_logged(log: &Path) -> usize {
+    fs::read_to_string(log).map_or(0, |text| text.lines().count())
 }
 
 /// True while process `pid` exists and is not a zombie.

@@ -1,9 +1,16 @@
 //! The checkpoint directory as others may leave it (root only): a second agent already on it,
-//! or something other than a regular file where the checkpoint belongs. Each test asserts
-//! that the agent neither hangs nor acts twice, and that the right pod dies.
-use std::{fs, path::Path, process::Command, time::Duration};
+//! or the directory removed while an eviction is in flight. Each test asserts that the agent
+//! neither hangs nor acts twice, and that the right pod dies. A damaged checkpoint, or
+//! something other than a regular file where it belongs, is `agent_checkpoint_damage.rs`'s.
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt as _,
+    time::{Duration, Instant},
+};
 
-use tests::{AgentScene, MonitorProcess, TestPod, monitor_bin, process_alive, running_as_root};
+use tests::{
+    AgentScene, MonitorProcess, TempDir, TestPod, process_alive, running_as_root, sigterms_logged,
+};
 
 /// How long a decision may take once the threshold is crossed (a slow VM included).
 const DECIDE: Duration = Duration::from_secs(20);
@@ -11,16 +18,6 @@ const DECIDE: Duration = Duration::from_secs(20);
 const KILL: Duration = Duration::from_secs(15);
 /// A refusal comes at start, long before this.
 const REFUSED_WITHIN: Duration = Duration::from_secs(15);
-
-fn mkfifo(path: &Path) {
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) },
-        0,
-        "mkfifo {path:?}"
-    );
-}
 
 /// The hog grows past the threshold beside a calm pod; exactly one decision, for the hog.
 fn hog_is_evicted_once(scene: &AgentScene, agent: &mut MonitorProcess) {
@@ -83,60 +80,87 @@ fn a_second_agent_on_the_same_checkpoint_directory_is_refused_naming_the_first()
 }
 
 #[test]
-fn a_fifo_or_a_directory_as_the_checkpoint_is_refused_without_hanging_and_reset_sets_it_aside() {
-    if !running_as_root("a_fifo_or_a_directory_as_the_checkpoint_is_refused") {
+fn the_directory_removed_mid_eviction_is_made_again_and_a_restart_evicts_once() {
+    if !running_as_root("the_directory_removed_mid_eviction_is_made_again") {
         return;
     }
-    for (kind, make) in [
-        ("a FIFO", mkfifo as fn(&Path)),
-        ("a directory", |p: &Path| fs::create_dir(p).unwrap()),
-    ] {
-        let scene = AgentScene::new("ckpt-not-a-file", "10s", "10s");
-        let checkpoint = scene.checkpoint.join("agent_state");
-        make(&checkpoint);
-        let dir = scene.checkpoint.path.display().to_string();
-
-        // The subcommands refuse it too, at once.
-        for sub in ["verify", "show"] {
-            let mut command = Command::new(monitor_bin());
-            command.args(["checkpoint", sub, "--checkpoint-dir", &dir]);
-            let mut run = MonitorProcess::spawn(command);
-            // Dropped on the panic, which kills it.
-            let Some(status) = run.wait(REFUSED_WITHIN) else {
-                panic!("{kind}: monitor checkpoint {sub} hung");
-            };
-            let stderr = run.stderr();
-            assert!(!status.success(), "{kind}, {sub}: {stderr}");
-            assert!(stderr.contains(kind), "{kind}, {sub}: {stderr}");
-        }
-
-        let mut refused = MonitorProcess::start(scene.agent_args(&[]));
-        let Some(status) = refused.wait(REFUSED_WITHIN) else {
-            panic!("{kind}: the agent hung at start");
-        };
-        assert!(!status.success());
-        let stderr = refused.stderr();
-        assert!(
-            stderr.contains(kind) && stderr.contains("--reset-state"),
-            "{kind}: {stderr}"
-        );
-
-        let mut agent = scene.start_agent(&["--reset-state"]);
-        let set_aside: Vec<_> = fs::read_dir(&scene.checkpoint.path)
-            .unwrap()
-            .filter_map(Result::ok)
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("agent_state.corrupt-")
-            })
-            .collect();
-        assert_eq!(set_aside.len(), 1, "{kind} kept aside");
-        hog_is_evicted_once(&scene, &mut agent);
-        agent.stop();
-        assert!(
-            fs::symlink_metadata(&checkpoint).unwrap().is_file(),
-            "{kind}: a fresh checkpoint was written"
-        );
+    // A soft threshold with 6 s of grace, so a restart lands inside it; the victim drains
+    // far longer: only force at the deadline ends it.
+    let scene = AgentScene::with_config(
+        "ckpt-dir-removed",
+        "evictionHard: {}\n\
+         evictionSoft:\n  allocatableMemory.available: 100Mi\n\
+         evictionSoftGracePeriod:\n  allocatableMemory.available: 1s\n\
+         evictionMaxPodGracePeriod: 6\n\
+         monitor:\n  evictionInterval: 1s\n  podCleanupTimeout: 30s\n",
+    );
+    let victim = TestPod::new("victim").request_mib(10);
+    let logs = TempDir::new("ckpt-dir-removed-sigterms");
+    let log = logs.join("sigterms");
+    let mut victim_proc = scene.start_pod(&victim);
+    victim_proc.drain_after_term_logging(120_000, &log);
+    let agent = scene.start_agent(&[]);
+    // An operator's mistake, a node cleanup script: the directory goes while the agent runs.
+    // The agent may be writing into it meanwhile (ENOTEMPTY): tried again until gone.
+    let mut tries = 0;
+    while let Err(error) = fs::remove_dir_all(&scene.checkpoint.path) {
+        tries += 1;
+        assert!(tries < 50, "removing the checkpoint directory: {error}");
+        std::thread::sleep(Duration::from_millis(10));
     }
+    victim_proc.alloc(230);
+    let decision = agent.next_decision(DECIDE);
+    let decided = Instant::now();
+    assert_eq!(decision["uid"], victim.uid.as_str(), "{decision:#}");
+
+    // The writer made the directory again, with its mode, and the eviction is in it.
+    let state = scene.checkpoint.join("agent_state");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !fs::read_to_string(&state).is_ok_and(|s| s.contains(&victim.uid)) {
+        assert!(
+            Instant::now() < deadline,
+            "the eviction never reached the checkpoint:\n{}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = fs::metadata(&scene.checkpoint.path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700);
+    assert!(
+        agent
+            .stderr()
+            .contains("was removed while the agent ran; made it again"),
+        "{}",
+        agent.stderr()
+    );
+
+    // Killed mid-grace and started again: the eviction is finished, not decided again.
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(agent);
+    let mut restarted = scene.start_agent(&[]);
+    while process_alive(victim_proc.pid()) {
+        assert!(
+            decided.elapsed() < Duration::from_secs(6 + 3),
+            "not forced at its original deadline:\n{}",
+            restarted.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let died = decided.elapsed();
+    assert!(
+        died >= Duration::from_millis(5700),
+        "forced before its original deadline: {died:?}"
+    );
+    assert_eq!(sigterms_logged(&log), 1, "one SIGTERM wave");
+    assert!(
+        restarted.stdout_lines().is_empty(),
+        "decided a second time: {:?}",
+        restarted.stdout_lines()
+    );
+    assert!(restarted.running(), "{}", restarted.stderr());
+    restarted.stop();
 }

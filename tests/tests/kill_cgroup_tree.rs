@@ -13,6 +13,7 @@ async fn kill_pod(cgroup: &TestCgroup, grace: Duration, force_for: Duration) -> 
         grace,
         force_for,
         reap_wait: Duration::ZERO,
+        terminate: true,
     };
     kill_cgroup_tree(
         &cgroup.hierarchy,
@@ -73,6 +74,7 @@ async fn force_now_ends_the_grace_period_at_once() {
         grace: Duration::from_secs(30),
         force_for: FORCE_FOR,
         reap_wait: Duration::ZERO,
+        terminate: true,
     };
     let report = kill_cgroup_tree(
         &cgroup.hierarchy,
@@ -161,4 +163,37 @@ async fn force_comes_after_the_grace_period_however_short_the_wait_after_it() {
         !tests::process_alive(ignorer.pid()),
         "the SIGTERM-ignoring process died of force: {report:?}"
     );
+}
+
+#[tokio::test]
+async fn a_resumed_kill_sends_no_second_sigterm_and_forces_at_the_end_of_the_grace() {
+    if !running_as_root("a_resumed_kill_sends_no_second_sigterm") {
+        return;
+    }
+    let cgroup = TestCgroup::create("kill-resumed");
+    let logs = tests::TempDir::new("kill-resumed-sigterms");
+    let log = logs.join("sigterms");
+    let mut drainer = Allocator::start_in(&cgroup.child("pod"));
+    // It drains far longer than the grace left: only force ends it.
+    drainer.drain_after_term_logging(60_000, &log);
+    let grace = Duration::from_millis(800);
+    let timings = KillTimings {
+        grace,
+        force_for: FORCE_FOR,
+        reap_wait: Duration::ZERO,
+        terminate: false,
+    };
+    let report = kill_cgroup_tree(
+        &cgroup.hierarchy,
+        &cgroup.child_rel("pod"),
+        timings,
+        &tokio::sync::Notify::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.outcome, KillOutcome::Emptied);
+    assert!(report.forced && report.terminated == 0, "{report:?}");
+    assert!(report.elapsed >= grace, "forced early: {report:?}");
+    assert_eq!(tests::sigterms_logged(&log), 0, "no SIGTERM went out");
+    assert!(!tests::process_alive(drainer.pid()));
 }

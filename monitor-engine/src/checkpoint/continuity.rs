@@ -7,7 +7,7 @@
 //! backwards counts as no time elapsed: the agent then waits longer rather than evicting early.
 use std::time::Duration;
 
-use super::state::{AgentState, BootMarks, Now};
+use super::state::{BootMarks, Memory, Now};
 
 /// Where a soft threshold's grace period stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +21,7 @@ pub enum GraceStatus {
 }
 
 /// Returns the state of `signal`'s grace period of length `grace` at `now`.
-pub fn soft_grace_status(
-    state: &AgentState,
-    signal: &str,
-    grace: Duration,
-    now: &Now,
-) -> GraceStatus {
+pub fn soft_grace_status(state: &Memory, signal: &str, grace: Duration, now: &Now) -> GraceStatus {
     let Some(&first_unix_ms) = state.v1.soft_threshold_first_observed_unix_ms.get(signal) else {
         return GraceStatus::NotObserved;
     };
@@ -41,7 +36,7 @@ pub fn soft_grace_status(
 
 /// Returns how much longer the next eviction must wait for `interval` to pass since the last
 /// one, or `None` when an eviction is allowed now.
-pub fn eviction_blocked_for(state: &AgentState, interval: Duration, now: &Now) -> Option<Duration> {
+pub fn eviction_blocked_for(state: &Memory, interval: Duration, now: &Now) -> Option<Duration> {
     let last = state.v1.last_eviction.as_ref()?;
     let last_boot_ms = current_boot_marks(state, now).and_then(|marks| marks.last_eviction_ms);
     let elapsed = elapsed_since(last.evicted_at_unix_ms, last_boot_ms, now);
@@ -50,7 +45,7 @@ pub fn eviction_blocked_for(state: &AgentState, interval: Duration, now: &Now) -
         .filter(|remaining| !remaining.is_zero())
 }
 
-fn current_boot_marks<'a>(state: &'a AgentState, now: &Now) -> Option<&'a BootMarks> {
+fn current_boot_marks<'a>(state: &'a Memory, now: &Now) -> Option<&'a BootMarks> {
     state
         .boot
         .as_ref()
@@ -88,9 +83,9 @@ mod tests {
 
     /// A state whose soft threshold was first observed, and whose last eviction happened, at
     /// wall time `T0` and boot time 500 s of boot "boot-a".
-    fn observed_state() -> AgentState {
+    fn observed_state() -> Memory {
         let then = at(T0, "boot-a", 500 * SECOND);
-        let mut state = AgentState::default();
+        let mut state = Memory::default();
         state.observe_soft_threshold(SIGNAL, &then);
         let pod = SavedPod {
             namespace: "default".into(),
@@ -101,7 +96,7 @@ mod tests {
         state
     }
 
-    fn without_boot_marks() -> AgentState {
+    fn without_boot_marks() -> Memory {
         migrate_v1_to_v2(observed_state().v1)
     }
 
@@ -161,7 +156,7 @@ mod tests {
             ),
             (
                 "signal never observed",
-                AgentState::default(),
+                Memory::default(),
                 at(T0, "boot-a", 500 * SECOND),
                 GraceStatus::NotObserved,
             ),
@@ -211,7 +206,7 @@ mod tests {
             ),
             (
                 "no eviction yet",
-                AgentState::default(),
+                Memory::default(),
                 at(T0, "boot-a", 500 * SECOND),
                 None,
             ),

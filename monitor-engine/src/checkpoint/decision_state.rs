@@ -1,10 +1,11 @@
 //! The decision step's memory ([`EvictionState`], on the boot-time clock) carried into and out
-//! of the checkpointed [`AgentState`] (wall clock, plus boot-clock marks for the same boot).
+//! of the checkpointed [`Memory`] of the agent's mode (wall clock, plus boot-clock marks for
+//! the same boot).
 //!
 //! After a restart inside a soft grace period the timer keeps its first-observed instant, and
 //! the last eviction keeps blocking the next one for the rest of the eviction interval.
 use crate::{
-    checkpoint::{AgentState, Now, SavedPod},
+    checkpoint::{Memory, Now, SavedPod},
     decide::{EvictionState, PendingCleanup, ThresholdObservedAt},
     instant::MonoInstant,
     pod_facts::PodRef,
@@ -20,12 +21,7 @@ const CONDITIONS: [NodeCondition; 3] = [
 ];
 
 /// Copies what must survive a restart from the decision state into the checkpoint.
-pub fn save(
-    state: &EvictionState,
-    conditions: &[NodeCondition],
-    saved: &mut AgentState,
-    now: &Now,
-) {
+pub fn save(state: &EvictionState, conditions: &[NodeCondition], saved: &mut Memory, now: &Now) {
     for signal in Signal::ALL {
         let soft = ThresholdId {
             signal,
@@ -54,7 +50,7 @@ pub fn save(
 }
 
 /// Rebuilds the decision state from a checkpoint read at start.
-pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
+pub fn restore(saved: &Memory, now: &Now) -> EvictionState {
     let same_boot = saved.boot.as_ref().filter(|b| b.boot_id == now.boot_id);
     let instant = |unix_ms: u64, boot_ms: Option<u64>| match boot_ms {
         Some(ms) => MonoInstant::from_millis(ms),
@@ -112,7 +108,7 @@ pub fn restore(saved: &AgentState, now: &Now) -> EvictionState {
 }
 
 /// Records the bytes an eviction freed, once the pod is gone, on its history entries.
-pub fn record_freed(saved: &mut AgentState, uid: &str, bytes_freed: u64) {
+pub fn record_freed(saved: &mut Memory, uid: &str, bytes_freed: u64) {
     let v1 = &mut saved.v1;
     if v1
         .awaiting_cleanup
@@ -202,7 +198,7 @@ mod tests {
 
     #[test]
     fn soft_grace_timer_survives_a_restart_in_the_same_boot() {
-        let mut saved = AgentState::default();
+        let mut saved = Memory::default();
         save(
             &soft_memory_since(40_000),
             &[NodeCondition::MemoryPressure],
@@ -224,7 +220,7 @@ mod tests {
 
     #[test]
     fn another_boot_carries_wall_clock_time_over() {
-        let mut saved = AgentState::default();
+        let mut saved = Memory::default();
         save(
             &soft_memory_since(40_000),
             &[],
@@ -248,7 +244,7 @@ mod tests {
 
     #[test]
     fn last_eviction_and_pending_cleanup_are_restored() {
-        let mut saved = AgentState::default();
+        let mut saved = Memory::default();
         saved.record_eviction(
             saved_pod(&pod()),
             "memory.available",
@@ -280,7 +276,7 @@ mod tests {
 
     #[test]
     fn freed_bytes_land_on_the_eviction_records() {
-        let mut saved = AgentState::default();
+        let mut saved = Memory::default();
         saved.record_eviction(saved_pod(&pod()), "memory.available", 0, &now(1, "b", 1));
         record_freed(&mut saved, "other", 5);
         assert_eq!(saved.v1.last_eviction.as_ref().unwrap().bytes_freed, 0);
@@ -295,7 +291,7 @@ mod tests {
 
     #[test]
     fn cleared_soft_thresholds_leave_the_checkpoint() {
-        let mut saved = AgentState::default();
+        let mut saved = Memory::default();
         save(&soft_memory_since(1), &[], &mut saved, &now(10, "b", 5));
         save(
             &EvictionState::default(),

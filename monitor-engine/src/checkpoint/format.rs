@@ -13,26 +13,30 @@
 //! ```
 //!
 //! Version 3 embeds version 2 unchanged in the same way and adds `v3` (the eviction in
-//! progress) with `checksum_v3`.
+//! progress) with `checksum_v3`. Version 4 embeds version 3 and adds `v4` (the mode of the
+//! agent that wrote the file, and a dry run's own memory) with `checksum_v4`; the parts of
+//! versions 1 to 3 hold only what acting agents did.
 //!
 //! `checksum` covers `state` alone, so a version-1 agent (after a rollback) still verifies and
-//! loads a version-2 or version-3 file: it ignores fields it does not know and never gates on
-//! `version`. `checksum_v2` covers version 2's content (`state` and `v2`), so a version-2 agent
-//! verifies a version-3 file likewise; `checksum_v3` covers all of version 3's. A reader takes
+//! loads a later file: it ignores fields it does not know and never gates on `version`.
+//! `checksum_v2` covers version 2's content (`state` and `v2`), so a version-2 agent verifies
+//! a later file likewise; `checksum_v3` covers version 3's, `checksum_v4` all of version 4's.
+//! A reader takes
 //! the newest part it understands; when that part is corrupt it refuses the file instead of
 //! falling back to an older part, since the older part cannot say what the newer one held.
 use serde::{Deserialize, Serialize};
 
 use super::canonical;
-use super::state::{AgentState, AgentStateV1, BootMarks, PendingEviction};
+use super::state::{AgentState, AgentStateV1, BootMarks, Memory, Mode, PendingEviction};
 
 /// The version this agent writes.
-pub const CURRENT_VERSION: u32 = 3;
+pub const CURRENT_VERSION: u32 = 4;
 
 // Frozen schema names: they are part of every checksum.
 const SCHEMA_V1: &str = "monitor.AgentState/v1";
 const SCHEMA_V2: &str = "monitor.AgentState/v2";
 const SCHEMA_V3: &str = "monitor.AgentState/v3";
+const SCHEMA_V4: &str = "monitor.AgentState/v4";
 
 /// Why bytes could not be turned into a verified checkpoint, or a state into bytes.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +48,7 @@ pub enum CheckpointError {
     #[error("not a valid checkpoint: version {0} does not exist")]
     BadVersion(u32),
     /// The file says an older version than the parts it carries (version 1 with a version-2
-    /// part, version 2 with a version-3 part): reading it as the older version would silently
+    /// part, version 3 with a version-4 part, ...): reading it as the older version would silently
     /// drop a part, so the version field itself must be damaged.
     #[error("not a valid checkpoint: it says version {said} but carries a version-{carries} part")]
     VersionMismatch { said: u32, carries: u32 },
@@ -114,6 +118,23 @@ pub struct PartV3 {
     pub pending: Option<PendingEviction>,
 }
 
+/// The version-4 file: version 3's fields (what acting agents did), then its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointV4 {
+    #[serde(flatten)]
+    pub v3: CheckpointV3,
+    pub v4: PartV4,
+    pub checksum_v4: u32,
+}
+
+/// What version 4 adds to the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartV4 {
+    pub written_by: Option<Mode>,
+    pub dry_run: Memory,
+}
+
 /// Version 2's content, as version 2 checksummed it.
 #[derive(Serialize)]
 struct ContentV2<'a> {
@@ -162,10 +183,10 @@ impl Checkpoint for CheckpointV1 {
 }
 
 impl CheckpointV2 {
-    /// Wraps the version-2 content of `state` with both checksums; what later versions add is
+    /// Wraps the version-2 content of `memory` with both checksums; what later versions add is
     /// left out.
-    pub fn new(state: AgentState) -> Result<Self, CheckpointError> {
-        let AgentState { v1, boot, .. } = state;
+    pub fn new(memory: Memory) -> Result<Self, CheckpointError> {
+        let Memory { v1, boot, .. } = memory;
         Self::with_version(v1, boot, 2)
     }
 
@@ -185,9 +206,9 @@ impl CheckpointV2 {
         })
     }
 
-    /// The state this checkpoint holds (nothing of version 3).
-    pub fn into_state(self) -> AgentState {
-        AgentState {
+    /// The memory this checkpoint holds (nothing of version 3).
+    pub fn into_state(self) -> Memory {
+        Memory {
             v1: self.v1.state,
             boot: self.v2.boot,
             pending: None,
@@ -221,26 +242,30 @@ impl Checkpoint for CheckpointV2 {
 }
 
 impl CheckpointV3 {
-    /// Wraps `state` with all three checksums.
-    pub fn new(state: AgentState) -> Result<Self, CheckpointError> {
-        let checksum_v3 = state_checksum(&state)?;
-        let AgentState { v1, boot, pending } = state;
+    /// Wraps `memory` with the three checksums of version 3, as a version-3 file.
+    pub fn new(memory: Memory) -> Result<Self, CheckpointError> {
+        Self::with_version(memory, 3)
+    }
+
+    fn with_version(memory: Memory, version: u32) -> Result<Self, CheckpointError> {
+        let checksum_v3 = checksum_v3(&memory)?;
+        let Memory { v1, boot, pending } = memory;
         Ok(Self {
-            v2: CheckpointV2::with_version(v1, boot, CURRENT_VERSION)?,
+            v2: CheckpointV2::with_version(v1, boot, version)?,
             v3: PartV3 { pending },
             checksum_v3,
         })
     }
 
-    /// The state this checkpoint holds.
-    pub fn into_state(self) -> AgentState {
-        AgentState {
+    /// The memory this checkpoint holds.
+    pub fn into_state(self) -> Memory {
+        Memory {
             pending: self.v3.pending,
             ..self.v2.into_state()
         }
     }
 
-    fn state(&self) -> AgentState {
+    fn memory(&self) -> Memory {
         self.clone().into_state()
     }
 }
@@ -260,25 +285,92 @@ impl Checkpoint for CheckpointV3 {
     }
 
     fn verify_checksum(&self) -> Result<(), CheckpointError> {
-        verify(3, self.checksum_v3, state_checksum(&self.state())?)?;
+        verify(3, self.checksum_v3, checksum_v3(&self.memory())?)?;
         self.v2.verify_checksum()
     }
 }
 
-/// Brings a version-1 state to the current version. Version 1 had no boot marks, so the timers
-/// of a migrated state are measured on the wall clock until they restart.
-pub fn migrate_v1_to_v2(state: AgentStateV1) -> AgentState {
-    AgentState {
+impl CheckpointV4 {
+    /// Wraps `state` with all four checksums.
+    pub fn new(state: AgentState) -> Result<Self, CheckpointError> {
+        let checksum_v4 = state_checksum(&state)?;
+        let AgentState {
+            acting,
+            dry_run,
+            written_by,
+        } = state;
+        Ok(Self {
+            v3: CheckpointV3::with_version(acting, CURRENT_VERSION)?,
+            v4: PartV4 {
+                written_by,
+                dry_run,
+            },
+            checksum_v4,
+        })
+    }
+
+    /// The state this checkpoint holds.
+    pub fn into_state(self) -> AgentState {
+        AgentState {
+            acting: self.v3.into_state(),
+            dry_run: self.v4.dry_run,
+            written_by: self.v4.written_by,
+        }
+    }
+
+    fn state(&self) -> AgentState {
+        self.clone().into_state()
+    }
+}
+
+impl Checkpoint for CheckpointV4 {
+    fn marshal(&self) -> Result<Vec<u8>, CheckpointError> {
+        to_pretty_json(self)
+    }
+
+    fn unmarshal(bytes: &[u8]) -> Result<Self, CheckpointError> {
+        let checkpoint: Self = serde_json::from_slice(bytes).map_err(CheckpointError::Malformed)?;
+        let version = checkpoint.v3.v2.v1.version;
+        if version < 4 {
+            return Err(CheckpointError::BadVersion(version));
+        }
+        Ok(checkpoint)
+    }
+
+    fn verify_checksum(&self) -> Result<(), CheckpointError> {
+        verify(4, self.checksum_v4, state_checksum(&self.state())?)?;
+        self.v3.verify_checksum()
+    }
+}
+
+/// Brings a version-1 state to a version-2 memory. Version 1 had no boot marks, so the
+/// timers of a migrated state are measured on the wall clock until they restart.
+pub fn migrate_v1_to_v2(state: AgentStateV1) -> Memory {
+    Memory {
         v1: state,
         boot: None,
         pending: None,
     }
 }
 
+/// Brings the memory of a file from before version 4 to the current version: it stays where
+/// those versions kept it, and the file does not say which mode wrote it.
+pub fn migrate_to_v4(memory: Memory) -> AgentState {
+    AgentState {
+        acting: memory,
+        dry_run: Memory::default(),
+        written_by: None,
+    }
+}
+
 /// The checksum of `state`'s full current-version content; equal checksums mean there is
 /// nothing new to write.
 pub fn state_checksum(state: &AgentState) -> Result<u32, CheckpointError> {
-    canonical::checksum(SCHEMA_V3, state).map_err(CheckpointError::Encode)
+    canonical::checksum(SCHEMA_V4, state).map_err(CheckpointError::Encode)
+}
+
+fn checksum_v3(memory: &Memory) -> Result<u32, CheckpointError> {
+    canonical::checksum(SCHEMA_V3, memory).map_err(CheckpointError::Encode)
 }
 
 fn checksum_v2(v1: &AgentStateV1, boot: &Option<BootMarks>) -> Result<u32, CheckpointError> {
@@ -287,7 +379,7 @@ fn checksum_v2(v1: &AgentStateV1, boot: &Option<BootMarks>) -> Result<u32, Check
 
 /// Serialises `state` in the current version.
 pub fn encode(state: &AgentState) -> Result<Vec<u8>, CheckpointError> {
-    CheckpointV3::new(state.clone())?.marshal()
+    CheckpointV4::new(state.clone())?.marshal()
 }
 
 /// Parses and verifies a checkpoint of any version, migrating it to the current one.
@@ -299,32 +391,50 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, CheckpointError> {
         checksum_v2: Option<serde::de::IgnoredAny>,
         v3: Option<serde::de::IgnoredAny>,
         checksum_v3: Option<serde::de::IgnoredAny>,
+        v4: Option<serde::de::IgnoredAny>,
+        checksum_v4: Option<serde::de::IgnoredAny>,
     }
     let envelope: Envelope = serde_json::from_slice(bytes).map_err(CheckpointError::Malformed)?;
     let version = envelope.version;
-    let carries_v2 = envelope.v2.is_some() || envelope.checksum_v2.is_some();
-    let carries_v3 = envelope.v3.is_some() || envelope.checksum_v3.is_some();
-    let mismatch = |carries| CheckpointError::VersionMismatch {
-        said: version,
-        carries,
-    };
+    // The newest part the file carries, by its content or its checksum.
+    let carries = [
+        (4, envelope.v4.is_some() || envelope.checksum_v4.is_some()),
+        (3, envelope.v3.is_some() || envelope.checksum_v3.is_some()),
+        (2, envelope.v2.is_some() || envelope.checksum_v2.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(part, present)| present.then_some(part))
+    .unwrap_or(1);
+    if version < carries {
+        return Err(if version == 0 {
+            CheckpointError::BadVersion(0)
+        } else {
+            CheckpointError::VersionMismatch {
+                said: version,
+                carries,
+            }
+        });
+    }
     let state = match version {
         0 => return Err(CheckpointError::BadVersion(0)),
-        1 if carries_v2 || carries_v3 => return Err(mismatch(if carries_v3 { 3 } else { 2 })),
         1 => {
             let checkpoint = CheckpointV1::unmarshal(bytes)?;
             checkpoint.verify_checksum()?;
-            migrate_v1_to_v2(checkpoint.state)
+            migrate_to_v4(migrate_v1_to_v2(checkpoint.state))
         }
-        2 if carries_v3 => return Err(mismatch(3)),
         2 => {
             let checkpoint = CheckpointV2::unmarshal(bytes)?;
             checkpoint.verify_checksum()?;
-            checkpoint.into_state()
+            migrate_to_v4(checkpoint.into_state())
         }
-        // Versions after 3 are read through the version-3 part they embed.
-        _ => {
+        3 => {
             let checkpoint = CheckpointV3::unmarshal(bytes)?;
+            checkpoint.verify_checksum()?;
+            migrate_to_v4(checkpoint.into_state())
+        }
+        // Versions after 4 are read through the version-4 part they embed.
+        _ => {
+            let checkpoint = CheckpointV4::unmarshal(bytes)?;
             checkpoint.verify_checksum()?;
             checkpoint.into_state()
         }
@@ -356,185 +466,4 @@ fn to_pretty_json<T: Serialize>(value: &T) -> Result<Vec<u8>, CheckpointError> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(CheckpointError::Encode)?;
     bytes.push(b'\n');
     Ok(bytes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::checkpoint::{Now, SavedPod};
-
-    fn sample_state() -> AgentState {
-        let now = Now {
-            unix_ms: 1_700_000_000_000,
-            boot_id: "boot-a".into(),
-            boot_ms: 42_000,
-        };
-        let mut state = AgentState::default();
-        state.observe_soft_threshold("memory.available", &now);
-        state.set_condition("MemoryPressure", "True", &now);
-        let pod = SavedPod {
-            namespace: "shop".into(),
-            name: "cart-0".into(),
-            uid: "0b6c".into(),
-        };
-        state.record_eviction(pod, "memory.available", 3 << 20, &now);
-        state.record_grace_period(30);
-        state.count_events(10, 1);
-        state
-    }
-
-    fn json(bytes: &[u8]) -> serde_json::Value {
-        serde_json::from_slice(bytes).unwrap()
-    }
-
-    #[test]
-    fn round_trips_in_the_current_version() {
-        let state = sample_state();
-        let decoded = decode(&encode(&state).unwrap()).unwrap();
-        assert_eq!(decoded.state, state);
-        assert_eq!(decoded.file_version, CURRENT_VERSION);
-        assert_eq!(decoded.checksum, state_checksum(&state).unwrap());
-    }
-
-    #[test]
-    fn checksum_ignores_field_order_and_whitespace() {
-        let bytes = encode(&sample_state()).unwrap();
-        // serde_json's default map sorts keys, so this reorders every object and drops spaces.
-        let reordered = serde_json::to_vec(&json(&bytes)).unwrap();
-        assert_ne!(reordered, bytes);
-        assert_eq!(decode(&reordered).unwrap().state, sample_state());
-    }
-
-    #[test]
-    fn older_readers_load_the_current_file() {
-        let state = sample_state();
-        let bytes = encode(&state).unwrap();
-        let v1_reader = CheckpointV1::unmarshal(&bytes).unwrap();
-        v1_reader.verify_checksum().unwrap();
-        assert_eq!(v1_reader.state, state.v1);
-        let v2_reader = CheckpointV2::unmarshal(&bytes).unwrap();
-        v2_reader.verify_checksum().unwrap();
-        assert_eq!(
-            v2_reader.into_state(),
-            AgentState {
-                pending: None,
-                ..state
-            }
-        );
-    }
-
-    #[test]
-    fn version_2_file_loads_without_a_pending_grace_period() {
-        let state = sample_state();
-        let v2 = CheckpointV2::new(state.clone()).unwrap().marshal().unwrap();
-        let decoded = decode(&v2).unwrap();
-        assert_eq!(decoded.file_version, 2);
-        assert_eq!(decoded.state.pending, None);
-        assert_eq!(decoded.state.v1, state.v1);
-    }
-
-    #[test]
-    fn version_1_file_is_migrated() {
-        let state = sample_state();
-        let v1 = CheckpointV1::new(state.v1.clone())
-            .unwrap()
-            .marshal()
-            .unwrap();
-        let decoded = decode(&v1).unwrap();
-        assert_eq!(decoded.file_version, 1);
-        assert_eq!(decoded.state, migrate_v1_to_v2(state.v1));
-    }
-
-    #[test]
-    fn a_later_version_is_read_through_its_embedded_parts() {
-        let mut file = json(&encode(&sample_state()).unwrap());
-        file["version"] = 4.into();
-        file["v4"] = serde_json::json!({"something": "new"});
-        let decoded = decode(&serde_json::to_vec(&file).unwrap()).unwrap();
-        assert_eq!((decoded.file_version, decoded.state), (4, sample_state()));
-    }
-
-    #[test]
-    fn rejects_damaged_files() {
-        let good = json(&encode(&sample_state()).unwrap());
-        let edit = |change: &dyn Fn(&mut serde_json::Value)| {
-            let mut file = good.clone();
-            change(&mut file);
-            serde_json::to_vec(&file).unwrap()
-        };
-        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-            (
-                "version-3 content changed: no fallback to version 2",
-                edit(&|f| f["v3"]["pending"]["grace_period_seconds"] = 1.into()),
-                "version-3",
-            ),
-            (
-                "version-2 content changed",
-                edit(&|f| f["v2"]["boot"]["last_eviction_ms"] = 7.into()),
-                "version-3",
-            ),
-            (
-                "version-2 checksum changed",
-                edit(&|f| f["checksum_v2"] = 1.into()),
-                "version-2",
-            ),
-            (
-                "version-1 content changed",
-                edit(&|f| f["state"]["counters"]["events_lost"] = 9.into()),
-                "version-3",
-            ),
-            (
-                "version-1 checksum changed",
-                edit(&|f| f["checksum"] = 1.into()),
-                "version-1",
-            ),
-            (
-                "version zero",
-                edit(&|f| f["version"] = 0.into()),
-                "version 0",
-            ),
-            (
-                "version lowered to 1 with newer parts",
-                edit(&|f| f["version"] = 1.into()),
-                "carries a version-3 part",
-            ),
-            (
-                "version lowered to 2 with a version-3 part",
-                edit(&|f| f["version"] = 2.into()),
-                "carries a version-3 part",
-            ),
-            (
-                "unknown field inside the frozen state",
-                edit(&|f| f["state"]["extra"] = 1.into()),
-                "unknown field",
-            ),
-            (
-                "not JSON",
-                b"{\"version\": 2,".to_vec(),
-                "not a valid checkpoint",
-            ),
-            ("empty file", Vec::new(), "not a valid checkpoint"),
-        ];
-        for (name, bytes, message) in cases {
-            let error = decode(&bytes).expect_err(name).to_string();
-            assert!(error.contains(message), "{name}: {error}");
-        }
-    }
-
-    #[test]
-    fn mismatch_names_expected_and_actual() {
-        let mut file = json(&encode(&sample_state()).unwrap());
-        file["checksum_v3"] = 12345.into();
-        let error = decode(&serde_json::to_vec(&file).unwrap()).unwrap_err();
-        let CheckpointError::ChecksumMismatch {
-            part,
-            expected,
-            actual,
-        } = error
-        else {
-            panic!("unexpected {error:?}");
-        };
-        assert_eq!((part, expected), (3, 12345));
-        assert_eq!(actual, state_checksum(&sample_state()).unwrap());
-    }
 }

@@ -6,9 +6,13 @@
 //! Version 2 adds [`BootMarks`], readings of the boot-time clock that let a restarted agent
 //! measure elapsed time even if the wall clock was stepped while it was down. Version 3 adds
 //! [`PendingEviction`], the grace period of the eviction in progress, so a restarted agent
-//! finishes it on its original deadline.
+//! finishes it on its original deadline. Those three make one agent's [`Memory`]. Version 4
+//! keeps one memory per [`Mode`]: what acting agents did stays in the parts every older agent
+//! reads, a dry run's decisions go into a part of their own, and the file says which mode
+//! wrote it ([`AgentState`]), so no dry-run decision is ever carried out, by this agent or an
+//! older one after a rollback.
 //!
-//! Mutate through the methods on [`AgentState`]: they keep the boot marks in step with the
+//! Mutate through the methods on [`Memory`]: they keep the boot marks in step with the
 //! wall-clock fields they shadow.
 use std::collections::BTreeMap;
 
@@ -17,10 +21,68 @@ use serde::{Deserialize, Serialize};
 /// The most recent evictions kept in [`AgentStateV1::recent_evictions`]; older ones are dropped.
 pub const MAX_RECENT_EVICTIONS: usize = 64;
 
-/// The agent's persisted state, current version (3).
+/// The agent's persisted state, current version (4): one memory per mode.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentState {
+    /// What acting agents decided and did, kept in the version 1-3 parts, the only ones an
+    /// older agent reads: after a rollback it finds there nothing a dry run decided.
+    pub acting: Memory,
+    /// Version 4: a dry-run agent's own decisions, which no acting agent carries out.
+    pub dry_run: Memory,
+    /// Version 4: the mode of the agent that wrote the file. `None` for a file written before
+    /// version 4, which does not say: its memory (in `acting`, where those versions kept it)
+    /// may be a dry run's, so [`super::handover`] treats it as one.
+    pub written_by: Option<Mode>,
+}
+
+/// How an agent runs: only an acting agent's decisions are carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// It evicts (`monitor` without `--dry-run`).
+    Acting,
+    /// It decides and signals nothing (`--dry-run`).
+    DryRun,
+}
+
+impl Mode {
+    /// The mode `--dry-run` asks for.
+    pub fn from_dry_run(dry_run: bool) -> Self {
+        if dry_run { Self::DryRun } else { Self::Acting }
+    }
+
+    /// In words, for logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Acting => "an acting agent",
+            Self::DryRun => "a dry run",
+        }
+    }
+}
+
+impl AgentState {
+    /// The memory of the agent in `mode`.
+    pub fn memory(&self, mode: Mode) -> &Memory {
+        match mode {
+            Mode::Acting => &self.acting,
+            Mode::DryRun => &self.dry_run,
+        }
+    }
+
+    /// The memory of the agent in `mode`, to change.
+    pub fn memory_mut(&mut self, mode: Mode) -> &mut Memory {
+        match mode {
+            Mode::Acting => &mut self.acting,
+            Mode::DryRun => &mut self.dry_run,
+        }
+    }
+}
+
+/// What an agent in one mode remembers across restarts: the whole state up to version 3.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
     /// The version-1 fields, which are all a version-1 agent reads.
     pub v1: AgentStateV1,
     /// Boot-clock readings for the timers whose continuity matters; `None` after migrating a
@@ -124,7 +186,7 @@ pub struct Now {
     pub boot_ms: u64,
 }
 
-impl AgentState {
+impl Memory {
     /// Records that `signal` is past its soft threshold; keeps the first observation if the
     /// timer is already running.
     pub fn observe_soft_threshold(&mut self, signal: &str, now: &Now) {
@@ -148,6 +210,15 @@ impl AgentState {
         self.v1.soft_threshold_first_observed_unix_ms.remove(signal);
         if let Some(boot) = &mut self.boot {
             boot.soft_threshold_first_observed_ms.remove(signal);
+        }
+    }
+
+    /// Stops every soft-threshold timer: they start again when the agent sees the thresholds
+    /// met.
+    pub fn forget_soft_thresholds(&mut self) {
+        self.v1.soft_threshold_first_observed_unix_ms.clear();
+        if let Some(boot) = &mut self.boot {
+            boot.soft_threshold_first_observed_ms.clear();
         }
     }
 
@@ -267,7 +338,7 @@ mod tests {
 
     #[test]
     fn soft_threshold_keeps_its_first_observation() {
-        let mut state = AgentState::default();
+        let mut state = Memory::default();
         state.observe_soft_threshold("memory.available", &now(1_000, "b1", 10));
         state.observe_soft_threshold("memory.available", &now(5_000, "b1", 50));
         assert_eq!(
@@ -293,7 +364,7 @@ mod tests {
 
     #[test]
     fn marks_from_an_earlier_boot_are_dropped() {
-        let mut state = AgentState::default();
+        let mut state = Memory::default();
         state.observe_soft_threshold("memory.available", &now(1_000, "old", 10));
         state.observe_soft_threshold("nodefs.available", &now(2_000, "new", 20));
         let boot = state.boot.unwrap();
@@ -308,7 +379,7 @@ mod tests {
 
     #[test]
     fn condition_transition_time_moves_only_on_a_status_change() {
-        let mut state = AgentState::default();
+        let mut state = Memory::default();
         state.set_condition("MemoryPressure", "True", &now(1_000, "b", 1));
         state.set_condition("MemoryPressure", "True", &now(2_000, "b", 2));
         assert_eq!(
@@ -324,7 +395,7 @@ mod tests {
 
     #[test]
     fn eviction_history_is_bounded_and_drops_the_oldest() {
-        let mut state = AgentState::default();
+        let mut state = Memory::default();
         let total = MAX_RECENT_EVICTIONS as u64 + 3;
         for i in 0..total {
             state.record_eviction(

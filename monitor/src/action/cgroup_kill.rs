@@ -63,6 +63,9 @@ pub struct KillTimings {
     /// empty: [`REAP_WAIT`] after a decision on `pid.available`, whose next reading must
     /// not count them; zero otherwise (a zombie holds no memory).
     pub reap_wait: Duration,
+    /// Whether SIGTERM is sent: false when an eviction interrupted by a restart is resumed,
+    /// whose SIGTERM went out before it (a second one makes many servers quit their drain).
+    pub terminate: bool,
 }
 
 /// How the kill ended.
@@ -181,7 +184,7 @@ pub async fn kill_cgroup_tree(
         emptied_at = None;
         signalled.extend(pids.iter().copied());
         if now < grace_end {
-            for pid in pids {
+            for pid in pids.into_iter().filter(|_| timings.terminate) {
                 if !terminated.contains(&pid) && target.signal(pid, libc::SIGTERM)? {
                     terminated.insert(pid);
                 }
@@ -433,6 +436,7 @@ mod tests {
             grace: Duration::ZERO,
             force_for: Duration::ZERO,
             reap_wait: Duration::ZERO,
+            terminate: true,
         };
         for root in ["/", "", "//"] {
             let refused = kill_cgroup_tree(&hierarchy, root, timings, &Notify::new()).await;

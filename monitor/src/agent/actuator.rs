@@ -50,6 +50,8 @@ pub(crate) struct ActionRequest {
     /// How long a cgroup kill waits for its processes to be reaped (see
     /// [`KillTimings::reap_wait`]).
     pub reap_wait: Duration,
+    /// Whether a cgroup kill sends SIGTERM (see [`KillTimings::terminate`]).
+    pub terminate: bool,
 }
 
 /// How an action ended.
@@ -210,6 +212,7 @@ impl Actuator for CgroupKiller {
                         grace: request.grace,
                         force_for: FORCE_FOR,
                         reap_wait: request.reap_wait,
+                        terminate: request.terminate,
                     };
                     match kill_cgroup_tree(&hierarchy, rel, timings, &request.force_now).await {
                         Ok(report) => ActionOutcome::Killed(report),
@@ -297,6 +300,7 @@ mod tests {
             span: tracing::Span::none(),
             force_now: Arc::default(),
             reap_wait: Duration::ZERO,
+            terminate: true,
         }
     }
 

@@ -217,7 +217,9 @@ pub(crate) struct AgentArgs {
     /// Where the agent keeps its state across restarts.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
     pub checkpoint_dir: PathBuf,
-    /// Move an unreadable or corrupt checkpoint aside (never deleted) and start empty.
+    /// Move the checkpoint aside even when it is valid (renamed agent_state.reset-TIME, never
+    /// deleted) and start with an empty state. Not needed for a damaged one: the agent always
+    /// sets that aside (agent_state.corrupt-TIME, at most 5 kept), says so and starts empty.
     #[arg(long)]
     pub reset_state: bool,
     /// `text`: one line per decision; `json`: one object per decision with monotonic and

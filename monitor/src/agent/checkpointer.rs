@@ -1,7 +1,8 @@
 //! The agent's one door to its checkpoint: what a decision, a finished action and the event
 //! counters change goes into the saved state here and is written through the
 //! [`CheckpointWriter`]. The decision step runs after every input; most evaluations change
-//! nothing worth keeping, so an unchanged decision state is not written again.
+//! nothing worth keeping, so an unchanged decision state is not written again. Only the memory
+//! of the agent's own mode (acting or dry run) is changed; the other mode's stays as it was.
 use std::io;
 
 use tokio::time::Instant;
@@ -9,7 +10,7 @@ use tokio::time::Instant;
 use crate::{
     checkpoint::writer::{CheckpointHealth, CheckpointWriter, Persister},
     engine::{
-        checkpoint::{AgentState, Now, decision_state},
+        checkpoint::{AgentState, Memory, Mode, Now, decision_state},
         decide::EvictionState,
         pod_facts::PodRef,
         signal::{NodeCondition, Signal},
@@ -28,6 +29,10 @@ pub(super) struct Checkpointer<P> {
     writer: CheckpointWriter<P>,
     /// What a restart would read, once the writer has written it.
     saved: AgentState,
+    /// The agent's mode: whose memory it changes.
+    mode: Mode,
+    /// The checkpoint found at start could not be used and was set aside.
+    damaged_at_start: bool,
     /// Decision state and node conditions as last put into `saved`.
     written_decision: Option<(EvictionState, Vec<NodeCondition>)>,
     /// Kernel records received and lost since they were last added to `saved`'s counters.
@@ -36,10 +41,13 @@ pub(super) struct Checkpointer<P> {
 }
 
 impl<P: Persister> Checkpointer<P> {
-    pub(super) fn new(writer: CheckpointWriter<P>, saved: AgentState) -> Self {
+    /// `saved` as [`crate::engine::checkpoint::take_over`] handed it to the agent in `mode`.
+    pub(super) fn new(writer: CheckpointWriter<P>, saved: AgentState, mode: Mode) -> Self {
         Self {
             writer,
             saved,
+            mode,
+            damaged_at_start: false,
             written_decision: None,
             received_unsaved: 0,
             lost_unsaved: 0,
@@ -49,6 +57,24 @@ impl<P: Persister> Checkpointer<P> {
     /// The state as saved (or about to be, while writes fail).
     pub(super) fn saved(&self) -> &AgentState {
         &self.saved
+    }
+
+    /// Notes that the checkpoint found at start could not be used, for the metrics.
+    pub(super) fn found_damaged_at_start(&mut self) {
+        self.damaged_at_start = true;
+    }
+
+    pub(super) fn damaged_at_start(&self) -> bool {
+        self.damaged_at_start
+    }
+
+    /// The memory of this agent's mode, as saved.
+    pub(super) fn own(&self) -> &Memory {
+        self.saved.memory(self.mode)
+    }
+
+    fn own_mut(&mut self) -> &mut Memory {
+        self.saved.memory_mut(self.mode)
     }
 
     /// Keeps a decision's state and writes it, unless it equals the last one kept and
@@ -76,15 +102,16 @@ impl<P: Persister> Checkpointer<P> {
                 return;
             }
         };
-        decision_state::save(state, conditions, &mut self.saved, &now);
+        let own = self.own_mut();
+        decision_state::save(state, conditions, own, &now);
         if let Some(started) = started {
-            self.saved.record_eviction(
+            own.record_eviction(
                 decision_state::saved_pod(started.pod),
                 started.signal.as_str(),
                 0,
                 &now,
             );
-            self.saved.record_grace_period(started.grace_period_seconds);
+            own.record_grace_period(started.grace_period_seconds);
         }
         self.written_decision = Some((state.clone(), conditions.to_vec()));
         self.writer.save(&self.saved, at);
@@ -92,7 +119,7 @@ impl<P: Persister> Checkpointer<P> {
 
     /// Keeps what a finished eviction freed and writes it.
     pub(super) fn record_freed(&mut self, uid: &str, bytes_freed: u64, at: Instant) {
-        decision_state::record_freed(&mut self.saved, uid, bytes_freed);
+        decision_state::record_freed(self.own_mut(), uid, bytes_freed);
         self.writer.save(&self.saved, at);
     }
 
@@ -108,8 +135,8 @@ impl<P: Persister> Checkpointer<P> {
 
     /// Adds the records counted since the last call to the saved counters and writes them.
     pub(super) fn save_counters(&mut self, at: Instant) {
-        self.saved
-            .count_events(self.received_unsaved, self.lost_unsaved);
+        let (received, lost) = (self.received_unsaved, self.lost_unsaved);
+        self.own_mut().count_events(received, lost);
         self.received_unsaved = 0;
         self.lost_unsaved = 0;
         self.writer.save(&self.saved, at);
@@ -167,7 +194,10 @@ mod tests {
     fn checkpointer() -> (Checkpointer<Disk>, Disk) {
         let disk = Disk::default();
         let writer = CheckpointWriter::new(disk.clone());
-        (Checkpointer::new(writer, AgentState::default()), disk)
+        (
+            Checkpointer::new(writer, AgentState::default(), Mode::Acting),
+            disk,
+        )
     }
 
     fn now() -> io::Result<Now> {
@@ -213,7 +243,7 @@ mod tests {
         c.record_decision(&state, &pressure, Some(started), now, at);
         let written = disk.written.borrow();
         assert_eq!(written.len(), 3);
-        let kept = written.last().unwrap();
+        let kept = &written.last().unwrap().acting;
         let last = kept
             .v1
             .last_eviction
@@ -222,6 +252,39 @@ mod tests {
         assert_eq!(last.pod.uid, "u1");
         assert_eq!(kept.pending_grace_period_seconds(), Some(30));
         assert_eq!(kept.v1.node_conditions["MemoryPressure"].status, "True");
+    }
+
+    #[test]
+    fn a_dry_run_writes_its_own_memory_and_leaves_the_acting_eviction_in_flight() {
+        let disk = Disk::default();
+        let mut saved = AgentState::default();
+        saved.acting.record_eviction(
+            decision_state::saved_pod(&pod()),
+            "memory.available",
+            0,
+            &now().unwrap(),
+        );
+        saved.acting.record_grace_period(8);
+        let acting_before = saved.acting.clone();
+        let mut c = Checkpointer::new(CheckpointWriter::new(disk.clone()), saved, Mode::DryRun);
+        let at = Instant::now();
+        // The dry run's decision state knows nothing in flight, and it decides an eviction.
+        c.record_decision(&EvictionState::default(), &[], None, now, at);
+        let started = Started {
+            pod: &PodRef {
+                name: "other".into(),
+                uid: "u2".into(),
+                ..pod()
+            },
+            signal: Signal::MemoryAvailable,
+            grace_period_seconds: 1,
+        };
+        c.record_decision(&evicted_at(5_000), &[], Some(started), now, at);
+        let written = disk.written.borrow();
+        let last = written.last().unwrap();
+        assert_eq!(last.acting, acting_before, "the acting memory is untouched");
+        let dry = last.dry_run.v1.last_eviction.as_ref().expect("its own");
+        assert_eq!(dry.pod.uid, "u2");
     }
 
     #[test]
@@ -267,7 +330,7 @@ mod tests {
             "the second save waited for the retry"
         );
         let written = disk.written.borrow();
-        let counters = &written.last().unwrap().v1.counters;
+        let counters = &written.last().unwrap().acting.v1.counters;
         assert_eq!((counters.events_received, counters.events_lost), (6, 2));
         // What was written decodes as the agent reads it at start.
         let bytes = crate::engine::checkpoint::encode(written.last().unwrap()).unwrap();

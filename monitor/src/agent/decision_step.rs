@@ -54,6 +54,8 @@ pub(super) struct ActOn {
     hard: bool,
     /// See [`crate::action::KillTimings::reap_wait`].
     reap_wait: Duration,
+    /// See [`crate::action::KillTimings::terminate`].
+    terminate: bool,
 }
 
 impl Agent {
@@ -129,6 +131,7 @@ impl Agent {
                     } else {
                         Duration::ZERO
                     },
+                    terminate: true,
                 },
                 span.clone(),
             );
@@ -363,6 +366,7 @@ impl Agent {
             message,
             hard,
             reap_wait,
+            terminate,
         } = on;
         let force_now = Arc::new(Notify::new());
         let request = ActionRequest {
@@ -380,6 +384,7 @@ impl Agent {
             span: span.clone(),
             force_now: force_now.clone(),
             reap_wait,
+            terminate,
         };
         let local = self.actions.route(hard).is_some_and(Route::kills);
         let uid = request.pod.uid.clone();
@@ -405,8 +410,9 @@ impl Agent {
     }
 
     /// After a restart: an eviction whose pod still runs is finished on its original
-    /// deadline (SIGTERM again, force once its grace period from the decision is over),
-    /// instead of being waited out for the cleanup timeout and started over.
+    /// deadline (no second SIGTERM, force once its grace period from the decision is over),
+    /// instead of being waited out for the cleanup timeout and started over. Only this mode's
+    /// own eviction: a dry run's is never carried out ([`crate::engine::checkpoint::handover`]).
     pub(super) fn resume_pending_eviction(&mut self) {
         let Some(pending) = self.core.state().awaiting_cleanup.clone() else {
             return;
@@ -422,7 +428,7 @@ impl Agent {
         if !running || !self.evictor_is_local() {
             return;
         }
-        let Some(grace_period_seconds) = self.checkpoint.saved().pending_grace_period_seconds()
+        let Some(grace_period_seconds) = self.checkpoint.own().pending_grace_period_seconds()
         else {
             tracing::warn!(
                 "pod {pod} was being evicted before the restart, but the checkpoint does not \
@@ -436,8 +442,8 @@ impl Agent {
             .saturating_add(Duration::from_secs(grace_secs(grace_period_seconds)));
         let left = deadline.saturating_since(BootClock.now());
         tracing::info!(
-            "resuming the eviction of {pod} begun before the restart: force in {left:?}, at the \
-             end of its {grace_period_seconds}s grace period"
+            "resuming the eviction of {pod} begun before the restart: no second SIGTERM, force in \
+             {left:?}, at the end of its {grace_period_seconds}s grace period"
         );
         // Only a --pods eviction is resumed; the flag is not read on that route.
         let span = decision_log::resumed(&pod);
@@ -452,6 +458,9 @@ impl Agent {
                 // The checkpoint does not say which signal: done once the cgroup is empty,
                 // as for memory.
                 reap_wait: Duration::ZERO,
+                // Its SIGTERM went out before the restart: the checkpoint is written before
+                // the action starts.
+                terminate: false,
             },
             span.clone(),
         );

@@ -5,14 +5,15 @@ use super::components::Agent;
 use crate::{cgroupfs::procs::subtree_pids, engine::ids::CgroupRel};
 
 impl Agent {
-    /// After a restart: pods the checkpoint lists among the recent evictions that are still
-    /// in the pod set but have no process left (or no cgroup) are taken as stopped by this
-    /// agent, as they were before the restart, so they are not chosen again. A listed pod
-    /// that runs (a dry-run decision, or started again) ranks as usual.
+    /// After a restart: pods an acting agent evicted (the checkpoint's acting memory, whatever
+    /// this agent's mode; never a dry run's decisions) that are still in the pod set but have
+    /// no process left (or no cgroup) are taken as stopped, as they were before the restart,
+    /// so they are not chosen again. A listed pod that runs (started again) ranks as usual.
     pub(super) fn restore_stopped_pods(&mut self) {
         let evicted: HashSet<&str> = self
             .checkpoint
             .saved()
+            .acting
             .v1
             .recent_evictions
             .iter()

@@ -296,6 +296,7 @@ fn scene_with(
         hierarchy_id: 0,
     };
     let persister: Box<dyn Persister> = Box::new(disk.clone());
+    let mode = crate::engine::checkpoint::Mode::from_dry_run(args.dry_run);
     let mut agent = Agent::assemble(Parts {
         brake: KubepodsBrake::new(mount.path().into(), "/kubepods", None, mount.path()),
         args,
@@ -305,7 +306,11 @@ fn scene_with(
         core,
         source,
         reader: Box::new(machine.clone()),
-        checkpoint: Checkpointer::new(CheckpointWriter::new(persister), AgentState::default()),
+        checkpoint: Checkpointer::new(
+            CheckpointWriter::new(persister),
+            AgentState::default(),
+            mode,
+        ),
         publisher: snapshot::channel().0,
         actuator,
         node_status: None,
@@ -403,7 +408,11 @@ async fn a_pod_found_gone_is_over_and_the_next_one_is_chosen_not_it_again() {
     let saved = s.disk.0.borrow();
     let last = saved.last().unwrap();
     assert_eq!(
-        last.v1.last_eviction.as_ref().map(|e| e.pod.name.as_str()),
+        last.acting
+            .v1
+            .last_eviction
+            .as_ref()
+            .map(|e| e.pod.name.as_str()),
         Some("steady"),
         "each eviction reached the checkpoint before its action ran"
     );

@@ -24,13 +24,16 @@ use super::{
     stat_programs::StatPrograms,
 };
 use crate::{
-    action::{KubeEvictor, kube_event::EventPoster},
+    action::{
+        KubeEvictor,
+        kube_event::{EventPoster, EventReason},
+    },
     cgroupfs::{CgroupVersion, MemoryHierarchy},
     checkpoint::{
-        IfUnusable, StateManager, read_now,
+        AtStart, StateManager, read_now,
         writer::{CheckpointWriter, Persister},
     },
-    engine::checkpoint::decision_state,
+    engine::checkpoint::{Mode, decision_state},
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
     engine::units::bytes,
@@ -134,14 +137,24 @@ impl Agent {
         let memory = read_mem_total()?;
         let kubepods_limit = read_memory_limit(&kubepods_dir, hierarchy.version)?;
         let capacity = node_capacity(args.allocatable_memory, memory, kubepods_limit);
-        let if_unusable = if args.reset_state {
-            IfUnusable::Reset
+        let at_start = if args.reset_state {
+            AtStart::Reset
         } else {
-            IfUnusable::Refuse
+            AtStart::Load
         };
-        let opened = StateManager::open(&args.checkpoint_dir, if_unusable)?;
+        let mode = Mode::from_dry_run(args.dry_run);
+        let opened = StateManager::open(&args.checkpoint_dir, mode, at_start)?;
         let (saved, startup) = (opened.state, opened.startup);
-        tracing::info!("checkpoint {}: {startup}", opened.manager.path().display());
+        let path = opened.manager.path();
+        let damaged = startup.damage().is_some();
+        if damaged {
+            tracing::error!("checkpoint {}: {startup}", path.display());
+        } else {
+            tracing::info!("checkpoint {}: {startup}", path.display());
+        }
+        for not_carried in &opened.not_carried {
+            tracing::warn!("checkpoint {}: {not_carried}", path.display());
+        }
         // Before anything else is logged: a checkpoint that cannot be written is said first.
         let persister: Box<dyn Persister> = Box::new(opened.manager);
         let writer = match &opened.write_problem {
@@ -163,7 +176,7 @@ impl Agent {
             &args.checkpoint_dir,
         );
         brake.recover();
-        let state = decision_state::restore(&saved, &read_now()?);
+        let state = decision_state::restore(saved.memory(mode), &read_now()?);
         let source = Source::open(&args, &hierarchy)?;
         tracing::info!(
             "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
@@ -222,6 +235,17 @@ impl Agent {
             .as_ref()
             .filter(|_| !args.dry_run || args.dry_run_events)
             .map(|evictor| NodeStatusPublisher::spawn(evictor.client(), node));
+        if let Some(events) = events.as_ref().filter(|_| damaged && node_status.is_some()) {
+            let (events, message) = (events.clone(), format!("{}: {startup}", path.display()));
+            tokio::spawn(async move {
+                if let Err(error) = events
+                    .post_on_node(EventReason::CheckpointDamaged, &message)
+                    .await
+                {
+                    tracing::warn!("{error}");
+                }
+            });
+        }
         let actuator: Box<dyn Actuator> = match (evictor, events) {
             (_, events) if args.dry_run => Box::new(DryRun {
                 events: events.filter(|_| args.dry_run_events),
@@ -248,6 +272,10 @@ impl Agent {
         let reader = Box::new(Cgroupfs {
             hierarchy: hierarchy.clone(),
         });
+        let mut checkpoint = Checkpointer::new(writer, saved, mode);
+        if damaged {
+            checkpoint.found_damaged_at_start();
+        }
         Ok(Self::assemble(Parts {
             args,
             config: in_force,
@@ -256,7 +284,7 @@ impl Agent {
             core,
             source,
             reader,
-            checkpoint: Checkpointer::new(writer, saved),
+            checkpoint,
             publisher,
             actuator,
             node_status,

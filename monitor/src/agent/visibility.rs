@@ -67,6 +67,7 @@ impl Agent {
         m.checkpoint_writable =
             self.checkpoint.health(Instant::now()) == CheckpointHealth::Writable;
         m.config = Some(self.config.metrics());
+        m.checkpoint_damaged_at_start = self.checkpoint.damaged_at_start();
         if let Some(eviction) = eviction {
             *m.evictions_by_signal
                 .entry(eviction.signal.as_str())

@@ -3,8 +3,8 @@
 //! ([`manager`]), and the writer that outlives failed writes (`writer`). Encoding,
 //! checksums and versions are pure code in [`crate::engine::checkpoint`].
 //!
-//! At start the agent calls [`StateManager::load_or_init`] (with [`IfUnusable::Reset`] when run
-//! with `--reset-state`), then [`StateManager::save_if_changed`] after each change.
+//! At start the agent calls [`StateManager::open`] (with [`AtStart::Reset`] when run with
+//! `--reset-state`), then [`StateManager::save_if_changed`] after each change.
 pub mod dir_lock;
 pub mod key;
 pub mod manager;
@@ -14,7 +14,7 @@ pub mod wall_time;
 pub(crate) mod writer;
 
 pub use key::{AGENT_STATE_KEY, Key, KeyError};
-pub use manager::{IfUnusable, Opened, Startup, StateError, StateManager};
+pub use manager::{AtStart, Opened, Startup, StateError, StateManager};
 pub use now::read_now;
 pub use store::{FileStore, StoreError};
 

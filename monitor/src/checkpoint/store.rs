@@ -28,15 +28,13 @@ pub enum StoreError {
     /// Something other than a regular file stands at the checkpoint's path (a FIFO would
     /// block the read forever, a device could act on it); it was not opened.
     #[error(
-        "could not read {}: it is {kind}, not a regular file (not opened). Starting with \
-         --reset-state sets it aside",
+        "could not read {}: it is {kind}, not a regular file (not opened)",
         path.display()
     )]
     NotRegular { path: PathBuf, kind: &'static str },
     /// The file is larger than any checkpoint the agent writes; it was not read whole.
     #[error(
-        "{} is larger than {limit} bytes, far more than a checkpoint holds; not loaded. \
-         Starting with --reset-state sets it aside",
+        "{} is larger than {limit} bytes, far more than a checkpoint holds; not loaded",
         path.display()
     )]
     TooLarge { path: PathBuf, limit: u64 },
@@ -158,11 +156,19 @@ impl FileStore {
 
     /// Renames `key`'s file to `<key>.<suffix>` so that it is kept but no longer loaded, and
     /// returns the new path. An existing file is never replaced: `-2`, `-3`, ... is appended
-    /// instead.
+    /// instead, after the highest taken, so the names keep their order.
     pub fn move_aside(&self, key: &Key, suffix: &str) -> Result<PathBuf, StoreError> {
         let source = self.path_of(key);
         let base = format!("{key}.{suffix}");
-        for attempt in 1..=100u32 {
+        let taken = self
+            .file_names()
+            .unwrap_or_default()
+            .iter()
+            .filter(|name| name.starts_with(&base))
+            .map(|name| copy_order(name).1)
+            .max()
+            .unwrap_or(0);
+        for attempt in taken + 1..=taken + 100 {
             let name = match attempt {
                 1 => base.clone(),
                 n => format!("{base}-{n}"),
@@ -200,6 +206,35 @@ impl FileStore {
                 "100 set-aside copies already exist",
             ),
         ))
+    }
+
+    /// Removes copies of `key` set aside with `marker` (`<key>.<marker>...`) beyond `keep`:
+    /// the oldest (the first damage found) and the newest stay. Only regular files are
+    /// removed; returns what was. Names sort by the time in them.
+    pub fn prune_set_aside(
+        &self,
+        key: &Key,
+        marker: &str,
+        keep: usize,
+    ) -> Result<Vec<PathBuf>, StoreError> {
+        let prefix = format!("{key}.{marker}");
+        let mut copies: Vec<String> = self
+            .file_names()?
+            .into_iter()
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        copies.sort_by(|a, b| copy_order(a).cmp(&copy_order(b)));
+        let excess = copies.len().saturating_sub(keep.max(2));
+        let mut removed = Vec::new();
+        for name in copies.iter().skip(1).take(excess) {
+            let path = self.dir.join(name);
+            fs::remove_file(&path).map_err(|e| self.io("remove", &path, e))?;
+            removed.push(path);
+        }
+        if !removed.is_empty() {
+            self.sync_dir()?;
+        }
+        Ok(removed)
     }
 
     fn write_temp(&self, temp: &Path, data: &[u8], durable: bool) -> Result<(), StoreError> {
@@ -262,6 +297,14 @@ impl FileStore {
             source,
         }
     }
+}
+
+/// How set-aside copies sort: by the name before a `-N` that [`FileStore::move_aside`]
+/// appended, then by N (1 without one).
+fn copy_order(name: &str) -> (&str, u32) {
+    name.rsplit_once('-')
+        .and_then(|(base, n)| Some((base, n.parse().ok()?)))
+        .unwrap_or((name, 1))
 }
 
 /// The largest checkpoint file read. The state is bounded (64 recent evictions, one pending
@@ -400,6 +443,36 @@ mod tests {
             store.move_aside(&key("state"), "corrupt-x"),
             Err(StoreError::NotFound { .. })
         ));
+    }
+
+    #[test]
+    fn set_aside_copies_are_bounded_keeping_the_first_and_the_newest() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::at(root.path());
+        store.prepare().unwrap();
+        for second in 1..=7 {
+            store.write(&key("state"), b"bad").unwrap();
+            store
+                .move_aside(&key("state"), &format!("corrupt-2026T00000{second}Z"))
+                .unwrap();
+            store.prune_set_aside(&key("state"), "corrupt-", 4).unwrap();
+        }
+        store.write(&key("state.keep"), b"another key's").unwrap();
+        let mut names: Vec<String> = fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "state.corrupt-2026T000001Z",
+                "state.corrupt-2026T000005Z",
+                "state.corrupt-2026T000006Z",
+                "state.corrupt-2026T000007Z",
+                "state.keep",
+            ]
+        );
     }
 
     /// Makes a FIFO at `path`.

@@ -202,7 +202,7 @@ mod tests {
 
     fn state(events: u64) -> AgentState {
         let mut state = AgentState::default();
-        state.count_events(events, 0);
+        state.acting.count_events(events, 0);
         state
     }
 

@@ -9,11 +9,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use crate::checkpoint::manager::{SET_ASIDE_KEPT, SET_ASIDE_MARKER};
 use crate::checkpoint::store::{StoreError, read_file};
 use crate::checkpoint::wall_time::rfc3339;
 use crate::checkpoint::{DEFAULT_CHECKPOINT_DIR, Key};
 use crate::engine::checkpoint::{
-    AgentState, CheckpointV1, CheckpointV2, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS, decode,
+    CheckpointV1, CheckpointV2, CheckpointV3, Decoded, EvictionRecord, MAX_RECENT_EVICTIONS,
+    Memory, Mode, decode,
 };
 use crate::engine::units::unsigned_bytes;
 use crate::system_clock::unix_ms_now;
@@ -25,13 +27,15 @@ const EXIT_CODES: &str = "\
 Exit status:
   0  the checkpoint is valid
   1  the checkpoint is corrupt: a checksum does not match its content, or the file is not a
-     checkpoint; the agent refuses to start on it until run with --reset-state
+     checkpoint; the agent sets it aside when it starts (DIR/agent_state.corrupt-TIME, at most
+     5 kept) and starts with an empty state
   2  the checkpoint is missing or cannot be read
 
-The agent keeps its state in DIR/agent_state (JSON, version 3). The file carries three
-checksums, FNV-32a over the content: `checksum` for the version-1 fields and `checksum_v2` for
-the version-2 fields, which an older agent verifies after a rollback, and `checksum_v3` for the
-whole content.";
+The agent keeps its state in DIR/agent_state (JSON, version 4): what acting agents did in the
+parts every older agent reads, a dry run's decisions apart, and which mode wrote the file. The
+file carries four checksums, FNV-32a over the content: `checksum`, `checksum_v2` and
+`checksum_v3` for the fields of versions 1 to 3, which an older agent verifies after a
+rollback, and `checksum_v4` for the whole content.";
 
 #[derive(Args, Debug)]
 #[command(after_long_help = EXIT_CODES)]
@@ -77,7 +81,7 @@ struct VerifyArgs {
     /// Directory holding the agent's checkpoints [default: /var/lib/monitor/checkpoints].
     #[arg(long, value_name = "DIR", conflicts_with = "file")]
     checkpoint_dir: Option<PathBuf>,
-    /// A checkpoint file to check instead, e.g. a copy or a file set aside by --reset-state.
+    /// A checkpoint file to check instead, e.g. a copy or a file the agent set aside.
     #[arg(value_name = "FILE")]
     file: Option<PathBuf>,
 }
@@ -94,7 +98,7 @@ fn verify(args: &VerifyArgs) -> ExitCode {
         (Some(file), _) => file.clone(),
         (None, dir) => state_file(dir.as_deref().unwrap_or(Path::new(DEFAULT_CHECKPOINT_DIR))),
     };
-    match read_verified(&path) {
+    let verdict = match read_verified(&path) {
         Ok(decoded) => {
             println!(
                 "{}: valid, {}",
@@ -104,7 +108,61 @@ fn verify(args: &VerifyArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(code) => code,
+    };
+    if let (None, Some(line)) = (&args.file, set_aside_line(&path)) {
+        eprintln!("{line}");
     }
+    verdict
+}
+
+/// The checkpoint in `dir` in one line, for `monitor doctor`: valid (its version and who
+/// wrote it), missing, or damaged (and what the agent does with it), and the damaged copies
+/// set aside beside it.
+pub(crate) fn summary(dir: &Path) -> String {
+    let path = state_file(dir);
+    let mut text = match read_file(&path).map(|bytes| decode(&bytes)) {
+        Err(StoreError::NotFound { .. }) => "none yet: the agent writes one when it starts".into(),
+        Ok(Ok(decoded)) => format!(
+            "valid, version {}, written by {}",
+            decoded.file_version,
+            decoded
+                .state
+                .written_by
+                .map_or("an agent that did not record its mode", Mode::describe)
+        ),
+        Ok(Err(problem)) => damaged(&problem.to_string()),
+        Err(error) => damaged(&error.to_string()),
+    };
+    if let Some(line) = set_aside_line(&path) {
+        let _ = write!(text, "; {line}");
+    }
+    text
+}
+
+fn damaged(problem: &str) -> String {
+    format!(
+        "DAMAGED ({problem}): the agent sets it aside when it starts and starts with an empty \
+         state"
+    )
+}
+
+/// Damaged checkpoints the agent set aside beside `path`, in one line; `None` when none.
+fn set_aside_line(path: &Path) -> Option<String> {
+    let dir = path.parent()?;
+    let prefix = format!("{}.{SET_ASIDE_MARKER}", Key::agent_state());
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    names.sort();
+    let newest = names.last()?;
+    Some(format!(
+        "damaged checkpoints set aside by the agent: {} (at most {SET_ASIDE_KEPT} kept), the \
+         newest {}",
+        names.len(),
+        dir.join(newest).display()
+    ))
 }
 
 fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
@@ -115,18 +173,22 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     };
     match args.output {
         OutputFormat::Json => {
-            let (v1, v2, v3) = checksums(&decoded);
+            let [v1, v2, v3, v4] = checksums(&decoded);
             let report = serde_json::json!({
                 "path": path,
                 "file_version": decoded.file_version,
                 "checksum": v1,
                 "checksum_v2": v2,
                 "checksum_v3": v3,
+                "checksum_v4": v4,
                 "state": decoded.state,
             });
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
         OutputFormat::Text => print!("{}", render_text(&path, &decoded, unix_ms_now())),
+    }
+    if let Some(line) = set_aside_line(&path) {
+        eprintln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -152,32 +214,44 @@ fn read_verified(path: &Path) -> Result<Decoded, ExitCode> {
     })?;
     decode(&bytes).map_err(|error| {
         eprintln!(
-            "{}: corrupt: {error}\nThe agent refuses to start on this file. Keep a copy for \
-             analysis; starting the agent with --reset-state sets it aside and starts empty.",
+            "{}: corrupt: {error}\nThe agent sets this file aside when it starts (renamed \
+             agent_state.corrupt-TIME, never overwritten) and starts with an empty state.",
             path.display()
         );
         ExitCode::from(EXIT_CORRUPT)
     })
 }
 
-/// The checksums a file of `decoded`'s version carries: version 1's, and version 2's and 3's
-/// where it has those parts.
-fn checksums(decoded: &Decoded) -> (Option<u32>, Option<u32>, Option<u32>) {
-    let v1 = CheckpointV1::new(decoded.state.v1.clone())
-        .ok()
-        .map(|c| c.checksum);
-    let v2 = (decoded.file_version >= 2)
-        .then(|| CheckpointV2::new(decoded.state.clone()).ok())
-        .flatten()
-        .map(|c| c.checksum_v2);
-    let v3 = (decoded.file_version >= 3).then_some(decoded.checksum);
-    (v1, v2, v3)
+/// The checksums a file of `decoded`'s version carries: version 1's, and those of versions 2
+/// to 4 where it has their parts.
+fn checksums(decoded: &Decoded) -> [Option<u32>; 4] {
+    let acting = &decoded.state.acting;
+    let since =
+        |version: u32, checksum: Option<u32>| checksum.filter(|_| decoded.file_version >= version);
+    [
+        CheckpointV1::new(acting.v1.clone())
+            .ok()
+            .map(|c| c.checksum),
+        since(
+            2,
+            CheckpointV2::new(acting.clone())
+                .ok()
+                .map(|c| c.checksum_v2),
+        ),
+        since(
+            3,
+            CheckpointV3::new(acting.clone())
+                .ok()
+                .map(|c| c.checksum_v3),
+        ),
+        since(4, Some(decoded.checksum)),
+    ]
 }
 
 fn describe_checksums(decoded: &Decoded) -> String {
-    let (v1, v2, v3) = checksums(decoded);
     let mut text = format!("version {}", decoded.file_version);
-    for (name, value) in [("checksum", v1), ("checksum_v2", v2), ("checksum_v3", v3)] {
+    let names = ["checksum", "checksum_v2", "checksum_v3", "checksum_v4"];
+    for (name, value) in names.into_iter().zip(checksums(decoded)) {
         if let Some(value) = value {
             let _ = write!(text, ", {name} {value}");
         }
@@ -186,19 +260,36 @@ fn describe_checksums(decoded: &Decoded) -> String {
 }
 
 fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
-    // The pending eviction is shown through its accessor, with the pod awaiting cleanup.
-    let AgentState {
-        v1: state,
-        boot,
-        pending: _,
-    } = &decoded.state;
+    let state = &decoded.state;
     let when = |ms: u64| format!("{}  {}", rfc3339(ms), ago(ms, now_ms));
     // Rows of (label, value); an empty pair is a blank separator line.
     let mut rows: Vec<(String, String)> = Vec::new();
-    let mut row = |label: &str, value: &str| rows.push((label.to_owned(), value.to_owned()));
+    rows.push(("Checkpoint".into(), path.display().to_string()));
+    rows.push(("Checksums (verified)".into(), describe_checksums(decoded)));
+    let written_by = match state.written_by {
+        Some(mode) => mode.describe().to_owned(),
+        None => "not recorded (a file from before version 4): an acting agent takes its \
+                 memory as a dry run's and carries out none of it"
+            .to_owned(),
+    };
+    rows.push(("Written by".into(), written_by));
+    for (title, mode) in [
+        ("Acting agents' memory", Mode::Acting),
+        ("Dry run's memory (never carried out)", Mode::DryRun),
+    ] {
+        rows.push((String::new(), String::new()));
+        rows.push((title.into(), String::new()));
+        memory_rows(state.memory(mode), &when, &mut rows);
+    }
+    align(&rows)
+}
 
-    row("Checkpoint", &path.display().to_string());
-    row("Checksums (verified)", &describe_checksums(decoded));
+/// One mode's memory as rows, its labels indented.
+fn memory_rows(memory: &Memory, when: &dyn Fn(u64) -> String, rows: &mut Vec<(String, String)>) {
+    let Memory {
+        v1: state, boot, ..
+    } = memory;
+    let mut row = |label: &str, value: &str| rows.push((format!("  {label}"), value.to_owned()));
     row(
         "Boot clock marks",
         &boot.as_ref().map_or_else(
@@ -206,8 +297,6 @@ fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
             |marks| format!("boot {}", marks.boot_id),
         ),
     );
-    row("", "");
-
     row(
         "Soft thresholds crossed",
         if state.soft_threshold_first_observed_unix_ms.is_empty() {
@@ -238,14 +327,13 @@ fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
     let eviction = |record: &Option<EvictionRecord>| {
         record
             .as_ref()
-            .map_or_else(|| "none".to_owned(), |r| describe_eviction(r, &when))
+            .map_or_else(|| "none".to_owned(), |r| describe_eviction(r, when))
     };
     row("Last eviction", &eviction(&state.last_eviction));
     row("Awaiting cleanup", &eviction(&state.awaiting_cleanup));
-    if let Some(grace) = decoded.state.pending_grace_period_seconds() {
+    if let Some(grace) = memory.pending_grace_period_seconds() {
         row("  grace period", &format!("{grace}s from the decision"));
     }
-
     row(
         "Recent evictions",
         &format!(
@@ -254,10 +342,8 @@ fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
         ),
     );
     for record in state.recent_evictions.iter().rev() {
-        row("", &describe_eviction(record, &when));
+        row("", &describe_eviction(record, when));
     }
-    row("", "");
-
     let counters = &state.counters;
     row("Events received", &counters.events_received.to_string());
     row("Events lost", &counters.events_lost.to_string());
@@ -274,7 +360,6 @@ fn render_text(path: &Path, decoded: &Decoded, now_ms: u64) -> String {
             by_signal.join(", ")
         },
     );
-    align(&rows)
 }
 
 /// Prints rows as two columns, the values starting two spaces after the longest label.

@@ -67,6 +67,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     };
     let mut report = Report::from_features(&features).with_privileges(privileges::check(&needs));
     report.process_mrelease = Some(kernel_has_process_mrelease());
+    report.checkpoint = Some(super::checkpoint::summary(&args.checkpoint_dir));
     if report.source == EventSource::Ebpf {
         report.stat_gate = Some(stat_gate(&AttachDistance::new(online_cpus())));
     }
@@ -108,6 +109,9 @@ struct Report {
     /// Whether the memory brake can hold the kubepods cgroup while a victim drains: cgroup v2
     /// has `memory.high`, v1 does not.
     memory_brake: bool,
+    /// The checkpoint in `--checkpoint-dir`: valid, missing or damaged, and the damaged
+    /// copies set aside (null in unit tests of the kernel part).
+    checkpoint: Option<String>,
     /// Capabilities, namespaces and host paths (empty in unit tests of the kernel part).
     privileges: Vec<Requirement>,
     source: EventSource,
@@ -242,6 +246,7 @@ impl Report {
                 .memory
                 .as_ref()
                 .is_ok_and(|m| m.version == CgroupVersion::V2),
+            checkpoint: None,
             privileges: Vec::new(),
             source,
             ok,
@@ -338,6 +343,9 @@ impl Report {
             ),
         );
         line("memory", self.memcg_reason.clone());
+        if let Some(checkpoint) = &self.checkpoint {
+            line("checkpoint", checkpoint.clone());
+        }
         if !self.memcg_passed_over.is_empty() {
             line("passed over", self.memcg_passed_over.join("; "));
         }

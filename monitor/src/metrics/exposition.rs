@@ -76,6 +76,8 @@ pub(crate) struct Metrics {
     pub checkpoint_write_failures: u64,
     /// Whether the last checkpoint write succeeded.
     pub checkpoint_writable: bool,
+    /// Whether the checkpoint found at start could not be used and was set aside.
+    pub checkpoint_damaged_at_start: bool,
     /// Pod cgroup reads that failed (not counting cgroups that were gone).
     pub pod_read_failures: u64,
     /// Pods whose processes were counted (every `cgroup.procs` of the pod listed).
@@ -128,6 +130,7 @@ impl Default for Metrics {
             stat_programs_attach_within: None,
             checkpoint_write_failures: 0,
             checkpoint_writable: true,
+            checkpoint_damaged_at_start: false,
             pod_read_failures: 0,
             pod_process_counts: 0,
             action_failures: 0,
@@ -331,6 +334,12 @@ impl Metrics {
                 u64::from(self.checkpoint_writable),
             ),
             (
+                "monitor_checkpoint_damaged_at_start",
+                "gauge",
+                "1 when the checkpoint found at start could not be used (damaged, truncated, not a regular file, unreadable): it was set aside and the agent started with an empty state.",
+                u64::from(self.checkpoint_damaged_at_start),
+            ),
+            (
                 "monitor_pod_read_failures_total",
                 "counter",
                 "Reads of a pod's cgroup that failed; the pod's last good value stands in.",
@@ -456,6 +465,7 @@ mod tests {
             "monitor_event_source_fallback 1",
             "monitor_own_memory_charged_bytes 31457280",
             "monitor_stat_programs_attach_within_bytes 1073741824",
+            "monitor_checkpoint_damaged_at_start 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -464,7 +474,7 @@ mod tests {
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!(
-            types, 23,
+            types, 24,
             "one TYPE line per family (no limit: no limit family)"
         );
         let build = format!(

@@ -5,27 +5,46 @@
 //! - `cache MIB PATH`: writes MIB MiB to the file PATH and syncs it, leaving that much clean
 //!   page cache charged to the process's cgroup -> `cached MIB`
 //! - `free`: unmaps everything allocated so far -> `freed`
-//! - `drain MS`: handles SIGTERM as a server that drains does: it goes on with what it was
-//!   doing (an `alloc` keeps allocating) and exits with status 0 MS milliseconds after
-//!   SIGTERM; only SIGKILL ends it sooner -> `draining MS`
+//! - `drain MS [LOG]`: handles SIGTERM as a server that drains does: it goes on with what it
+//!   was doing (an `alloc` keeps allocating) and exits with status 0 MS milliseconds after the
+//!   first SIGTERM; only SIGKILL ends it sooner. With LOG, each SIGTERM received appends a line
+//!   `SIGTERM` to that file, so a test can count the waves -> `draining MS`
 //! - `exit` or end of input: exits.
 use std::{
-    fs::File,
+    fs::{File, OpenOptions},
     io::{self, BufRead as _, Write as _},
-    sync::atomic::{AtomicBool, Ordering},
+    os::fd::IntoRawFd as _,
+    sync::atomic::{AtomicBool, AtomicI32, Ordering},
     time::Duration,
 };
 
 /// Set by the SIGTERM handler installed by `drain`.
 static TERMINATED: AtomicBool = AtomicBool::new(false);
+/// The file each SIGTERM is logged to (an open descriptor, or -1).
+static TERM_LOG: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_sigterm(_: libc::c_int) {
     TERMINATED.store(true, Ordering::SeqCst);
+    let fd = TERM_LOG.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let line = b"SIGTERM\n";
+        // SAFETY: write(2) is async-signal-safe; the buffer is valid for its length.
+        unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+    }
 }
 
-/// Handles SIGTERM from now on and exits `ms` milliseconds after it arrives.
-fn drain(ms: usize) {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+/// Handles SIGTERM from now on and exits `ms` milliseconds after the first; logs each to
+/// `log` when given.
+fn drain(ms: usize, log: Option<&str>) {
+    if let Some(path) = log {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("opening the SIGTERM log");
+        TERM_LOG.store(file.into_raw_fd(), Ordering::SeqCst);
+    }
+    // SAFETY: the handler only stores to atomics and calls write(2), both async-signal-safe.
     unsafe { libc::signal(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t) };
     std::thread::spawn(move || {
         while !TERMINATED.load(Ordering::SeqCst) {
@@ -78,7 +97,7 @@ fn main() {
                 writeln!(out, "cached {mib}").unwrap();
             }
             (Some("drain"), Some(Ok(ms))) => {
-                drain(ms);
+                drain(ms, words.next());
                 writeln!(out, "draining {ms}").unwrap();
             }
             (Some("free"), None) => {

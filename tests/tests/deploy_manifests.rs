@@ -304,7 +304,7 @@ const KUBEADM_KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\
 #[test]
 fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
     use monitor::engine::eviction_config::{ConfigLayer, EvictionConfig};
-    let configmap: serde_yaml::Value =
+    let configmap: Value =
         serde_yaml::from_str(&fs::read_to_string(deploy_dir().join("base/configmap.yaml")).unwrap())
             .unwrap();
     let overlay_text = configmap["data"]["config.yaml"]
@@ -340,7 +340,7 @@ fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
 /// over it from the whole volume (a subPath mount never sees the ConfigMap's updates).
 #[test]
 fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it() {
-    let daemonset: serde_yaml::Value =
+    let daemonset: Value =
         serde_yaml::from_str(&fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap())
             .unwrap();
     let pod = &daemonset["spec"]["template"]["spec"];
@@ -363,7 +363,7 @@ fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_
             .unwrap_or_else(|| panic!("{path} is mounted"))
             .clone()
     };
-    let volume = |name: &serde_yaml::Value| {
+    let volume = |name: &Value| {
         pod["volumes"]
             .as_sequence()
             .unwrap()

@@ -88,6 +88,9 @@ pub struct AgentCore {
     /// Uids of the rows no longer listed (their eviction in flight), so a decision need not
     /// walk every row to find them.
     unlisted: BTreeSet<String>,
+    /// Uids of evicted pods whose processes outlived force (see
+    /// [`AgentCore::eviction_stuck`]), until their cgroup is empty.
+    stuck: BTreeSet<String>,
     /// How far ahead a memory signal is projected before deciding (`--predict`); `None`:
     /// decisions rest on what is, as the kubelet's.
     predict_lead: Option<Duration>,
@@ -139,6 +142,7 @@ impl AgentCore {
             read_failures: 0,
             refusals: Refusals::default(),
             unlisted: BTreeSet::new(),
+            stuck: BTreeSet::new(),
             predict_lead: None,
             prediction: None,
             state,

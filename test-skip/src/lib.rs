@@ -31,6 +31,8 @@ pub enum Reason {
     MemcgPrograms,
     /// The memory controller is on cgroup v1; the test needs cgroup v2.
     CgroupV2,
+    /// No cgroup v1 freezer holds the pods' processes; the test needs one.
+    FreezerV1,
     /// The test changes the cgroup root, which only the test VM may.
     VmOnly,
     /// The test needs the host: the repository's files, or a CPU faster than the emulated VM's.
@@ -63,6 +65,7 @@ impl Reason {
         Reason::MemcgTracepoints,
         Reason::MemcgPrograms,
         Reason::CgroupV2,
+        Reason::FreezerV1,
         Reason::VmOnly,
         Reason::HostOnly,
         Reason::CapSysResource,
@@ -84,6 +87,7 @@ impl Reason {
             Reason::MemcgTracepoints => "memcg-tracepoints",
             Reason::MemcgPrograms => "memcg-programs",
             Reason::CgroupV2 => "cgroup-v2",
+            Reason::FreezerV1 => "freezer-v1",
             Reason::VmOnly => "vm-only",
             Reason::HostOnly => "host-only",
             Reason::CapSysResource => "cap-sys-resource",
@@ -106,6 +110,10 @@ impl Reason {
             Reason::MemcgTracepoints => "no memcg tracepoints in this kernel (before 6.13)",
             Reason::MemcgPrograms => "neither memcg tracepoints nor fentry count memory here",
             Reason::CgroupV2 => "the memory controller is on cgroup v1",
+            Reason::FreezerV1 => {
+                "no cgroup v1 freezer here (with the memory controller on cgroup v2, pods freeze \
+                 with cgroup.freeze, whose frozen tasks SIGKILL ends)"
+            }
             Reason::VmOnly => "changes the cgroup root: runs in `cargo xtask vm-test`",
             Reason::HostOnly => "needs the host (repository files, a fast CPU), not the VM",
             Reason::CapSysResource => "root without CAP_SYS_RESOURCE",

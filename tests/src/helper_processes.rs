@@ -77,6 +77,15 @@ impl Allocator {
         );
     }
 
+    /// Allocates and touches `mib` MiB of shared anonymous memory, which only the process's
+    /// exit frees (not `process_mrelease`).
+    pub fn alloc_shared(&mut self, mib: usize) {
+        assert_eq!(
+            self.command(&format!("shared {mib}")),
+            format!("allocated {mib}")
+        );
+    }
+
     /// Writes `mib` MiB to `path` and syncs it: clean page cache charged to the cgroup, which
     /// reclaim can take back.
     pub fn cache(&mut self, mib: usize, path: &Path) {

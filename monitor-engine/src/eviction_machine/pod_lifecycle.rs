@@ -102,6 +102,7 @@ impl AgentCore {
         self.rankings.remove(uid);
         self.refusals.forget(uid);
         self.unlisted.remove(uid);
+        self.stuck.remove(uid);
     }
 
     /// Whether the eviction of `uid` is in flight: it is the pod the decision step waits
@@ -117,11 +118,12 @@ impl AgentCore {
                 .is_some_and(|row| row.evicted && !row.stopped)
     }
 
-    /// The pods that left the pod set while their eviction was in flight, with their
-    /// cgroups (`None`: gone), to find out when their processes are gone.
-    pub fn unlisted_in_flight(&self) -> Vec<(PodRef, Option<CgroupRel>)> {
+    /// The evictions whose end is found by watching the pod's cgroup empty: pods that left
+    /// the pod set while their eviction was in flight, and pods whose processes outlived
+    /// force; with their cgroups (`None`: gone).
+    pub fn evictions_to_settle(&self) -> Vec<(PodRef, Option<CgroupRel>)> {
         self.unlisted
-            .iter()
+            .union(&self.stuck)
             .filter_map(|uid| self.pods.by_uid(uid))
             .map(|row| {
                 let rel = row.cgroup.as_ref().map(|c| c.rel.clone());
@@ -138,10 +140,10 @@ impl AgentCore {
         }
     }
 
-    /// The eviction of `uid` failed, or its processes outlived force: the wait for its
-    /// cleanup ends, so the next decision is not held back by it, and the pod is a candidate
-    /// again while listed (it was not stopped), as a pod the kubelet failed to kill stays
-    /// among its active pods and is tried again at its next round.
+    /// The eviction of `uid` failed (it could not be carried out): the wait for its cleanup
+    /// ends, so the next decision is not held back by it, and the pod is a candidate again
+    /// while listed (it was not stopped), as a pod the kubelet failed to kill stays among its
+    /// active pods and is tried again at its next round.
     pub fn eviction_failed(&mut self, uid: &str) {
         self.state.pod_cleaned_up(uid);
         let Some(id) = self.pods.id(uid) else {
@@ -157,11 +159,28 @@ impl AgentCore {
         self.rerank(id);
     }
 
+    /// Processes of `uid` outlived force (frozen where they could not be thawed, asleep in
+    /// the kernel): their SIGKILL is pending, and they end whenever they leave that state.
+    /// The wait for its cleanup ends, so the next pod in the kubelet's order goes at the next
+    /// eviction interval; this one stays out of the rankings (evicted, not stopped) until its
+    /// cgroup is empty ([`Self::evictions_to_settle`]): killing it again would free nothing.
+    pub fn eviction_stuck(&mut self, uid: &str) {
+        self.state.pod_cleaned_up(uid);
+        if self
+            .pods
+            .by_uid(uid)
+            .is_some_and(|row| row.evicted && !row.stopped)
+        {
+            self.stuck.insert(uid.to_string());
+        }
+    }
+
     /// The cgroup of `uid` holds no process (or is gone): its eviction is over. The wait for
     /// its cleanup ends, and a pod no longer listed is forgotten; one still listed stays out
     /// of the rankings as stopped.
     pub fn eviction_over(&mut self, uid: &str) {
         self.state.pod_cleaned_up(uid);
+        self.stuck.remove(uid);
         self.mark_stopped(uid);
         if self.pods.by_uid(uid).is_some_and(|row| !row.listed) {
             self.remove_pod(uid);
@@ -441,7 +460,7 @@ mod tests {
             Some(300 << 20),
             "still read"
         );
-        let unlisted = c.unlisted_in_flight();
+        let unlisted = c.evictions_to_settle();
         assert_eq!(unlisted.len(), 1);
         assert_eq!(unlisted[0].0.name, "over-high");
         assert_eq!(
@@ -456,7 +475,7 @@ mod tests {
         );
         c.eviction_over("uid-over-high");
         assert!(c.pod("uid-over-high").is_none(), "forgotten once empty");
-        assert!(c.unlisted_in_flight().is_empty());
+        assert!(c.evictions_to_settle().is_empty());
         assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
     }
 
@@ -466,7 +485,7 @@ mod tests {
         c.set_pods(pod_set(false));
         let changes = c.set_pods(pod_set(true));
         assert_eq!(changes.added, ["uid-over-high"]);
-        assert!(c.unlisted_in_flight().is_empty(), "listed again");
+        assert!(c.evictions_to_settle().is_empty(), "listed again");
         clock.advance(Duration::from_secs(12));
         assert!(matches!(
             c.decide(&clock).action,
@@ -490,7 +509,7 @@ mod tests {
         let clock = clock();
         assert_eq!(decided(&mut c, &clock), Some("over-high".into()));
         c.set_pods(pod_set(false));
-        assert_eq!(c.unlisted_in_flight().len(), 1);
+        assert_eq!(c.evictions_to_settle().len(), 1);
         clock.advance(Duration::from_secs(32));
         assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
         assert!(c.pod("uid-over-high").is_none());
@@ -499,10 +518,37 @@ mod tests {
         // its cgroup is empty.
         let (mut c, clock) = over_high_being_killed();
         c.set_pods(pod_set(false));
-        c.eviction_failed("uid-over-high");
+        c.eviction_stuck("uid-over-high");
         clock.advance(Duration::from_secs(12));
         assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
-        assert_eq!(c.unlisted_in_flight().len(), 1, "still being killed");
+        assert_eq!(c.evictions_to_settle().len(), 1, "still being killed");
+    }
+
+    #[test]
+    fn a_listed_pod_whose_processes_outlived_force_is_passed_over_until_its_cgroup_is_empty() {
+        let (mut c, clock) = over_high_being_killed();
+        c.eviction_stuck("uid-other");
+        assert!(c.state().awaiting_cleanup.is_some(), "another pod's kill");
+        assert!(c.evictions_to_settle().is_empty());
+        // Frozen, its SIGKILL pending: the next pod in the kubelet's order goes at the next
+        // interval, never the stuck one again.
+        c.eviction_stuck("uid-over-high");
+        assert_eq!(c.state().awaiting_cleanup, None);
+        assert_eq!(c.evictions_to_settle().len(), 1);
+        assert!(
+            matches!(
+                c.decide(&clock).action,
+                Action::Idle(Idle::WaitingForInterval)
+            ),
+            "one pod per interval"
+        );
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(decided(&mut c, &clock), Some("big-low".into()));
+        // Thawed at last, it died of the pending SIGKILL: stopped, and revived if it runs
+        // again.
+        c.eviction_over("uid-over-high");
+        assert!(c.evictions_to_settle().is_empty());
+        assert_eq!(c.stopped_pods().len(), 1);
     }
 
     #[test]
@@ -542,7 +588,7 @@ mod tests {
         c.apply_stats(&stats(&[(21, Stat::Anon, 900 * MI)]));
         assert_eq!(decided(&mut c, &clock), Some("over-high".into()));
         c.mark_evicted("uid-over-high");
-        // Its processes outlived force (or the kill could not start).
+        // The kill could not start (its cgroup unreadable).
         c.eviction_failed("uid-over-high");
         clock.advance(Duration::from_secs(10));
         assert_eq!(

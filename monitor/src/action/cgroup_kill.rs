@@ -4,7 +4,12 @@
 //! * Every process listed in the `cgroup.procs` of any cgroup in the subtree gets SIGTERM,
 //!   and so does any process that shows up there during the grace period. On v1 `cgroup.procs`
 //!   lists the process of every task in the cgroup, and a signal to a process reaches all its
-//!   threads, so this covers every task.
+//!   threads, so this covers every task. SIGCONT follows, as systemd sends it: a stopped
+//!   process (SIGSTOP, a debugger gone) would handle SIGTERM only once continued, and so would
+//!   drain for none of its grace period.
+//! * Once a process's signal is queued, the freezer that holds it is thawed, no more than the
+//!   pod's own processes ([`super::freezer`]): a task frozen by a v1 freezer takes not even
+//!   SIGKILL, and one frozen on v2 cannot drain.
 //! * After the grace period: on v2 `cgroup.kill` (kernel 5.14+), which also catches processes
 //!   forking meanwhile; on v1, or without `cgroup.kill`, SIGKILL to every remaining process,
 //!   repeated until the subtree is empty. Each process force ended is then reaped
@@ -17,7 +22,8 @@
 //!   always used once
 //!   the grace period is over, however long the caller is willing to wait for the pod to go:
 //!   a pod that ignores SIGTERM never outlives its eviction. Only processes that survive
-//!   force for [`KillTimings::force_for`] (stuck in the kernel) are reported as left over.
+//!   force for [`KillTimings::force_for`] are reported as left over, each with why (frozen
+//!   where it could not be thawed, asleep in the kernel): their SIGKILL stays pending.
 //!
 //! A pid read from `cgroup.procs` may exit and be reused by an unrelated process before the
 //! signal. So each process is first pinned with a pidfd, then its membership is checked in
@@ -41,7 +47,11 @@ use crate::{
     engine::ids::is_within,
 };
 
-use super::reap::reap;
+use super::{
+    freezer::{Pinned, Thawer},
+    reap::reap,
+    stuck::StuckProcess,
+};
 
 /// How often the subtree is checked for being empty.
 const POLL: Duration = Duration::from_millis(20);
@@ -74,8 +84,8 @@ pub enum KillOutcome {
     /// Every `cgroup.procs` in the subtree is empty.
     Emptied,
     /// These processes were still in the subtree after force was repeated for
-    /// [`KillTimings::force_for`].
-    TimedOut { remaining: Vec<i32> },
+    /// [`KillTimings::force_for`], each with why.
+    TimedOut { remaining: Vec<StuckProcess> },
 }
 
 /// What a kill did and how long it took.
@@ -144,6 +154,8 @@ pub async fn kill_cgroup_tree(
         rel: &rel,
         root: &root,
     };
+    let mut thawer = Thawer::new(hierarchy, &rel);
+    let owns = |pid| target.contains(pid);
     let mut grace_end = start + timings.grace;
     let mut terminated = HashSet::new();
     // Every process signalled, to wait for its reaping.
@@ -184,19 +196,31 @@ pub async fn kill_cgroup_tree(
         emptied_at = None;
         signalled.extend(pids.iter().copied());
         if now < grace_end {
+            let mut signalled_now = Vec::new();
+            // A resumed eviction sent its SIGTERM before the restart: none a second time.
             for pid in pids.into_iter().filter(|_| timings.terminate) {
-                if !terminated.contains(&pid) && target.signal(pid, libc::SIGTERM)? {
+                if !terminated.contains(&pid)
+                    && let Some(pinned) = target.terminate(pid)?
+                {
                     terminated.insert(pid);
+                    signalled_now.push(pinned);
                 }
+            }
+            if !signalled_now.is_empty() {
+                thawer.thaw(&signalled_now, &owns);
             }
         } else {
             // Force goes out at least once, however late this turn came.
             if forced && now >= grace_end + timings.force_for {
-                return Ok(report(KillOutcome::TimedOut { remaining: pids }));
+                let remaining = pids.iter().map(|&pid| thawer.diagnose(pid)).collect();
+                return Ok(report(KillOutcome::TimedOut { remaining }));
             }
             forced = true;
             let killed = target.force(&pids)?;
+            // Before the reaping, which frees only a process that is dying.
+            thawer.thaw(&killed, &owns);
             if !killed.is_empty() {
+                let killed: Vec<OwnedFd> = killed.into_iter().map(|p| p.fd).collect();
                 // Off the agent's threads: reaping hundreds of MiB takes milliseconds.
                 tokio::task::spawn_blocking(move || reap(&killed));
             }
@@ -230,8 +254,8 @@ impl Target<'_> {
     }
 
     /// Ends the remaining processes: `cgroup.kill` on v2 where the kernel has it, else
-    /// SIGKILL; returns the pidfds of the processes it ended, for [`reap`].
-    fn force(&self, pids: &[i32]) -> Result<Vec<OwnedFd>, KillError> {
+    /// SIGKILL; returns the processes it ended, for the thaw and [`reap`].
+    fn force(&self, pids: &[i32]) -> Result<Vec<Pinned>, KillError> {
         let signal_error = |pid, source| KillError::Signal {
             pid,
             signal: libc::SIGKILL,
@@ -246,7 +270,12 @@ impl Target<'_> {
         if self.hierarchy.version == CgroupVersion::V2 {
             let path = self.root.join("cgroup.kill");
             match fs::write(&path, "1") {
-                Ok(()) => return Ok(pinned.into_iter().map(|(_, fd)| fd).collect()),
+                Ok(()) => {
+                    return Ok(pinned
+                        .into_iter()
+                        .map(|(pid, fd)| Pinned { pid, fd })
+                        .collect());
+                }
                 // Older kernel without cgroup.kill: fall back to signals.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) if is_gone(&e) => return Ok(Vec::new()),
@@ -254,26 +283,30 @@ impl Target<'_> {
             }
         }
         let mut killed = Vec::with_capacity(pinned.len());
-        for (pid, pidfd) in pinned {
-            if send(&pidfd, libc::SIGKILL).map_err(|e| signal_error(pid, e))? {
-                killed.push(pidfd);
+        for (pid, fd) in pinned {
+            if send(&fd, libc::SIGKILL).map_err(|e| signal_error(pid, e))? {
+                killed.push(Pinned { pid, fd });
             }
         }
         Ok(killed)
     }
 
-    /// Signals `pid` if it is verifiably inside the subtree; false when it was not signalled
-    /// (exited, or not ours).
-    fn signal(&self, pid: i32, signal: i32) -> Result<bool, KillError> {
-        let signal_error = |source| KillError::Signal {
+    /// Sends SIGTERM, then SIGCONT, to `pid` if it is verifiably inside the subtree; the
+    /// process pinned, or `None` when it was not signalled (exited, or not ours).
+    fn terminate(&self, pid: i32) -> Result<Option<Pinned>, KillError> {
+        let signal_error = |signal, source| KillError::Signal {
             pid,
             signal,
             source,
         };
-        match self.pin(pid).map_err(signal_error)? {
-            Some(pidfd) => send(&pidfd, signal).map_err(signal_error),
-            None => Ok(false),
+        let Some(fd) = self.pin(pid).map_err(|e| signal_error(libc::SIGTERM, e))? else {
+            return Ok(None);
+        };
+        if !send(&fd, libc::SIGTERM).map_err(|e| signal_error(libc::SIGTERM, e))? {
+            return Ok(None);
         }
+        send(&fd, libc::SIGCONT).map_err(|e| signal_error(libc::SIGCONT, e))?;
+        Ok(Some(Pinned { pid, fd }))
     }
 
     /// A pidfd pinning `pid` once it is verified inside the subtree; `None` for a process
@@ -320,7 +353,7 @@ fn is_zombie(pid: i32) -> bool {
 
 /// The state field of /proc/<pid>/stat text: after the command, which is in parentheses and
 /// may itself hold `)`.
-fn stat_state(stat: &str) -> Option<char> {
+pub(super) fn stat_state(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
@@ -361,7 +394,6 @@ fn pidfd_open(pid: i32) -> io::Result<Option<OwnedFd>> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
 }
 
-/// ENOENT, or ENODEV from a cgroup removed while being read.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,7 +509,7 @@ mod tests {
             root: Path::new("/"),
         };
         for pid in [0, 1, std::process::id() as i32] {
-            assert!(!target.signal(pid, 0).unwrap(), "pid {pid}");
+            assert!(target.pin(pid).unwrap().is_none(), "pid {pid}");
         }
     }
 }

@@ -2,11 +2,14 @@
 //! cgroup, for nodes where the agent acts without the Kubernetes API; [`kube_evict`] asks the
 //! API server to evict the pod, and [`kube_event`] tells Kubernetes about it.
 pub mod cgroup_kill;
+mod freezer;
 pub mod kube_event;
 pub mod kube_evict;
 pub mod reap;
+pub mod stuck;
 
 pub use cgroup_kill::{
     KillError, KillOutcome, KillReport, KillTimings, REAP_WAIT, kill_cgroup_tree,
 };
 pub use kube_evict::{EvictError, KubeEvictor};
+pub use stuck::{StuckCause, StuckProcess};

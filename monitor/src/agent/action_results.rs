@@ -5,16 +5,26 @@
 use tokio::time::Instant;
 
 use super::{
-    actuator::{ActionDone, ActionOutcome},
+    actuator::{ActionDone, ActionOutcome, FORCE_FOR, stuck_causes},
     components::Agent,
     decision_log,
 };
-use crate::{engine::instant::Clock as _, engine::units::bytes, system_clock::BootClock};
+use crate::{
+    action::{KillOutcome, StuckProcess},
+    engine::instant::Clock as _,
+    engine::units::bytes,
+    system_clock::BootClock,
+};
 
 impl Agent {
     /// Hands a finished step to the actuator's action path, which says what the decision
     /// state learns of it and which step runs next.
     pub(super) fn step_done(&mut self, done: ActionDone) {
+        if let ActionOutcome::Killed(report) = &done.outcome
+            && let KillOutcome::TimedOut { remaining } = &report.outcome
+        {
+            self.say_stuck(&done, remaining);
+        }
         let after = self.actions.finished(done);
         if let Some(done) = after.decided {
             self.finish_action(done);
@@ -26,6 +36,25 @@ impl Agent {
             self.visibility
                 .decisions
                 .amend(&recorded.pod.uid, &recorded.text);
+        }
+    }
+
+    /// Says why processes of a kill outlived force, in the decision's span, and counts each
+    /// cause once: on every route, the API's fallback included.
+    fn say_stuck(&mut self, done: &ActionDone, remaining: &[StuckProcess]) {
+        let _in_decision = done.request.span.enter();
+        let listed: Vec<String> = remaining.iter().take(8).map(ToString::to_string).collect();
+        tracing::warn!(
+            stuck_causes = %stuck_causes(remaining).join(","),
+            "pod {}: {} processes outlived force, repeated for {FORCE_FOR:?} after the grace \
+             period: {}{}; their SIGKILL stays pending and ends them once they leave that state",
+            done.request.pod,
+            remaining.len(),
+            listed.join("; "),
+            if remaining.len() > listed.len() { "; ..." } else { "" }
+        );
+        for cause in stuck_causes(remaining) {
+            self.actions.count_stuck(cause);
         }
     }
 
@@ -55,17 +84,22 @@ impl Agent {
                         bytes(freed as i64)
                     );
                 } else {
+                    self.actions.count_failure();
                     tracing::warn!(
-                        "pod {pod}: processes survived force: {:?} after {:?}",
-                        report.outcome,
-                        report.elapsed
+                        "pod {pod}: processes outlived force {:?} after SIGTERM, {} freed and \
+                         {} still held: passed over, the next pod in the kubelet's order goes at \
+                         the next eviction interval while the pressure lasts, and this one is \
+                         not chosen again",
+                        report.elapsed,
+                        bytes(freed as i64),
+                        bytes(after as i64),
                     );
                 }
                 self.checkpoint.record_freed(&uid, freed, Instant::now());
                 if stopped {
                     self.core.eviction_over(&uid);
                 } else {
-                    self.core.eviction_failed(&uid);
+                    self.core.eviction_stuck(&uid);
                 }
             }
             ActionOutcome::Accepted => tracing::info!(

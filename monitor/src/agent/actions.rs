@@ -1,6 +1,8 @@
 //! The evictions in progress: the actuator the flags chose (dry run, cgroup kill, the
 //! Eviction API), the tasks of the steps that run now, the local kill whose grace period
 //! runs (re-checked against the OOM projection at each decision), and the failures counted.
+use std::collections::BTreeMap;
+
 use tokio::{task::JoinSet, time::Instant};
 use tracing::Instrument as _;
 
@@ -21,6 +23,8 @@ pub(super) struct Actions {
     actuator: Box<dyn Actuator>,
     running: JoinSet<ActionDone>,
     failures: u64,
+    /// Kills whose processes outlived force, by cause (see [`crate::action::StuckCause`]).
+    stuck: BTreeMap<&'static str, u64>,
     /// The local kill whose grace period runs now.
     pub(super) grace: Option<RunningGrace>,
 }
@@ -31,6 +35,7 @@ impl Actions {
             actuator,
             running: JoinSet::new(),
             failures: 0,
+            stuck: BTreeMap::new(),
             grace: None,
         }
     }
@@ -86,5 +91,14 @@ impl Actions {
 
     pub(super) fn count_failure(&mut self) {
         self.failures += 1;
+    }
+
+    /// Kills whose processes outlived force, by cause, since start.
+    pub(super) fn stuck(&self) -> &BTreeMap<&'static str, u64> {
+        &self.stuck
+    }
+
+    pub(super) fn count_stuck(&mut self, cause: &'static str) {
+        *self.stuck.entry(cause).or_default() += 1;
     }
 }

@@ -14,15 +14,19 @@ use tokio::sync::Notify;
 use super::action_path::{ActionPath, Route, StepEnd};
 use crate::{
     action::{
-        EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, kill_cgroup_tree,
+        EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, StuckProcess,
+        kill_cgroup_tree,
         kube_event::{EventPoster, EventReason},
     },
     cgroupfs::MemoryHierarchy,
     engine::pod_facts::PodRef,
 };
 
-/// How long force is repeated after a pod's grace period before its leftovers are reported.
-const FORCE_FOR: Duration = Duration::from_secs(30);
+/// How long force is repeated after a pod's grace period before its leftovers are reported:
+/// SIGKILL and `process_mrelease` end a process that can take them within milliseconds, so
+/// one still there after this is frozen or asleep in the kernel, and the node is better
+/// served by the next pod than by waiting out the cleanup timeout.
+pub(crate) const FORCE_FOR: Duration = Duration::from_secs(5);
 
 /// One eviction to carry out.
 #[derive(Clone, Debug)]
@@ -101,10 +105,12 @@ impl ActionOutcome {
         match self {
             ActionOutcome::Killed(report) => format!(
                 "{} after {:.1}s ({} processes signalled{})",
-                if self.pod_stopped() {
-                    "stopped"
-                } else {
-                    "processes survived force"
+                match &report.outcome {
+                    KillOutcome::Emptied => "stopped".to_string(),
+                    KillOutcome::TimedOut { remaining } => format!(
+                        "processes survived force ({})",
+                        stuck_causes(remaining).join(", ")
+                    ),
                 },
                 report.elapsed.as_secs_f64(),
                 report.terminated,
@@ -117,6 +123,14 @@ impl ActionOutcome {
             ActionOutcome::TimedOut(reason) => format!("timed out: {reason}"),
         }
     }
+}
+
+/// The distinct causes of processes that outlived force, as the metric labels them.
+pub(crate) fn stuck_causes(remaining: &[StuckProcess]) -> Vec<&'static str> {
+    let mut causes: Vec<&'static str> = remaining.iter().map(|p| p.cause.label()).collect();
+    causes.sort_unstable();
+    causes.dedup();
+    causes
 }
 
 /// A finished step of an action.

@@ -125,7 +125,13 @@ mod tests {
             ("emptied cgroup", killed(KillOutcome::Emptied), "killed"),
             (
                 "processes survived force",
-                killed(KillOutcome::TimedOut { remaining: vec![7] }),
+                killed(KillOutcome::TimedOut {
+                    remaining: vec![crate::action::StuckProcess {
+                        pid: 7,
+                        comm: "java".into(),
+                        cause: crate::action::StuckCause::Other { state: 'D' },
+                    }],
+                }),
                 "timed_out",
             ),
             ("API accepted", ActionOutcome::Accepted, "evicted"),

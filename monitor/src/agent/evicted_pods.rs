@@ -39,15 +39,17 @@ impl Agent {
         }
     }
 
-    /// Pods that left the pod set while their eviction was in flight (deleted, replaced,
-    /// force-deleted): their eviction is over once their cgroup holds no process, not when
-    /// their listing went. Until then the decision step waits for them as for a listed pod.
-    pub(super) fn settle_unlisted_evictions(&mut self) {
-        for (pod, rel) in self.core.unlisted_in_flight() {
+    /// Evictions whose end is the pod's cgroup found empty: pods that left the pod set while
+    /// their eviction was in flight (deleted, replaced, force-deleted), not when their
+    /// listing went, and pods whose processes outlived force, once their pending SIGKILL
+    /// ended them (thawed, woken). Until then a decision waits for an unlisted pod as for a
+    /// listed one, and a stuck pod is not chosen again.
+    pub(super) fn settle_evictions(&mut self) {
+        for (pod, rel) in self.core.evictions_to_settle() {
             if self.no_process_left(rel.as_ref()) {
                 tracing::info!(
                     pod.uid = %pod.uid,
-                    "pod {pod}, no longer listed, has no process left: its eviction is over"
+                    "pod {pod} has no process left: its eviction is over"
                 );
                 self.core.eviction_over(&pod.uid);
             }

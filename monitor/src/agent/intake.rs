@@ -173,7 +173,7 @@ impl Agent {
         self.core
             .set_pid_reading(self.reader.pid_available().ok().flatten());
         self.revive_restarted_pods();
-        self.settle_unlisted_evictions();
+        self.settle_evictions();
     }
 
     /// The pods whose cgroups the kernel marked since the last take (a task created or
@@ -332,7 +332,7 @@ impl Agent {
         }
         self.pods.handed_out = pods;
         self.read_cgroupfs(true);
-        self.settle_unlisted_evictions();
+        self.settle_evictions();
     }
 
     /// A read on the timer or on PSI. With kernel lifecycle events the cgroup classification
@@ -346,7 +346,7 @@ impl Agent {
             self.read_cgroupfs(false);
         }
         self.revive_restarted_pods();
-        self.settle_unlisted_evictions();
+        self.settle_evictions();
     }
 
     /// Rewalks the hierarchy and reads every number, first finding the cgroups of pods that

@@ -1,7 +1,8 @@
 //! The loop's policies with every seam faked, no root: the machine's numbers (a fake
 //! reader), the actuator (requests recorded, outcomes scripted) and the checkpoint store
 //! (writes counted). Pod cgroups are plain directories of a temporary "hierarchy", which is
-//! all that finding a pod's cgroup looks at. The stat gate's policies are in [`stat_gate`].
+//! all that finding a pod's cgroup looks at. The stat gate's policies are in [`stat_gate`],
+//! kills whose processes outlive force in [`stuck`].
 use std::{
     cell::RefCell,
     collections::HashMap,
@@ -48,6 +49,7 @@ use crate::{
 };
 
 mod stat_gate;
+mod stuck;
 
 const MI: u64 = 1 << 20;
 /// Node memory; `memory.available` is this minus the node's working set.

@@ -62,6 +62,9 @@ impl Agent {
         m.source_fallback = self.source.fallback.is_some();
         m.pod_read_failures = self.core.read_failures();
         m.action_failures = self.actions.failures();
+        for (cause, n) in self.actions.stuck() {
+            m.evictions_stuck.insert(cause, *n);
+        }
         m.log_write_failures = logging::log_write_failures();
         m.checkpoint_write_failures = self.checkpoint.write_failures();
         m.checkpoint_writable =

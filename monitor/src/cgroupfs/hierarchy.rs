@@ -105,6 +105,18 @@ impl MemoryHierarchy {
     }
 }
 
+/// Where the cgroup v1 hierarchy holding `controller` (`freezer`) is mounted with its root
+/// (a bind mount of a subtree would map cgroup paths elsewhere), from the text of
+/// /proc/self/mountinfo.
+pub(crate) fn v1_controller_mount(mountinfo: &str, controller: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let root = line.split_whitespace().nth(3)?;
+        let (mount, fstype, options) = parse_mount(line)?;
+        (root == "/" && fstype == "cgroup" && options.split(',').any(|o| o == controller))
+            .then(|| PathBuf::from(mount))
+    })
+}
+
 fn read_proc(path: &'static str) -> Result<String, HierarchyError> {
     fs::read_to_string(path).map_err(|source| HierarchyError::Proc { path, source })
 }
@@ -188,6 +200,20 @@ mod tests {
         let without =
             MemoryHierarchy::from_proc(UNIFIED, PROC_CGROUPS, |_| Some("cpu pids".into()));
         assert_eq!(without, None);
+    }
+
+    #[test]
+    fn the_freezer_is_found_where_its_root_is_mounted() {
+        let mountinfo = "\
+37 31 0:34 /kubepods /mnt/pods-freezer rw - cgroup cgroup rw,freezer
+38 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+";
+        assert_eq!(
+            v1_controller_mount(mountinfo, "freezer"),
+            Some(PathBuf::from("/sys/fs/cgroup/freezer"))
+        );
+        assert_eq!(v1_controller_mount(HYBRID, "freezer"), None);
+        assert_eq!(v1_controller_mount(UNIFIED, "freezer"), None);
     }
 
     #[test]

@@ -1,17 +1,31 @@
 //! Processes in a cgroup subtree, from every `cgroup.procs` in it.
-use std::{fs, io, path::Path};
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
 
 /// Distinct pids listed in `dir`'s and its descendants' `cgroup.procs`, sorted. Cgroups
 /// removed during the walk are skipped; a missing `dir` gives an empty list.
 pub fn subtree_pids(dir: &Path) -> io::Result<Vec<i32>> {
     let mut pids = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
+    for dir in subtree_dirs(dir)? {
         match fs::read_to_string(dir.join("cgroup.procs")) {
             Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
-            Err(e) if is_gone(&e) => continue,
+            Err(e) if is_gone(&e) => {}
             Err(e) => return Err(e),
         }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// `dir` and every cgroup below it, parents before their children. Cgroups removed during
+/// the walk are skipped; a missing `dir` gives an empty list.
+pub fn subtree_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if is_gone(&e) => continue,
@@ -23,10 +37,9 @@ pub fn subtree_pids(dir: &Path) -> io::Result<Vec<i32>> {
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| e.path()),
         );
+        dirs.push(dir);
     }
-    pids.sort_unstable();
-    pids.dedup();
-    Ok(pids)
+    Ok(dirs)
 }
 
 /// A cgroup removed while it is read: not found, or ENODEV for a file of a dying cgroup.

@@ -84,6 +84,9 @@ pub(crate) struct Metrics {
     pub pod_process_counts: u64,
     /// Evictions whose action failed or was refused.
     pub action_failures: u64,
+    /// Kills whose processes outlived force, by cause (`frozen`, `uninterruptible`,
+    /// `other`).
+    pub evictions_stuck: BTreeMap<&'static str, u64>,
     /// Log lines lost because stderr could not be written.
     pub log_write_failures: u64,
     /// Whether `--source auto` found the kernel programs unloadable and polls instead.
@@ -134,6 +137,11 @@ impl Default for Metrics {
             pod_read_failures: 0,
             pod_process_counts: 0,
             action_failures: 0,
+            // A counter born at 1 hides its first increase from `increase()`.
+            evictions_stuck: ["frozen", "uninterruptible", "other"]
+                .into_iter()
+                .map(|cause| (cause, 0))
+                .collect(),
             log_write_failures: 0,
             source_fallback: false,
             own_memory_charged: None,
@@ -262,6 +270,16 @@ impl Metrics {
                     escape(signal)
                 );
             }
+        }
+        let name = "monitor_evictions_stuck_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Evictions whose processes outlived force (SIGKILL pending), by cause: frozen where they could not be thawed, uninterruptible sleep in the kernel, other; each was passed over for the next pod.",
+        );
+        for (cause, n) in &self.evictions_stuck {
+            let _ = writeln!(out, "{name}{{cause=\"{}\"}} {n}", escape(cause));
         }
         let name = "monitor_eviction_threshold_met";
         header(
@@ -466,6 +484,7 @@ mod tests {
             "monitor_own_memory_charged_bytes 31457280",
             "monitor_stat_programs_attach_within_bytes 1073741824",
             "monitor_checkpoint_damaged_at_start 0",
+            "monitor_evictions_stuck_total{cause=\"frozen\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -2,6 +2,9 @@
 //!
 //! Reads commands from stdin, one per line, and answers each on stdout once done:
 //! - `alloc MIB`: maps MIB MiB of anonymous memory and touches every page -> `allocated MIB`
+//! - `shared MIB`: the same in a shared anonymous mapping (shmem, as a database's shared
+//!   buffers), which only the process's exit frees: `process_mrelease` reaps private memory
+//!   only -> `allocated MIB`
 //! - `cache MIB PATH`: writes MIB MiB to the file PATH and syncs it, leaving that much clean
 //!   page cache charged to the process's cgroup -> `cached MIB`
 //! - `free`: unmaps everything allocated so far -> `freed`
@@ -64,15 +67,20 @@ fn main() {
         let Ok(line) = line else { break };
         let mut words = line.split_whitespace();
         match (words.next(), words.next().map(str::parse::<usize>)) {
-            (Some("alloc"), Some(Ok(mib))) => {
+            (Some(kind @ ("alloc" | "shared")), Some(Ok(mib))) => {
                 let len = mib << 20;
-                // SAFETY: anonymous private mapping, checked below.
+                let sharing = if kind == "shared" {
+                    libc::MAP_SHARED
+                } else {
+                    libc::MAP_PRIVATE
+                };
+                // SAFETY: anonymous mapping, checked below.
                 let addr = unsafe {
                     libc::mmap(
                         std::ptr::null_mut(),
                         len,
                         libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        sharing | libc::MAP_ANONYMOUS,
                         -1,
                         0,
                     )

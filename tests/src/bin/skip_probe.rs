@@ -71,6 +71,22 @@ fn reasons_here() -> Vec<(Reason, String)> {
         Ok(_) => {}
         Err(e) => eprintln!("skip_probe: no memory controller: {e}"),
     }
+    match &features.memory {
+        Ok(memory) if memory.version == CgroupVersion::V2 => found.push((
+            Reason::FreezerV1,
+            "the memory controller is on cgroup v2: pods freeze with cgroup.freeze".to_string(),
+        )),
+        _ if !std::path::Path::new(tests::V1_FREEZER)
+            .join("cgroup.procs")
+            .exists() =>
+        {
+            found.push((
+                Reason::FreezerV1,
+                format!("no cgroup v1 freezer is mounted at {}", tests::V1_FREEZER),
+            ));
+        }
+        _ => {}
+    }
     if !features.btf {
         found.push((Reason::Btf, "no /sys/kernel/btf/vmlinux".to_string()));
     }

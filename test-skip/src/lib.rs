@@ -59,7 +59,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order of the summary.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::Root,
         Reason::Fentry,
         Reason::MemcgTracepoints,

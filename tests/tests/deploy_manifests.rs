@@ -304,9 +304,10 @@ const KUBEADM_KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\
 #[test]
 fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
     use monitor::engine::eviction_config::{ConfigLayer, EvictionConfig};
-    let configmap: Value =
-        serde_yaml::from_str(&fs::read_to_string(deploy_dir().join("base/configmap.yaml")).unwrap())
-            .unwrap();
+    let configmap: Value = serde_yaml::from_str(
+        &fs::read_to_string(deploy_dir().join("base/configmap.yaml")).unwrap(),
+    )
+    .unwrap();
     let overlay_text = configmap["data"]["config.yaml"]
         .as_str()
         .expect("config.yaml");
@@ -340,9 +341,10 @@ fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
 /// over it from the whole volume (a subPath mount never sees the ConfigMap's updates).
 #[test]
 fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it() {
-    let daemonset: Value =
-        serde_yaml::from_str(&fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap())
-            .unwrap();
+    let daemonset: Value = serde_yaml::from_str(
+        &fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap(),
+    )
+    .unwrap();
     let pod = &daemonset["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     let flag = |name: &str| {

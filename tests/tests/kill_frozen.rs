@@ -45,6 +45,7 @@ async fn kill(hierarchy: &MemoryHierarchy, rel: &str, grace: Duration) -> KillRe
         grace,
         force_for: FORCE_FOR,
         reap_wait: Duration::ZERO,
+        terminate: true,
     };
     kill_cgroup_tree(hierarchy, rel, timings, &tokio::sync::Notify::new())
         .await

@@ -39,7 +39,7 @@ const GUEST_TARGET: &str = "/target";
 /// both). Each runs in the VM named beside it, so the two VMs, which run side by side, take
 /// about as long; the rest, which depend on the memcg hooks or on each kernel's tracepoints,
 /// run in both.
-const ONE_VM_TESTS: [(&str, &str); 29] = [
+const ONE_VM_TESTS: [(&str, &str); 31] = [
     ("agent_kube", "6.1"),
     ("kube_clients", "6.1"),
     ("agent_faults", "6.1"),
@@ -51,6 +51,7 @@ const ONE_VM_TESTS: [(&str, &str); 29] = [
     ("deploy_rbac", "6.1"),
     ("rollout_doc", "6.1"),
     ("agent_dry_run_handover", "6.1"),
+    ("agent_frozen", "6.1"),
     ("container_privileges", "6.1"),
     ("top_tmux", "6.1"),
     ("agent_signals", "6.1"),
@@ -58,6 +59,7 @@ const ONE_VM_TESTS: [(&str, &str); 29] = [
     ("agent_inflight", "6.12"),
     ("agent_checkpoint_damage", "6.12"),
     ("agent_config_watch", "6.12"),
+    ("kill_frozen", "6.12"),
     ("agent_pods", "6.12"),
     ("agent_untrusted_input", "6.12"),
     ("agent_self_protect", "6.12"),

@@ -280,10 +280,10 @@ impl EvictionConfig {
             return Err(ConfigError::TooLarge);
         }
         yaml_bounds::check(text, yaml_bounds::LIMITS).map_err(ConfigError::Unbounded)?;
-        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let yaml_error = |err: serde_norway::Error| ConfigError::Yaml(err.to_string());
         let mut chosen = None;
         let mut other_kinds = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
             let Some(header) = Option::<DocumentKind>::deserialize(document).map_err(yaml_error)?
             else {
                 continue;
@@ -295,7 +295,7 @@ impl EvictionConfig {
             }
         }
         let file = match chosen {
-            Some(index) => serde_yaml::Deserializer::from_str(text)
+            Some(index) => serde_norway::Deserializer::from_str(text)
                 .nth(index)
                 .map(KubeletConfigFile::deserialize)
                 .transpose()
@@ -355,10 +355,10 @@ impl EvictionConfig {
     pub fn decode_explained(
         text: &str,
     ) -> Result<(EvictionConfig, Written, ConfigForm), ConfigError> {
-        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let yaml_error = |err: serde_norway::Error| ConfigError::Yaml(err.to_string());
         let mut documents = Vec::new();
-        for document in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_yaml::Value::deserialize(document).map_err(yaml_error)?;
+        for document in serde_norway::Deserializer::from_str(text) {
+            let value = serde_norway::Value::deserialize(document).map_err(yaml_error)?;
             if !value.is_null() {
                 documents.push(value);
             }
@@ -400,7 +400,7 @@ impl EvictionConfig {
 }
 
 /// The `kubeletconfig` object of a configz answer: a map whose only key it is.
-fn configz_body(document: &serde_yaml::Value) -> Option<&serde_yaml::Value> {
+fn configz_body(document: &serde_norway::Value) -> Option<&serde_norway::Value> {
     let map = document.as_mapping()?;
     (map.len() == 1).then(|| map.get(CONFIGZ_KEY)).flatten()
 }
@@ -408,7 +408,7 @@ fn configz_body(document: &serde_yaml::Value) -> Option<&serde_yaml::Value> {
 /// The effective configuration a configz answer holds. Its JSON omits empty maps and lists,
 /// so an absent `evictionHard` or `enforceNodeAllocatable` is an empty one, and
 /// `mergeDefaultEvictionSettings` has already been applied.
-fn from_configz(inner: &serde_yaml::Value) -> Result<(EvictionConfig, Written), ConfigError> {
+fn from_configz(inner: &serde_norway::Value) -> Result<(EvictionConfig, Written), ConfigError> {
     if !inner.is_mapping() {
         return Err(ConfigError::BadConfigz("is not an object".into()));
     }

@@ -109,7 +109,7 @@ fn the_kustomization_lists_every_manifest() {
         return;
     }
     let text = fs::read_to_string(deploy().join("kustomization.yaml")).unwrap();
-    let kustomization: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let kustomization: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     let listed: BTreeSet<String> = kustomization["resources"]
         .as_sequence()
         .expect("resources")
@@ -211,8 +211,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn granted_rules() -> BTreeSet<Rule> {
     let text = fs::read_to_string(deploy().join("clusterrole.yaml")).unwrap();
-    let role: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    let strings = |v: &serde_yaml::Value| -> Vec<String> {
+    let role: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+    let strings = |v: &serde_norway::Value| -> Vec<String> {
         v.as_sequence()
             .expect("a list")
             .iter()
@@ -302,20 +302,20 @@ fn an_unknown_api_kind_fails() {
 
 /// The enforce overlay's JSON patch applied to the base DaemonSet: RFC 6902 `test` and
 /// `remove` on the container's args, the only operations it uses.
-fn enforced_daemonset() -> serde_yaml::Value {
+fn enforced_daemonset() -> serde_norway::Value {
     let overlay = deploy().join("overlays/enforce/kustomization.yaml");
-    let kustomization: serde_yaml::Value =
-        serde_yaml::from_str(&fs::read_to_string(overlay).unwrap()).unwrap();
+    let kustomization: serde_norway::Value =
+        serde_norway::from_str(&fs::read_to_string(overlay).unwrap()).unwrap();
     assert_eq!(
         kustomization["resources"][0], "../..",
         "the overlay builds on the base"
     );
     let patch = &kustomization["patches"][0];
     assert_eq!(patch["target"]["kind"], "DaemonSet");
-    let ops: Vec<serde_yaml::Value> =
-        serde_yaml::from_str(patch["patch"].as_str().expect("a JSON patch")).unwrap();
-    let mut daemonset: serde_yaml::Value =
-        serde_yaml::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
+    let ops: Vec<serde_norway::Value> =
+        serde_norway::from_str(patch["patch"].as_str().expect("a JSON patch")).unwrap();
+    let mut daemonset: serde_norway::Value =
+        serde_norway::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
             .unwrap();
     for op in ops {
         let path = op["path"].as_str().unwrap();
@@ -342,7 +342,7 @@ fn the_base_observes_and_the_enforce_overlay_acts_and_both_validate() {
     if !on_the_host("the_base_observes_and_the_enforce_overlay_acts") {
         return;
     }
-    let args = |daemonset: &serde_yaml::Value| -> Vec<String> {
+    let args = |daemonset: &serde_norway::Value| -> Vec<String> {
         daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
             .as_sequence()
             .unwrap()
@@ -350,8 +350,8 @@ fn the_base_observes_and_the_enforce_overlay_acts_and_both_validate() {
             .map(|a| a.as_str().unwrap().to_string())
             .collect()
     };
-    let base: serde_yaml::Value =
-        serde_yaml::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
+    let base: serde_norway::Value =
+        serde_norway::from_str(&fs::read_to_string(deploy().join("daemonset.yaml")).unwrap())
             .unwrap();
     let base_args = args(&base);
     assert!(
@@ -379,7 +379,7 @@ fn the_base_observes_and_the_enforce_overlay_acts_and_both_validate() {
     };
     let dir = TempDir::new("deploy-enforce");
     let file = dir.join("daemonset.yaml");
-    fs::write(&file, serde_yaml::to_string(&enforced).unwrap()).unwrap();
+    fs::write(&file, serde_norway::to_string(&enforced).unwrap()).unwrap();
     let (ok, output) = validate(&validator, &[file]);
     assert!(ok, "the enforced DaemonSet does not validate:\n{output}");
 }

@@ -12,7 +12,11 @@ use std::{fs, path::Path};
 
 use serde::Serialize;
 
-use crate::{cgroupfs::MemoryHierarchy, engine::ids::CgroupRel, pods::cgroup_path::KubepodsCgroup};
+use crate::{
+    cgroupfs::MemoryHierarchy,
+    engine::ids::CgroupRel,
+    pods::{cgroup_path::KubepodsCgroup, manifest_dir},
+};
 
 /// What the host is asked to provide, from the agent's flags.
 pub(crate) struct Needs<'a> {
@@ -107,7 +111,9 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
                 granted,
                 purpose: cap.purpose,
                 problem: (!granted).then(|| match effective {
-                    Some(_) => "not in the effective set".to_string(),
+                    Some(_) => "not in the effective set: grant it (a container's \
+                                securityContext.capabilities.add, podman --cap-add)"
+                        .to_string(),
                     None => "the effective set is unreadable (/proc/self/status)".to_string(),
                 }),
             }
@@ -123,8 +129,8 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
     out.push(requirement(
         "cgroupfs",
         Kind::Path,
-        // Without --kubepods-cgroup a machine without a kubelet is only told what was not found.
-        needs.kubepods_cgroup.is_some(),
+        // The agent refuses to start without its kubepods cgroup, detected or given.
+        true,
         "read pod memory, kill pod cgroups",
         kubepods(needs.memory, needs.kubepods_cgroup),
     ));
@@ -148,7 +154,10 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
             Kind::Path,
             true,
             "the eviction thresholds",
-            readable(config),
+            // Loaded as the agent loads it: a file it would refuse is as good as none.
+            crate::config_file::load(Some(config))
+                .map(drop)
+                .map_err(|e| format!("{e:#}")),
         ));
     }
     if let Some(pods) = needs.pods {
@@ -157,7 +166,7 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
             Kind::Path,
             true,
             "the pods to rank",
-            readable(pods),
+            manifest_dir::check(pods).map_err(|e| e.to_string()),
         ));
     }
     out
@@ -209,14 +218,15 @@ fn kubepods(memory: Option<&MemoryHierarchy>, given: Option<&CgroupRel>) -> Resu
         Some(rel) => rel.clone(),
         None => {
             KubepodsCgroup::detect(&memory.mount)
-                .map_err(|e| format!("{e} (mount the host's /sys/fs/cgroup)"))?
+                .map_err(|e| format!("{e}; in a container, mount the host's /sys/fs/cgroup"))?
                 .rel
         }
     };
     let dir = memory.dir(&rel);
     if !dir.is_dir() {
         return Err(format!(
-            "{} does not exist (mount the host's /sys/fs/cgroup)",
+            "{} does not exist: give --kubepods-cgroup the kubelet's pod cgroup root; in a \
+             container, mount the host's /sys/fs/cgroup",
             dir.display()
         ));
     }
@@ -265,15 +275,6 @@ fn writable_dir(dir: &Path) -> Result<(), String> {
         });
     }
     Ok(())
-}
-
-fn readable(path: &Path) -> Result<(), String> {
-    let result = if path.is_dir() {
-        fs::read_dir(path).map(drop)
-    } else {
-        fs::File::open(path).map(drop)
-    };
-    result.map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -345,12 +346,13 @@ mod tests {
             "CAP_PERFMON",
             "CAP_KILL",
             "host PID namespace",
+            "cgroupfs",
             "checkpoint directory",
         ];
         assert_eq!(required(true), all);
         assert_eq!(
             required(false),
-            ["CAP_BPF", "CAP_PERFMON", "checkpoint directory"]
+            ["CAP_BPF", "CAP_PERFMON", "cgroupfs", "checkpoint directory"]
         );
     }
 }

@@ -169,7 +169,7 @@ impl Agent {
         let (publisher, view) = snapshot::channel();
         if !args.no_metrics {
             let (addr, _task) = server::serve(
-                args.metrics_addr,
+                args.metrics_addr.addrs(),
                 view,
                 Access {
                     remote: args.metrics_allow_remote,

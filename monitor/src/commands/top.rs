@@ -6,7 +6,7 @@
 //! outlives agent restarts.
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
+    net::TcpStream,
     process::ExitCode,
     sync::mpsc,
     time::{Duration, Instant},
@@ -17,7 +17,7 @@ use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 use super::top_view::{Screen, View, draw};
-use crate::flags::positive_duration;
+use crate::flags::{HostPort, host_port, positive_duration};
 
 /// The fastest the screen is redrawn.
 const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);
@@ -33,9 +33,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// stays on screen marked "agent unreachable, retrying".
 #[derive(Args, Debug)]
 pub(crate) struct TopArgs {
-    /// The agent's metrics address (its `--metrics-addr`).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
-    pub addr: SocketAddr,
+    /// The agent's metrics address (its `--metrics-addr`): HOST:PORT, the host an IP address
+    /// or a name (localhost:9753), each of its addresses tried in turn.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753", value_parser = host_port)]
+    pub addr: HostPort,
     /// How often the agent is asked (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = positive_duration)]
     pub interval: Duration,
@@ -44,9 +45,10 @@ pub(crate) struct TopArgs {
 pub(crate) fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let (reads, answers) = mpsc::channel();
     let (addr, interval) = (args.addr, args.interval);
+    let shown = addr.to_string();
     std::thread::spawn(move || {
         loop {
-            let read = read_view(addr);
+            let read = read_view(&addr);
             if reads.send((Instant::now(), read)).is_err() {
                 return;
             }
@@ -54,7 +56,7 @@ pub(crate) fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let mut terminal = ratatui::try_init().context("setting up the terminal")?;
-    let shown = show(&mut terminal, &answers, Screen::new(addr.to_string()));
+    let shown = show(&mut terminal, &answers, Screen::new(shown));
     ratatui::restore();
     shown.map(|()| ExitCode::SUCCESS)
 }
@@ -98,9 +100,21 @@ fn show(
     }
 }
 
+/// Connects to the first of `addr`'s addresses that answers; the last error otherwise.
+fn connect(addr: &HostPort) -> Result<TcpStream, String> {
+    let mut error = String::from("no address");
+    for each in addr.addrs() {
+        match TcpStream::connect_timeout(each, READ_TIMEOUT) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => error = format!("{each}: {e}"),
+        }
+    }
+    Err(error)
+}
+
 /// One `GET /debug/ranking`, parsed; the error in words.
-fn read_view(addr: SocketAddr) -> Result<View, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, READ_TIMEOUT).map_err(|e| e.to_string())?;
+fn read_view(addr: &HostPort) -> Result<View, String> {
+    let mut stream = connect(addr)?;
     stream
         .set_read_timeout(Some(READ_TIMEOUT))
         .map_err(|e| e.to_string())?;

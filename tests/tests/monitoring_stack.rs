@@ -381,17 +381,22 @@ fn a_real_prometheus_scrapes_a_live_agent_and_every_rule_and_dashboard_query_wor
         let decision = agent.next_decision(Duration::from_secs(20));
         assert_eq!(decision["uid"], over.uid.as_str(), "{decision:#}");
 
-        // The rules evaluate on the live series: the eviction fires MonitorEvicting.
-        server.wait_for("/api/v1/alerts", "MonitorEvicting firing", |v| {
+        // The rules evaluate on the live series: the dry run's decision fires
+        // MonitorDryRunWouldEvict, and no eviction is counted.
+        let alerts = server.wait_for("/api/v1/alerts", "MonitorDryRunWouldEvict firing", |v| {
             v["data"]["alerts"].as_array().is_some_and(|alerts| {
                 alerts.iter().any(|a| {
-                    a["labels"]["alertname"] == "MonitorEvicting"
+                    a["labels"]["alertname"] == "MonitorDryRunWouldEvict"
                         && a["state"] == "firing"
                         && a["labels"]["eviction_signal"] == "allocatableMemory.available"
                         && a["labels"]["node"] == "node-a"
                 })
             })
         });
+        assert!(
+            !alerts.to_string().contains("\"MonitorEvicting\""),
+            "a dry run is no eviction: {alerts}"
+        );
         let rules = server.api("/api/v1/rules");
         let mut evaluated = 0;
         for group in rules["data"]["groups"].as_array().expect("groups") {

@@ -158,6 +158,10 @@ fn calls_in(file: &Path, source: &str) -> Vec<Rule> {
                     ""
                 };
                 rules.push(rule(group, "events", "create"));
+                // A repeated Event is counted on the first one, as the kubelet's recorder does.
+                if source.contains(".patch(") {
+                    rules.push(rule(group, "events", "patch"));
+                }
             }
             "Node" => {
                 if source.contains("patch_status(") {
@@ -273,6 +277,11 @@ fn api_calls_are_recognized() {
             "events.k8s.io event",
             "use k8s_openapi::api::events::v1::Event; let e: Api<Event> = x; e.create(..)",
             vec![rule("events.k8s.io", "events", "create")],
+        ),
+        (
+            "a core/v1 event counted again",
+            "let e: Api<Event> = x; e.create(..); e.patch(&name, ..)",
+            vec![rule("", "events", "create"), rule("", "events", "patch")],
         ),
         (
             "node status and summary",

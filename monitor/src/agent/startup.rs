@@ -23,7 +23,7 @@ use super::{
     stat_programs::StatPrograms,
 };
 use crate::{
-    action::{KubeEvictor, kube_event::EventPoster},
+    action::{KubeEvictor, kube_event::EventRecorder},
     cgroupfs::{CgroupVersion, MemoryHierarchy},
     checkpoint::{
         IfUnusable, StateManager, read_now,
@@ -200,18 +200,18 @@ impl Agent {
             );
         }
         let node = args.node_name.as_deref().unwrap_or_default();
+        // A dry run writes nothing to the cluster unless asked to: no writer then.
         let events = evictor
             .as_ref()
-            .map(|evictor| EventPoster::new(evictor.client(), node));
+            .filter(|_| !args.dry_run || args.dry_run_events)
+            .map(|evictor| EventRecorder::spawn(evictor.client(), node));
         // A dry run writes nothing to the cluster unless asked to.
         let node_status = evictor
             .as_ref()
             .filter(|_| !args.dry_run || args.dry_run_events)
             .map(|evictor| NodeStatusPublisher::spawn(evictor.client(), node));
         let actuator: Box<dyn Actuator> = match (evictor, events) {
-            (_, events) if args.dry_run => Box::new(DryRun {
-                events: events.filter(|_| args.dry_run_events),
-            }),
+            (_, events) if args.dry_run => Box::new(DryRun { events }),
             (Some(evictor), Some(events)) => Box::new(LocalFirst {
                 killer: CgroupKiller {
                     hierarchy: hierarchy.clone(),

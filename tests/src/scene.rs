@@ -113,10 +113,10 @@ impl AgentScene {
         cgroup_tree::subtree_pids(&self.pod_dir(pod))
     }
 
-    /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
-    /// them `--allocatable-memory` ([`Self::ALLOCATABLE`]), `--pods` (the scene's manifests),
-    /// `--source auto` with a short poll interval,
-    /// `--duration` 60s and this scene's checkpoint directory.
+    /// The agent's flags for this scene: no metrics, and unless `extra` sets them JSON
+    /// decisions, `--allocatable-memory` ([`Self::ALLOCATABLE`]), `--pods` (the scene's
+    /// manifests), `--source auto` with a short poll interval, `--duration` 60s and this
+    /// scene's checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
         let mut args: Vec<String> = Vec::new();
@@ -132,12 +132,13 @@ impl AgentScene {
                 &self.kubepods.rel,
                 "--config",
                 &path(&self.config),
-                "--output",
-                "json",
             ]
             .iter()
             .map(ToString::to_string),
         );
+        if !extra.contains(&"--output") {
+            args.extend(["--output".into(), "json".into()]);
+        }
         if !extra.contains(&"--checkpoint-dir") {
             args.extend(["--checkpoint-dir".into(), path(&self.checkpoint.path)]);
         }

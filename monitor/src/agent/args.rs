@@ -56,13 +56,18 @@ pub(crate) enum MemoryBrake {
 /// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct AgentArgs {
-    /// Report each decision but never signal any process.
+    /// Report each decision but never signal any process. Nothing being carried out, the
+    /// same pod is decided on again at each interval: --output text and the log say it once,
+    /// then once a minute with how many times; --output json prints each, numbered
+    /// (`repeat`); /metrics counts them in monitor_dry_run_decisions_total, never among the
+    /// evictions.
     #[arg(long, help_heading = "Observing")]
     pub dry_run: bool,
-    /// With --kube --dry-run: post each decision as an Event on the pod (type Warning,
+    /// With --kube --dry-run: record each decision as an Event on the pod (type Warning,
     /// reason EvictionDryRun) and publish the node conditions, so a trial run shows in
-    /// `kubectl get events` and `kubectl describe node`. Without it a dry run writes nothing
-    /// to the cluster.
+    /// `kubectl get events` and `kubectl describe node`. The same decision again at each
+    /// interval is counted on one Event, as the kubelet's recorder counts its own. Without it
+    /// a dry run writes nothing to the cluster.
     #[arg(long, requires_all = ["kube", "dry_run"], help_heading = "Observing")]
     pub dry_run_events: bool,
     /// `text`: one line per decision; `json`: one object per decision with monotonic and
@@ -160,7 +165,7 @@ pub(crate) struct AgentArgs {
     /// Connects with --kubeconfig, else KUBECONFIG or ~/.kube/config, else the pod's service
     /// account. RBAC the account needs (a ClusterRole: the node's pods are in every
     /// namespace): list and watch on pods, create on pods/eviction (delete on pods with
-    /// --ignore-disruption-budgets), create on events, patch on nodes/status.
+    /// --ignore-disruption-budgets), create and patch on events, patch on nodes/status.
     #[arg(
         long,
         conflicts_with = "pods",

@@ -2,8 +2,8 @@
 use std::{ffi::OsString, process::ExitCode};
 
 use clap::{
-    ArgAction, ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand,
-    error::ErrorKind, parser::ValueSource,
+    ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, error::ErrorKind,
+    parser::ValueSource,
 };
 
 use crate::commands;
@@ -16,8 +16,6 @@ use crate::commands;
     version,
     about,
     long_about = None,
-    disable_help_flag = true,
-    disable_version_flag = true,
     after_help = "\
 Without a subcommand, monitor runs the node agent (as root). Observe first, then act:
   monitor doctor --pods DIR                   can the agent run here, and how; what is missing
@@ -36,12 +34,6 @@ pub(crate) struct Cli {
     /// Without a subcommand, `monitor` runs the node agent with these flags.
     #[command(flatten)]
     pub agent: crate::agent::AgentArgs,
-    /// Print help (a summary with -h).
-    #[arg(short, long, action = ArgAction::Help, help_heading = "Advanced")]
-    help: Option<bool>,
-    /// Print the version.
-    #[arg(short = 'V', long, action = ArgAction::Version, help_heading = "Advanced")]
-    version: Option<bool>,
     /// How log records are written on stderr (any command). `text`: one line each,
     /// `[time LEVEL] message key=value`, for people. `json`: one object a line for a log
     /// collector, each record with the spans it belongs to: every record of one eviction
@@ -86,12 +78,22 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The command line as `monitor --help` shows it: clap's own -h and -V under Advanced, so
+/// every flag is under a task (clap adds them as it builds the command, without a heading).
+fn command() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+        .mut_arg("help", |arg| arg.help_heading("Advanced"))
+        .mut_arg("version", |arg| arg.help_heading("Advanced"))
+}
+
 /// Parses a command line, refusing an agent flag given before a subcommand: the subcommand
 /// would run without it, silently.
 pub(crate) fn parse_from(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> Result<Cli, clap::Error> {
-    let mut command = Cli::command();
+    let mut command = command();
     let matches = command.try_get_matches_from_mut(args)?;
     if let Some(error) = agent_flag_before_subcommand(&mut command, &matches) {
         return Err(error);
@@ -206,8 +208,7 @@ mod tests {
 
     #[test]
     fn help_is_grouped_by_task_and_teaches_with_examples() {
-        let mut command = Cli::command();
-        command.build();
+        let mut command = command();
         for arg in command.get_arguments() {
             let heading = arg.get_help_heading();
             assert!(
@@ -229,6 +230,10 @@ mod tests {
             !help.contains("\nOptions:\n"),
             "a flag without a task:\n{help}"
         );
+        for sub in ["trace", "rank", "checkpoint", "config", "doctor", "top"] {
+            let error = parse_from(["monitor", sub, "--help"]).expect_err(sub);
+            assert_eq!(error.kind(), ErrorKind::DisplayHelp, "{sub} has its --help");
+        }
         for example in [
             "monitor --dry-run --pods DIR --config FILE",
             "monitor doctor --pods DIR",

@@ -155,6 +155,60 @@ mod tests {
     use crate::action::KillReport;
 
     #[test]
+    fn a_dry_runs_repeat_is_held_back_and_its_summary_says_how_often() {
+        use crate::{
+            agent::decision_report::tests::{eviction, report},
+            engine::signal::Signal,
+            logging::{LogFormat, tests::captured},
+        };
+        let eviction = eviction(Signal::AllocatableMemoryAvailable, 180 << 20);
+        let at = |seconds: u64| MonoInstant::from_millis(seconds * 1000);
+        let summary = Say::Summary {
+            repeat: 13,
+            held: 12,
+            since: at(100),
+        };
+        let cases = [
+            (
+                "the first",
+                Say::First,
+                Some("would evict default/web-1"),
+                true,
+            ),
+            ("a repeat", Say::Quiet { repeat: 2 }, None, false),
+            (
+                "the summary",
+                summary,
+                Some(
+                    "would evict default/web-1 again: the same dry-run decision on \
+                     allocatableMemory.available 13 times in a row over 60s (12 since the last \
+                     line; each one in --output json)",
+                ),
+                true,
+            ),
+        ];
+        for (name, say, said, closed) in cases {
+            let lines = captured(LogFormat::Json, None, || {
+                let span = open(&eviction, None, say);
+                span.in_scope(|| decided(&report(true, Some(612 << 20)), say, at(160)));
+                dry_run(&span);
+            });
+            let records: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let messages: Vec<&str> = records
+                .iter()
+                .filter_map(|r| r["fields"]["message"].as_str())
+                .filter(|m| *m != "close")
+                .collect();
+            assert_eq!(messages, said.into_iter().collect::<Vec<_>>(), "{name}");
+            let close = records.iter().any(|r| r["fields"]["message"] == "close");
+            assert_eq!(close, closed, "{name}: the span's close at info: {lines:?}");
+        }
+    }
+
+    #[test]
     fn outcomes_have_one_word_each() {
         let killed = |outcome| {
             ActionOutcome::Killed(KillReport {

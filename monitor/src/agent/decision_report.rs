@@ -252,7 +252,7 @@ impl DecisionReport {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::engine::{
         signal::Signal,
@@ -267,7 +267,8 @@ mod tests {
             .with_memory_request(256 * MI)
     }
 
-    fn eviction(signal: Signal, available: i64) -> Eviction {
+    /// The decision on `default/web-1` for `signal`, with `available` observed.
+    pub(in crate::agent) fn eviction(signal: Signal, available: i64) -> Eviction {
         Eviction {
             pod: facts().pod,
             signal,
@@ -284,7 +285,8 @@ mod tests {
         }
     }
 
-    fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
+    /// A decision on `default/web-1` (`dry_run`: would evict), its working set `usage`.
+    pub(in crate::agent) fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
         let facts = facts();
         let usage = usage.map(|ws| PodUsage {
             memory_working_set_bytes: ws,

@@ -295,10 +295,10 @@ impl EvictionConfig {
             return Err(ConfigError::TooLarge);
         }
         yaml_bounds::check(text, yaml_bounds::LIMITS).map_err(ConfigError::Unbounded)?;
-        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let yaml_error = |err: serde_norway::Error| ConfigError::Yaml(err.to_string());
         let mut chosen = None;
         let mut other_kinds = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
             let Some(header) = Option::<DocumentKind>::deserialize(document).map_err(yaml_error)?
             else {
                 continue;
@@ -310,7 +310,7 @@ impl EvictionConfig {
             }
         }
         let file = match chosen {
-            Some(index) => serde_yaml::Deserializer::from_str(text)
+            Some(index) => serde_norway::Deserializer::from_str(text)
                 .nth(index)
                 .map(KubeletConfigFile::deserialize)
                 .transpose()
@@ -381,7 +381,7 @@ impl EvictionConfig {
 }
 
 /// The `kubeletconfig` object of a configz answer: a map whose only key it is.
-fn configz_body(document: &serde_yaml::Value) -> Option<&serde_yaml::Value> {
+fn configz_body(document: &serde_norway::Value) -> Option<&serde_norway::Value> {
     let map = document.as_mapping()?;
     (map.len() == 1).then(|| map.get(CONFIGZ_KEY)).flatten()
 }

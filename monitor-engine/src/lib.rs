@@ -21,6 +21,9 @@
 //! * [`memory_brake`] and [`oom_projection`]: when the pods are held while a victim drains,
 //!   and how long the node can wait for it;
 //! * [`oom_badness`]: whom the kernel's OOM killer would choose, which a decision names;
+//! * [`decision_repeats`]: which of a dry run's repeated decisions to say, and
+//!   [`event_correlation`]: the kubelet's rules for counting, combining and rate-limiting the
+//!   Events it posts;
 //! * [`checkpoint`]: the agent's saved state, its format and checksum (the files are the
 //!   agent's);
 //! * [`instant`]: the clock the core is given; [`units`] and [`printable`]: how numbers and
@@ -33,7 +36,9 @@ pub mod attach_distance;
 pub mod checkpoint;
 pub mod config_origin;
 pub mod decide;
+pub mod decision_repeats;
 pub mod duration;
+pub mod event_correlation;
 pub mod eviction_config;
 pub mod eviction_machine;
 pub mod eviction_order;

@@ -140,7 +140,7 @@ mod tests {
 
     /// A pod from YAML, the way tests read best.
     fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+        serde_norway::from_str(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
     }
 
     #[test]

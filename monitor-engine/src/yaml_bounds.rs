@@ -52,52 +52,53 @@ pub enum Unbounded {
 /// Checks `text` against `limits`, stopping at the first excess. A text the tokenizer
 /// rejects passes: the parse that follows reports its error.
 pub fn check(text: &str, limits: Limits) -> Result<(), Unbounded> {
-    let mut parser = MaybeUninit::<unsafe_libyaml::yaml_parser_t>::uninit();
+    let mut parser = MaybeUninit::<unsafe_libyaml_norway::yaml_parser_t>::uninit();
     // SAFETY: the parser is initialised before use and deleted once; the input outlives it
     // (set_input_string keeps the pointer, and both end in this function); each token the
     // scanner filled is read, then deleted before the next scan.
     unsafe {
-        if !unsafe_libyaml::yaml_parser_initialize(parser.as_mut_ptr()).ok {
+        if !unsafe_libyaml_norway::yaml_parser_initialize(parser.as_mut_ptr()).ok {
             return Ok(());
         }
         let parser = parser.as_mut_ptr();
-        unsafe_libyaml::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as _);
+        unsafe_libyaml_norway::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as _);
         let mut depth = 0usize;
         let mut tokens = 0usize;
         let verdict = loop {
-            let mut token = MaybeUninit::<unsafe_libyaml::yaml_token_t>::uninit();
-            if !unsafe_libyaml::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
+            let mut token = MaybeUninit::<unsafe_libyaml_norway::yaml_token_t>::uninit();
+            if !unsafe_libyaml_norway::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
                 break Ok(());
             }
             let token = token.as_mut_ptr();
             let kind = (*token).type_;
             let line = (*token).start_mark.line as usize + 1;
-            unsafe_libyaml::yaml_token_delete(token);
+            unsafe_libyaml_norway::yaml_token_delete(token);
             tokens += 1;
             if tokens > limits.tokens {
                 break Err(Unbounded::TooManyTokens(limits.tokens));
             }
             match kind {
-                unsafe_libyaml::YAML_FLOW_SEQUENCE_START_TOKEN
-                | unsafe_libyaml::YAML_FLOW_MAPPING_START_TOKEN
-                | unsafe_libyaml::YAML_BLOCK_SEQUENCE_START_TOKEN
-                | unsafe_libyaml::YAML_BLOCK_MAPPING_START_TOKEN => {
+                unsafe_libyaml_norway::YAML_FLOW_SEQUENCE_START_TOKEN
+                | unsafe_libyaml_norway::YAML_FLOW_MAPPING_START_TOKEN
+                | unsafe_libyaml_norway::YAML_BLOCK_SEQUENCE_START_TOKEN
+                | unsafe_libyaml_norway::YAML_BLOCK_MAPPING_START_TOKEN => {
                     depth += 1;
                     if depth > limits.nesting {
                         break Err(Unbounded::TooDeep(limits.nesting));
                     }
                 }
-                unsafe_libyaml::YAML_FLOW_SEQUENCE_END_TOKEN
-                | unsafe_libyaml::YAML_FLOW_MAPPING_END_TOKEN
-                | unsafe_libyaml::YAML_BLOCK_END_TOKEN => depth = depth.saturating_sub(1),
-                unsafe_libyaml::YAML_ALIAS_TOKEN => break Err(Unbounded::Alias(line)),
-                unsafe_libyaml::YAML_STREAM_END_TOKEN | unsafe_libyaml::YAML_NO_TOKEN => {
+                unsafe_libyaml_norway::YAML_FLOW_SEQUENCE_END_TOKEN
+                | unsafe_libyaml_norway::YAML_FLOW_MAPPING_END_TOKEN
+                | unsafe_libyaml_norway::YAML_BLOCK_END_TOKEN => depth = depth.saturating_sub(1),
+                unsafe_libyaml_norway::YAML_ALIAS_TOKEN => break Err(Unbounded::Alias(line)),
+                unsafe_libyaml_norway::YAML_STREAM_END_TOKEN
+                | unsafe_libyaml_norway::YAML_NO_TOKEN => {
                     break Ok(());
                 }
                 _ => {}
             }
         };
-        unsafe_libyaml::yaml_parser_delete(parser);
+        unsafe_libyaml_norway::yaml_parser_delete(parser);
         verdict
     }
 }

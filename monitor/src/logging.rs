@@ -140,10 +140,23 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    /// The lines `format` writes of what `log` records, filtered by `rust_log`.
+    pub(crate) fn captured(
+        format: LogFormat,
+        rust_log: Option<&str>,
+        log: impl FnOnce(),
+    ) -> Vec<String> {
+        let out = Captured::default();
+        let subscriber = subscriber(format, filter(rust_log), out.clone());
+        tracing::subscriber::with_default(subscriber, log);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
 
     /// Collects what a subscriber writes.
     #[derive(Clone, Default)]
@@ -168,9 +181,7 @@ mod tests {
 
     /// Logs one record inside a span and one debug record; the lines written.
     fn log_with(format: LogFormat, rust_log: Option<&str>) -> Vec<String> {
-        let out = Captured::default();
-        let subscriber = subscriber(format, filter(rust_log), out.clone());
-        tracing::subscriber::with_default(subscriber, || {
+        captured(format, rust_log, || {
             let span = tracing::info_span!(
                 "decision",
                 pod.name = "hog",
@@ -180,9 +191,7 @@ mod tests {
             span.record("outcome", "killed");
             drop(span);
             tracing::debug!("a detail");
-        });
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        text.lines().map(str::to_owned).collect()
+        })
     }
 
     #[test]

@@ -5,7 +5,7 @@ use monitor::engine::eviction_config::{ConfigForm, EvictionConfig};
 fn the_configmaps_configuration_decodes_as_a_kubelet_configuration() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/configmap.yaml");
     let text = std::fs::read_to_string(path).expect("deploy/base/configmap.yaml");
-    let map: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let map: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
     let config = map["data"]["config.yaml"]
         .as_str()
         .expect("data.config.yaml");

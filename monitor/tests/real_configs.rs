@@ -155,8 +155,8 @@ fn a_real_configz_answer_is_refused_for_what_the_kubelet_refuses_then_read_as_it
 /// resize of the GKE capture) and that capture's `PodResizePending: Infeasible` condition
 /// added to its status; `keep` edits the container status first.
 fn resized_pods(dir: &tempfile::TempDir, condition: bool, keep: impl Fn(&mut Value)) -> PathBuf {
-    let mut pods: Value = serde_yaml::from_str(&read("nri-1.35-pods.yaml")).unwrap();
-    let pending: Value = serde_yaml::from_str(&read("gke-1.33-resize-infeasible.yaml")).unwrap();
+    let mut pods: Value = serde_norway::from_str(&read("nri-1.35-pods.yaml")).unwrap();
+    let pending: Value = serde_norway::from_str(&read("gke-1.33-resize-infeasible.yaml")).unwrap();
     let pod = pods["items"]
         .as_array_mut()
         .unwrap()

@@ -310,7 +310,7 @@ fn files_that_are_not_a_summary_are_refused_with_exit_2() {
 #[test]
 fn json_keeps_fractional_quantities_exact() {
     // The real 1.35 pods with a request of 500m ephemeral-storage on one pod.
-    let mut pods: Value = serde_yaml::from_str(&read("nri-1.35-pods.yaml")).unwrap();
+    let mut pods: Value = serde_norway::from_str(&read("nri-1.35-pods.yaml")).unwrap();
     let pod = pods["items"]
         .as_array_mut()
         .unwrap()

@@ -35,7 +35,7 @@ pub fn kubectl_version() -> Result<String, String> {
 /// `kubectl kustomize DIR`: the objects, in kustomize's order; `None` (and the test reported
 /// as not run for `kubectl`) without kubectl. Panics with kustomize's message when the
 /// directory does not render.
-pub fn kustomize(dir: &Path) -> Option<Vec<serde_yaml::Value>> {
+pub fn kustomize(dir: &Path) -> Option<Vec<serde_norway::Value>> {
     let version = match kubectl_version() {
         Ok(version) => version,
         Err(why) => {
@@ -67,14 +67,14 @@ pub fn render(dir: &Path) -> Result<String, String> {
 
 /// The documents of a YAML stream as kustomize prints it: separated by `---` lines (inside a
 /// block scalar such a line would be indented).
-pub fn objects(text: &str) -> Vec<serde_yaml::Value> {
+pub fn objects(text: &str) -> Vec<serde_norway::Value> {
     text.split("\n---\n")
-        .map(|doc| serde_yaml::from_str(doc).unwrap_or_else(|e| panic!("{e}:\n{doc}")))
+        .map(|doc| serde_norway::from_str(doc).unwrap_or_else(|e| panic!("{e}:\n{doc}")))
         .collect()
 }
 
 /// The one object of `kind` among `objects`.
-pub fn object_of<'a>(objects: &'a [serde_yaml::Value], kind: &str) -> &'a serde_yaml::Value {
+pub fn object_of<'a>(objects: &'a [serde_norway::Value], kind: &str) -> &'a serde_norway::Value {
     let mut found = objects.iter().filter(|o| o["kind"] == kind);
     let object = found.next().unwrap_or_else(|| panic!("no {kind}"));
     assert!(found.next().is_none(), "more than one {kind}");
@@ -82,7 +82,7 @@ pub fn object_of<'a>(objects: &'a [serde_yaml::Value], kind: &str) -> &'a serde_
 }
 
 /// The agent container's arguments in a DaemonSet.
-pub fn agent_args(daemonset: &serde_yaml::Value) -> Vec<String> {
+pub fn agent_args(daemonset: &serde_norway::Value) -> Vec<String> {
     daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_sequence()
         .expect("the container's args")

@@ -10,7 +10,10 @@
 //!   pods whose eviction was accepted are kept, for a stand-in kubelet to act on;
 //! - `DELETE /api/v1/namespaces/{ns}/pods/{name}` answers 200 with the pod (404 if unknown);
 //!   the pod stays served, as it would until the kubelet has stopped it;
-//! - `POST /api/v1/namespaces/{ns}/events` keeps the core/v1 Event and answers 201 with it;
+//! - `POST /api/v1/namespaces/{ns}/events` keeps the core/v1 Event and answers 201 with it
+//!   (409 for a name it has), and `PATCH /api/v1/namespaces/{ns}/events/{name}` (strategic
+//!   merge patch) updates its fields in place, as a repeated Event's count is kept (404 for
+//!   a name it has not);
 //! - `PATCH /api/v1/nodes/{node}/status` (strategic merge patch) merges the conditions by
 //!   type into the mock's Node and answers 200 with it; another node is 404;
 //! - `GET /api/v1/nodes/{node}/proxy/stats/summary` answers the Summary the test set, 404
@@ -31,6 +34,7 @@ use std::{
 use crate::{TempDir, TestPod};
 
 mod api_objects;
+mod events;
 mod http_wire;
 
 pub use api_objects::summary_json;
@@ -58,8 +62,8 @@ struct State {
     eviction_delay: Duration,
     /// Names of the pods whose eviction was accepted, in order.
     accepted: Vec<String>,
-    /// The Events posted, as sent.
-    events: Vec<serde_json::Value>,
+    /// The Events, as created and then patched.
+    events: events::Events,
     /// The node's status conditions, by type, as merged from the patches.
     conditions: BTreeMap<String, serde_json::Value>,
     summary: Option<String>,
@@ -103,7 +107,7 @@ impl MockKubeApi {
                 eviction_status_of: BTreeMap::new(),
                 eviction_delay: Duration::ZERO,
                 accepted: Vec::new(),
-                events: Vec::new(),
+                events: events::Events::default(),
                 conditions: BTreeMap::new(),
                 summary: None,
                 stopped: false,
@@ -214,9 +218,15 @@ impl MockKubeApi {
         pod_list_json(&self.shared.lock())
     }
 
-    /// The Events posted so far.
+    /// The Events so far, in the order they were created, as they stand now (a patched
+    /// Event with its count).
     pub fn events(&self) -> Vec<serde_json::Value> {
-        self.shared.lock().events.clone()
+        self.shared.lock().events.all()
+    }
+
+    /// Forgets every Event, as the API server lets them expire (after an hour by default).
+    pub fn expire_events(&self) {
+        self.shared.lock().events = events::Events::default();
     }
 
     /// The node's condition of `type_`, as last patched.
@@ -333,18 +343,14 @@ fn serve(stream: TcpStream, shared: &Shared) {
             }
         }
         ("POST", ["api", "v1", "namespaces", _, "events"]) => {
-            match serde_json::from_str::<serde_json::Value>(&request.body) {
-                Ok(event) => {
-                    shared.lock().events.push(event);
-                    shared.changed.notify_all();
-                    respond(&mut out, 201, &request.body)
-                }
-                Err(e) => respond(
-                    &mut out,
-                    400,
-                    &status_json(400, "BadRequest", &format!("not JSON: {e}"), ""),
-                ),
-            }
+            let (status, body) = shared.lock().events.create(&request);
+            shared.changed.notify_all();
+            respond(&mut out, status, &body)
+        }
+        ("PATCH", ["api", "v1", "namespaces", _, "events", name]) => {
+            let (status, body) = shared.lock().events.patch(&request, name);
+            shared.changed.notify_all();
+            respond(&mut out, status, &body)
         }
         ("PATCH", ["api", "v1", "nodes", node, "status"]) => {
             patch_node_status(&mut out, &request, node, shared)

@@ -113,10 +113,9 @@ impl AgentScene {
         cgroup_tree::subtree_pids(&self.pod_dir(pod))
     }
 
-    /// The agent's flags for this scene: JSON decisions, no metrics, and unless `extra` sets
-    /// them `--config` (the scene's), `--allocatable-memory` ([`Self::ALLOCATABLE`]), `--pods`
-    /// (the scene's manifests),
-    /// `--source auto` with a short poll interval,
+    /// The agent's flags for this scene: no metrics, and unless `extra` sets them JSON
+    /// decisions, `--config` (the scene's), `--allocatable-memory` ([`Self::ALLOCATABLE`]),
+    /// `--pods` (the scene's manifests), `--source auto` with a short poll interval,
     /// `--duration` 60s and this scene's checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
@@ -128,12 +127,15 @@ impl AgentScene {
             args.extend(["--allocatable-memory".into(), Self::ALLOCATABLE.into()]);
         }
         args.extend(
-            ["--kubepods-cgroup", &self.kubepods.rel, "--output", "json"]
+            ["--kubepods-cgroup", &self.kubepods.rel]
                 .iter()
                 .map(ToString::to_string),
         );
         if !extra.contains(&"--config") {
             args.extend(["--config".into(), path(&self.config)]);
+        }
+        if !extra.contains(&"--output") {
+            args.extend(["--output".into(), "json".into()]);
         }
         if !extra.contains(&"--checkpoint-dir") {
             args.extend(["--checkpoint-dir".into(), path(&self.checkpoint.path)]);

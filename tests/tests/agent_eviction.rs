@@ -464,9 +464,16 @@ fn metrics_count_evictions_and_kernel_events() {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("no sample {prefix} in\n{answer}"))
         };
+        // A dry run's decision, counted apart from evictions.
         assert!(
-            sample("monitor_evictions_total{eviction_signal=\"allocatableMemory.available\"}")
-                >= 1.0,
+            sample(
+                "monitor_dry_run_decisions_total{eviction_signal=\"allocatableMemory.available\"}"
+            ) >= 1.0,
+            "{answer}"
+        );
+        assert_eq!(
+            sample("monitor_evictions_total{eviction_signal=\"allocatableMemory.available\"}"),
+            0.0,
             "{answer}"
         );
         assert!(sample("monitor_events_received_total") > 0.0, "{answer}");

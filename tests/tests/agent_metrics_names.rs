@@ -1,7 +1,8 @@
 //! `/metrics` of the real agent read as the Prometheus text format by a strict parser (root
 //! only): every family has HELP and TYPE before its samples, every sample belongs to a declared
 //! family, and the names follow Prometheus' conventions and the kubelet's where they mean the
-//! same (`monitor_evictions_total{eviction_signal=...}` like `kubelet_evictions`).
+//! same (`monitor_evictions_total{eviction_signal=...}` like `kubelet_evictions`; a dry run's
+//! decisions in `monitor_dry_run_decisions_total`, never among the evictions).
 use std::{collections::BTreeMap, time::Duration};
 
 use tests::{
@@ -183,16 +184,27 @@ fn metrics_parse_strictly_and_follow_the_naming_conventions() {
                 .2
         };
         let signal = |s| Some(("eviction_signal", s));
+        // A dry run's decision is counted apart from evictions, both families from 0.
         assert!(
             value(
-                "monitor_evictions_total",
+                "monitor_dry_run_decisions_total",
                 signal("allocatableMemory.available")
             ) >= 1.0
         );
         assert_eq!(
-            families["monitor_evictions_total"].kind.as_deref(),
-            Some("counter")
+            value(
+                "monitor_evictions_total",
+                signal("allocatableMemory.available")
+            ),
+            0.0
         );
+        for counter in ["monitor_evictions_total", "monitor_dry_run_decisions_total"] {
+            assert_eq!(
+                families[counter].kind.as_deref(),
+                Some("counter"),
+                "{counter}"
+            );
+        }
         // Bytes and counts in families of their own, the unit in the name.
         let bytes = &families["monitor_eviction_signal_available_bytes"];
         assert_eq!(bytes.kind.as_deref(), Some("gauge"));

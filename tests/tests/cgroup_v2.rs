@@ -15,7 +15,7 @@ use monitor::{
     cgroupfs::{CgroupVersion, stats},
     source::probe::kernel_version,
 };
-use tests::{Allocator, TestCgroup, memory_on_cgroup_v2, monitor_bin, running_as_root};
+use tests::{Allocator, Kubepods, TestCgroup, memory_on_cgroup_v2, monitor_bin, running_as_root};
 
 const V2_ONLY: &str = "cgroup v1 here; runs in cargo xtask vm-test";
 
@@ -75,8 +75,17 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
     if !running_as_root("cgroup_v2") || !memory_on_cgroup_v2(V2_ONLY) {
         return;
     }
+    // The agent needs a kubepods cgroup, which the VM has only as a test makes one.
+    let cgroup = TestCgroup::create("cgroup-v2-doctor");
+    let kubepods = Kubepods::create(&cgroup);
     let out = Command::new(monitor_bin())
-        .args(["doctor", "--output", "json"])
+        .args([
+            "doctor",
+            "--output",
+            "json",
+            "--kubepods-cgroup",
+            &kubepods.rel,
+        ])
         .output()
         .expect("running monitor doctor");
     assert!(

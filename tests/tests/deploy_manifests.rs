@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde_yaml::Value;
+use serde_norway::Value;
 use tests::{
     TempDir,
     deploy_files::{
@@ -35,7 +35,7 @@ fn base_manifests() -> Vec<PathBuf> {
 fn yaml(path: &Path) -> Value {
     let text =
         fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn every_kustomization_renders_with_kubectl_and_validates_strictly() {
         let file = dir.join(&format!("{}.yaml", build.replace('/', "-")));
         let text: Vec<String> = objects
             .iter()
-            .map(|o| serde_yaml::to_string(o).unwrap())
+            .map(|o| serde_norway::to_string(o).unwrap())
             .collect();
         fs::write(&file, text.join("---\n")).unwrap();
         let (ok, output) = validate(&validator, &[file]);
@@ -285,7 +285,7 @@ fn the_disruption_budget_overlay_adds_only_the_flag_and_deleting_pods() {
         return;
     };
     let delete: Value =
-        serde_yaml::from_str("{apiGroups: [''], resources: [pods], verbs: [delete]}").unwrap();
+        serde_norway::from_str("{apiGroups: [''], resources: [pods], verbs: [delete]}").unwrap();
     let expected = edited(&enforce, |kind, list| match kind {
         "DaemonSet" => list.push("--ignore-disruption-budgets".into()),
         _ => list.push(delete.clone()),
@@ -304,7 +304,7 @@ const KUBEADM_KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\
 #[test]
 fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
     use monitor::engine::eviction_config::{ConfigLayer, EvictionConfig};
-    let configmap: Value = serde_yaml::from_str(
+    let configmap: Value = serde_norway::from_str(
         &fs::read_to_string(deploy_dir().join("base/configmap.yaml")).unwrap(),
     )
     .unwrap();
@@ -341,7 +341,7 @@ fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
 /// over it from the whole volume (a subPath mount never sees the ConfigMap's updates).
 #[test]
 fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it() {
-    let daemonset: Value = serde_yaml::from_str(
+    let daemonset: Value = serde_norway::from_str(
         &fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap(),
     )
     .unwrap();

@@ -71,7 +71,7 @@ fn trace_command_prints_json_lines_for_the_filtered_cgroup() {
         "--output",
         "json",
         "--duration",
-        "4",
+        "4s",
         "--cgroup",
         &cgroup.rel,
     ]);

@@ -1,14 +1,12 @@
 //! The `--kube` clients against a MOCK Kubernetes API server ([`MockKubeApi`]), since no real
-//! one can run here, without root: the pod watch, the Eviction and Event clients through
-//! kube-rs, and `monitor rank --kube`, pointed at the mock by a kubeconfig the test writes.
+//! one can run here, without root: the pod watch and the Eviction client through kube-rs (the
+//! Events in `kube_events.rs`), and `monitor rank --kube`, pointed at the mock by a kubeconfig
+//! the test writes.
 //! The agent with `--kube` on real cgroups is tested in `agent_kube.rs`.
 use std::time::Duration;
 
 use monitor::{
-    action::{
-        EvictError, KubeEvictor,
-        kube_event::{EventPoster, EventReason},
-    },
+    action::{EvictError, KubeEvictor},
     engine::pod_facts::PodRef,
     pods::{KubeWatchError, KubeWatcher, Loaded, NodePod, kube_watch},
 };
@@ -226,38 +224,6 @@ async fn ignoring_budgets_deletes_the_pod_with_the_grace_period_and_its_uid() {
     let body: Value = serde_json::from_str(&requests[0].body).expect("DeleteOptions");
     assert_eq!(body["gracePeriodSeconds"], 7, "{body:#}");
     assert_eq!(body["preconditions"]["uid"], uid_for("hog"), "{body:#}");
-}
-
-#[tokio::test]
-async fn an_event_is_a_core_v1_warning_on_the_pod() {
-    let api = MockKubeApi::start(NODE);
-    let (_files, kubeconfig) = api.kubeconfig_in("kube-event");
-    let config = kube_watch::api_config(Some(&kubeconfig))
-        .await
-        .expect("config");
-    let client = KubeEvictor::new(config).expect("a client").client();
-    EventPoster::new(client, NODE)
-        .post(
-            &hog(),
-            EventReason::EvictionDryRun,
-            "The node was low on resource: memory.",
-        )
-        .await
-        .expect("the mock takes the event");
-    let post = api
-        .requests()
-        .into_iter()
-        .find(|r| r.method == "POST")
-        .expect("a post");
-    assert_eq!(post.path(), "/api/v1/namespaces/default/events");
-    let events = api.events();
-    assert_eq!(events.len(), 1);
-    let event = &events[0];
-    assert_eq!(event["kind"], "Event", "{event:#}");
-    assert_eq!(event["type"], "Warning", "{event:#}");
-    assert_eq!(event["reason"], "EvictionDryRun", "{event:#}");
-    assert_eq!(event["involvedObject"]["uid"], uid_for("hog"), "{event:#}");
-    assert_eq!(event["source"]["host"], NODE, "{event:#}");
 }
 
 fn run_rank(args: &[&str]) -> std::process::Output {

@@ -31,10 +31,10 @@ fn monitoring() -> PathBuf {
     deploy().join("monitoring")
 }
 
-fn yaml(path: &Path) -> serde_yaml::Value {
+fn yaml(path: &Path) -> serde_norway::Value {
     let text =
         fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
 
 /// Debian's `prometheus` and `promtool`: from the package `cargo xtask test` unpacks
@@ -56,7 +56,7 @@ fn prometheus_binary(name: &str, test: &str) -> Option<PathBuf> {
 }
 
 /// The alert names of a rules file's groups.
-fn alerts(groups: &serde_yaml::Value) -> BTreeSet<String> {
+fn alerts(groups: &serde_norway::Value) -> BTreeSet<String> {
     groups
         .as_sequence()
         .expect("groups")
@@ -305,7 +305,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
 /// shipped relabelling runs for real.
 fn prometheus_config(agent: SocketAddr, rules: &Path) -> String {
     let job = &yaml(&monitoring().join("scrape-job.yaml"))["scrape_configs"][0];
-    let relabel = serde_yaml::to_string(&job["relabel_configs"]).unwrap();
+    let relabel = serde_norway::to_string(&job["relabel_configs"]).unwrap();
     let relabel: String = relabel.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
@@ -381,17 +381,22 @@ fn a_real_prometheus_scrapes_a_live_agent_and_every_rule_and_dashboard_query_wor
         let decision = agent.next_decision(Duration::from_secs(20));
         assert_eq!(decision["uid"], over.uid.as_str(), "{decision:#}");
 
-        // The rules evaluate on the live series: the eviction fires MonitorEvicting.
-        server.wait_for("/api/v1/alerts", "MonitorEvicting firing", |v| {
+        // The rules evaluate on the live series: the dry run's decision fires
+        // MonitorDryRunWouldEvict, and no eviction is counted.
+        let alerts = server.wait_for("/api/v1/alerts", "MonitorDryRunWouldEvict firing", |v| {
             v["data"]["alerts"].as_array().is_some_and(|alerts| {
                 alerts.iter().any(|a| {
-                    a["labels"]["alertname"] == "MonitorEvicting"
+                    a["labels"]["alertname"] == "MonitorDryRunWouldEvict"
                         && a["state"] == "firing"
                         && a["labels"]["eviction_signal"] == "allocatableMemory.available"
                         && a["labels"]["node"] == "node-a"
                 })
             })
         });
+        assert!(
+            !alerts.to_string().contains("\"MonitorEvicting\""),
+            "a dry run is no eviction: {alerts}"
+        );
         let rules = server.api("/api/v1/rules");
         let mut evaluated = 0;
         for group in rules["data"]["groups"].as_array().expect("groups") {

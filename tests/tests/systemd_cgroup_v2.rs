@@ -368,7 +368,7 @@ fn trace_attributes_a_static_pods_oom_kill_to_it_under_the_systemd_driver() {
         "--output",
         "json",
         "--duration",
-        "15",
+        "15s",
         "--min-stall",
         "1ms",
         "--pods",

@@ -15,6 +15,8 @@ use tests::{
 const DECIDE: Duration = Duration::from_secs(20);
 /// The agent's address inside the test's network namespace, where it is free.
 const ADDR: &str = "127.0.0.1:9753";
+/// The priority of system-node-critical pods, wider than a narrow column.
+const NODE_CRITICAL: i32 = 2_000_001_000;
 
 /// A detached tmux session on a server of its own, killed on drop.
 struct Tmux {
@@ -94,28 +96,34 @@ fn top_shows_the_live_ranking_and_outlives_an_agent_restart() {
     let scene = AgentScene::new("top-tmux", "10s", "5s");
     let over = TestPod::new("over").request_mib(20);
     let calm = TestPod::new("calm").request_mib(100);
+    let critical = TestPod::new("critical")
+        .request_mib(100)
+        .priority(NODE_CRITICAL);
     in_own_network_namespace(|| {
         let agent_args = ["--dry-run", "--metrics-addr", ADDR];
         let mut agent = scene.start_agent(&agent_args);
         let _calm_proc = scene.start_pod(&calm);
+        let _critical_proc = scene.start_pod(&critical);
         let mut over_proc = scene.start_pod(&over);
         over_proc.alloc(230);
         let decision = agent.next_decision(DECIDE);
         assert_eq!(decision["name"], "over", "{decision:#}");
 
-        // Started inside the namespace, the tmux server and `top` live there too.
+        // Started inside the namespace, the tmux server and `top` live there too; the agent is
+        // named by host name, as an operator would.
         let top = Tmux::start(&format!(
-            "{} top --addr {ADDR} --interval 200ms",
+            "{} top --addr localhost:9753 --interval 200ms",
             monitor_bin().display()
         ));
         let screen = top.wait_for(
             &[
                 "allocatableMemory.available [",
                 "hard <100.0Mi MET",
-                "ranking for allocatableMemory.available (2 pods)",
+                "ranking for allocatableMemory.available (3 pods)",
                 "default/over",
                 "exceeds its request",
                 "default/calm",
+                " 2000001000 ",
                 "after #1: pods over their request go first",
                 "would evict default/over",
                 "kernel events",
@@ -131,7 +139,7 @@ fn top_shows_the_live_ranking_and_outlives_an_agent_restart() {
             .args(["send-keys", "-t", "top", "n"])
             .status()
             .expect("tmux send-keys");
-        top.wait_for(&["(2 pods, namespace default)"], Duration::from_secs(5));
+        top.wait_for(&["(3 pods, namespace default)"], Duration::from_secs(5));
 
         agent.stop();
         top.wait_for(&["agent unreachable, retrying"], Duration::from_secs(10));

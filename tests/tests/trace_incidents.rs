@@ -29,7 +29,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// The `--duration` cap of every trace: each test interrupts its trace once its workload is
 /// over, so the cap only ends a trace whose test hangs. The emulated VM takes tens of seconds
 /// for what takes one or two here.
-const TRACE_CAP_SECS: &str = "300";
+const TRACE_CAP: &str = "300s";
 
 /// How long the last events may take to reach the trace after the workload ended: a PSI
 /// trigger reports within its 2 s window, and the emulated VM runs the tracer seconds behind
@@ -128,7 +128,7 @@ fn limit_overrun_shows_stalls_then_the_oom_kill_of_that_cgroup() {
     let cgroup_psi = dir.join("memory.pressure").exists();
     let trace = start_trace(&[
         "--duration",
-        TRACE_CAP_SECS,
+        TRACE_CAP,
         "--cgroup",
         &cgroup.rel,
         "--psi-stall",
@@ -237,7 +237,7 @@ fn cgroup_filter_selects_exactly_the_requested_cgroup() {
     let other = limited_child(&cgroup, "other");
     let (watched_rel, other_rel) = (cgroup.child_rel("watched"), cgroup.child_rel("other"));
     let scratch = tempdir("filter");
-    let trace = start_trace(&["--duration", TRACE_CAP_SECS, "--cgroup", &watched_rel]);
+    let trace = start_trace(&["--duration", TRACE_CAP, "--cgroup", &watched_rel]);
     let (a, b) = (scratch.join("a"), scratch.join("b"));
     fs::create_dir_all(&a).unwrap();
     fs::create_dir_all(&b).unwrap();
@@ -297,7 +297,7 @@ fn pod_attribution_and_pod_filter_name_the_pod() {
     let kubepods = format!("{}/kubepods", cgroup.rel);
     let trace = start_trace(&[
         "--duration",
-        TRACE_CAP_SECS,
+        TRACE_CAP,
         "--pods",
         manifests.to_str().unwrap(),
         "--kubepods-cgroup",
@@ -359,7 +359,7 @@ fn trace_kube_attributes_events_to_the_pods_the_api_server_lists() {
     // No manifests directory: the pods come from the API.
     let trace = start_trace(&[
         "--duration",
-        TRACE_CAP_SECS,
+        TRACE_CAP,
         "--kube",
         "--node-name",
         "node-a",
@@ -413,7 +413,7 @@ fn every_kill_of_an_oom_storm_names_its_own_cgroup() {
             dir
         })
         .collect();
-    let trace = start_trace(&["--duration", TRACE_CAP_SECS, "--cgroup", &cgroup.rel]);
+    let trace = start_trace(&["--duration", TRACE_CAP, "--cgroup", &cgroup.rel]);
     let alloc = binary("alloc", "MONITOR_ALLOC_BIN");
     let mut victims: Vec<(u32, String, Child)> = dirs
         .iter()

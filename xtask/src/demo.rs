@@ -205,11 +205,19 @@ pub(crate) fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
             )
         })
         .collect::<anyhow::Result<_>>()?;
+    let metrics_addr = metrics_addr();
+    let top = if metrics_addr == DEFAULT_METRICS_ADDR {
+        String::new()
+    } else {
+        format!(" --addr {metrics_addr}")
+    };
     eprintln!(
         "demo: {} pods under {}/kubepods, allocatable {ALLOCATABLE}; the agent prints its \
-         decisions below and the ranking every 2 s. Ctrl-C ends the demo.",
+         decisions below and the ranking every 2 s; in another terminal, `{} top{top}` shows \
+         it live. Ctrl-C ends the demo.",
         pods.len(),
-        tree.root.display()
+        tree.root.display(),
+        bin.join("monitor").display()
     );
     let mut agent = Command::new(bin.join("monitor"));
     agent
@@ -221,7 +229,7 @@ pub(crate) fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
             "--checkpoint-dir",
             &work.join("checkpoint").to_string_lossy(),
         ])
-        .args(["--status-interval", "2s", "--no-metrics"])
+        .args(["--status-interval", "2s", "--metrics-addr", &metrics_addr])
         .args(["--duration", &format!("{}s", duration.as_secs())]);
     if !enforce {
         agent.arg("--dry-run");
@@ -237,6 +245,20 @@ pub(crate) fn run(duration: Duration, enforce: bool) -> anyhow::Result<()> {
         bail!("the agent exited with {code}");
     }
     Ok(())
+}
+
+/// The agent's own default address, where `monitor top` looks without flags.
+const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9753";
+
+/// Where the demo's agent serves `/debug/ranking` for `monitor top`: the default address,
+/// or a free port when something listens there already (an agent on this machine).
+fn metrics_addr() -> String {
+    if std::net::TcpListener::bind(DEFAULT_METRICS_ADDR).is_ok() {
+        return DEFAULT_METRICS_ADDR.into();
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|free| free.local_addr())
+        .map_or_else(|_| DEFAULT_METRICS_ADDR.into(), |addr| addr.to_string())
 }
 
 /// The demo's cgroups; killed and removed on drop, deepest first.
@@ -342,6 +364,17 @@ impl Drop for Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_finds_the_agent_at_the_default_address_or_is_told_another() {
+        // Held here, the default is taken, as by an agent already running on the machine.
+        let held = std::net::TcpListener::bind(DEFAULT_METRICS_ADDR);
+        let addr: std::net::SocketAddr = metrics_addr().parse().expect("an address");
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_ne!(addr.to_string(), DEFAULT_METRICS_ADDR, "taken: {held:?}");
+        assert!(std::net::TcpListener::bind(addr).is_ok(), "{addr} is free");
+        drop(held);
+    }
 
     #[test]
     fn forty_pods_with_unique_uids_and_critical_ones() {

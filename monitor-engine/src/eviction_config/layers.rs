@@ -8,7 +8,7 @@
 use std::fmt;
 
 use serde::Deserialize;
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 
 use super::known_fields::{AGENT_FIELD, KUBELET_FIELDS};
 use super::{
@@ -63,10 +63,10 @@ impl ConfigLayer {
             return Err(ConfigError::TooLarge);
         }
         yaml_bounds::check(text, yaml_bounds::LIMITS).map_err(ConfigError::Unbounded)?;
-        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let yaml_error = |err: serde_norway::Error| ConfigError::Yaml(err.to_string());
         // (index among all documents, the document) for those that are not empty.
         let mut documents = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
             let value = Value::deserialize(document).map_err(yaml_error)?;
             if !value.is_null() {
                 documents.push((index, value));
@@ -125,7 +125,7 @@ impl ConfigLayer {
             .flat_map(Mapping::keys)
             .map(|key| match key {
                 Value::String(name) => name.clone(),
-                other => serde_yaml::to_string(other)
+                other => serde_norway::to_string(other)
                     .unwrap_or_default()
                     .trim()
                     .to_string(),
@@ -158,11 +158,11 @@ impl ConfigLayer {
     /// The agent's fields of this layer, read from the text so a wrong shape is reported
     /// with its line. An overlay's `null`s (which remove a key) are left out.
     fn file(&self) -> Result<KubeletConfigFile, ConfigError> {
-        let yaml_error = |err: serde_yaml::Error| ConfigError::Yaml(err.to_string());
+        let yaml_error = |err: serde_norway::Error| ConfigError::Yaml(err.to_string());
         if self.form == ConfigForm::Configz {
             return KubeletConfigFile::deserialize(&self.defaulted(false)).map_err(yaml_error);
         }
-        let from_text = serde_yaml::Deserializer::from_str(&self.text)
+        let from_text = serde_norway::Deserializer::from_str(&self.text)
             .nth(self.document_index)
             .map(KubeletConfigFile::deserialize)
             .transpose()

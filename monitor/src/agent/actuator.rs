@@ -16,7 +16,7 @@ use crate::{
     action::{
         EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, StuckProcess,
         kill_cgroup_tree,
-        kube_event::{EventPoster, EventReason},
+        kube_event::{EventReason, EventRecorder},
     },
     cgroupfs::MemoryHierarchy,
     engine::pod_facts::PodRef,
@@ -185,22 +185,16 @@ pub(crate) trait Actuator {
 }
 
 /// `--dry-run`: decisions are reported, nothing is signalled; with `--dry-run-events` each
-/// is posted as an `EvictionDryRun` Event on the pod.
+/// is recorded as an `EvictionDryRun` Event on the pod (the same decision again counted on
+/// one Event, as the kubelet's recorder does).
 pub(crate) struct DryRun {
-    pub events: Option<EventPoster>,
+    pub events: Option<EventRecorder>,
 }
 
 impl Actuator for DryRun {
     fn start(&self, request: ActionRequest) -> Option<ActionTask> {
-        if let Some(events) = self.events.clone() {
-            tokio::spawn(async move {
-                let posted = events
-                    .post(&request.pod, EventReason::EvictionDryRun, &request.message)
-                    .await;
-                if let Err(error) = posted {
-                    tracing::warn!("{error}");
-                }
-            });
+        if let Some(events) = &self.events {
+            events.record(&request.pod, EventReason::EvictionDryRun, &request.message);
         }
         None
     }
@@ -249,11 +243,11 @@ impl Actuator for CgroupKiller {
 }
 
 /// `--kube`: a policy/v1 Eviction (or a deletion, see [`KubeEvictor::deleting`]); the
-/// kubelet stops the pod. Once the API server accepts, an `Evicted` Event is posted on the
-/// pod; a refused eviction posts none.
+/// kubelet stops the pod. Once the API server accepts, an `Evicted` Event is recorded on the
+/// pod; a refused eviction records none.
 pub(crate) struct KubeApi {
     pub evictor: KubeEvictor,
-    pub events: EventPoster,
+    pub events: EventRecorder,
 }
 
 impl Actuator for KubeApi {
@@ -266,12 +260,7 @@ impl Actuator for KubeApi {
                 .await
             {
                 Ok(()) => {
-                    let posted = events
-                        .post(&request.pod, EventReason::Evicted, &request.message)
-                        .await;
-                    if let Err(error) = posted {
-                        tracing::warn!("{error}");
-                    }
+                    events.record(&request.pod, EventReason::Evicted, &request.message);
                     ActionOutcome::Accepted
                 }
                 Err(EvictError::NotFound { .. }) => ActionOutcome::Gone,

@@ -1,5 +1,5 @@
 //! The agent's command-line flags: `monitor [FLAGS]` with no subcommand runs the agent.
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
@@ -11,8 +11,11 @@ use super::{
 use crate::{
     checkpoint::DEFAULT_CHECKPOINT_DIR,
     config_file::ConfigSources,
-    engine::{attach_distance::AttachWithin, duration::parse_go_duration, ids::CgroupRel},
-    flags::{OutputFormat, attach_within, positive_bytes, positive_duration},
+    engine::{attach_distance::AttachWithin, ids::CgroupRel},
+    flags::{
+        HostPort, OutputFormat, attach_within, duration, host_port, positive_bytes,
+        positive_duration,
+    },
     source::ebpf::MemcgHook,
 };
 
@@ -54,14 +57,94 @@ pub(crate) enum MemoryBrake {
 /// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct AgentArgs {
-    /// Report each decision but never signal any process.
-    #[arg(long)]
+    /// Report each decision but never signal any process. Nothing being carried out, the
+    /// same pod is decided on again at each interval: --output text and the log say it once,
+    /// then once a minute with how many times; --output json prints each, numbered
+    /// (`repeat`); /metrics counts them in monitor_dry_run_decisions_total, never among the
+    /// evictions.
+    #[arg(long, help_heading = "Observing")]
     pub dry_run: bool,
+    /// With --kube --dry-run: record each decision as an Event on the pod (type Warning,
+    /// reason EvictionDryRun) and publish the node conditions, so a trial run shows in
+    /// `kubectl get events` and `kubectl describe node`. The same decision again at each
+    /// interval is counted on one Event, as the kubelet's recorder counts its own. Without it
+    /// a dry run writes nothing to the cluster.
+    #[arg(long, requires_all = ["kube", "dry_run"], help_heading = "Observing")]
+    pub dry_run_events: bool,
+    /// `text`: one line per decision; `json`: one object per decision with monotonic and
+    /// wall-clock timestamps.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text, help_heading = "Observing")]
+    pub output: OutputFormat,
+    /// Print the signals and the head of the eviction ranking to stderr this often (0: never).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        value_parser = duration,
+        help_heading = "Observing"
+    )]
+    pub status_interval: Duration,
+    /// Stop after this long (default: run until SIGINT or SIGTERM).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = positive_duration,
+        help_heading = "Observing"
+    )]
+    pub duration: Option<Duration>,
+    #[command(flatten, next_help_heading = "Acting")]
+    pub hard_action: HardActionFlag,
+    /// With --kube: delete the chosen pod with the decision's grace period instead of asking
+    /// for an Eviction, so PodDisruptionBudgets do not hold it, as the kubelet's own
+    /// node-pressure eviction ignores them.
+    #[arg(long, requires = "kube", help_heading = "Acting")]
+    pub ignore_disruption_budgets: bool,
+    /// On a hard threshold, project when the kernel's OOM point (the kubepods cgroup's memory
+    /// limit, or the node's memory) is reached at the growth of the last 50ms, and cut the
+    /// victim's grace period to that time less 100ms for the kill, down to force at once; an
+    /// eviction already in its grace period is forced when the projection falls below what is
+    /// left of it. A victim that handles SIGTERM and keeps allocating would otherwise let the
+    /// OOM killer fire first. `off`: the whole grace period always.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "ON|OFF",
+        default_value_t = GraceProjection::On,
+        help_heading = "Acting"
+    )]
+    pub grace_projection: GraceProjection,
+    /// cgroup v2: when a hard memory threshold evicts a pod, set the kubepods cgroup's
+    /// memory.high at its usage (plus 4Mi), so the pods' growth is throttled by reclaim
+    /// while the victim drains, and the victim keeps its whole grace period. memory.high
+    /// never calls the OOM killer (a limit would). `pods` sets each pod's instead, at its own
+    /// usage. Lifted once no eviction is in flight and no memory threshold is met, after 30s
+    /// at most, and when the agent stops; a value found there (the kubelet's MemoryQoS) is
+    /// restored exactly. The values are recorded in the checkpoint directory first, so an
+    /// agent killed while braking lifts it at its next start. cgroup v1 has no memory.high:
+    /// there the grace projection alone protects the node. `on` is `kubepods`.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KUBEPODS|PODS|OFF",
+        default_value_t = MemoryBrake::Kubepods,
+        help_heading = "Acting"
+    )]
+    pub memory_brake: MemoryBrake,
+    /// Opt-in, off by default: act on a hard memory threshold before it is met, when the
+    /// growth of the last 50ms (as the grace projection measures it) would cross it within
+    /// this lead. Set it to the time from a decision to the victim's memory being back on
+    /// the node (`cargo xtask bench oom-race` measures it) for fewer kernel OOM kills, at the
+    /// cost of the kubelet's exact timing: a pod that would have stopped just short of the
+    /// threshold is evicted too. The decision says it was predicted, with the figures. The
+    /// kernel then wakes the agent at every 16Mi of growth, however far the thresholds are.
+    /// 1ms to 10s.
+    #[arg(long, value_name = "DURATION", value_parser = predict_lead, help_heading = "Acting")]
+    pub predict: Option<Duration>,
     /// Directory of Pod manifests (YAML or JSON; Pod, PodList or List) for the pods on this
     /// node; reloaded when files change. Every pod needs metadata.uid. Finished pods (phase
     /// Succeeded or Failed) are left out, and with --node-name pods bound to another node; a
     /// manifest without spec.nodeName counts as this node's, like a static pod's.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Pods")]
     pub pods: Option<PathBuf>,
     /// Use the Kubernetes API: watch the pods bound to this node (instead of --pods) and
     /// evict through the Eviction API (instead of killing cgroups).
@@ -83,45 +166,33 @@ pub(crate) struct AgentArgs {
     /// Connects with --kubeconfig, else KUBECONFIG or ~/.kube/config, else the pod's service
     /// account. RBAC the account needs (a ClusterRole: the node's pods are in every
     /// namespace): list and watch on pods, create on pods/eviction (delete on pods with
-    /// --ignore-disruption-budgets), create on events, patch on nodes/status.
-    #[arg(long, conflicts_with = "pods", requires = "node_name")]
+    /// --ignore-disruption-budgets), create and patch on events, patch on nodes/status.
+    #[arg(
+        long,
+        conflicts_with = "pods",
+        requires = "node_name",
+        help_heading = "Pods"
+    )]
     pub kube: bool,
-    /// With --kube: delete the chosen pod with the decision's grace period instead of asking
-    /// for an Eviction, so PodDisruptionBudgets do not hold it, as the kubelet's own
-    /// node-pressure eviction ignores them.
-    #[arg(long, requires = "kube")]
-    pub ignore_disruption_budgets: bool,
-    #[command(flatten)]
-    pub hard_action: HardActionFlag,
-    /// With --kube --dry-run: post each decision as an Event on the pod (type Warning,
-    /// reason EvictionDryRun) and publish the node conditions, so a trial run shows in
-    /// `kubectl get events` and `kubectl describe node`. Without it a dry run writes nothing
-    /// to the cluster.
-    #[arg(long, requires_all = ["kube", "dry_run"])]
-    pub dry_run_events: bool,
     /// This node's name, as in the spec.nodeName of its pods (required with --kube; with
     /// --pods, pods bound to other nodes are left out). In a DaemonSet,
     /// set NODE_NAME from the downward API (valueFrom.fieldRef.fieldPath: spec.nodeName).
-    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    #[arg(long, env = "NODE_NAME", value_name = "NAME", help_heading = "Pods")]
     pub node_name: Option<String>,
     /// With --kube: the kubeconfig to connect with, when not running in the cluster.
-    #[arg(long, value_name = "FILE", requires = "kube")]
+    #[arg(long, value_name = "FILE", requires = "kube", help_heading = "Pods")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubepods cgroup below the memory hierarchy's root (`/kubepods`,
     /// `/kubepods.slice`); detected when absent. Its name picks the cgroupfs or systemd naming.
     /// Relative to the hierarchy's root, not its mount point; `.` and `..` are refused.
-    #[arg(long, value_name = "PATH", value_parser = CgroupRel::new)]
+    #[arg(long, value_name = "PATH", value_parser = CgroupRel::new, help_heading = "Pods")]
     pub kubepods_cgroup: Option<CgroupRel>,
-    /// Allocatable memory (kubelet quantity, e.g. 6Gi); default: the kubepods cgroup's memory
-    /// limit, or the node's memory when it has none.
-    #[arg(long, value_name = "QUANTITY", value_parser = positive_bytes)]
-    pub allocatable_memory: Option<u64>,
     /// The node's kubelet configuration, read-only: the kubelet's own `--config` file
     /// (kubeadm, kind: /var/lib/kubelet/config.yaml; EKS: /etc/kubernetes/kubelet/config.json;
     /// GKE: /home/kubernetes/kubelet-config.yaml) or a configz answer saved to a file. Its
     /// eviction thresholds are the kubelet's; thresholds given on the kubelet's command line
     /// (--eviction-hard) or in its --config-dir are not in it: lay them over it with --config.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Thresholds")]
     pub kubelet_config: Option<PathBuf>,
     /// KubeletConfiguration YAML (evictionHard, evictionSoft, evictionSoftGracePeriod,
     /// evictionMinimumReclaim, ..., and the agent's `monitor:` settings). With
@@ -129,40 +200,32 @@ pub(crate) struct AgentArgs {
     /// (absent: the kubelet's alone). Alone, the whole configuration; without either, the
     /// kubelet's defaults. Both files are watched: a change is put in force within a second
     /// and logged with what changed; an invalid one is refused and the one in force kept.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Thresholds")]
     pub config: Option<PathBuf>,
+    /// Allocatable memory (kubelet quantity, e.g. 6Gi); default: the kubepods cgroup's memory
+    /// limit, or the node's memory when it has none.
+    #[arg(
+        long,
+        value_name = "QUANTITY",
+        value_parser = positive_bytes,
+        help_heading = "Thresholds"
+    )]
+    pub allocatable_memory: Option<u64>,
     /// Event source.
-    #[arg(long, value_enum, default_value_t = SourceMode::Auto)]
+    #[arg(long, value_enum, default_value_t = SourceMode::Auto, help_heading = "Kernel")]
     pub source: SourceMode,
-    /// How often cgroupfs is read when polling (Go duration: 100ms, 1s, 10s).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = positive_duration)]
-    pub poll_interval: Duration,
-    /// How often the eBPF source's working sets are re-read from cgroupfs, correcting drift
-    /// and lost events; the node's memory and the kubepods cgroup's limit are read again then
-    /// too.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
-    pub resync_interval: Duration,
-    /// While memory is polled (no memcg tracepoints, or --source poll), read cgroupfs at once
-    /// when tasks stalled on memory at least this long within 2 s, not at the next poll: PSI
-    /// triggers on the node and, on cgroup v2, on the kubepods cgroup (0s: off).
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_go_duration)]
-    pub psi_stall: Duration,
     /// How the kernel programs count per-cgroup memory with the eBPF source: `auto` takes the
     /// memcg tracepoints (6.13+) in their raw form (cheapest per page fault), else as classic
     /// tracepoints, else fentry on the functions they were placed in (5.11+); `tracepoint`
     /// forces the classic form, `fentry` the latter.
-    #[arg(long, value_enum, value_name = "HOOK", default_value_t = MemcgHook::Auto)]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOOK",
+        default_value_t = MemcgHook::Auto,
+        help_heading = "Kernel"
+    )]
     pub memcg_hook: MemcgHook,
-    /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
-    #[arg(long, value_name = "QUANTITY", default_value = "256Ki", value_parser = positive_bytes)]
-    pub step: u64,
-    /// Pages of a cgroup's stat each CPU sums on its own before the kernel programs add them
-    /// to the cgroup's total and check the step: a page fault then touches no shared kernel
-    /// memory. All CPUs together hold back less than PAGES times the CPUs, so a step is seen
-    /// that much late at most. Default: the step / (4 x CPUs), at least 1; 1 adds every
-    /// update at once.
-    #[arg(long, value_name = "PAGES", value_parser = clap::value_parser!(u32).range(1..))]
-    pub per_cpu_budget: Option<u32>,
     /// Run the memcg stat programs only while a memory threshold is within this much
     /// working-set growth. Farther away they are detached, so page faults run none of the
     /// agent's code; the node's and the kubepods cgroup's memory is read every 100ms instead,
@@ -177,78 +240,99 @@ pub(crate) struct AgentArgs {
         long,
         value_name = "auto|always|QUANTITY",
         default_value = "auto",
-        value_parser = attach_within
+        value_parser = attach_within,
+        help_heading = "Kernel"
     )]
     pub attach_within: AttachWithin,
-    /// On a hard threshold, project when the kernel's OOM point (the kubepods cgroup's memory
-    /// limit, or the node's memory) is reached at the growth of the last 50ms, and cut the
-    /// victim's grace period to that time less 100ms for the kill, down to force at once; an
-    /// eviction already in its grace period is forced when the projection falls below what is
-    /// left of it. A victim that handles SIGTERM and keeps allocating would otherwise let the
-    /// OOM killer fire first. `off`: the whole grace period always.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = GraceProjection::On)]
-    pub grace_projection: GraceProjection,
-    /// cgroup v2: when a hard memory threshold evicts a pod, set the kubepods cgroup's
-    /// memory.high at its usage (plus 4Mi), so the pods' growth is throttled by reclaim
-    /// while the victim drains, and the victim keeps its whole grace period. memory.high
-    /// never calls the OOM killer (a limit would). `pods` sets each pod's instead, at its own
-    /// usage. Lifted once no eviction is in flight and no memory threshold is met, after 30s
-    /// at most, and when the agent stops; a value found there (the kubelet's MemoryQoS) is
-    /// restored exactly. The values are recorded in the checkpoint directory first, so an
-    /// agent killed while braking lifts it at its next start. cgroup v1 has no memory.high:
-    /// there the grace projection alone protects the node. `on` is `kubepods`.
+    /// Kernel programs report a cgroup's stat after it moved by this much (kubelet quantity).
     #[arg(
         long,
-        value_enum,
-        value_name = "KUBEPODS|PODS|OFF",
-        default_value_t = MemoryBrake::Kubepods
+        value_name = "QUANTITY",
+        default_value = "256Ki",
+        value_parser = positive_bytes,
+        help_heading = "Kernel"
     )]
-    pub memory_brake: MemoryBrake,
-    /// Opt-in, off by default: act on a hard memory threshold before it is met, when the
-    /// growth of the last 50ms (as the grace projection measures it) would cross it within
-    /// this lead. Set it to the time from a decision to the victim's memory being back on
-    /// the node (`cargo xtask bench oom-race` measures it) for fewer kernel OOM kills, at the
-    /// cost of the kubelet's exact timing: a pod that would have stopped just short of the
-    /// threshold is evicted too. The decision says it was predicted, with the figures. The
-    /// kernel then wakes the agent at every 16Mi of growth, however far the thresholds are.
-    /// 1ms to 10s.
-    #[arg(long, value_name = "DURATION", value_parser = predict_lead)]
-    pub predict: Option<Duration>,
-    /// Where the agent keeps its state across restarts.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_CHECKPOINT_DIR)]
-    pub checkpoint_dir: PathBuf,
-    /// Move the checkpoint aside even when it is valid (renamed agent_state.reset-TIME, never
-    /// deleted) and start with an empty state. Not needed for a damaged one: the agent always
-    /// sets that aside (agent_state.corrupt-TIME, at most 5 kept), says so and starts empty.
-    #[arg(long)]
-    pub reset_state: bool,
-    /// `text`: one line per decision; `json`: one object per decision with monotonic and
-    /// wall-clock timestamps.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
+    pub step: u64,
+    /// Pages of a cgroup's stat each CPU sums on its own before the kernel programs add them
+    /// to the cgroup's total and check the step: a page fault then touches no shared kernel
+    /// memory. All CPUs together hold back less than PAGES times the CPUs, so a step is seen
+    /// that much late at most. Default: the step / (4 x CPUs), at least 1; 1 adds every
+    /// update at once.
+    #[arg(
+        long,
+        value_name = "PAGES",
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Kernel"
+    )]
+    pub per_cpu_budget: Option<u32>,
+    /// How often cgroupfs is read when polling (Go duration: 100ms, 1s, 10s).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        value_parser = positive_duration,
+        help_heading = "Kernel"
+    )]
+    pub poll_interval: Duration,
+    /// How often the eBPF source's working sets are re-read from cgroupfs, correcting drift
+    /// and lost events; the node's memory and the kubepods cgroup's limit are read again then
+    /// too.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = positive_duration,
+        help_heading = "Kernel"
+    )]
+    pub resync_interval: Duration,
+    /// While memory is polled (no memcg tracepoints, or --source poll), read cgroupfs at once
+    /// when tasks stalled on memory at least this long within 2 s, not at the next poll: PSI
+    /// triggers on the node and, on cgroup v2, on the kubepods cgroup (0s: off).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "100ms",
+        value_parser = duration,
+        help_heading = "Kernel"
+    )]
+    pub psi_stall: Duration,
     /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz, /readyz and
-    /// /debug/ranking beside them.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
-    pub metrics_addr: SocketAddr,
+    /// /debug/ranking beside them. HOST:PORT, the host an IP address or a name
+    /// (localhost:9753); a name is bound at the first of its addresses that can be.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9753",
+        value_parser = host_port,
+        help_heading = "Endpoints"
+    )]
+    pub metrics_addr: HostPort,
     /// Do not serve metrics.
-    #[arg(long)]
+    #[arg(long, help_heading = "Endpoints")]
     pub no_metrics: bool,
     /// Serve /metrics and /debug/* to clients off this host too. They name every pod on the
     /// node with its memory, so by default only loopback clients get them; /healthz and
     /// /readyz answer anyone.
-    #[arg(long)]
+    #[arg(long, help_heading = "Endpoints")]
     pub metrics_allow_remote: bool,
     /// A name accepted in the Host header of requests to the endpoints, besides IP addresses
     /// and localhost (others are refused, so a rebound DNS name cannot reach them; may be
     /// repeated).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "Endpoints")]
     pub metrics_allowed_host: Vec<String>,
-    /// Print the signals and the head of the eviction ranking to stderr this often (0: never).
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_go_duration)]
-    pub status_interval: Duration,
-    /// Stop after this long (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
-    pub duration: Option<Duration>,
+    /// Where the agent keeps its state across restarts.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = DEFAULT_CHECKPOINT_DIR,
+        help_heading = "Advanced"
+    )]
+    pub checkpoint_dir: PathBuf,
+    /// Move the checkpoint aside even when it is valid (renamed agent_state.reset-TIME, never
+    /// deleted) and start with an empty state. Not needed for a damaged one: the agent always
+    /// sets that aside (agent_state.corrupt-TIME, at most 5 kept), says so and starts empty.
+    #[arg(long, help_heading = "Advanced")]
+    pub reset_state: bool,
     /// The agent's own oom_score_adj, -1000 (never OOM-killed) to 1000 (killed first). The
     /// default keeps the OOM killer off the agent while leaving -1000 to what the node
     /// cannot lose at all (as systemd's own critical daemons do).
@@ -257,20 +341,26 @@ pub(crate) struct AgentArgs {
         value_name = "N",
         default_value_t = DEFAULT_OOM_SCORE_ADJ,
         allow_negative_numbers = true,
-        value_parser = parse_oom_score_adj
+        value_parser = parse_oom_score_adj,
+        help_heading = "Advanced"
     )]
     pub oom_score_adj: i32,
     /// Do not lock the agent's memory. By default it is locked (mlockall: the binary whole at
     /// start, later pages as they are touched), so reclaim cannot page it out when the node
     /// is short of memory; this needs CAP_IPC_LOCK (root has it) or a RLIMIT_MEMLOCK larger
     /// than the agent.
-    #[arg(long)]
+    #[arg(long, help_heading = "Advanced")]
     pub no_mlock: bool,
     /// Run the event thread (kernel records -> decision) under SCHED_FIFO at this priority
     /// (1-99), so a busy CPU does not delay a decision behind ordinary tasks; threads it
     /// starts stay at the normal policy. Off by default. Needs CAP_SYS_NICE or an
     /// RLIMIT_RTPRIO of at least N; the agent refuses to start when the kernel says no.
-    #[arg(long, value_name = "N", value_parser = parse_realtime_priority)]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = parse_realtime_priority,
+        help_heading = "Advanced"
+    )]
     pub realtime_priority: Option<u8>,
 }
 

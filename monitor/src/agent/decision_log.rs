@@ -5,32 +5,53 @@
 //! the report is built. It travels with the action ([`super::actuator::ActionRequest::span`]),
 //! so the action's own records fall inside it, and it closes when the action reports back
 //! (or at once in a dry run), with the outcome recorded on it first.
+//!
+//! A dry run's decision repeated at each interval on the same pod
+//! ([`crate::engine::decision_repeats`]) is said at debug level, its span too, so the log
+//! holds the first of a series and then a summary each minute, not one story per interval.
+use std::time::Duration;
+
 use tracing::{Span, field::Empty};
 
 use super::{
     actuator::{ActionDone, ActionOutcome},
     decision_report::DecisionReport,
 };
-use crate::{action::KillOutcome, engine::decide::Eviction};
+use crate::{
+    action::KillOutcome,
+    engine::{decide::Eviction, decision_repeats::Say, instant::MonoInstant},
+};
+
+/// The decision span with its fields, at `$level`.
+macro_rules! decision_span {
+    ($level:expr, $eviction:expr, $trigger_ns:expr) => {
+        tracing::span!(
+            $level,
+            "decision",
+            pod.namespace = %$eviction.pod.namespace,
+            pod.name = %$eviction.pod.name,
+            pod.uid = %$eviction.pod.uid,
+            signal = $eviction.signal.as_str(),
+            observed = $eviction.observed.available,
+            threshold = Empty,
+            trigger_event_ns = $trigger_ns,
+            cause.bursts = Empty,
+            cause.stalls = Empty,
+            cause.node_stalls = Empty,
+            grace_ms = Empty,
+            outcome = Empty,
+        )
+    };
+}
 
 /// The span of the decision to evict `eviction.pod`; `trigger_ns` is the CLOCK_MONOTONIC
-/// time of the kernel event that led to it, when one did.
-pub(crate) fn open(eviction: &Eviction, trigger_ns: Option<u64>) -> Span {
-    tracing::info_span!(
-        "decision",
-        pod.namespace = %eviction.pod.namespace,
-        pod.name = %eviction.pod.name,
-        pod.uid = %eviction.pod.uid,
-        signal = eviction.signal.as_str(),
-        observed = eviction.observed.available,
-        threshold = Empty,
-        trigger_event_ns = trigger_ns,
-        cause.bursts = Empty,
-        cause.stalls = Empty,
-        cause.node_stalls = Empty,
-        grace_ms = Empty,
-        outcome = Empty,
-    )
+/// time of the kernel event that led to it, when one did. A repeat held back is at debug.
+pub(crate) fn open(eviction: &Eviction, trigger_ns: Option<u64>, say: Say) -> Span {
+    if say.is_said() {
+        decision_span!(tracing::Level::INFO, eviction, trigger_ns)
+    } else {
+        decision_span!(tracing::Level::DEBUG, eviction, trigger_ns)
+    }
 }
 
 /// The span of an eviction begun before a restart and finished now.
@@ -46,8 +67,9 @@ pub(crate) fn resumed(pod: &crate::engine::pod_facts::PodRef) -> Span {
 }
 
 /// Adds the report's threshold and cause to the current decision span, and records the
-/// decision itself (`would evict NS/NAME` or `evicting NS/NAME`).
-pub(crate) fn decided(report: &DecisionReport) {
+/// decision itself (`would evict NS/NAME` or `evicting NS/NAME`); a dry run's repeat at
+/// debug, or as its series' summary.
+pub(crate) fn decided(report: &DecisionReport, say: Say, now: MonoInstant) {
     let span = Span::current();
     span.record("threshold", report.threshold);
     span.record("cause.bursts", report.cause.bursts);
@@ -66,13 +88,36 @@ pub(crate) fn decided(report: &DecisionReport) {
     } else {
         "evicting"
     };
-    tracing::info!(
-        action = report.action,
-        grace_period_seconds = report.grace_period_seconds,
-        "{verb} {}/{}",
-        report.namespace,
-        report.name
-    );
+    let (namespace, name) = (&report.namespace, &report.name);
+    match say {
+        Say::First => tracing::info!(
+            action = report.action,
+            grace_period_seconds = report.grace_period_seconds,
+            "{verb} {namespace}/{name}"
+        ),
+        Say::Quiet { repeat } => tracing::debug!(
+            action = report.action,
+            repeat,
+            "{verb} {namespace}/{name} again"
+        ),
+        Say::Summary {
+            repeat,
+            held,
+            since,
+        } => tracing::info!(
+            action = report.action,
+            repeat,
+            "{verb} {namespace}/{name} again: the same dry-run decision on {} {repeat} times in \
+             a row over {} ({held} since the last line; each one in --output json)",
+            report.signal,
+            whole_seconds(now.saturating_since(since))
+        ),
+    }
+}
+
+/// `75s`: a summary's span, to the second.
+fn whole_seconds(span: Duration) -> String {
+    format!("{}s", span.as_secs())
 }
 
 /// Records that nothing is done in a dry run; the span closes when the last handle drops.
@@ -106,10 +151,62 @@ fn outcome_name(outcome: &ActionOutcome) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::action::KillReport;
+
+    #[test]
+    fn a_dry_runs_repeat_is_held_back_and_its_summary_says_how_often() {
+        use crate::{
+            agent::decision_report::tests::{eviction, report},
+            engine::signal::Signal,
+            logging::{LogFormat, tests::captured},
+        };
+        let eviction = eviction(Signal::AllocatableMemoryAvailable, 180 << 20);
+        let at = |seconds: u64| MonoInstant::from_millis(seconds * 1000);
+        let summary = Say::Summary {
+            repeat: 13,
+            held: 12,
+            since: at(100),
+        };
+        let cases = [
+            (
+                "the first",
+                Say::First,
+                Some("would evict default/web-1"),
+                true,
+            ),
+            ("a repeat", Say::Quiet { repeat: 2 }, None, false),
+            (
+                "the summary",
+                summary,
+                Some(
+                    "would evict default/web-1 again: the same dry-run decision on \
+                     allocatableMemory.available 13 times in a row over 60s (12 since the last \
+                     line; each one in --output json)",
+                ),
+                true,
+            ),
+        ];
+        for (name, say, said, closed) in cases {
+            let lines = captured(LogFormat::Json, None, || {
+                let span = open(&eviction, None, say);
+                span.in_scope(|| decided(&report(true, Some(612 << 20)), say, at(160)));
+                dry_run(&span);
+            });
+            let records: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let messages: Vec<&str> = records
+                .iter()
+                .filter_map(|r| r["fields"]["message"].as_str())
+                .filter(|m| *m != "close")
+                .collect();
+            assert_eq!(messages, said.into_iter().collect::<Vec<_>>(), "{name}");
+            let close = records.iter().any(|r| r["fields"]["message"] == "close");
+            assert_eq!(close, closed, "{name}: the span's close at info: {lines:?}");
+        }
+    }
 
     #[test]
     fn outcomes_have_one_word_each() {

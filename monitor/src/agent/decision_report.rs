@@ -54,6 +54,9 @@ pub(crate) struct DecisionReport {
     /// then, and the projection that led to it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted: Option<PredictedFields>,
+    /// In a dry run, the decision's number among the decisions on this pod and signal in a
+    /// row (1 the first; see [`crate::engine::decision_repeats`]); 1 when acting.
+    pub repeat: u64,
     #[serde(skip)]
     grace_text: Option<String>,
     #[serde(skip)]
@@ -135,6 +138,8 @@ pub(crate) struct DecisionContext<'a> {
     pub grace: Grace,
     /// The projection the decision acted on, with `--predict`.
     pub prediction: Option<Prediction>,
+    /// See [`DecisionReport::repeat`].
+    pub repeat: u64,
 }
 
 impl DecisionReport {
@@ -160,6 +165,7 @@ impl DecisionReport {
             path_text: ctx.route.map(Route::describe),
             grace: GraceFields::new(ctx.grace),
             predicted: ctx.prediction.map(PredictedFields::new),
+            repeat: ctx.repeat,
             grace_text: matches!(ctx.grace, Grace::Cut { .. }).then(|| ctx.grace.to_string()),
         }
     }
@@ -221,8 +227,13 @@ impl DecisionReport {
                 )
             })
             .unwrap_or_default();
+        let repeated = if self.repeat > 1 {
+            format!("; the same decision {} times in a row", self.repeat)
+        } else {
+            String::new()
+        };
         format!(
-            "{verb} {}/{}{}: {} {}{predicted} < {}; {keys}{}{}",
+            "{verb} {}/{}{}: {} {}{predicted} < {}; {keys}{}{}{repeated}",
             printable(&self.namespace),
             printable(&self.name),
             self.path_text
@@ -241,7 +252,7 @@ impl DecisionReport {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::engine::{
         signal::Signal,
@@ -256,7 +267,8 @@ mod tests {
             .with_memory_request(256 * MI)
     }
 
-    fn eviction(signal: Signal, available: i64) -> Eviction {
+    /// The decision on `default/web-1` for `signal`, with `available` observed.
+    pub(in crate::agent) fn eviction(signal: Signal, available: i64) -> Eviction {
         Eviction {
             pod: facts().pod,
             signal,
@@ -273,7 +285,8 @@ mod tests {
         }
     }
 
-    fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
+    /// A decision on `default/web-1` (`dry_run`: would evict), its working set `usage`.
+    pub(in crate::agent) fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
         let facts = facts();
         let usage = usage.map(|ws| PodUsage {
             memory_working_set_bytes: ws,
@@ -294,6 +307,7 @@ mod tests {
                 route: (!dry_run).then_some(Route::LocalFirst),
                 grace: Grace::Full(std::time::Duration::from_secs(1)),
                 prediction: None,
+                repeat: 1,
             },
         )
     }
@@ -345,6 +359,21 @@ mod tests {
         assert_eq!(json["signal"], "allocatableMemory.available");
         assert_eq!(json["rank"]["exceedsRequest"], true);
         assert!(json["path"].is_null(), "nothing is done in dry-run");
+        assert_eq!(json["repeat"], 1);
+    }
+
+    #[test]
+    fn a_repeated_dry_run_decision_says_how_often() {
+        let mut again = report(true, Some(612 << 20));
+        again.repeat = 12;
+        assert!(
+            again
+                .text()
+                .ends_with("356.0Mi above request; the same decision 12 times in a row"),
+            "{}",
+            again.text()
+        );
+        assert_eq!(serde_json::to_value(&again).unwrap()["repeat"], 12);
     }
 
     #[test]

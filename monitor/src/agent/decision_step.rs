@@ -28,7 +28,8 @@ use crate::{
     checkpoint::read_now,
     engine::{
         decide::Eviction,
-        instant::{Clock as _, ManualClock},
+        decision_repeats::Say,
+        instant::{Clock as _, ManualClock, MonoInstant},
         memory_brake::BrakeInputs,
         oom_projection::{Grace, KILL_ALLOWANCE, affordable_grace},
         pod_facts::PodRef,
@@ -44,6 +45,18 @@ use crate::{
 /// A decision's grace period as a duration (negative: none).
 pub(super) fn grace_secs(seconds: i64) -> u64 {
     u64::try_from(seconds).unwrap_or(0)
+}
+
+/// When a decision was taken, what led to it and how much of it to say.
+#[derive(Clone, Copy)]
+pub(super) struct Moment {
+    /// CLOCK_MONOTONIC nanoseconds of the decision.
+    decided_ns: u64,
+    /// The kernel event that led to it, when one did.
+    trigger_ns: Option<u64>,
+    say: Say,
+    /// The decision's instant on the clock the core decided with.
+    now: MonoInstant,
 }
 
 /// What an action carries from its decision besides the pod and its grace.
@@ -67,15 +80,23 @@ impl Agent {
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
         self.recheck_running_grace(decided_ns);
-        let decision = self
-            .core
-            .decide_at(&ManualClock::new(BootClock.now()), Some(decided_ns));
+        let clock = ManualClock::new(BootClock.now());
+        let decision = self.core.decide_at(&clock, Some(decided_ns));
         if self.args.dry_run && decision.eviction().is_some() {
             self.core.nothing_signalled();
         }
         let mut grace_given = None;
         if let Some(eviction) = decision.eviction() {
-            let span = decision_log::open(eviction, trigger_ns);
+            // Nothing a dry run decides is carried out, so it decides on the same pod again at
+            // every interval: said once, then summed up.
+            let say = if self.args.dry_run {
+                self.visibility
+                    .repeats
+                    .note(&eviction.pod.uid, eviction.signal, clock.now())
+            } else {
+                Say::First
+            };
+            let span = decision_log::open(eviction, trigger_ns, say);
             let _in_decision = span.enter();
             // Before the brake's records, which fall in the span ahead of the report's.
             span.record("threshold", self.threshold_of(eviction).ceil_units());
@@ -102,7 +123,13 @@ impl Agent {
                 );
             }
             let grace = self.affordable_grace(eviction, decided_ns);
-            if let Err(e) = self.report(eviction, decided_ns, trigger_ns, grace) {
+            let at = Moment {
+                decided_ns,
+                trigger_ns,
+                say,
+                now: clock.now(),
+            };
+            if let Err(e) = self.report(eviction, &at, grace) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
             // The API takes whole seconds: a cut grace period is rounded down.
@@ -135,7 +162,8 @@ impl Agent {
                 },
                 span.clone(),
             );
-            if eviction.signal != Signal::PidAvailable {
+            // Reading every process is not repeated for a decision held back.
+            if eviction.signal != Signal::PidAvailable && say.is_said() {
                 self.name_kernel_victim(span.clone());
             }
         }
@@ -294,13 +322,20 @@ impl Agent {
             .unwrap_or_default()
     }
 
+    /// Prints the decision (in text, a dry run's repeat only as its series' summary; in JSON,
+    /// every one) and keeps it for readers.
     pub(super) fn report(
         &mut self,
         eviction: &Eviction,
-        decided_ns: u64,
-        trigger_ns: Option<u64>,
+        at: &Moment,
         grace: Grace,
     ) -> anyhow::Result<()> {
+        let Moment {
+            decided_ns,
+            trigger_ns,
+            say,
+            now,
+        } = *at;
         let Some(entry) = self.core.pod(&eviction.pod.uid) else {
             return Ok(());
         };
@@ -331,22 +366,26 @@ impl Agent {
                     .core
                     .prediction()
                     .filter(|p| p.signal == eviction.signal),
+                repeat: say.repeat(),
             },
         );
-        decision_log::decided(&report);
+        decision_log::decided(&report, say, now);
         let text = report.text();
         let line = match self.args.output {
-            OutputFormat::Text => text.clone(),
-            OutputFormat::Json => serde_json::to_string(&report)?,
+            OutputFormat::Text if !say.is_said() => None,
+            OutputFormat::Text => Some(text.clone()),
+            OutputFormat::Json => Some(serde_json::to_string(&report)?),
         };
         self.visibility.decisions.push(DecisionView {
             report,
             text,
             outcome: self.args.dry_run.then(|| "dry-run: nothing done".into()),
         });
-        let mut out = io::stdout().lock();
-        writeln!(out, "{line}")?;
-        out.flush()?;
+        if let Some(line) = line {
+            let mut out = io::stdout().lock();
+            writeln!(out, "{line}")?;
+            out.flush()?;
+        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use super::node_status::NodeStatusPublisher;
 use crate::engine::eviction_machine::AgentCore;
 use crate::{
     engine::{
+        decision_repeats::DecisionRepeats,
         eviction_order::{DiskMeasure, RankPolicy},
         quantity::Quantity,
         rank_report::explained_head,
@@ -88,7 +89,17 @@ pub(crate) fn rankings(core: &AgentCore) -> Vec<RankingView> {
 pub(crate) struct RecentDecisions(VecDeque<DecisionView>);
 
 impl RecentDecisions {
+    /// Adds a decision; a dry run's repeat of the newest one takes its place, so the list
+    /// shows what was decided, not the same pod twenty times.
     pub(crate) fn push(&mut self, decision: DecisionView) {
+        if let Some(newest) = self.0.back_mut()
+            && decision.report.repeat > 1
+            && newest.report.uid == decision.report.uid
+            && newest.report.signal == decision.report.signal
+        {
+            *newest = decision;
+            return;
+        }
         if self.0.len() == DECISIONS_KEPT {
             self.0.pop_front();
         }
@@ -130,6 +141,8 @@ pub(super) struct Visibility {
     pub(super) metrics: Metrics,
     pub(super) publisher: Publisher,
     pub(super) decisions: RecentDecisions,
+    /// A dry run's decisions repeated at each interval: which to say.
+    pub(super) repeats: DecisionRepeats,
     /// With --kube: the agent's own node conditions, published on the Node.
     pub(super) node_status: Option<NodeStatusPublisher>,
 }
@@ -140,6 +153,7 @@ impl Visibility {
             metrics: Metrics::default(),
             publisher,
             decisions: RecentDecisions::default(),
+            repeats: DecisionRepeats::default(),
             node_status,
         }
     }

@@ -26,7 +26,10 @@ use crate::{
     action::KubeEvictor,
     config_file::LoadedConfig,
     config_watch::ConfigWatcher,
-    pods::{KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch},
+    pods::{
+        KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch,
+        manifest_dir::{self, MANIFEST_DIR_HELP},
+    },
     system_clock::monotonic_ns,
 };
 
@@ -87,8 +90,12 @@ async fn open_pods(
         return Ok((PodSource::Kube(watcher), first, Some(evictor)));
     }
     let Some(pods_dir) = &args.pods else {
-        bail!("the agent needs the pods on this node: --pods DIR or --kube (see `monitor --help`)");
+        bail!(
+            "the agent needs the pods on this node: --pods DIR or --kube (see `monitor --help`); \
+             {MANIFEST_DIR_HELP}"
+        );
     };
+    manifest_dir::check(pods_dir)?;
     let (watcher, first) = ManifestWatcher::start(pods_dir)
         .with_context(|| format!("watching pod manifests in {}", pods_dir.display()))?;
     Ok((PodSource::Dir(watcher), first, None))

@@ -26,7 +26,7 @@ use super::{
 use crate::{
     action::{
         KubeEvictor,
-        kube_event::{EventPoster, EventReason},
+        kube_event::{EventReason, EventRecorder},
     },
     cgroupfs::{CgroupVersion, MemoryHierarchy},
     checkpoint::{
@@ -196,7 +196,7 @@ impl Agent {
         let (publisher, view) = snapshot::channel();
         if !args.no_metrics {
             let (addr, _task) = server::serve(
-                args.metrics_addr,
+                args.metrics_addr.addrs(),
                 view,
                 Access {
                     remote: args.metrics_allow_remote,
@@ -227,29 +227,24 @@ impl Agent {
             );
         }
         let node = args.node_name.as_deref().unwrap_or_default();
+        // A dry run writes nothing to the cluster unless asked to: no writer then.
         let events = evictor
             .as_ref()
-            .map(|evictor| EventPoster::new(evictor.client(), node));
+            .filter(|_| !args.dry_run || args.dry_run_events)
+            .map(|evictor| EventRecorder::spawn(evictor.client(), node));
         // A dry run writes nothing to the cluster unless asked to.
         let node_status = evictor
             .as_ref()
             .filter(|_| !args.dry_run || args.dry_run_events)
             .map(|evictor| NodeStatusPublisher::spawn(evictor.client(), node));
         if let Some(events) = events.as_ref().filter(|_| damaged && node_status.is_some()) {
-            let (events, message) = (events.clone(), format!("{}: {startup}", path.display()));
-            tokio::spawn(async move {
-                if let Err(error) = events
-                    .post_on_node(EventReason::CheckpointDamaged, &message)
-                    .await
-                {
-                    tracing::warn!("{error}");
-                }
-            });
+            events.record_on_node(
+                EventReason::CheckpointDamaged,
+                &format!("{}: {startup}", path.display()),
+            );
         }
         let actuator: Box<dyn Actuator> = match (evictor, events) {
-            (_, events) if args.dry_run => Box::new(DryRun {
-                events: events.filter(|_| args.dry_run_events),
-            }),
+            (_, events) if args.dry_run => Box::new(DryRun { events }),
             (Some(evictor), Some(events)) => Box::new(LocalFirst {
                 killer: CgroupKiller {
                     hierarchy: hierarchy.clone(),

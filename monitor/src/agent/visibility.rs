@@ -34,10 +34,13 @@ impl Agent {
                 .entry(threshold.signal.as_str())
                 .or_default() |= met;
             // A counter born at 1 hides its first increase from `increase()`: each signal
-            // that can evict is exported at 0 from the start.
-            m.evictions_by_signal
-                .entry(threshold.signal.as_str())
-                .or_insert(0);
+            // that can evict is exported at 0 from the start, in both families.
+            for counts in [
+                &mut m.evictions_by_signal,
+                &mut m.dry_run_decisions_by_signal,
+            ] {
+                counts.entry(threshold.signal.as_str()).or_insert(0);
+            }
         }
         // Levels only for the signals observed: a percentage needs the signal's capacity.
         // The same views are published for /debug/ranking, so they are built once.
@@ -72,9 +75,12 @@ impl Agent {
         m.config = Some(self.config.metrics());
         m.checkpoint_damaged_at_start = self.checkpoint.damaged_at_start();
         if let Some(eviction) = eviction {
-            *m.evictions_by_signal
-                .entry(eviction.signal.as_str())
-                .or_default() += 1;
+            let counts = if self.args.dry_run {
+                &mut m.dry_run_decisions_by_signal
+            } else {
+                &mut m.evictions_by_signal
+            };
+            *counts.entry(eviction.signal.as_str()).or_default() += 1;
             if let Some(ts) = trigger_ns {
                 m.decision_latency_seconds
                     .observe(monotonic_ns().saturating_sub(ts) as f64 / 1e9);

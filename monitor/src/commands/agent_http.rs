@@ -2,9 +2,11 @@
 //! bounded in time and in size, the error in words.
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
+    net::TcpStream,
     time::Duration,
 };
+
+use crate::flags::HostPort;
 
 /// How long one read of the agent may take.
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(2);
@@ -12,8 +14,8 @@ pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_ANSWER_BYTES: u64 = 8 << 20;
 
 /// The body of `GET path` at `addr` when the agent answers 200.
-pub(crate) fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, READ_TIMEOUT).map_err(|e| e.to_string())?;
+pub(crate) fn get(addr: &HostPort, path: &str) -> Result<String, String> {
+    let mut stream = connect(addr)?;
     stream
         .set_read_timeout(Some(READ_TIMEOUT))
         .map_err(|e| e.to_string())?;
@@ -38,4 +40,16 @@ pub(crate) fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
         return Err(format!("the agent answered {status:?}"));
     }
     Ok(body.to_string())
+}
+
+/// Connects to the first of `addr`'s addresses that answers; the last error otherwise.
+fn connect(addr: &HostPort) -> Result<TcpStream, String> {
+    let mut error = String::from("no address");
+    for each in addr.addrs() {
+        match TcpStream::connect_timeout(each, READ_TIMEOUT) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => error = format!("{each}: {e}"),
+        }
+    }
+    Err(error)
 }

@@ -1,7 +1,6 @@
 //! `monitor config`: the eviction settings after the kubelet's defaulting, each with where it
 //! came from and whether the agent acts on it; from the files the agent would read, or from a
 //! running agent (`--agent`): what is in force there, since when, and a change it refused.
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +10,7 @@ use super::agent_http;
 use crate::config_file::{ConfigSources, load};
 use crate::engine::config_origin::{NOT_ACTED_ON, Setting, effective_settings};
 use crate::engine::printable::printable;
-use crate::flags::OutputFormat;
+use crate::flags::{HostPort, OutputFormat, host_port};
 use crate::metrics::snapshot::DebugConfig;
 
 #[derive(clap::Args, Debug)]
@@ -39,8 +38,14 @@ pub(crate) struct ConfigArgs {
     config: Option<PathBuf>,
     /// Ask the running agent at ADDR (its --metrics-addr) what is in force instead of
     /// reading files: its files, their checksum, since when, and a change it refused.
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9753")]
-    agent: Option<SocketAddr>,
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        default_missing_value = "127.0.0.1:9753",
+        value_parser = host_port
+    )]
+    agent: Option<HostPort>,
     /// `text`: an aligned table. `json`: `{"source", "checksum", "notes", "settings":
     /// [{"name", "value", "origin", "acted_on"}]}` with origin one of file, overlay,
     /// kubelet_default, kubeadm_zero_defaulted, node_allocatable_copy, agent_default (with
@@ -59,7 +64,7 @@ struct FromFiles<'a> {
 
 pub(crate) fn run(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
     let output = if let Some(addr) = args.agent {
-        from_agent(addr, args.output)?
+        from_agent(&addr, args.output)?
     } else {
         from_files(args)?
     };
@@ -95,7 +100,7 @@ fn from_files(args: &ConfigArgs) -> anyhow::Result<String> {
 }
 
 /// What the agent at `addr` has in force.
-fn from_agent(addr: SocketAddr, format: OutputFormat) -> anyhow::Result<String> {
+fn from_agent(addr: &HostPort, format: OutputFormat) -> anyhow::Result<String> {
     let body = agent_http::get(addr, "/debug/config")
         .map_err(|e| anyhow::anyhow!("asking the agent at {addr} (its --metrics-addr): {e}"))?;
     let view: DebugConfig = serde_json::from_str(&body)

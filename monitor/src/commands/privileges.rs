@@ -12,7 +12,11 @@ use std::{fs, path::Path};
 
 use serde::Serialize;
 
-use crate::{cgroupfs::MemoryHierarchy, engine::ids::CgroupRel, pods::cgroup_path::KubepodsCgroup};
+use crate::{
+    cgroupfs::MemoryHierarchy,
+    engine::ids::CgroupRel,
+    pods::{cgroup_path::KubepodsCgroup, manifest_dir},
+};
 
 /// What the host is asked to provide, from the agent's flags.
 pub(crate) struct Needs<'a> {
@@ -108,7 +112,9 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
                 granted,
                 purpose: cap.purpose,
                 problem: (!granted).then(|| match effective {
-                    Some(_) => "not in the effective set".to_string(),
+                    Some(_) => "not in the effective set: grant it (a container's \
+                                securityContext.capabilities.add, podman --cap-add)"
+                        .to_string(),
                     None => "the effective set is unreadable (/proc/self/status)".to_string(),
                 }),
             }
@@ -124,8 +130,8 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
     out.push(requirement(
         "cgroupfs",
         Kind::Path,
-        // Without --kubepods-cgroup a machine without a kubelet is only told what was not found.
-        needs.kubepods_cgroup.is_some(),
+        // The agent refuses to start without its kubepods cgroup, detected or given.
+        true,
         "read pod memory, kill pod cgroups",
         kubepods(needs.memory, needs.kubepods_cgroup),
     ));
@@ -149,7 +155,8 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
             Kind::Path,
             true,
             "the kubelet's eviction thresholds",
-            readable(kubelet_config),
+            // Loaded as the agent loads it: a file it would refuse is as good as none.
+            loads(Some(kubelet_config), None),
         ));
     }
     if let Some(config) = needs.config {
@@ -158,7 +165,7 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
             Kind::Path,
             true,
             "the agent's settings, and thresholds laid over the kubelet's",
-            readable(config),
+            loads(needs.kubelet_config, Some(config)),
         ));
     }
     if let Some(pods) = needs.pods {
@@ -167,7 +174,7 @@ pub(crate) fn check(needs: &Needs<'_>) -> Vec<Requirement> {
             Kind::Path,
             true,
             "the pods to rank",
-            readable(pods),
+            manifest_dir::check(pods).map_err(|e| e.to_string()),
         ));
     }
     out
@@ -219,14 +226,15 @@ fn kubepods(memory: Option<&MemoryHierarchy>, given: Option<&CgroupRel>) -> Resu
         Some(rel) => rel.clone(),
         None => {
             KubepodsCgroup::detect(&memory.mount)
-                .map_err(|e| format!("{e} (mount the host's /sys/fs/cgroup)"))?
+                .map_err(|e| format!("{e}; in a container, mount the host's /sys/fs/cgroup"))?
                 .rel
         }
     };
     let dir = memory.dir(&rel);
     if !dir.is_dir() {
         return Err(format!(
-            "{} does not exist (mount the host's /sys/fs/cgroup)",
+            "{} does not exist: give --kubepods-cgroup the kubelet's pod cgroup root; in a \
+             container, mount the host's /sys/fs/cgroup",
             dir.display()
         ));
     }
@@ -277,13 +285,15 @@ fn writable_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn readable(path: &Path) -> Result<(), String> {
-    let result = if path.is_dir() {
-        fs::read_dir(path).map(drop)
-    } else {
-        fs::File::open(path).map(drop)
+/// Whether the agent would take these configuration files.
+fn loads(kubelet: Option<&Path>, overlay: Option<&Path>) -> Result<(), String> {
+    let sources = crate::config_file::ConfigSources {
+        kubelet: kubelet.map(Path::to_path_buf),
+        overlay: overlay.map(Path::to_path_buf),
     };
-    result.map_err(|e| format!("{}: {e}", path.display()))
+    crate::config_file::load(&sources)
+        .map(drop)
+        .map_err(|e| format!("{e:#}"))
 }
 
 #[cfg(test)]
@@ -356,12 +366,13 @@ mod tests {
             "CAP_PERFMON",
             "CAP_KILL",
             "host PID namespace",
+            "cgroupfs",
             "checkpoint directory",
         ];
         assert_eq!(required(true), all);
         assert_eq!(
             required(false),
-            ["CAP_BPF", "CAP_PERFMON", "checkpoint directory"]
+            ["CAP_BPF", "CAP_PERFMON", "cgroupfs", "checkpoint directory"]
         );
     }
 }

@@ -5,7 +5,6 @@
 //! in between; an agent that goes away is shown as unreachable and asked again, so `top`
 //! outlives agent restarts.
 use std::{
-    net::SocketAddr,
     process::ExitCode,
     sync::mpsc,
     time::{Duration, Instant},
@@ -19,7 +18,7 @@ use super::{
     agent_http,
     top_view::{Screen, View, draw},
 };
-use crate::flags::positive_duration;
+use crate::flags::{HostPort, host_port, positive_duration};
 
 /// The fastest the screen is redrawn.
 const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);
@@ -33,9 +32,10 @@ const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);
 /// stays on screen marked "agent unreachable, retrying".
 #[derive(Args, Debug)]
 pub(crate) struct TopArgs {
-    /// The agent's metrics address (its `--metrics-addr`).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753")]
-    pub addr: SocketAddr,
+    /// The agent's metrics address (its `--metrics-addr`): HOST:PORT, the host an IP address
+    /// or a name (localhost:9753), each of its addresses tried in turn.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9753", value_parser = host_port)]
+    pub addr: HostPort,
     /// How often the agent is asked (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = positive_duration)]
     pub interval: Duration,
@@ -44,9 +44,10 @@ pub(crate) struct TopArgs {
 pub(crate) fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let (reads, answers) = mpsc::channel();
     let (addr, interval) = (args.addr, args.interval);
+    let shown = addr.to_string();
     std::thread::spawn(move || {
         loop {
-            let read = read_view(addr);
+            let read = read_view(&addr);
             if reads.send((Instant::now(), read)).is_err() {
                 return;
             }
@@ -54,7 +55,7 @@ pub(crate) fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let mut terminal = ratatui::try_init().context("setting up the terminal")?;
-    let shown = show(&mut terminal, &answers, Screen::new(addr.to_string()));
+    let shown = show(&mut terminal, &answers, Screen::new(shown));
     ratatui::restore();
     shown.map(|()| ExitCode::SUCCESS)
 }
@@ -99,7 +100,7 @@ fn show(
 }
 
 /// One `GET /debug/ranking`, parsed; the error in words.
-fn read_view(addr: SocketAddr) -> Result<View, String> {
+fn read_view(addr: &HostPort) -> Result<View, String> {
     let body = agent_http::get(addr, "/debug/ranking")?;
     serde_json::from_str(&body).map_err(|e| format!("not a ranking view: {e}"))
 }

@@ -291,6 +291,23 @@ fn signal_line(signal: &SignalView, width: usize) -> String {
     )
 }
 
+/// The ranking's columns.
+const RANKING_HEADER: [&str; 6] = ["#", "POD", "EXCEEDS", "PRIORITY", "ABOVE-REQUEST", "WHY"];
+
+/// Each column as wide as its widest cell or its header, so no number is cut (a
+/// system-node-critical priority is 2000001000; the lowest is -2147483648).
+fn column_widths<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> [u16; N] {
+    std::array::from_fn(|i| {
+        let widest = rows
+            .iter()
+            .map(|row| row[i].chars().count())
+            .chain([header[i].len()])
+            .max()
+            .unwrap_or(0);
+        u16::try_from(widest).unwrap_or(u16::MAX)
+    })
+}
+
 fn render_ranking(frame: &mut Frame<'_>, screen: &Screen, area: ratatui::layout::Rect) {
     let Some(ranking) = screen.ranking() else {
         frame.render_widget(
@@ -312,12 +329,12 @@ fn render_ranking(frame: &mut Frame<'_>, screen: &Screen, area: ratatui::layout:
         Some(n) if ranking.signal != "pid.available" => bytes(n),
         _ => v.to_string(),
     };
-    let rows = ranking
+    let cells: Vec<[String; 6]> = ranking
         .head
         .iter()
         .filter(|p| screen.namespace.as_ref().is_none_or(|n| *n == p.namespace))
         .map(|p| {
-            Row::new([
+            [
                 p.rank.to_string(),
                 format!("{}/{}", printable(&p.namespace), printable(&p.name)),
                 match p.exceeds_request {
@@ -328,23 +345,24 @@ fn render_ranking(frame: &mut Frame<'_>, screen: &Screen, area: ratatui::layout:
                 p.priority.to_string(),
                 p.above_request.as_ref().map_or("-".to_string(), money),
                 printable(&p.why).to_string(),
-            ])
-        });
+            ]
+        })
+        .collect();
+    let widths = column_widths(&RANKING_HEADER, &cells);
     let table = Table::new(
-        rows,
+        cells.into_iter().map(Row::new),
         [
-            Constraint::Length(4),
-            Constraint::Length(32),
-            Constraint::Length(8),
-            Constraint::Length(9),
-            Constraint::Length(14),
-            Constraint::Min(20),
+            Constraint::Length(widths[0]),
+            // A name up to 64 columns (namespace and name together may hold 316).
+            Constraint::Length(widths[1].min(64)),
+            Constraint::Length(widths[2]),
+            Constraint::Length(widths[3]),
+            Constraint::Length(widths[4]),
+            // The reason takes the rest, and gives way first on a narrow screen.
+            Constraint::Fill(1),
         ],
     )
-    .header(
-        Row::new(["#", "POD", "EXCEEDS", "PRIORITY", "ABOVE-REQUEST", "WHY"])
-            .style(Style::new().add_modifier(Modifier::BOLD)),
-    )
+    .header(Row::new(RANKING_HEADER).style(Style::new().add_modifier(Modifier::BOLD)))
     .block(Block::bordered().title(title));
     frame.render_widget(table, area);
 }
@@ -439,6 +457,32 @@ mod tests {
         let mark = inside.find('|').unwrap() as f64 / inside.len() as f64;
         assert!((0.6..0.7).contains(&mark), "{bar}");
         assert!(inside.starts_with("####"), "{bar}");
+    }
+
+    #[test]
+    fn wide_priorities_and_quantities_are_shown_whole() {
+        let mut view = view();
+        let head = &mut view.rankings[0].head;
+        head[0].priority = 2_000_001_000;
+        head[1].priority = i32::MIN;
+        head[1].above_request = Some(serde_json::json!(-(1_i64 << 50)));
+        head[1].rank = 10_000;
+        let mut screen = Screen::new("a".into());
+        screen.update(Instant::now(), Ok(view));
+        let text = rendered(&screen);
+        let row = |pod: &str| {
+            text.lines()
+                .find(|l| l.contains(pod))
+                .unwrap_or_else(|| panic!("no {pod} in\n{text}"))
+                .to_string()
+        };
+        let hog = row("jobs/hog");
+        assert!(hog.contains(" 2000001000 "), "{hog}");
+        let calm = row("web/calm");
+        for whole in ["10000 ", " -2147483648 ", " -1.0Pi "] {
+            assert!(calm.contains(whole), "{whole:?} in {calm}");
+        }
+        assert!(calm.contains("within its request"), "{calm}");
     }
 
     #[test]

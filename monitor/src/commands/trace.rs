@@ -15,7 +15,10 @@ use tokio::sync::mpsc;
 use crate::{
     cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
     engine::ids::CgroupRel,
-    pods::{KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, resolve_pod_cgroups},
+    pods::{
+        KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, manifest_dir,
+        resolve_pod_cgroups,
+    },
     source::{
         ebpf::{IncidentOptions, KernelSource, LoadOptions, MemcgHook},
         pressure::{self, PressureSignal},
@@ -47,9 +50,9 @@ pub(crate) struct TraceArgs {
     /// summary last.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
-    /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
-    pub duration: Option<f64>,
+    /// Stop after this long (Go duration: 30s, 10m; default: run until Ctrl-C).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub duration: Option<Duration>,
     /// Only show this cgroup and the cgroups below it: a path below the memory hierarchy's
     /// root (`/kubepods/burstable`) or the full cgroupfs path.
     #[arg(long, value_name = "PATH")]
@@ -96,11 +99,6 @@ pub(crate) struct TraceArgs {
 }
 
 pub(crate) fn run(args: TraceArgs) -> anyhow::Result<ExitCode> {
-    if let Some(d) = args.duration
-        && !(d.is_finite() && d > 0.0)
-    {
-        anyhow::bail!("--duration must be a positive number of seconds, got {d}");
-    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -114,23 +112,26 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         pod: args.pod.clone(),
         namespace: args.namespace.clone(),
     };
-    let listed = match (&args.pods, args.kube) {
-        (Some(dir), _) => Some(
-            load_dir(dir)
-                .map_err(|e| anyhow::anyhow!("reading pod manifests in {}: {e}", dir.display()))?,
-        ),
-        (None, true) => {
-            let node = args.node_name.as_deref().unwrap_or_default();
-            let config = api_config(args.kubeconfig.as_deref()).await?;
-            let pods = kube_query::node_pods(&kube_query::client(config)?, node).await?;
-            tracing::info!("{} pods on node {node} from the Kubernetes API", pods.len());
-            Some(crate::pods::LoadedPods {
-                pods,
-                ..Default::default()
-            })
-        }
-        (None, false) => None,
-    };
+    let listed =
+        match (&args.pods, args.kube) {
+            (Some(dir), _) => {
+                manifest_dir::check(dir)?;
+                Some(load_dir(dir).map_err(|e| {
+                    anyhow::anyhow!("reading pod manifests in {}: {e}", dir.display())
+                })?)
+            }
+            (None, true) => {
+                let node = args.node_name.as_deref().unwrap_or_default();
+                let config = api_config(args.kubeconfig.as_deref()).await?;
+                let pods = kube_query::node_pods(&kube_query::client(config)?, node).await?;
+                tracing::info!("{} pods on node {node} from the Kubernetes API", pods.len());
+                Some(crate::pods::LoadedPods {
+                    pods,
+                    ..Default::default()
+                })
+            }
+            (None, false) => None,
+        };
     let pods = listed
         .map(|loaded| load_pods(loaded, args.kubepods_cgroup.clone(), &hierarchy))
         .transpose()?;
@@ -182,10 +183,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
     if args.output == OutputFormat::Text {
         out.line(TraceRecord::text_header())?;
     }
-    let deadline = tokio::time::sleep(
-        args.duration
-            .map_or(Duration::MAX / 4, Duration::from_secs_f64),
-    );
+    let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
     // Registered once: a Ctrl-C that arrives while a batch is being printed waits here. A
     // `ctrl_c()` future made at each turn missed it whenever records kept the loop busy.

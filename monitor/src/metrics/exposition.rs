@@ -52,7 +52,10 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// Everything the agent exports. Keys of the maps are signal names (`memory.available`).
 #[derive(Clone, Debug)]
 pub(crate) struct Metrics {
+    /// Evictions carried out (never a dry run's).
     pub evictions_by_signal: BTreeMap<&'static str, u64>,
+    /// Decisions a dry run took and did not carry out.
+    pub dry_run_decisions_by_signal: BTreeMap<&'static str, u64>,
     /// Latest observed value of each signal, in its unit (bytes or a count).
     pub signal_observations: BTreeMap<&'static str, f64>,
     /// 1 while a threshold of the signal is met.
@@ -121,6 +124,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             evictions_by_signal: BTreeMap::new(),
+            dry_run_decisions_by_signal: BTreeMap::new(),
             signal_observations: BTreeMap::new(),
             threshold_met: BTreeMap::new(),
             threshold_levels: BTreeMap::new(),
@@ -214,15 +218,26 @@ impl Metrics {
             escape(env!("CARGO_PKG_VERSION")),
             escape(std::env::consts::ARCH)
         );
-        let name = "monitor_evictions_total";
-        header(
-            &mut out,
-            name,
-            "counter",
-            "Pods evicted (in dry-run: that would have been), by the signal that led to it.",
-        );
-        for (signal, n) in &self.evictions_by_signal {
-            let _ = writeln!(out, "{name}{{eviction_signal=\"{}\"}} {n}", escape(signal));
+        // What was done and what a dry run would have done, apart: a sum over one family
+        // never mixes them.
+        for (name, help, counts) in [
+            (
+                "monitor_evictions_total",
+                "Pods evicted, by the signal that led to it; a dry run's decisions are not \
+                 counted here (monitor_dry_run_decisions_total).",
+                &self.evictions_by_signal,
+            ),
+            (
+                "monitor_dry_run_decisions_total",
+                "Eviction decisions a dry run took and did not carry out, by signal; the same \
+                 pod decided again at each interval counts each time.",
+                &self.dry_run_decisions_by_signal,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            for (signal, n) in counts {
+                let _ = writeln!(out, "{name}{{eviction_signal=\"{}\"}} {n}", escape(signal));
+            }
         }
         // pid.available counts process IDs; every other signal is bytes.
         let (pids, bytes): (Vec<_>, Vec<_>) = self
@@ -456,6 +471,7 @@ mod tests {
     fn exposition_names_every_family_once_with_labels() {
         let mut m = Metrics::default();
         m.evictions_by_signal.insert("memory.available", 2);
+        m.dry_run_decisions_by_signal.insert("pid.available", 3);
         m.signal_observations.insert("memory.available", 1048576.0);
         m.signal_observations.insert("pid.available", 4000.0);
         m.threshold_met.insert("memory.available", true);
@@ -471,6 +487,7 @@ mod tests {
         let text = m.render();
         for line in [
             "monitor_evictions_total{eviction_signal=\"memory.available\"} 2",
+            "monitor_dry_run_decisions_total{eviction_signal=\"pid.available\"} 3",
             "monitor_eviction_signal_available_bytes{eviction_signal=\"memory.available\"} 1048576",
             "monitor_eviction_signal_available_pids{eviction_signal=\"pid.available\"} 4000",
             "monitor_eviction_threshold_met{eviction_signal=\"memory.available\"} 1",

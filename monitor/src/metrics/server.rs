@@ -50,13 +50,34 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause after failed accepts in a row.
 pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Binds `addr` and serves the clients `access` lets in until the task is dropped. Returns
-/// the bound address (useful with port 0).
+/// Binds the first of `addrs` that can be bound (a host name's addresses, in the resolver's
+/// order) and serves the clients `access` lets in until the task is dropped. Returns the
+/// bound address (useful with port 0).
 pub(crate) async fn serve(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     view: AgentView,
     access: Access,
 ) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let mut listened = Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "no address to listen on",
+    ));
+    for &addr in addrs {
+        listened = listen(addr);
+        if listened.is_ok() {
+            break;
+        }
+    }
+    let listener = listened?;
+    let bound = listener.local_addr()?;
+    let limit = connection_limit(open_file_limit());
+    tracing::debug!("metrics: at most {limit} connections at once");
+    let task = tokio::spawn(accept_loop(listener, view, Arc::new(access), limit));
+    Ok((bound, task))
+}
+
+/// A listener on `addr`, reusable at once after a restart.
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -64,12 +85,7 @@ pub(crate) async fn serve(
     };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    let listener = socket.listen(LISTEN_BACKLOG)?;
-    let bound = listener.local_addr()?;
-    let limit = connection_limit(open_file_limit());
-    tracing::debug!("metrics: at most {limit} connections at once");
-    let task = tokio::spawn(accept_loop(listener, view, Arc::new(access), limit));
-    Ok((bound, task))
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// How many connections to serve at once under an open-file limit of `nofile`: an eighth of
@@ -218,7 +234,7 @@ mod tests {
         snapshot.metrics.events_received = 7;
         publisher.publish(snapshot);
         publisher.heartbeat.beat(monotonic_ns());
-        let served = serve("127.0.0.1:0".parse().unwrap(), view, Access::default())
+        let served = serve(&["127.0.0.1:0".parse().unwrap()], view, Access::default())
             .await
             .unwrap();
         // The publisher may go: readers keep the last snapshot.

@@ -228,7 +228,7 @@ fn parse_file_as<T>(
             return Ok(kept);
         }
     }
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
         let document_number = index + 1;
         let verdict = DocumentSeed { keep: &mut *keep }
             .deserialize(document)

@@ -5,6 +5,7 @@ pub mod cgroup_path;
 pub mod dir_watch;
 pub mod kube_query;
 pub mod kube_watch;
+pub mod manifest_dir;
 mod manifest_document;
 pub mod manifests;
 pub mod node_pod;

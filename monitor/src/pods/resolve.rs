@@ -118,7 +118,7 @@ mod tests {
             "metadata: {name: bad, uid: a-1}\nspec: {containers: [{name: c, resources: {requests: {memory: x}}}]}",
         ]
         .iter()
-        .map(|yaml| serde_yaml::from_str(yaml).unwrap())
+        .map(|yaml| serde_norway::from_str(yaml).unwrap())
         .collect();
         let kubepods = KubepodsCgroup::new("kubepods.slice".parse().unwrap());
 

@@ -101,6 +101,7 @@ fn reason(status: u16) -> &'static str {
         201 => "Created",
         400 => "Bad Request",
         404 => "Not Found",
+        409 => "Conflict",
         429 => "Too Many Requests",
         _ => "Error",
     }

@@ -1,0 +1,182 @@
+//! One connection, one request, HTTP/1.1 on hyper: `GET` of a path [`super::endpoints`]
+//! knows answers it from the newest published snapshot, anything else 404. Every part is
+//! bounded: the request head must arrive within [`HEAD_TIMEOUT`] and hold at most
+//! [`MAX_HEAD_BYTES`] in [`MAX_HEADERS`] headers (else 431), and the whole exchange ends
+//! within [`REQUEST_TIMEOUT`]; the connection closes after the answer. On the network,
+//! [`super::access`] decides who may ask and [`super::token_gate`] checks tokens; on the
+//! probe socket only `/healthz` and `/readyz` are served.
+use std::{convert::Infallible, net::IpAddr, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode, body::Incoming, header, server::conn::http1};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::{
+    access::{Access, Refusal, Verdict},
+    endpoint_stats::{Denial, EndpointStats},
+    endpoints,
+    snapshot::AgentView,
+    token_gate::{GateAnswer, TokenGate},
+    token_review::KubeReviewer,
+};
+use crate::system_clock::monotonic_ns;
+
+/// How long a connection may take to send its request head.
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one request may take in all, from the connection to the last byte of the answer.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request head (request line and headers); a bearer token is about 1 KiB.
+pub(crate) const MAX_HEAD_BYTES: usize = 16 << 10;
+/// The most headers in a request.
+pub(crate) const MAX_HEADERS: usize = 32;
+
+/// What every connection needs to answer.
+pub(crate) struct Shared {
+    pub view: AgentView,
+    pub access: Access,
+    pub stats: Arc<EndpointStats>,
+    /// Checks bearer tokens with `--metrics-auth kube`.
+    pub gate: Option<TokenGate<KubeReviewer>>,
+}
+
+/// Where a connection comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Peer {
+    /// A client at this address on the network.
+    Network(IpAddr),
+    /// A process in the agent's pod (the probe socket): probes only.
+    ProbeSocket,
+}
+
+/// Serves one request on `io` within the bounds above; `on_head` is called once the request
+/// head has arrived.
+pub(crate) async fn serve<I>(
+    io: I,
+    peer: Peer,
+    shared: Arc<Shared>,
+    on_head: impl Fn() + Send + Sync + 'static,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        on_head();
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(answer(request, peer, &shared).await) }
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_header_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(false)
+        .title_case_headers(true)
+        .serve_connection(TokioIo::new(io), service);
+    // Errors (a client gone, a malformed request) concern that client only.
+    let _ = tokio::time::timeout(REQUEST_TIMEOUT, connection).await;
+}
+
+async fn answer(request: Request<Incoming>, peer: Peer, shared: &Shared) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    let client = match peer {
+        Peer::ProbeSocket if matches!(path, "/healthz" | "/readyz") => None,
+        Peer::ProbeSocket => return not_found(),
+        Peer::Network(client) => Some(client),
+    };
+    if let Some(client) = client {
+        let header = |name| request.headers().get(name).and_then(|h| h.to_str().ok());
+        let verdict = shared.access.check(
+            path,
+            client,
+            header(header::HOST),
+            header(header::AUTHORIZATION),
+        );
+        let refusal = match verdict {
+            Verdict::Serve => None,
+            Verdict::Refuse(refusal) => Some(refusal),
+            Verdict::Review { token } => match &shared.gate {
+                Some(gate) => refusal_for(gate.check(token, path).await),
+                None => refusal_for(GateAnswer::Unavailable),
+            },
+        };
+        if let Some(refusal) = refusal {
+            if let Some(denial) = refusal.denial {
+                shared.stats.denied(denial);
+            }
+            return refused(&refusal);
+        }
+    }
+    let found = (request.method() == hyper::Method::GET)
+        .then(|| {
+            endpoints::answer(
+                path,
+                &shared.view.snapshot(),
+                shared.view.heartbeat.last(),
+                monotonic_ns(),
+                &shared.stats,
+            )
+        })
+        .flatten();
+    match found {
+        Some(answer) => Response::builder()
+            .status(answer.status)
+            .header(header::CONTENT_TYPE, answer.content_type)
+            .body(Full::new(Bytes::from(answer.body)))
+            .expect("a response built from valid parts"),
+        None => not_found(),
+    }
+}
+
+/// The refusal for what the token gate said, `None` when allowed.
+fn refusal_for(answer: GateAnswer) -> Option<Refusal> {
+    let (status, reason, denial) = match answer {
+        GateAnswer::Allowed => return None,
+        GateAnswer::Unauthenticated => {
+            return Some(Refusal::unauthenticated(
+                "the API server does not authenticate this token\n",
+                Denial::BadToken,
+            ));
+        }
+        GateAnswer::Forbidden => (
+            StatusCode::FORBIDDEN,
+            "RBAC does not allow this token's user to get this path (a nonResourceURL)\n",
+            Denial::Forbidden,
+        ),
+        GateAnswer::Unavailable => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the token could not be checked with the API server now; try again\n",
+            Denial::Unavailable,
+        ),
+        GateAnswer::Throttled => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many tokens to check now; try again\n",
+            Denial::Throttled,
+        ),
+    };
+    Some(Refusal {
+        status,
+        reason,
+        denial: Some(denial),
+    })
+}
+
+fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
+    let mut response = Response::builder()
+        .status(refusal.status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+    if refusal.status == StatusCode::UNAUTHORIZED {
+        response = response.header(header::WWW_AUTHENTICATE, "Bearer");
+    }
+    response
+        .body(Full::new(Bytes::from_static(refusal.reason.as_bytes())))
+        .expect("a response built from valid parts")
+}
+
+fn not_found() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .body(Full::new(Bytes::new()))
+        .expect("a response built from valid parts")
+}

@@ -13,6 +13,8 @@ mod config_file;
 pub use monitor_engine as engine;
 mod file_kind;
 mod flags;
+mod http_get;
+mod kube_client;
 mod logging;
 mod metrics;
 mod node;

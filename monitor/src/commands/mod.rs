@@ -4,6 +4,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod config;
 pub(crate) mod doctor;
 pub(crate) mod privileges;
+pub(crate) mod probe;
 pub(crate) mod rank;
 pub(crate) mod top;
 pub(crate) mod top_view;

@@ -5,8 +5,7 @@
 //! in between; an agent that goes away is shown as unreachable and asked again, so `top`
 //! outlives agent restarts.
 use std::{
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     process::ExitCode,
     sync::mpsc,
     time::{Duration, Instant},
@@ -17,12 +16,18 @@ use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 use super::top_view::{Screen, View, draw};
-use crate::flags::positive_duration;
+use crate::{
+    flags::positive_duration,
+    http_get::{self, Target},
+};
 
 /// The fastest the screen is redrawn.
 const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);
 /// How long one read of the agent may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest ranking view read: 20 pods of each signal's ranking and 20 decisions take
+/// tens of kilobytes.
+const MAX_VIEW_BYTES: usize = 4 << 20;
 
 /// Watch a running agent: each signal against its thresholds, the head of the ranking with
 /// why each pod is where it is, the recent decisions, the kernel event rate and losses.
@@ -98,27 +103,18 @@ fn show(
     }
 }
 
-/// One `GET /debug/ranking`, parsed; the error in words.
+/// One `GET /debug/ranking`, parsed; the error in words. The answer is bounded in time and
+/// size, so whatever answers at the address cannot hold `top` or grow its memory.
 fn read_view(addr: SocketAddr) -> Result<View, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, READ_TIMEOUT).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(READ_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET /debug/ranking HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    let reply = http_get::get(
+        &Target::Tcp(addr),
+        "/debug/ranking",
+        READ_TIMEOUT,
+        MAX_VIEW_BYTES,
     )
     .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .map_err(|e| e.to_string())?;
-    let (head, body) = answer
-        .split_once("\r\n\r\n")
-        .ok_or("an incomplete answer")?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.starts_with("HTTP/1.1 200") {
-        return Err(format!("the agent answered {status:?}"));
+    if reply.status != 200 {
+        return Err(format!("the agent answered {}", reply.status));
     }
-    serde_json::from_str(body).map_err(|e| format!("not a ranking view: {e}"))
+    serde_json::from_slice(&reply.body).map_err(|e| format!("not a ranking view: {e}"))
 }

@@ -13,8 +13,9 @@ use std::{collections::BTreeMap, net::IpAddr, time::Duration};
 
 use tokio::time::Instant;
 
-/// The most connections one client address holds at once.
-pub(crate) const PER_CLIENT: usize = 32;
+/// The most connections one client address holds at once: a quarter of the most the
+/// endpoint holds.
+pub(crate) const PER_CLIENT: usize = 256;
 /// How long a connection may wait for its head before a newer one may take its place.
 pub(crate) const HEAD_GRACE: Duration = Duration::from_millis(100);
 

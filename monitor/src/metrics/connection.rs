@@ -2,16 +2,27 @@
 //! knows answers it from the newest published snapshot, anything else 404. Every part is
 //! bounded: the request head must arrive within [`HEAD_TIMEOUT`] and hold at most
 //! [`MAX_HEAD_BYTES`] in [`MAX_HEADERS`] headers (else 431), and the whole exchange ends
-//! within [`REQUEST_TIMEOUT`]; the connection closes after the answer. On the network,
+//! within [`REQUEST_TIMEOUT`] of the connection; the connection closes after the answer. On the network,
 //! [`super::access`] decides who may ask and [`super::token_gate`] checks tokens; on the
 //! probe socket only `/healthz` and `/readyz` are served.
-use std::{convert::Infallible, net::IpAddr, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    io,
+    net::IpAddr,
+    os::fd::{AsRawFd as _, RawFd},
+    sync::Arc,
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Incoming, header, server::conn::http1};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, Interest},
+    net::{TcpStream, UnixStream},
+    time::Instant,
+};
 
 use super::{
     access::{Access, Refusal, Verdict},
@@ -50,18 +61,80 @@ pub(crate) enum Peer {
     ProbeSocket,
 }
 
-/// Serves one request on `io` within the bounds above; `on_head` is called once the request
-/// head has arrived.
-pub(crate) async fn serve<I>(
-    io: I,
-    peer: Peer,
+/// Serves one request of `client` on `stream`. Until its request head is in the kernel's
+/// buffer the connection holds nothing but the socket (a slow client costs a descriptor and
+/// a few hundred bytes, not a parser and its buffer); `on_head` is called once it is.
+pub(crate) async fn serve_network(
+    stream: TcpStream,
+    client: IpAddr,
     shared: Arc<Shared>,
-    on_head: impl Fn() + Send + Sync + 'static,
-) where
+    on_head: impl FnOnce(),
+) {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    if !matches!(
+        tokio::time::timeout(HEAD_TIMEOUT, head_in_buffer(&stream)).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
+    on_head();
+    http(stream, Peer::Network(client), shared, deadline).await;
+}
+
+/// Serves one request on the probe socket.
+pub(crate) async fn serve_probe(stream: UnixStream, shared: Arc<Shared>) {
+    http(
+        stream,
+        Peer::ProbeSocket,
+        shared,
+        Instant::now() + REQUEST_TIMEOUT,
+    )
+    .await;
+}
+
+/// Waits until the kernel's buffer holds the whole request head, more than a head may
+/// hold, or the end of the stream, without taking any of it.
+async fn head_in_buffer(stream: &TcpStream) -> io::Result<()> {
+    loop {
+        stream.readable().await?;
+        // A look that finds no head yet says WouldBlock, which clears the readiness: the
+        // next wait lasts until more bytes arrive.
+        match stream.try_io(Interest::READABLE, || peek_for_head(stream.as_raw_fd())) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn peek_for_head(fd: RawFd) -> io::Result<()> {
+    let mut buf = [0u8; MAX_HEAD_BYTES];
+    // SAFETY: recv writes at most `buf.len()` bytes into the buffer we own; MSG_PEEK leaves
+    // them in the socket for hyper.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    let head = &buf[..n];
+    let ended = head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n");
+    if n == 0 || n == buf.len() || ended {
+        Ok(())
+    } else {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+}
+
+/// Answers one request on `io` by `deadline`, hyper parsing it within the bounds above.
+async fn http<I>(io: I, peer: Peer, shared: Arc<Shared>, deadline: Instant)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request| {
-        on_head();
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(answer(request, peer, &shared).await) }
     });
@@ -75,7 +148,7 @@ pub(crate) async fn serve<I>(
         .title_case_headers(true)
         .serve_connection(TokioIo::new(io), service);
     // Errors (a client gone, a malformed request) concern that client only.
-    let _ = tokio::time::timeout(REQUEST_TIMEOUT, connection).await;
+    let _ = tokio::time::timeout_at(deadline, connection).await;
 }
 
 async fn answer(request: Request<Incoming>, peer: Peer, shared: &Shared) -> Response<Full<Bytes>> {

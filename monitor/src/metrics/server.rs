@@ -11,7 +11,8 @@
 //!   agent decides and acts meanwhile, and the probe socket's `/readyz` says why the
 //!   address is not served;
 //! * connections are taken as they come, up to a cap ([`MAX_CONNECTIONS`], fewer when the
-//!   open-file limit is low: a quarter of it), and slow ones give way to new ones as
+//!   open-file limit is low: a quarter of it), each holding only its socket until its
+//!   request head is in (see [`super::connection`]), and slow ones give way to new ones as
 //!   [`super::admission`] rules, so a probe never waits behind them in the kernel's queue;
 //!   accepts are paced (`ACCEPT_RATE` a second), so a client reconnecting as fast as it is
 //!   closed costs a bounded share of the agent's CPU;
@@ -39,13 +40,14 @@ use tokio::{
 
 use super::{
     admission::{Admission, Admit, Room},
-    connection::{self, Peer, Shared},
+    connection::{self, Shared},
     endpoint_stats::{Dropped, EndpointStats},
     pace::Pace,
 };
 
-/// The most network connections held at once.
-pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// The most network connections held at once: one waiting for its head costs a descriptor
+/// and a few hundred bytes.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// How many connections the kernel queues beyond those taken (the kernel caps it at
 /// `net.core.somaxconn`); past that, new connections are not answered.
 pub(crate) const LISTEN_BACKLOG: u32 = 1024;
@@ -312,7 +314,7 @@ async fn accept_network(listener: TcpListener, shared: Arc<Shared>) {
                         // recorded.
                         let task = tokio::spawn(async move {
                             let _place = place;
-                            connection::serve(stream, Peer::Network(client), shared, on_head).await;
+                            connection::serve_network(stream, client, shared, on_head).await;
                         });
                         guard.tasks.insert(id, task.abort_handle());
                     }
@@ -350,7 +352,7 @@ async fn accept_probes(listener: UnixListener, shared: Arc<Shared>) {
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    connection::serve(stream, Peer::ProbeSocket, shared, || {}).await;
+                    connection::serve_probe(stream, shared).await;
                 });
             }
             Err(error) => {

@@ -231,6 +231,37 @@ async fn a_taken_address_is_served_once_it_is_free_and_readyz_says_why_meanwhile
     assert!(readyz().await.starts_with("HTTP/1.1 200"));
 }
 
+#[tokio::test]
+async fn health_probes_are_answered_at_once_among_slow_and_silent_connections() {
+    let addr = free_addr();
+    let _agent = start_on(Some(addr), None);
+    // 150 that never send, 150 that send half a request head.
+    let mut slow = Vec::new();
+    for i in 0..300 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        if i % 2 == 0 {
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: 12")
+                .await
+                .unwrap();
+        }
+        slow.push(stream);
+    }
+    let mut took = Vec::new();
+    for _ in 0..20 {
+        let started = std::time::Instant::now();
+        let answer = get(addr, &["GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]).await;
+        took.push(started.elapsed());
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    }
+    let slowest = took.iter().max().unwrap();
+    assert!(
+        *slowest < Duration::from_millis(500),
+        "probes took {took:?} among 300 slow connections"
+    );
+    drop(slow);
+}
+
 #[test]
 fn the_cap_follows_the_open_file_limit() {
     let cases = [

@@ -93,10 +93,14 @@ pub(crate) async fn serve_probe(stream: UnixStream, shared: Arc<Shared>) {
 }
 
 /// Waits until the kernel's buffer holds the whole request head, more than a head may
-/// hold, or the end of the stream, without taking any of it.
+/// hold, or the end of the stream (the client closed or reset it), without taking any of it.
 async fn head_in_buffer(stream: &TcpStream) -> io::Result<()> {
     loop {
-        stream.readable().await?;
+        let ready = stream.ready(Interest::READABLE).await?;
+        // The end of the stream stays signalled: hyper reads what came and sees it.
+        if ready.is_read_closed() || ready.is_error() {
+            return Ok(());
+        }
         // A look that finds no head yet says WouldBlock, which clears the readiness: the
         // next wait lasts until more bytes arrive.
         match stream.try_io(Interest::READABLE, || peek_for_head(stream.as_raw_fd())) {
@@ -104,6 +108,8 @@ async fn head_in_buffer(stream: &TcpStream) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
+        // Never a turn of this loop without giving the others theirs.
+        tokio::task::consume_budget().await;
     }
 }
 

@@ -262,6 +262,29 @@ async fn health_probes_are_answered_at_once_among_slow_and_silent_connections() 
     drop(slow);
 }
 
+#[tokio::test]
+async fn clients_that_close_after_half_a_head_do_not_stall_the_endpoint() {
+    let addr = free_addr();
+    let _agent = start_on(Some(addr), None);
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 12")
+            .await
+            .unwrap();
+        // The end of the stream after half a head: it stays signalled to the reader.
+        stream.shutdown().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(2),
+        get(addr, &["GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]),
+    )
+    .await
+    .expect("answered: the endpoint is not stuck on the half heads");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+}
+
 #[test]
 fn the_cap_follows_the_open_file_limit() {
     let cases = [

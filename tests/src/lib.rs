@@ -8,6 +8,7 @@ mod binaries;
 /// Cgroup trees owned by a test, shared with xtask.
 pub use test_harness::cgroup_tree;
 mod cgroups;
+pub mod deploy_files;
 mod fork_bomb;
 mod helper_processes;
 mod http;

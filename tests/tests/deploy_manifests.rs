@@ -167,6 +167,13 @@ fn calls_in(file: &Path, source: &str) -> Vec<Rule> {
                     rules.push(rule("", "nodes", "get"));
                 }
             }
+            // Reviews are only ever created.
+            "TokenReview" => rules.push(rule("authentication.k8s.io", "tokenreviews", "create")),
+            "SubjectAccessReview" => rules.push(rule(
+                "authorization.k8s.io",
+                "subjectaccessreviews",
+                "create",
+            )),
             other => panic!(
                 "{}: Api<{other}> is not known to this test; add its calls and the \
                  ClusterRole rule they need",
@@ -287,6 +294,14 @@ fn api_calls_are_recognized() {
             "/// kubectl get --raw /api/v1/nodes/NODE/proxy/stats/summary",
             vec![],
         ),
+        (
+            "token reviews",
+            "Api::<TokenReview>::all(c).create(..); Api::<SubjectAccessReview>::all(c).create(..)",
+            vec![
+                rule("authorization.k8s.io", "subjectaccessreviews", "create"),
+                rule("authentication.k8s.io", "tokenreviews", "create"),
+            ],
+        ),
         ("no API", "fn main() {}", vec![]),
     ];
     for (name, source, expected) in cases {
@@ -382,4 +397,23 @@ fn the_base_observes_and_the_enforce_overlay_acts_and_both_validate() {
     fs::write(&file, serde_yaml::to_string(&enforced).unwrap()).unwrap();
     let (ok, output) = validate(&validator, &[file]);
     assert!(ok, "the enforced DaemonSet does not validate:\n{output}");
+}
+
+#[test]
+fn the_scrapers_identity_in_deploy_monitoring_validates() {
+    if !on_the_host("the_scrapers_identity_in_deploy_monitoring_validates") {
+        return;
+    }
+    let Some(validator) = validator() else {
+        tests::cannot_run(
+            tests::Reason::KubernetesValidate,
+            "not installed (cargo xtask test installs it)",
+        );
+        return;
+    };
+    // The rest of deploy/monitoring is the Prometheus Operator's kinds, not in the schemas.
+    let files =
+        ["metrics-reader.yaml", "scraper.yaml"].map(|f| deploy().join("monitoring").join(f));
+    let (ok, output) = validate(&validator, &files);
+    assert!(ok, "deploy/monitoring does not validate:\n{output}");
 }

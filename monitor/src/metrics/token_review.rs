@@ -27,12 +27,7 @@ impl Reviewer for KubeReviewer {
         let answer = Api::<TokenReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| {
-                format!(
-                    "TokenReview: {e} (the agent needs RBAC create on \
-                     tokenreviews.authentication.k8s.io)"
-                )
-            })?;
+            .map_err(|e| failed("TokenReview", "tokenreviews.authentication.k8s.io", &e))?;
         let status = answer.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             return Ok(None);
@@ -65,11 +60,22 @@ impl Reviewer for KubeReviewer {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| {
-                format!(
-                    "SubjectAccessReview: {e} (the agent needs RBAC create on \
-                     subjectaccessreviews.authorization.k8s.io)"
+                failed(
+                    "SubjectAccessReview",
+                    "subjectaccessreviews.authorization.k8s.io",
+                    &e,
                 )
             })?;
         Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+}
+
+/// A failed review in words; a refusal names the permission the agent lacks.
+fn failed(review: &str, resource: &str, error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if matches!(status.code, 401 | 403) => {
+            format!("{review}: {error} (the agent needs RBAC create on {resource})")
+        }
+        _ => format!("{review}: {error}"),
     }
 }

@@ -68,6 +68,8 @@ pub(crate) enum Command {
     Doctor(commands::doctor::DoctorArgs),
     /// Watch a running agent live: signals, ranking, decisions (reads its /debug/ranking).
     Top(commands::top::TopArgs),
+    /// Ask a running agent's probe socket whether it is alive or ready (exec probes).
+    Probe(commands::probe::ProbeArgs),
 }
 
 /// Parses the process's command line and runs it: the whole `monitor` binary.
@@ -142,6 +144,7 @@ fn run(cli: Cli) -> ExitCode {
         Some(Command::Config(args)) => commands::config::run(&args),
         Some(Command::Doctor(args)) => commands::doctor::run(args),
         Some(Command::Top(args)) => commands::top::run(args),
+        Some(Command::Probe(args)) => Ok(commands::probe::run(&args)),
         None => crate::agent::run(cli.agent),
     };
     match result {

@@ -15,6 +15,8 @@ pub use monitor_engine as engine;
 mod file_kind;
 mod flags;
 mod inotify;
+mod http_get;
+mod kube_client;
 mod logging;
 mod metrics;
 mod node;

@@ -2,6 +2,7 @@
 //! built-in kustomize (the `kubectl apply -k` the docs give), and checked strictly against the
 //! Kubernetes schemas with the PyPI package kubernetes-validate, which ships them (offline).
 use std::{
+    fs,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -14,6 +15,30 @@ pub fn deploy_dir() -> PathBuf {
         .parent()
         .expect("tests lives in the workspace")
         .join("deploy")
+}
+
+/// `deploy/monitoring/`.
+pub fn monitoring_dir() -> PathBuf {
+    deploy_dir().join("monitoring")
+}
+
+/// A YAML file, parsed; panics naming the file.
+pub fn yaml(path: &Path) -> serde_norway::Value {
+    let text =
+        fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
+
+/// The documents of a multi-document YAML file (separated by `---` lines), parsed.
+pub fn yaml_documents(path: &Path) -> Vec<serde_norway::Value> {
+    let text =
+        fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.split("\n---\n")
+        .map(|document| {
+            serde_norway::from_str(document)
+                .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+        })
+        .collect()
 }
 
 /// kubectl's client and kustomize versions, or why there is no kubectl.

@@ -17,7 +17,10 @@
 //! - `PATCH /api/v1/nodes/{node}/status` (strategic merge patch) merges the conditions by
 //!   type into the mock's Node and answers 200 with it; another node is 404;
 //! - `GET /api/v1/nodes/{node}/proxy/stats/summary` answers the Summary the test set, 404
-//!   for another node or none set.
+//!   for another node or none set;
+//! - `POST /apis/authentication.k8s.io/v1/tokenreviews` authenticates the tokens the test
+//!   gave a user, and `POST /apis/authorization.k8s.io/v1/subjectaccessreviews` allows what
+//!   the test granted (a user, a verb and a non-resource path).
 //!
 //! Every request is recorded, body included. Pods are rendered from [`TestPod`]s bound to the
 //! mock's node; the field selector is recorded, not applied.
@@ -36,11 +39,15 @@ use crate::{TempDir, TestPod};
 mod api_objects;
 mod events;
 mod http_wire;
+mod node_status;
+mod reviews;
 
 pub use api_objects::summary_json;
 use api_objects::{eviction_answer, pod_json, status_json};
 pub use http_wire::Request;
 use http_wire::{read_request, respond};
+use node_status::patch_node_status;
+use reviews::Reviews;
 
 /// One change of the pod set: the resourceVersion it produced, its type and the pod.
 struct Change {
@@ -67,6 +74,8 @@ struct State {
     /// The node's status conditions, by type, as merged from the patches.
     conditions: BTreeMap<String, serde_json::Value>,
     summary: Option<String>,
+    /// The users of the tokens, and what they may do.
+    reviews: Reviews,
     stopped: bool,
 }
 
@@ -110,6 +119,7 @@ impl MockKubeApi {
                 events: events::Events::default(),
                 conditions: BTreeMap::new(),
                 summary: None,
+                reviews: Reviews::default(),
                 stopped: false,
             }),
             changed: Condvar::new(),
@@ -368,6 +378,14 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 ),
             }
         }
+        ("POST", ["apis", "authentication.k8s.io", "v1", "tokenreviews"]) => {
+            let answer = shared.lock().reviews.token_review(&request.body);
+            respond(&mut out, 201, &answer)
+        }
+        ("POST", ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]) => {
+            let answer = shared.lock().reviews.access_review(&request.body);
+            respond(&mut out, 201, &answer)
+        }
         _ => respond(
             &mut out,
             404,
@@ -388,65 +406,6 @@ fn pod_list_json(state: &State) -> String {
         state.version,
         items.join(",")
     )
-}
-
-/// Merges a strategic merge patch's status conditions by type, as the API server does for
-/// Node conditions (their patch merge key), and answers with the Node.
-fn patch_node_status(
-    out: &mut TcpStream,
-    request: &Request,
-    node: &str,
-    shared: &Shared,
-) -> std::io::Result<()> {
-    let content_type_ok = request.content_type.contains("strategic-merge-patch");
-    let patch: Option<serde_json::Value> = serde_json::from_str(&request.body).ok();
-    let conditions = patch
-        .as_ref()
-        .and_then(|p| p["status"]["conditions"].as_array().cloned());
-    let mut state = shared.lock();
-    if node != state.node {
-        drop(state);
-        return respond(
-            out,
-            404,
-            &status_json(404, "NotFound", &format!("nodes \"{node}\" not found"), ""),
-        );
-    }
-    let (true, Some(conditions)) = (content_type_ok, conditions) else {
-        drop(state);
-        return respond(
-            out,
-            400,
-            &status_json(
-                400,
-                "BadRequest",
-                "expected a strategic merge patch of status.conditions",
-                "",
-            ),
-        );
-    };
-    for condition in conditions {
-        if let Some(type_) = condition["type"].as_str() {
-            let merged = state
-                .conditions
-                .entry(type_.to_string())
-                .or_insert(serde_json::json!({}));
-            if let (Some(into), Some(from)) = (merged.as_object_mut(), condition.as_object()) {
-                into.extend(from.clone());
-            }
-        }
-    }
-    let all: Vec<serde_json::Value> = state.conditions.values().cloned().collect();
-    let body = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": state.node, "resourceVersion": state.version.to_string()},
-        "status": {"conditions": all},
-    })
-    .to_string();
-    drop(state);
-    shared.changed.notify_all();
-    respond(out, 200, &body)
 }
 
 /// Streams the changes after the request's resourceVersion until the mock stops or the

@@ -115,12 +115,13 @@ impl AgentScene {
 
     /// The agent's flags for this scene: no metrics, and unless `extra` sets them JSON
     /// decisions, `--config` (the scene's), `--allocatable-memory` ([`Self::ALLOCATABLE`]),
-    /// `--pods` (the scene's manifests), `--source auto` with a short poll interval,
+    /// `--pods` (the scene's manifests; not with `--kube`), `--source auto` with a short poll
+    /// interval,
     /// `--duration` 60s and this scene's checkpoint directory.
     pub fn agent_args(&self, extra: &[&str]) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
         let mut args: Vec<String> = Vec::new();
-        if !extra.contains(&"--pods") {
+        if !extra.contains(&"--pods") && !extra.contains(&"--kube") {
             args.extend(["--pods".into(), path(&self.manifests.path)]);
         }
         if !extra.contains(&"--allocatable-memory") {

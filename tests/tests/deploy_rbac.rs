@@ -70,6 +70,13 @@ fn calls_in(file: &Path, source: &str) -> Vec<Rule> {
                     rules.push(rule("", "nodes", "get"));
                 }
             }
+            // Reviews are only ever created.
+            "TokenReview" => rules.push(rule("authentication.k8s.io", "tokenreviews", "create")),
+            "SubjectAccessReview" => rules.push(rule(
+                "authorization.k8s.io",
+                "subjectaccessreviews",
+                "create",
+            )),
             other => panic!(
                 "{}: Api<{other}> is not known to this test; add its calls and the \
                  ClusterRole rule they need",
@@ -269,6 +276,14 @@ fn api_calls_are_recognized() {
             vec![rule("events.k8s.io", "events", "create")],
         ),
         (
+            "token reviews",
+            "Api::<TokenReview>::all(c).create(..); Api::<SubjectAccessReview>::all(c).create(..)",
+            vec![
+                rule("authorization.k8s.io", "subjectaccessreviews", "create"),
+                rule("authentication.k8s.io", "tokenreviews", "create"),
+            ],
+        ),
+        (
             "a core/v1 event counted again",
             "let e: Api<Event> = x; e.create(..); e.patch(&name, ..)",
             vec![rule("", "events", "create"), rule("", "events", "patch")],
@@ -404,11 +419,12 @@ fn requests_are_read_as_the_api_server_does() {
 /// The flags of the rendered DaemonSet that decide what the agent does; the node, the files
 /// and the address are the scene's.
 fn behaviour(args: &[String]) -> Vec<String> {
-    const THE_SCENES: [&str; 6] = [
+    const THE_SCENES: [&str; 7] = [
         "--kube",
         "--node-name",
         "--config",
         "--kubelet-config",
+        "--probe-socket",
         "--checkpoint-dir",
         "--metrics-addr",
     ];

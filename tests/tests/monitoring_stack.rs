@@ -1,14 +1,13 @@
-//! The monitoring shipped in `deploy/monitoring/`, checked with Debian's Prometheus: the rules
-//! pass `promtool check rules` and their unit tests (which must bite: a weakened copy fails),
-//! the PrometheusRule holds the rules file's groups, every alert has a runbook line and a rule
-//! test that fires it, the scrape selects the DaemonSet's pods, and a real Prometheus server
-//! scraping a live agent on a real kubepods tree evaluates every rule and answers every
-//! dashboard query with data.
+//! The monitoring shipped in `deploy/monitoring/`, checked with Debian's Prometheus (its
+//! files' structure is `monitoring_manifests.rs`'s): the rules pass `promtool check rules`
+//! and their unit tests (which must bite: a weakened copy fails), and a real Prometheus server scraping a live `--metrics-auth kube` agent
+//! on a real kubepods tree from another address with the shipped job (its token reviewed by
+//! a MOCK API server) finds it up, evaluates every rule and answers every dashboard query
+//! with data, while the same scrape without a token is refused.
 use std::{
-    collections::BTreeSet,
     fs,
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -16,26 +15,12 @@ use std::{
 
 use serde_json::Value;
 use tests::{
-    AgentScene, TempDir, TestPod, in_own_network_namespace, metrics_addr, on_the_host,
-    running_as_root, set_memory_limit,
+    AgentScene, TempDir, TestPod, add_loopback_alias,
+    deploy_files::{monitoring_dir, yaml},
+    in_own_network_namespace,
+    kube_api::MockKubeApi,
+    metrics_addr, on_the_host, running_as_root, set_memory_limit,
 };
-
-fn deploy() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests lives in the workspace")
-        .join("deploy")
-}
-
-fn monitoring() -> PathBuf {
-    deploy().join("monitoring")
-}
-
-fn yaml(path: &Path) -> serde_norway::Value {
-    let text =
-        fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
-}
 
 /// Debian's `prometheus` and `promtool`: from the package `cargo xtask test` unpacks
 /// (`MONITOR_PROMETHEUS_DIR`), else the installed package.
@@ -53,98 +38,6 @@ fn prometheus_binary(name: &str, test: &str) -> Option<PathBuf> {
         );
     }
     found
-}
-
-/// The alert names of a rules file's groups.
-fn alerts(groups: &serde_norway::Value) -> BTreeSet<String> {
-    groups
-        .as_sequence()
-        .expect("groups")
-        .iter()
-        .flat_map(|g| g["rules"].as_sequence().expect("rules").iter())
-        .filter_map(|r| r["alert"].as_str().map(String::from))
-        .collect()
-}
-
-#[test]
-fn the_prometheus_rule_holds_the_rules_file_groups() {
-    if !on_the_host("the_prometheus_rule_holds_the_rules_file_groups") {
-        return;
-    }
-    let rules = yaml(&monitoring().join("rules.yaml"));
-    let operator = yaml(&monitoring().join("prometheusrule.yaml"));
-    assert_eq!(operator["kind"], "PrometheusRule");
-    assert_eq!(operator["spec"]["groups"], rules["groups"]);
-    assert!(alerts(&rules["groups"]).len() >= 10);
-}
-
-#[test]
-fn every_alert_has_a_runbook_line_and_a_rule_test_that_fires_it() {
-    if !on_the_host("every_alert_has_a_runbook_line_and_a_rule_test_that_fires_it") {
-        return;
-    }
-    let rules = yaml(&monitoring().join("rules.yaml"));
-    let runbook = fs::read_to_string(deploy().join("../docs/monitoring.md")).unwrap();
-    let tests = yaml(&monitoring().join("rules_test.yaml"));
-    let fired: BTreeSet<String> = tests["tests"]
-        .as_sequence()
-        .expect("tests")
-        .iter()
-        .flat_map(|t| t["alert_rule_test"].as_sequence().into_iter().flatten())
-        .filter(|c| c["exp_alerts"].as_sequence().is_some_and(|a| !a.is_empty()))
-        .map(|c| c["alertname"].as_str().expect("alertname").to_string())
-        .collect();
-    for alert in alerts(&rules["groups"]) {
-        assert!(
-            runbook.contains(&format!("| `{alert}` |")),
-            "{alert}: no runbook row in docs/monitoring.md"
-        );
-        assert!(fired.contains(&alert), "{alert}: no rule test fires it");
-    }
-}
-
-#[test]
-fn the_scrape_job_and_the_pod_monitor_select_the_daemonset_pods() {
-    if !on_the_host("the_scrape_job_and_the_pod_monitor_select_the_daemonset_pods") {
-        return;
-    }
-    let daemonset = yaml(&deploy().join("base/daemonset.yaml"));
-    let template = &daemonset["spec"]["template"];
-    let name = template["metadata"]["labels"]["app.kubernetes.io/name"]
-        .as_str()
-        .expect("the pods' name label");
-    let port = template["spec"]["containers"][0]["ports"][0]["name"]
-        .as_str()
-        .expect("the metrics port's name");
-    let namespace = yaml(&deploy().join("base/kustomization.yaml"))["namespace"].clone();
-
-    let job = &yaml(&monitoring().join("scrape-job.yaml"))["scrape_configs"][0];
-    assert_eq!(
-        job["job_name"], "monitor",
-        "the rules expect job=\"monitor\""
-    );
-    assert_eq!(
-        job["kubernetes_sd_configs"][0]["namespaces"]["names"][0],
-        namespace
-    );
-    let keep = &job["relabel_configs"][0];
-    assert_eq!(keep["action"], "keep");
-    assert_eq!(
-        keep["regex"].as_str(),
-        Some(format!("{name};{port}").as_str())
-    );
-
-    let pod_monitor = yaml(&monitoring().join("podmonitor.yaml"));
-    assert_eq!(pod_monitor["metadata"]["namespace"], namespace);
-    let spec = &pod_monitor["spec"];
-    assert_eq!(
-        spec["selector"]["matchLabels"]["app.kubernetes.io/name"],
-        name
-    );
-    // The job is named after that label, so it is "monitor" as the rules expect.
-    assert_eq!(spec["jobLabel"], "app.kubernetes.io/name");
-    assert_eq!(name, "monitor");
-    assert_eq!(spec["podMetricsEndpoints"][0]["port"], port);
 }
 
 fn promtool(promtool: &Path, args: &[&str], dir: &Path) -> (bool, String) {
@@ -170,7 +63,7 @@ fn promtool_checks_the_rules_and_passes_their_unit_tests_which_bite() {
     let Some(promtool_bin) = prometheus_binary("promtool", test) else {
         return;
     };
-    let dir = monitoring();
+    let dir = monitoring_dir();
     let (ok, out) = promtool(&promtool_bin, &["check", "rules", "rules.yaml"], &dir);
     assert!(ok, "{out}");
     let (ok, out) = promtool(&promtool_bin, &["test", "rules", "rules_test.yaml"], &dir);
@@ -284,7 +177,7 @@ fn url_encoded(text: &str) -> String {
 
 /// Every query of the shipped dashboard, Grafana's variables given values a test can use.
 fn dashboard_queries() -> Vec<(String, String)> {
-    let text = fs::read_to_string(monitoring().join("dashboard.json")).unwrap();
+    let text = fs::read_to_string(monitoring_dir().join("dashboard.json")).unwrap();
     let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
     let mut queries = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels") {
@@ -302,18 +195,34 @@ fn dashboard_queries() -> Vec<(String, String)> {
 
 /// The scrape job of `scrape-job.yaml` pointed at `agent`: its Kubernetes discovery replaced by
 /// a static target that carries the labels discovery would give the DaemonSet's pod, so the
-/// shipped relabelling runs for real.
-fn prometheus_config(agent: SocketAddr, rules: &Path) -> String {
-    let job = &yaml(&monitoring().join("scrape-job.yaml"))["scrape_configs"][0];
+/// shipped relabelling runs for real, and the service account token it sends read from
+/// `token` instead. Beside it, the same scrape without a token, as a stranger's.
+fn prometheus_config(agent: SocketAddr, rules: &Path, token: &Path) -> String {
+    let job = &yaml(&monitoring_dir().join("scrape-job.yaml"))["scrape_configs"][0];
     let relabel = serde_norway::to_string(&job["relabel_configs"]).unwrap();
     let relabel: String = relabel.lines().map(|l| format!("    {l}\n")).collect();
+    let mut authorization = job["authorization"].clone();
+    assert_eq!(
+        authorization["credentials_file"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    authorization["credentials_file"] = token.display().to_string().into();
+    let authorization = serde_norway::to_string(&authorization).unwrap();
+    let authorization: String = authorization
+        .lines()
+        .map(|l| format!("    {l}\n"))
+        .collect();
+    let target = format!(
+        "  static_configs:\n  - targets: ['{agent}']\n    labels:\n      \
+         __meta_kubernetes_pod_label_app_kubernetes_io_name: monitor\n      \
+         __meta_kubernetes_pod_container_port_name: metrics\n      \
+         __meta_kubernetes_pod_node_name: node-a\n  relabel_configs:\n{relabel}"
+    );
     format!(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
          rule_files:\n- {}\n\
-         scrape_configs:\n- job_name: {}\n  static_configs:\n  - targets: ['{agent}']\n    labels:\n      \
-         __meta_kubernetes_pod_label_app_kubernetes_io_name: monitor\n      \
-         __meta_kubernetes_pod_container_port_name: metrics\n      \
-         __meta_kubernetes_pod_node_name: node-a\n  relabel_configs:\n{relabel}",
+         scrape_configs:\n- job_name: {}\n  authorization:\n{authorization}{target}\
+         - job_name: no-token\n{target}",
         rules.display(),
         job["job_name"].as_str().expect("job_name"),
     )
@@ -346,36 +255,69 @@ fn a_real_prometheus_scrapes_a_live_agent_and_every_rule_and_dashboard_query_wor
     let files = TempDir::new("monitoring-stack");
     let over = TestPod::new("over").request_mib(20);
     in_own_network_namespace(|| {
+        // As in the DaemonSet: the pods from the API server (a MOCK one here, serving the
+        // token reviews too), the agent on every address with --metrics-auth kube, and
+        // Prometheus scraping it from another address with its service account's token.
+        let elsewhere = Ipv4Addr::new(10, 200, 0, 1);
+        add_loopback_alias(elsewhere);
+        let api = MockKubeApi::start("node-a");
+        api.apply_pod(&over);
+        let prometheus_user = "system:serviceaccount:monitoring:prometheus-k8s";
+        api.accept_token("a-service-account-token", prometheus_user);
+        api.grant_get(prometheus_user, "/metrics");
+        let (_kube_files, kubeconfig) = api.kubeconfig_in("monitoring-stack-kubeconfig");
+        let token = files.join("token");
+        fs::write(&token, "a-service-account-token\n").unwrap();
         let mut agent = scene.start_agent_in(
             &[
                 "--dry-run",
+                "--kube",
+                "--node-name",
+                "node-a",
+                "--kubeconfig",
+                kubeconfig.to_str().expect("a UTF-8 path"),
                 "--metrics-addr",
-                "127.0.0.1:0",
+                "0.0.0.0:0",
+                "--metrics-auth",
+                "kube",
                 "--resync-interval",
                 "1s",
             ],
             &own,
         );
+        let agent_addr = SocketAddr::from((elsewhere, metrics_addr(&agent).port()));
         let config = files.join("prometheus.yml");
         fs::write(
             &config,
-            prometheus_config(metrics_addr(&agent), &monitoring().join("rules.yaml")),
+            prometheus_config(agent_addr, &monitoring_dir().join("rules.yaml"), &token),
         )
         .unwrap();
         let server = PrometheusServer::start(&prometheus, &config, &files.join("data"));
 
-        // Scraped before the decision, so the eviction counter is seen rising from 0.
-        server.wait_for("/api/v1/targets", "the agent scraped and up", |v| {
-            v["data"]["activeTargets"]
-                .as_array()
-                .is_some_and(|targets| {
-                    targets.iter().any(|t| {
-                        t["health"] == "up"
-                            && t["labels"]["job"] == "monitor"
-                            && t["labels"]["node"] == "node-a"
-                    })
+        // Scraped before the decision, so the eviction counter is seen rising from 0; the
+        // scrape without a token is refused.
+        let targets = server.wait_for("/api/v1/targets", "the agent scraped and up", |v| {
+            let targets = v["data"]["activeTargets"].as_array();
+            let up = targets.is_some_and(|targets| {
+                targets.iter().any(|t| {
+                    t["health"] == "up"
+                        && t["labels"]["job"] == "monitor"
+                        && t["labels"]["node"] == "node-a"
                 })
+            });
+            let refused = targets.is_some_and(|targets| {
+                targets.iter().any(|t| {
+                    t["health"] == "down"
+                        && t["labels"]["job"] == "no-token"
+                        && t["lastError"].as_str().is_some_and(|e| e.contains("401"))
+                })
+            });
+            up && refused
         });
+        eprintln!("{targets}");
+        let up = server.query("up{job=\"monitor\"}");
+        assert_eq!(up.len(), 1, "{up:?}");
+        assert_eq!(up[0]["value"][1], "1", "{up:?}");
         let mut over_proc = scene.start_pod(&over);
         over_proc.alloc(230);
         let decision = agent.next_decision(Duration::from_secs(20));
@@ -397,6 +339,16 @@ fn a_real_prometheus_scrapes_a_live_agent_and_every_rule_and_dashboard_query_wor
             !alerts.to_string().contains("\"MonitorEvicting\""),
             "a dry run is no eviction: {alerts}"
         );
+        // The scrape with the shipped token works: the agent is not reported down.
+        let alerts = server.api("/api/v1/alerts");
+        assert!(
+            !alerts["data"]["alerts"]
+                .as_array()
+                .expect("alerts")
+                .iter()
+                .any(|a| a["labels"]["alertname"] == "MonitorAgentDown"),
+            "{alerts}"
+        );
         let rules = server.api("/api/v1/rules");
         let mut evaluated = 0;
         for group in rules["data"]["groups"].as_array().expect("groups") {
@@ -405,7 +357,7 @@ fn a_real_prometheus_scrapes_a_live_agent_and_every_rule_and_dashboard_query_wor
                 evaluated += 1;
             }
         }
-        let shipped = yaml(&monitoring().join("rules.yaml"));
+        let shipped = yaml(&monitoring_dir().join("rules.yaml"));
         let shipped_count: usize = shipped["groups"]
             .as_sequence()
             .unwrap()

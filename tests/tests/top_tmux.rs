@@ -1,7 +1,8 @@
 //! `monitor top` for real (root only): the terminal view runs in a tmux session of the test's
 //! own against a running agent on a real kubepods tree, in a network namespace of the test's
-//! own, and what it shows is read back with `tmux capture-pane`. Skipped, saying so, where
-//! tmux is not installed.
+//! own, and what it shows is read back with `tmux capture-pane`; and against a server that
+//! answers 256 MiB, whose answers it refuses past 4 MiB, its memory staying small. Fails,
+//! saying so, where tmux is not installed (unless the skip is allowed).
 use std::{
     process::Command,
     time::{Duration, Instant},
@@ -24,9 +25,10 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn start(command: &str) -> Self {
+    /// Runs `command` on a tmux server of its own, named after the test (`name`).
+    fn start(name: &str, command: &str) -> Self {
         let tmux = Self {
-            socket: format!("monitor-top-test-{}", std::process::id()),
+            socket: format!("monitor-top-test-{}-{name}", std::process::id()),
         };
         let status = tmux
             .command()
@@ -111,10 +113,13 @@ fn top_shows_the_live_ranking_and_outlives_an_agent_restart() {
 
         // Started inside the namespace, the tmux server and `top` live there too; the agent is
         // named by host name, as an operator would.
-        let top = Tmux::start(&format!(
-            "{} top --addr localhost:9753 --interval 200ms",
-            monitor_bin().display()
-        ));
+        let top = Tmux::start(
+            "live",
+            &format!(
+                "{} top --addr localhost:9753 --interval 200ms",
+                monitor_bin().display()
+            ),
+        );
         let screen = top.wait_for(
             &[
                 "allocatableMemory.available [",
@@ -152,5 +157,90 @@ fn top_shows_the_live_ranking_and_outlives_an_agent_restart() {
             .status()
             .expect("tmux send-keys");
         again.stop();
+    });
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// Answers every connection on `addr` with a 256 MiB body, with its length said in the head
+/// on odd connections and without (to the end of the stream) on even ones.
+fn huge_answers(addr: &str) {
+    let listener = std::net::TcpListener::bind(addr).expect("binding the stranger");
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                use std::io::{Read as _, Write as _};
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let head = if n % 2 == 1 {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 268435456\r\n\r\n"
+                } else {
+                    "HTTP/1.1 200 OK\r\n\r\n"
+                };
+                let _ = stream.write_all(head.as_bytes());
+                let piece = vec![b'['; 1 << 20];
+                for _ in 0..256 {
+                    if stream.write_all(&piece).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn top_reads_a_bounded_answer_whatever_answers_at_its_address() {
+    if !running_as_root("top_reads_a_bounded_answer") {
+        return;
+    }
+    if !tmux_installed() {
+        cannot_run(Reason::Tmux, "needs tmux (cargo xtask setup installs it)");
+        return;
+    }
+    in_own_network_namespace(|| {
+        huge_answers(ADDR);
+        let top = Tmux::start(
+            "bounded",
+            &format!(
+                "exec {} top --addr {ADDR} --interval 200ms",
+                monitor_bin().display()
+            ),
+        );
+        top.wait_for(
+            &["agent unreachable, retrying (an answer body over 4194304 bytes"],
+            Duration::from_secs(15),
+        );
+        // Several reads of each kind.
+        std::thread::sleep(Duration::from_secs(3));
+        let out = top
+            .command()
+            .args(["display-message", "-p", "-t", "top", "#{pane_pid}"])
+            .output()
+            .expect("tmux display-message");
+        let pid: u32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("the pane's pid");
+        let peak = peak_rss_kib(pid);
+        eprintln!(
+            "monitor top against 256 MiB answers: peak RSS {} MiB",
+            peak / 1024
+        );
+        // Its own code and a 4 MiB answer; it grew to 263 MiB before.
+        assert!(peak < 64 * 1024, "monitor top peaked at {peak} KiB");
+        top.command()
+            .args(["send-keys", "-t", "top", "q"])
+            .status()
+            .expect("tmux send-keys");
     });
 }

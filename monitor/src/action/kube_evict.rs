@@ -58,7 +58,7 @@ impl KubeEvictor {
     pub fn new(mut config: Config) -> Result<Self, kube::Error> {
         config.default_retry = false;
         Ok(Self {
-            client: Client::try_from(config)?,
+            client: crate::kube_client::client(config)?,
             delete: false,
         })
     }

@@ -53,6 +53,16 @@ pub(crate) enum MemoryBrake {
     Off,
 }
 
+/// Who off this host may read the endpoints' pod data (`--metrics-auth`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum MetricsAuth {
+    /// No one: loopback clients only.
+    Loopback,
+    /// Clients whose bearer token RBAC allows to get the path (TokenReview and
+    /// SubjectAccessReview through the API server).
+    Kube,
+}
+
 /// Run the node agent: watch memory through the kernel and evict the pod the kubelet would
 /// evict, as soon as a threshold is crossed. With --dry-run it only reports what it would do.
 #[derive(Args, Debug, Clone)]
@@ -310,11 +320,34 @@ pub(crate) struct AgentArgs {
     /// Do not serve metrics.
     #[arg(long, help_heading = "Endpoints")]
     pub no_metrics: bool,
-    /// Serve /metrics and /debug/* to clients off this host too. They name every pod on the
-    /// node with its memory, so by default only loopback clients get them; /healthz and
-    /// /readyz answer anyone.
-    #[arg(long, help_heading = "Endpoints")]
+    /// Who off this host may read /metrics and /debug/*, which name every pod on the node
+    /// with its memory (loopback clients always may; /healthz and /readyz answer anyone).
+    /// `loopback`: no one. `kube`: a client sending `Authorization: Bearer TOKEN` when a
+    /// TokenReview authenticates the token and a SubjectAccessReview allows its user to
+    /// `get` the path as a nonResourceURL (as kube-rbac-proxy checks; answers kept 60s,
+    /// refusals 10s; needs --kube and RBAC create on tokenreviews and
+    /// subjectaccessreviews). Refused: 401 without a token the API server knows, 403
+    /// without the permission, 503 when the API server does not answer.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value_t = MetricsAuth::Loopback,
+        requires_if("kube", "kube"),
+        help_heading = "Endpoints"
+    )]
+    pub metrics_auth: MetricsAuth,
+    /// Serve /metrics and /debug/* to anyone who reaches the port, unauthenticated. Limit
+    /// who can reach it first (a NetworkPolicy); --metrics-auth kube is the safer way.
+    #[arg(long, conflicts_with = "metrics_auth", help_heading = "Endpoints")]
     pub metrics_allow_remote: bool,
+    /// Also answer /healthz and /readyz on a Unix socket at PATH (replacing a socket an
+    /// ended agent left there), readable by the agent's user only: probes through it
+    /// (`monitor probe healthz --socket PATH`) reach this agent whoever holds the metrics
+    /// port, and no slow client on the network can crowd them out. Its /readyz also fails
+    /// while the metrics address cannot be bound.
+    #[arg(long, value_name = "PATH", help_heading = "Endpoints")]
+    pub probe_socket: Option<PathBuf>,
     /// A name accepted in the Host header of requests to the endpoints, besides IP addresses
     /// and localhost (others are refused, so a rebound DNS name cannot reach them; may be
     /// repeated).

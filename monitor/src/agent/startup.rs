@@ -1,13 +1,15 @@
 //! Starting the agent: the configuration, the node's capacity, the checkpoint, the event
 //! source, the endpoints and the actuator the flags ask for, put together into an [`Agent`].
 
-use anyhow::{Context as _, bail};
+use std::sync::Arc;
+
+use anyhow::bail;
 use tokio::time::Instant;
 
 use super::{
     actions::Actions,
     actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
-    args::{AgentArgs, MemoryBrake},
+    args::{AgentArgs, MemoryBrake, MetricsAuth},
     cause::CauseLog,
     checkpointer::Checkpointer,
     components::Agent,
@@ -38,9 +40,12 @@ use crate::{
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
     engine::units::bytes,
     metrics::{
-        access::Access,
+        access::{Access, Remote},
+        connection::Shared,
         server,
         snapshot::{self, Publisher},
+        token_gate::TokenGate,
+        token_review::KubeReviewer,
     },
     node::read::{online_cpus, read_mem_total, read_memory_limit},
     pods::KubepodsCgroup,
@@ -194,20 +199,32 @@ impl Agent {
             }
         );
         let (publisher, view) = snapshot::channel();
-        if !args.no_metrics {
-            let (addr, _task) = server::serve(
-                args.metrics_addr.addrs(),
+        // Never a reason not to start: an address that cannot be bound is tried again in
+        // the background while the agent protects the node.
+        server::start(
+            (!args.no_metrics).then(|| args.metrics_addr.addrs().to_vec()),
+            args.probe_socket.clone(),
+            Shared {
                 view,
-                Access {
-                    remote: args.metrics_allow_remote,
+                access: Access {
+                    remote: match (args.metrics_allow_remote, args.metrics_auth) {
+                        (true, _) => Remote::Anyone,
+                        (false, MetricsAuth::Kube) => Remote::Authorized,
+                        (false, MetricsAuth::Loopback) => Remote::Closed,
+                    },
                     allowed_hosts: args.metrics_allowed_host.clone(),
                 },
-            )
-            .await
-            .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
-            tracing::info!("metrics at http://{addr}/metrics");
-            tracing::info!("health at /healthz and /readyz, the ranking at /debug/ranking");
-        }
+                stats: Arc::default(),
+                gate: evictor
+                    .as_ref()
+                    .filter(|_| args.metrics_auth == MetricsAuth::Kube)
+                    .map(|evictor| {
+                        TokenGate::new(KubeReviewer {
+                            client: evictor.client(),
+                        })
+                    }),
+            },
+        );
         let mut core = AgentCore::new(config, capacity, kubepods.rel.clone(), state);
         core.set_predict_lead(args.predict);
         if let Some(lead) = args.predict {

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use super::agent_http;
 use crate::config_file::{ConfigSources, load};
+use crate::http_get;
 use crate::engine::config_origin::{NOT_ACTED_ON, Setting, effective_settings};
 use crate::engine::printable::printable;
 use crate::flags::{HostPort, OutputFormat, host_port};
@@ -99,11 +99,20 @@ fn from_files(args: &ConfigArgs) -> anyhow::Result<String> {
     Ok(out + &render_settings(&settings))
 }
 
+/// How long asking the agent may take.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The largest answer read: the configuration in force is a few KiB.
+const MAX_VIEW_BYTES: usize = 1 << 20;
+
 /// What the agent at `addr` has in force.
 fn from_agent(addr: &HostPort, format: OutputFormat) -> anyhow::Result<String> {
-    let body = agent_http::get(addr, "/debug/config")
-        .map_err(|e| anyhow::anyhow!("asking the agent at {addr} (its --metrics-addr): {e}"))?;
-    let view: DebugConfig = serde_json::from_str(&body)
+    let asked = |e: String| anyhow::anyhow!("asking the agent at {addr} (its --metrics-addr): {e}");
+    let reply = http_get::get_first(addr.addrs(), "/debug/config", READ_TIMEOUT, MAX_VIEW_BYTES)
+        .map_err(|e| asked(e.to_string()))?;
+    if reply.status != 200 {
+        return Err(asked(format!("it answered {}", reply.status)));
+    }
+    let view: DebugConfig = serde_json::from_slice(&reply.body)
         .map_err(|e| anyhow::anyhow!("the agent at {addr} answered no configuration: {e}"))?;
     if format == OutputFormat::Json {
         return Ok(serde_json::to_string_pretty(&view)? + "\n");

@@ -2,11 +2,10 @@
 //! postmortems, or live with `--kube`. Reads the files (or asks the API server) here; parsing
 //! and ranking live in `engine::rank_report`.
 use crate::flags::OutputFormat;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::engine::eviction_config::EvictionConfig;
+use crate::engine::eviction_config::{EvictionConfig, MAX_CONFIG_BYTES};
 use crate::engine::eviction_order::{DiskMeasure, FsLayout, RankPolicy};
 use crate::engine::kubelet_summary::Summary;
 use crate::engine::printable::printable;
@@ -16,10 +15,14 @@ use crate::engine::rank_report::{
 };
 use crate::engine::signal::Signal;
 use crate::engine::threshold::{Threshold, ThresholdKind};
+use crate::file_kind::read_text;
 use crate::pods::{kube_query, kube_watch::api_config, manifests::parse_file};
 
 /// Exit status for input that cannot be read or understood.
 const BAD_INPUT: u8 = 2;
+/// The largest `--pods` or `--summary` file read: a node's pods and its Summary take a few
+/// MiB (the pods of a whole cluster may not fit: select the node's).
+const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
@@ -152,7 +155,7 @@ fn read_config(args: &RankArgs) -> Result<Vec<Threshold>, String> {
         return Ok(Vec::new());
     };
     let in_file = |problem: &dyn std::fmt::Display| format!("{}: {problem}", path.display());
-    let text = fs::read_to_string(path).map_err(|e| in_file(&e))?;
+    let text = read_text(path, MAX_CONFIG_BYTES).map_err(|e| in_file(&e))?;
     let (config, _) = EvictionConfig::decode(&text).map_err(|e| in_file(&e))?;
     Ok(config.thresholds)
 }
@@ -164,10 +167,11 @@ fn rank(args: &RankArgs) -> Result<Report, String> {
     };
     let in_file =
         |path: &Path, problem: &dyn std::fmt::Display| format!("{}: {problem}", path.display());
-    let pods_text = fs::read_to_string(pods_path).map_err(|e| in_file(pods_path, &e))?;
+    let pods_text = read_text(pods_path, MAX_INPUT_BYTES).map_err(|e| in_file(pods_path, &e))?;
     // The error already names the file.
     let pods = parse_file(pods_path, &pods_text).map_err(|e| e.to_string())?;
-    let summary_text = fs::read_to_string(summary_path).map_err(|e| in_file(summary_path, &e))?;
+    let summary_text =
+        read_text(summary_path, MAX_INPUT_BYTES).map_err(|e| in_file(summary_path, &e))?;
     let summary = Summary::from_json(&summary_text).map_err(|e| in_file(summary_path, &e))?;
     build_report(&pods, &summary, args.signal, layout(args)).map_err(|e| in_file(pods_path, &e))
 }

@@ -14,14 +14,19 @@ use anyhow::Context as _;
 use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
-use super::{
-    agent_http,
-    top_view::{Screen, View, draw},
+use super::top_view::{Screen, View, draw};
+use crate::{
+    flags::{HostPort, host_port, positive_duration},
+    http_get,
 };
-use crate::flags::{HostPort, host_port, positive_duration};
 
 /// The fastest the screen is redrawn.
 const REDRAW_AT_MOST_EVERY: Duration = Duration::from_millis(250);
+/// How long one read of the agent may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest ranking view read: 20 pods of each signal's ranking and 20 decisions take
+/// tens of kilobytes.
+const MAX_VIEW_BYTES: usize = 4 << 20;
 
 /// Watch a running agent: each signal against its thresholds, the head of the ranking with
 /// why each pod is where it is, the recent decisions, the kernel event rate and losses.
@@ -99,8 +104,18 @@ fn show(
     }
 }
 
-/// One `GET /debug/ranking`, parsed; the error in words.
+/// One `GET /debug/ranking`, parsed; the error in words. The answer is bounded in time and
+/// size, so whatever answers at the address cannot hold `top` or grow its memory.
 fn read_view(addr: &HostPort) -> Result<View, String> {
-    let body = agent_http::get(addr, "/debug/ranking")?;
-    serde_json::from_str(&body).map_err(|e| format!("not a ranking view: {e}"))
+    let reply = http_get::get_first(
+        addr.addrs(),
+        "/debug/ranking",
+        READ_TIMEOUT,
+        MAX_VIEW_BYTES,
+    )
+    .map_err(|e| e.to_string())?;
+    if reply.status != 200 {
+        return Err(format!("the agent answered {}", reply.status));
+    }
+    serde_json::from_slice(&reply.body).map_err(|e| format!("not a ranking view: {e}"))
 }

@@ -1,19 +1,35 @@
 //! Who may read what. `/metrics` and `/debug/*` tell every pod's name, namespace, uid and
-//! memory, so they answer only clients on this host's loopback unless the operator opens
-//! them ([`Access::remote`]); `/healthz` and `/readyz` tell nothing about pods and answer
-//! anyone, since the kubelet probes them from the node's address. Every request must also
-//! name the agent in its `Host` header by an IP literal, `localhost` or a name the operator
-//! allows: a web page whose own name was rebound to this address (DNS rebinding) sends its
-//! own name, so a browser on the node cannot be turned into a reader.
+//! memory, so they answer clients on this host's loopback, and others only as the operator
+//! opens them ([`Remote`]): to clients whose bearer token the API server authenticates and
+//! authorizes (the review itself is `token_gate`'s), or to anyone. `/healthz` and `/readyz`
+//! tell nothing about pods and answer anyone, since the kubelet probes them from the node's
+//! address. Every request must also name the agent in its `Host` header by an IP literal,
+//! `localhost` or a name the operator allows: a web page whose own name was rebound to this
+//! address (DNS rebinding) sends its own name, so a browser on the node cannot be turned
+//! into a reader.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hyper::StatusCode;
 
+use super::endpoint_stats::Denial;
+
+/// Who off this host may read `/metrics` and `/debug/*`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Remote {
+    /// No one (the default).
+    #[default]
+    Closed,
+    /// A client with a bearer token that a TokenReview authenticates and a
+    /// SubjectAccessReview allows to `get` the path (`--metrics-auth kube`).
+    Authorized,
+    /// Anyone (`--metrics-allow-remote`).
+    Anyone,
+}
+
 /// The access policy of the endpoints.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Access {
-    /// Serve `/metrics` and `/debug/*` to clients off this host too (`--metrics-allow-remote`).
-    pub remote: bool,
+    pub remote: Remote,
     /// Names accepted in `Host` besides IP literals and `localhost` (`--metrics-allowed-host`; ASCII case ignored).
     pub allowed_hosts: Vec<String>,
 }
@@ -23,26 +39,70 @@ pub(crate) struct Access {
 pub(crate) struct Refusal {
     pub status: StatusCode,
     pub reason: &'static str,
+    /// What the endpoint counts it as (`None`: a request misdirected, not a reader refused).
+    pub denial: Option<Denial>,
+}
+
+impl Refusal {
+    /// A 401 that asks for a bearer token (its answer carries `WWW-Authenticate: Bearer`).
+    pub(crate) fn unauthenticated(reason: &'static str, denial: Denial) -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            reason,
+            denial: Some(denial),
+        }
+    }
+}
+
+/// What to do with a request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict<'a> {
+    Serve,
+    Refuse(Refusal),
+    /// Serve it if the API server says the token may `get` the path.
+    Review {
+        token: &'a str,
+    },
 }
 
 impl Access {
-    /// `None` when a client at `peer` may `GET path` with `host` as its `Host` header.
-    pub(crate) fn check(&self, path: &str, peer: IpAddr, host: Option<&str>) -> Option<Refusal> {
+    /// What to do when a client at `peer` asks `GET path` with `host` as its `Host` header
+    /// and `authorization` as its `Authorization` header.
+    pub(crate) fn check<'a>(
+        &self,
+        path: &str,
+        peer: IpAddr,
+        host: Option<&str>,
+        authorization: Option<&'a str>,
+    ) -> Verdict<'a> {
         if !host.is_some_and(|h| self.names_this_agent(h)) {
-            return Some(Refusal {
+            return Verdict::Refuse(Refusal {
                 status: StatusCode::MISDIRECTED_REQUEST,
                 reason: "the Host header must be an IP address, localhost or a name given with \
                          --metrics-allowed-host\n",
+                denial: None,
             });
         }
         let open = matches!(path, "/healthz" | "/readyz");
-        if !open && !self.remote && !peer.to_canonical().is_loopback() {
-            return Some(Refusal {
-                status: StatusCode::FORBIDDEN,
-                reason: "served to loopback clients only (see --metrics-allow-remote)\n",
-            });
+        if open || peer.to_canonical().is_loopback() {
+            return Verdict::Serve;
         }
-        None
+        match self.remote {
+            Remote::Anyone => Verdict::Serve,
+            Remote::Closed => Verdict::Refuse(Refusal {
+                status: StatusCode::FORBIDDEN,
+                reason: "served to loopback clients only (see --metrics-auth)\n",
+                denial: Some(Denial::Remote),
+            }),
+            Remote::Authorized => match authorization.and_then(bearer) {
+                Some(token) => Verdict::Review { token },
+                None => Verdict::Refuse(Refusal::unauthenticated(
+                    "send a bearer token whose user RBAC allows to get this path (a \
+                     nonResourceURL)\n",
+                    Denial::NoToken,
+                )),
+            },
+        }
     }
 
     /// Whether a `Host` header value (`name`, `name:port`, `[v6]:port`) names this agent.
@@ -69,6 +129,17 @@ impl Access {
     }
 }
 
+/// The token of an `Authorization: Bearer TOKEN` value (scheme in any case), when it is one
+/// and the token is printable ASCII without spaces.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer")
+        && !token.is_empty()
+        && token.bytes().all(|b| b.is_ascii_graphic()))
+    .then_some(token)
+}
+
 /// True for an empty suffix or `:` and a port number.
 fn is_port_suffix(suffix: &str) -> bool {
     suffix.is_empty()
@@ -87,11 +158,11 @@ mod tests {
         let mapped_loopback: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         let remote: IpAddr = "10.1.2.3".parse().unwrap();
         let closed = Access {
-            remote: false,
+            remote: Remote::Closed,
             allowed_hosts: vec!["Node-1.example".into()],
         };
         let open = Access {
-            remote: true,
+            remote: Remote::Anyone,
             ..closed.clone()
         };
         let cases = [
@@ -235,8 +306,70 @@ mod tests {
             ),
         ];
         for (name, access, path, peer, host, want) in cases {
-            let got = access.check(path, peer, host).map(|r| r.status.as_u16());
+            let got = match access.check(path, peer, host, None) {
+                Verdict::Serve => None,
+                Verdict::Refuse(refusal) => Some(refusal.status.as_u16()),
+                Verdict::Review { .. } => panic!("{name}: no review without --metrics-auth"),
+            };
             assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn with_kube_auth_a_remote_reader_needs_a_bearer_token_and_loopback_none() {
+        let access = Access {
+            remote: Remote::Authorized,
+            allowed_hosts: vec![],
+        };
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        let remote: IpAddr = "10.1.2.3".parse().unwrap();
+        let host = Some("10.1.2.4:9753");
+        let cases = [
+            // (name, path, peer, authorization, verdict)
+            (
+                "loopback, no token",
+                "/metrics",
+                loopback,
+                None,
+                Verdict::Serve,
+            ),
+            ("probe from afar", "/healthz", remote, None, Verdict::Serve),
+            (
+                "a token",
+                "/metrics",
+                remote,
+                Some("Bearer abc.def-ghi"),
+                Verdict::Review {
+                    token: "abc.def-ghi",
+                },
+            ),
+            (
+                "the scheme in any case",
+                "/debug/ranking",
+                remote,
+                Some("bearer  t0k "),
+                Verdict::Review { token: "t0k" },
+            ),
+        ];
+        for (name, path, peer, authorization, want) in cases {
+            assert_eq!(
+                access.check(path, peer, host, authorization),
+                want,
+                "{name}"
+            );
+        }
+        for (name, authorization) in [
+            ("no header", None),
+            ("basic credentials", Some("Basic dXNlcjpwYXNz")),
+            ("an empty token", Some("Bearer ")),
+            ("a token with a control character", Some("Bearer a\u{7}b")),
+        ] {
+            let Verdict::Refuse(refusal) = access.check("/metrics", remote, host, authorization)
+            else {
+                panic!("{name}: served");
+            };
+            assert_eq!(refusal.status, StatusCode::UNAUTHORIZED, "{name}");
+            assert_eq!(refusal.denial, Some(Denial::NoToken), "{name}");
         }
     }
 }

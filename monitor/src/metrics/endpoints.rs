@@ -1,11 +1,12 @@
 //! The answers of the agent's HTTP endpoints, rendered from a [`Snapshot`]: pure, so each
 //! can be tested without a server.
 //!
-//! * `/metrics`: the Prometheus exposition.
+//! * `/metrics`: the Prometheus exposition, the loop's metrics then the endpoint's own.
 //! * `/healthz`: 200 while the event loop turned within [`STALE_AFTER`], else 503 saying
 //!   how long ago it last did. The loop turns at least every second even when idle.
-//! * `/readyz`: 200 once an event source runs, the pods are known and the checkpoint is
-//!   writable; else 503 naming each part missing.
+//! * `/readyz`: 200 once an event source runs, the pods are known, the checkpoint is
+//!   writable and the metrics address is served (when asked for); else 503 naming each
+//!   part missing.
 //! * `/debug/ranking`: the signals, the head of each ranking, the last decisions and the
 //!   source, as JSON.
 //! * `/debug/config`: the configuration in force, its files and checksum, since when, and a
@@ -14,7 +15,10 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 
-use super::snapshot::{Readiness, Snapshot};
+use super::{
+    endpoint_stats::EndpointStats,
+    snapshot::{Readiness, Snapshot},
+};
 use crate::checkpoint::writer::CheckpointHealth;
 
 /// How long the event loop may go without turning before `/healthz` fails.
@@ -47,15 +51,20 @@ pub(crate) fn answer(
     snapshot: &Snapshot,
     last_turn_ns: u64,
     now_ns: u64,
+    endpoint: &EndpointStats,
 ) -> Option<Answer> {
     Some(match path {
-        "/metrics" => Answer {
-            status: StatusCode::OK,
-            content_type: "text/plain; version=0.0.4",
-            body: snapshot.metrics.render(),
-        },
+        "/metrics" => {
+            let mut body = snapshot.metrics.render();
+            endpoint.render(&mut body);
+            Answer {
+                status: StatusCode::OK,
+                content_type: "text/plain; version=0.0.4",
+                body,
+            }
+        }
         "/healthz" => healthz(last_turn_ns, now_ns),
-        "/readyz" => readyz(&snapshot.readiness),
+        "/readyz" => readyz(&snapshot.readiness, endpoint.not_listening()),
         "/debug/ranking" => Answer {
             status: StatusCode::OK,
             content_type: "application/json",
@@ -102,7 +111,7 @@ fn healthz(last_turn_ns: u64, now_ns: u64) -> Answer {
     }
 }
 
-fn readyz(readiness: &Readiness) -> Answer {
+fn readyz(readiness: &Readiness, not_listening: Option<String>) -> Answer {
     let mut missing = Vec::new();
     let mut have = Vec::new();
     match &readiness.source {
@@ -119,6 +128,12 @@ fn readyz(readiness: &Readiness) -> Answer {
             "checkpoint not writable for {for_secs}s: {error} (retried with backoff)"
         )),
         None => missing.push("checkpoint not written yet".into()),
+    }
+    if let Some(why) = not_listening {
+        missing.push(format!(
+            "metrics address not served: {why} (retried with backoff; the agent protects \
+             the node meanwhile)"
+        ));
     }
     if missing.is_empty() {
         Answer::text(StatusCode::OK, format!("ready: {}\n", have.join("; ")))
@@ -153,7 +168,14 @@ mod tests {
             ("stuck", 10 * S, 17 * S, 503, "last turned 7.0s ago"),
         ];
         for (name, last, now, status, text) in cases {
-            let got = answer("/healthz", &Snapshot::default(), last, now).unwrap();
+            let got = answer(
+                "/healthz",
+                &Snapshot::default(),
+                last,
+                now,
+                &EndpointStats::default(),
+            )
+            .unwrap();
             assert_eq!(got.status.as_u16(), status, "{name}: {got:?}");
             assert!(got.body.contains(text), "{name}: {got:?}");
         }
@@ -212,12 +234,37 @@ mod tests {
                 readiness,
                 ..Snapshot::default()
             };
-            let got = answer("/readyz", &snapshot, 1, 1).unwrap();
+            let got = answer("/readyz", &snapshot, 1, 1, &EndpointStats::default()).unwrap();
             assert_eq!(got.status.as_u16(), status, "{name}: {got:?}");
             for text in texts {
                 assert!(got.body.contains(text), "{name}: {text:?} not in {got:?}");
             }
         }
+    }
+
+    #[test]
+    fn readyz_says_while_the_metrics_address_is_not_served() {
+        let snapshot = Snapshot {
+            readiness: Readiness {
+                source: Some("poll".into()),
+                pods: Ok(1),
+                checkpoint: Some(CheckpointHealth::Writable),
+            },
+            ..Snapshot::default()
+        };
+        let stats = EndpointStats::default();
+        stats.bind_failed("0.0.0.0:9753: Address already in use (os error 98)".into());
+        let got = answer("/readyz", &snapshot, 1, 1, &stats).unwrap();
+        assert_eq!(got.status.as_u16(), 503, "{got:?}");
+        assert!(
+            got.body.contains(
+                "metrics address not served: 0.0.0.0:9753: Address already in use (os error 98)"
+            ),
+            "{got:?}"
+        );
+        stats.listening();
+        let got = answer("/readyz", &snapshot, 1, 1, &stats).unwrap();
+        assert_eq!(got.status.as_u16(), 200, "{got:?}");
     }
 
     #[test]
@@ -240,7 +287,7 @@ mod tests {
             head: vec![],
         });
         snapshot.ranking.source.events_lost = 2;
-        let got = answer("/debug/ranking", &snapshot, 1, 1).unwrap();
+        let got = answer("/debug/ranking", &snapshot, 1, 1, &EndpointStats::default()).unwrap();
         assert_eq!(got.content_type, "application/json");
         let json: serde_json::Value = serde_json::from_str(&got.body).unwrap();
         assert_eq!(json["signals"][0]["signal"], "memory.available");
@@ -253,7 +300,8 @@ mod tests {
 
     #[test]
     fn other_paths_have_no_answer() {
-        assert!(answer("/", &Snapshot::default(), 1, 1).is_none());
-        assert!(answer("/metrics/", &Snapshot::default(), 1, 1).is_none());
+        let stats = EndpointStats::default();
+        assert!(answer("/", &Snapshot::default(), 1, 1, &stats).is_none());
+        assert!(answer("/metrics/", &Snapshot::default(), 1, 1, &stats).is_none());
     }
 }

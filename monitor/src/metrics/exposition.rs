@@ -437,7 +437,7 @@ impl Metrics {
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 

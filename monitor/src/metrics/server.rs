@@ -1,83 +1,190 @@
-//! The agent's HTTP endpoints, HTTP/1.1 on hyper: `GET` of a path [`super::endpoints`]
-//! knows answers it from the newest published snapshot, anything else 404; one request per
-//! connection, so nothing waits between requests. [`super::access`] decides first who may
-//! ask. The server never touches the agent's
-//! state: it reads what the event loop published (see [`super::snapshot`]).
+//! The agent's HTTP endpoints: the metrics address on the network and, when asked for, a
+//! probe socket in the agent's own directory that only `/healthz` and `/readyz` answer on
+//! (the DaemonSet's probes, which no stranger can answer or crowd out). Each connection is
+//! served by [`super::connection`]; the server never touches the agent's state, it reads
+//! what the event loop published (see [`super::snapshot`]).
 //!
-//! A node in trouble is when the endpoint matters least and the agent most, so whatever
-//! connects cannot take what the agent needs to decide and act:
-//! * at most [`MAX_CONNECTIONS`] are served at once, fewer when the open-file limit is low
-//!   (an eighth of it): further connections wait in the kernel's listen queue (up to
-//!   [`LISTEN_BACKLOG`]), holding no descriptor of the agent's;
-//! * a connection must send its request head within [`HEAD_TIMEOUT`] and is closed after
-//!   [`CONNECTION_TIMEOUT`] whatever it does, so idle connections free their slot;
+//! A node in trouble is when the endpoint matters least and the agent most, so neither a
+//! stranger holding the port nor slow clients can take what the agent needs:
+//! * an address that cannot be bound (in use, not on this host) is tried again in the
+//!   background, after 1 s and then doubling up to [`BIND_RETRY_MAX`], logged once; the
+//!   agent decides and acts meanwhile, and the probe socket's `/readyz` says why the
+//!   address is not served;
+//! * connections are taken as they come, up to a cap ([`MAX_CONNECTIONS`], fewer when the
+//!   open-file limit is low: a quarter of it), each holding only its socket until its
+//!   request head is in (see [`super::connection`]), and slow ones give way to new ones as
+//!   [`super::admission`] rules, so a probe never waits behind them in the kernel's queue;
+//!   accepts are paced (`ACCEPT_RATE` a second), so a client reconnecting as fast as it is
+//!   closed costs a bounded share of the agent's CPU;
 //! * a failed accept is retried after a pause that doubles up to [`ACCEPT_BACKOFF_MAX`];
 //!   when the agent is out of descriptors (EMFILE, ENFILE), a descriptor held in reserve is
 //!   released to accept the waiting connection and close it at once, so it neither spins nor
 //!   stays queued.
 use std::{
-    convert::Infallible,
+    collections::HashMap,
     fs::File,
     io,
-    net::{IpAddr, SocketAddr},
-    sync::Arc,
+    net::SocketAddr,
+    os::unix::fs::{FileTypeExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response, StatusCode, body::Incoming, header, server::conn::http1};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
-    net::{TcpListener, TcpSocket},
-    sync::Semaphore,
+    net::{TcpListener, TcpSocket, UnixListener},
+    sync::{Notify, Semaphore},
+    task::AbortHandle,
+    time::Instant,
 };
 
-use super::{access::Access, endpoints, snapshot::AgentView};
-use crate::system_clock::monotonic_ns;
+use super::{
+    admission::{Admission, Admit, Room},
+    connection::{self, Shared},
+    endpoint_stats::{Dropped, EndpointStats},
+    pace::Pace,
+};
 
-/// The most connections served at once; a scraper needs one.
-pub(crate) const MAX_CONNECTIONS: usize = 64;
-/// How long a connection may take to send its request head.
-pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a connection may stay open in all.
-pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many connections the kernel queues beyond those served (the kernel caps it at
+/// The most network connections held at once: one waiting for its head costs a descriptor
+/// and a few hundred bytes.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
+/// How many connections the kernel queues beyond those taken (the kernel caps it at
 /// `net.core.somaxconn`); past that, new connections are not answered.
 pub(crate) const LISTEN_BACKLOG: u32 = 1024;
+/// Accepts a second on the network, in the long run, and at once after a quiet spell.
+const ACCEPT_RATE: u32 = 500;
+const ACCEPT_BURST: u32 = 100;
 /// The first pause after a failed accept.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause after failed accepts in a row.
 pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The first pause after a failed bind, and the longest.
+const BIND_RETRY_MIN: Duration = Duration::from_secs(1);
+pub(crate) const BIND_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Probe connections served at once (only processes in the agent's pod reach the socket).
+const PROBE_CONNECTIONS: usize = 4;
 
-/// Binds the first of `addrs` that can be bound (a host name's addresses, in the resolver's
-/// order) and serves the clients `access` lets in until the task is dropped. Returns the
-/// bound address (useful with port 0).
-pub(crate) async fn serve(
-    addrs: &[SocketAddr],
-    view: AgentView,
-    access: Access,
-) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let mut listened = Err(io::Error::new(
+/// Serves the metrics address `network` (when given) and the probe socket `probe` (when
+/// given), each in a task of its own that binds it, retrying until it can; returns at once.
+/// A bind that succeeds at the first attempt is logged before this returns.
+pub(crate) fn start(network: Option<Vec<SocketAddr>>, probe: Option<PathBuf>, shared: Shared) {
+    let shared = Arc::new(shared);
+    if let Some(addrs) = network {
+        let first = bind_first(&addrs);
+        let shared = shared.clone();
+        let what = match addrs.as_slice() {
+            [addr] => format!("the metrics address {addr}"),
+            _ => format!("the metrics addresses {addrs:?}"),
+        };
+        let bind = move || bind_first(&addrs);
+        tokio::spawn(async move {
+            let listener = until_bound(&what, first, bind, Some(&shared.stats)).await;
+            accept_network(listener, shared).await;
+        });
+    }
+    if let Some(path) = probe {
+        let first = bind_probe_socket(&path);
+        tokio::spawn(async move {
+            let what = format!("the probe socket {}", path.display());
+            let listener = until_bound(&what, first, || bind_probe_socket(&path), None).await;
+            accept_probes(listener, shared).await;
+        });
+    }
+}
+
+/// A bound listener whose address can be logged.
+trait Bound {
+    fn describe(&self) -> String;
+}
+
+impl Bound for TcpListener {
+    fn describe(&self) -> String {
+        self.local_addr().map_or_else(
+            |e| format!("metrics at an address not known: {e}"),
+            |addr| format!("metrics at http://{addr}/metrics"),
+        )
+    }
+}
+
+impl Bound for UnixListener {
+    fn describe(&self) -> String {
+        self.local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+            .map_or_else(
+                || "probes at a socket".into(),
+                |path| format!("probes (/healthz, /readyz) at {path}"),
+            )
+    }
+}
+
+/// `first`, or the first later `bind` that succeeds, pausing 1 s and doubling up to
+/// [`BIND_RETRY_MAX`] between attempts; the failure is logged once, and kept in `stats`
+/// (for `/readyz` and the bind failure counter) until it binds.
+async fn until_bound<L: Bound>(
+    what: &str,
+    first: io::Result<L>,
+    bind: impl Fn() -> io::Result<L>,
+    stats: Option<&EndpointStats>,
+) -> L {
+    let started = Instant::now();
+    let mut pause = BIND_RETRY_MIN;
+    let mut failures = 0u64;
+    let mut attempt = first;
+    loop {
+        match attempt {
+            Ok(listener) => {
+                if let Some(stats) = stats {
+                    stats.listening();
+                }
+                if failures > 0 {
+                    tracing::info!(
+                        "{what}: bound after {failures} failed attempts in {:.0}s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                tracing::info!("{}", listener.describe());
+                return listener;
+            }
+            Err(error) => {
+                failures += 1;
+                if let Some(stats) = stats {
+                    stats.bind_failed(format!("{what}: {error}"));
+                }
+                if failures == 1 {
+                    tracing::warn!(
+                        "cannot listen on {what}: {error}; the agent decides and acts without \
+                         it, trying again after {}s and then at most every {}s",
+                        pause.as_secs(),
+                        BIND_RETRY_MAX.as_secs()
+                    );
+                } else {
+                    tracing::debug!("cannot listen on {what}: {error} (attempt {failures})");
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(BIND_RETRY_MAX);
+        attempt = bind();
+    }
+}
+
+/// The first of `addrs` that can be bound (a host name's addresses, in the resolver's order).
+fn bind_first(addrs: &[SocketAddr]) -> io::Result<TcpListener> {
+    let mut bound = Err(io::Error::new(
         io::ErrorKind::InvalidInput,
         "no address to listen on",
     ));
     for &addr in addrs {
-        listened = listen(addr);
-        if listened.is_ok() {
+        bound = bind_tcp(addr);
+        if bound.is_ok() {
             break;
         }
     }
-    let listener = listened?;
-    let bound = listener.local_addr()?;
-    let limit = connection_limit(open_file_limit());
-    tracing::debug!("metrics: at most {limit} connections at once");
-    let task = tokio::spawn(accept_loop(listener, view, Arc::new(access), limit));
-    Ok((bound, task))
+    bound
 }
 
-/// A listener on `addr`, reusable at once after a restart.
-fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -88,10 +195,30 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// How many connections to serve at once under an open-file limit of `nofile`: an eighth of
-/// it, at least one, at most [`MAX_CONNECTIONS`].
-fn connection_limit(nofile: u64) -> usize {
-    usize::try_from(nofile / 8)
+/// Binds a Unix socket at `path`, readable and writable by the agent's user only. A socket
+/// left there by an agent that ended is replaced; any other file is not.
+fn bind_probe_socket(path: &Path) -> io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(meta) => {
+            return Err(io::Error::other(format!(
+                "{} is {}, not a socket; not replaced",
+                path.display(),
+                crate::file_kind::describe(meta.file_type())
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// How many network connections to hold at once under an open-file limit of `nofile`: a
+/// quarter of it, at least one, at most [`MAX_CONNECTIONS`].
+fn connection_cap(nofile: u64) -> usize {
+    usize::try_from(nofile / 4)
         .unwrap_or(usize::MAX)
         .clamp(1, MAX_CONNECTIONS)
 }
@@ -115,25 +242,101 @@ fn reserve() -> Option<File> {
     File::open("/dev/null").ok()
 }
 
-async fn accept_loop(listener: TcpListener, view: AgentView, access: Arc<Access>, limit: usize) {
-    let slots = Arc::new(Semaphore::new(limit));
+/// The network connections held and how to close each.
+struct Held {
+    admission: Admission,
+    tasks: HashMap<u64, AbortHandle>,
+}
+
+/// Frees a connection's place when its task ends, however it ends (an abort included).
+struct Place {
+    id: u64,
+    held: Arc<Mutex<Held>>,
+    ended: Arc<Notify>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut held = lock(&self.held);
+        held.admission.close(self.id);
+        held.tasks.remove(&self.id);
+        drop(held);
+        self.ended.notify_one();
+    }
+}
+
+fn lock(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
+    held.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn accept_network(listener: TcpListener, shared: Arc<Shared>) {
+    let admission = Admission::new(connection_cap(open_file_limit()));
+    tracing::debug!("metrics: at most {} connections at once", admission.cap());
+    let held = Arc::new(Mutex::new(Held {
+        admission,
+        tasks: HashMap::new(),
+    }));
+    let ended = Arc::new(Notify::new());
+    let mut pace = Pace::new(ACCEPT_RATE, ACCEPT_BURST, Instant::now());
     let mut spare = reserve();
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        // Wait for a free slot before accepting: until then connections stay queued in the
-        // kernel, costing the agent nothing.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
+        // Until there is room, connections wait in the kernel, costing the agent nothing.
+        let room = lock(&held).admission.room(Instant::now());
+        match room {
+            Room::Now => {}
+            Room::At(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = ended.notified() => {}
+                }
+                continue;
+            }
+            Room::WhenOneEnds => {
+                ended.notified().await;
+                continue;
+            }
+        }
+        if let Some(wait) = pace.take(Instant::now()) {
+            tokio::time::sleep(wait).await;
+            continue;
+        }
         match listener.accept().await {
             Ok((stream, peer)) => {
                 backoff = ACCEPT_BACKOFF_MIN;
-                let view = view.clone();
-                let access = access.clone();
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    serve_connection(stream, peer.ip(), view, access).await;
-                });
+                let client = peer.ip().to_canonical();
+                let mut guard = lock(&held);
+                match guard.admission.admit(client, Instant::now()) {
+                    Admit::Refuse => {
+                        drop(guard);
+                        shared.stats.dropped(Dropped::Refused);
+                        drop(stream);
+                    }
+                    Admit::Take { id, evict } => {
+                        if let Some(task) = evict.and_then(|old| guard.tasks.remove(&old)) {
+                            task.abort();
+                            shared.stats.dropped(Dropped::GaveWay);
+                        }
+                        let place = Place {
+                            id,
+                            held: held.clone(),
+                            ended: ended.clone(),
+                        };
+                        let shared = shared.clone();
+                        let on_head = {
+                            let held = held.clone();
+                            move || lock(&held).admission.head_done(id)
+                        };
+                        // Under the lock: the task cannot free its place before it is
+                        // recorded.
+                        let task = tokio::spawn(async move {
+                            let _place = place;
+                            connection::serve_network(stream, client, shared, on_head).await;
+                        });
+                        guard.tasks.insert(id, task.abort_handle());
+                    }
+                }
             }
             Err(error) => {
                 if is_out_of_descriptors(&error) && spare.take().is_some() {
@@ -154,195 +357,34 @@ async fn accept_loop(listener: TcpListener, view: AgentView, access: Arc<Access>
     }
 }
 
+/// The probe socket: only processes in the agent's pod reach it, so connections simply wait
+/// their turn in the kernel.
+async fn accept_probes(listener: UnixListener, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    connection::serve_probe(stream, shared).await;
+                });
+            }
+            Err(error) => {
+                tracing::warn!("probe socket: accepting a connection: {error}");
+                tokio::time::sleep(ACCEPT_BACKOFF_MAX).await;
+            }
+        }
+    }
+}
+
 fn is_out_of_descriptors(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
-/// Serves one request of the client at `peer` on `stream`, within the head and connection
-/// timeouts.
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
-    peer: IpAddr,
-    view: AgentView,
-    access: Arc<Access>,
-) {
-    let service = hyper::service::service_fn(move |request| {
-        let view = view.clone();
-        let access = access.clone();
-        async move { Ok::<_, Infallible>(answer(&request, peer, &view, &access)) }
-    });
-    let connection = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .keep_alive(false)
-        .title_case_headers(true)
-        .serve_connection(TokioIo::new(stream), service);
-    // Errors (a client gone, a malformed request) concern that client only.
-    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
-}
-
-fn answer(
-    request: &Request<Incoming>,
-    peer: IpAddr,
-    view: &AgentView,
-    access: &Access,
-) -> Response<Full<Bytes>> {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok());
-    if let Some(refusal) = access.check(request.uri().path(), peer, host) {
-        return Response::builder()
-            .status(refusal.status)
-            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .body(Full::new(Bytes::from_static(refusal.reason.as_bytes())))
-            .expect("a response built from valid parts");
-    }
-    let found = (request.method() == hyper::Method::GET)
-        .then(|| {
-            endpoints::answer(
-                request.uri().path(),
-                &view.snapshot(),
-                view.heartbeat.last(),
-                monotonic_ns(),
-            )
-        })
-        .flatten();
-    let response = match found {
-        Some(answer) => Response::builder()
-            .status(answer.status)
-            .header(header::CONTENT_TYPE, answer.content_type)
-            .body(Full::new(Bytes::from(answer.body))),
-        None => Response::builder()
-            .status(StatusCode::NOT_FOUND)
-            .body(Full::new(Bytes::new())),
-    };
-    response.expect("a response built from valid parts")
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::{
-        io::{AsyncReadExt as _, AsyncWriteExt as _},
-        net::TcpStream,
-    };
-
-    async fn start() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-        let (publisher, view) = crate::metrics::snapshot::channel();
-        let mut snapshot = crate::metrics::snapshot::Snapshot::default();
-        snapshot.metrics.events_received = 7;
-        publisher.publish(snapshot);
-        publisher.heartbeat.beat(monotonic_ns());
-        let served = serve(&["127.0.0.1:0".parse().unwrap()], view, Access::default())
-            .await
-            .unwrap();
-        // The publisher may go: readers keep the last snapshot.
-        drop(publisher);
-        served
-    }
-
-    /// Sends `parts` with a pause between them and returns the whole answer.
-    async fn exchange(addr: SocketAddr, parts: &[&str]) -> String {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        for part in parts {
-            stream.write_all(part.as_bytes()).await.unwrap();
-            stream.flush().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut out))
-            .await
-            .expect("answered within 5 s")
-            .unwrap();
-        out
-    }
-
-    #[tokio::test]
-    async fn requests_whole_or_split_are_answered() {
-        let (addr, task) = start().await;
-        let cases: [(&str, &[&str], &str); 7] = [
-            (
-                "one segment",
-                &["GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
-                "HTTP/1.1 200 OK",
-            ),
-            (
-                "split inside the request line",
-                &["GET /met", "rics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
-                "HTTP/1.1 200 OK",
-            ),
-            (
-                "split before the blank line",
-                &["GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n", "\r\n"],
-                "HTTP/1.1 200 OK",
-            ),
-            (
-                "health",
-                &["GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
-                "HTTP/1.1 200 OK",
-            ),
-            (
-                "readiness before the first evaluation",
-                &["GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"],
-                "HTTP/1.1 503 Service Unavailable",
-            ),
-            (
-                "another path",
-                &["GET /other HTTP/1.1\r\nHost: localhost\r\n\r\n"],
-                "HTTP/1.1 404 Not Found",
-            ),
-            (
-                "a Host naming someone else",
-                &["GET /metrics HTTP/1.1\r\nHost: evil.example:9753\r\n\r\n"],
-                "HTTP/1.1 421 Misdirected Request",
-            ),
-        ];
-        for (name, parts, status) in cases {
-            let answer = exchange(addr, parts).await;
-            assert!(answer.starts_with(status), "{name}: {answer}");
-            if name.contains("segment") || name.starts_with("split") {
-                assert!(
-                    answer.contains("\r\nContent-Type: text/plain; version=0.0.4\r\n"),
-                    "{name}: {answer}"
-                );
-                assert!(
-                    answer.contains("\nmonitor_events_received_total 7\n"),
-                    "{name}: {answer}"
-                );
-            }
-        }
-        task.abort();
-    }
-
-    #[tokio::test]
-    async fn a_silent_connection_is_closed_after_the_head_timeout() {
-        let (addr, task) = start().await;
-        let mut idle = TcpStream::connect(addr).await.unwrap();
-        let started = std::time::Instant::now();
-        let mut rest = Vec::new();
-        let closed = tokio::time::timeout(HEAD_TIMEOUT * 2, idle.read_to_end(&mut rest)).await;
-        assert!(closed.is_ok(), "still open after twice the head timeout");
-        assert!(
-            started.elapsed()
-                >= HEAD_TIMEOUT
-                    .checked_sub(Duration::from_millis(100))
-                    .unwrap()
-        );
-        task.abort();
-    }
-
-    #[test]
-    fn the_cap_follows_the_open_file_limit() {
-        let cases = [
-            ("tiny limit still serves one", 4, 1),
-            ("an eighth of a low limit", 256, 32),
-            ("capped on an ordinary limit", 1024, MAX_CONNECTIONS),
-            ("capped when unlimited", u64::MAX, MAX_CONNECTIONS),
-        ];
-        for (name, nofile, want) in cases {
-            assert_eq!(connection_limit(nofile), want, "{name}");
-        }
-    }
-}
+#[path = "server_tests.rs"]
+mod tests;

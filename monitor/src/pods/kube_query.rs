@@ -37,7 +37,7 @@ pub enum KubeQueryError {
 
 /// A client for one-shot reads.
 pub fn client(config: Config) -> Result<Client, KubeQueryError> {
-    Client::try_from(config).map_err(KubeQueryError::Client)
+    crate::kube_client::client(config).map_err(KubeQueryError::Client)
 }
 
 /// The active pods bound to `node`. A pod whose identifiers are not of Kubernetes' shape is

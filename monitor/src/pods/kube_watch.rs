@@ -15,7 +15,7 @@ use std::{collections::BTreeMap, path::Path, pin::Pin};
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api, Client, Config,
+    Api, Config,
     config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError},
     runtime::{WatchStreamExt as _, watcher},
 };
@@ -99,7 +99,7 @@ impl KubeWatcher {
         config: Config,
         node: &str,
     ) -> Result<(Self, Loaded<NodePod>), KubeWatchError> {
-        let client = Client::try_from(config).map_err(KubeWatchError::Client)?;
+        let client = crate::kube_client::client(config).map_err(KubeWatchError::Client)?;
         let config = watcher::Config::default().fields(&node_field_selector(node));
         let events = watcher(Api::<Pod>::all(client), config)
             .default_backoff()

@@ -83,14 +83,16 @@ fn main() -> anyhow::Result<()> {
 /// The kernel object's file name (monitor-ebpf's binary).
 const OBJECT: &str = "monitor";
 
-/// `bpf/<arch>-<endian>` in the cargo target directory (the ancestor of OUT_DIR that holds
-/// cargo's CACHEDIR.TAG); OUT_DIR itself where none is found.
+/// `bpf/<arch>-<endian>` in the cargo target directory (the outermost ancestor of OUT_DIR
+/// that holds cargo's CACHEDIR.TAG: a `--target` build's `target/<triple>/` holds one too);
+/// OUT_DIR itself where none is found.
 fn shared_dir(out_dir: &Path) -> anyhow::Result<PathBuf> {
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").context("CARGO_CFG_TARGET_ARCH")?;
     let endian = std::env::var("CARGO_CFG_TARGET_ENDIAN").context("CARGO_CFG_TARGET_ENDIAN")?;
     let root = out_dir
         .ancestors()
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file());
+        .filter(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .last();
     Ok(match root {
         Some(root) => root.join("bpf").join(format!("{arch}-{endian}")),
         None => out_dir.to_path_buf(),

@@ -215,10 +215,7 @@ pub(crate) fn get_first(
     within: Duration,
     max_body: usize,
 ) -> Result<Reply, GetError> {
-    let mut refused = GetError::Connect(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "no address",
-    ));
+    let mut refused = GetError::Connect(io::Error::new(io::ErrorKind::InvalidInput, "no address"));
     for &addr in addrs {
         match get(&Target::Tcp(addr), path, within, max_body) {
             Err(GetError::Connect(e)) => {

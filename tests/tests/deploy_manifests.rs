@@ -391,22 +391,3 @@ fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_
         "monitor-config"
     );
 }
-
-#[test]
-fn the_scrapers_identity_in_deploy_monitoring_validates() {
-    if !on_the_host("the_scrapers_identity_in_deploy_monitoring_validates") {
-        return;
-    }
-    let Some(validator) = validator() else {
-        tests::cannot_run(
-            tests::Reason::KubernetesValidate,
-            "not installed (cargo xtask test installs it)",
-        );
-        return;
-    };
-    // The rest of deploy/monitoring is the Prometheus Operator's kinds, not in the schemas.
-    let files =
-        ["metrics-reader.yaml", "scraper.yaml"].map(|f| deploy().join("monitoring").join(f));
-    let (ok, output) = validate(&validator, &files);
-    assert!(ok, "deploy/monitoring does not validate:\n{output}");
-}

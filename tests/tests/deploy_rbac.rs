@@ -508,7 +508,10 @@ fn the_shipped_agents_requests_are_granted_by_its_cluster_role() {
         // whether the scene lasts long enough for one is timing, not the role's business.
         let mut compared = used.clone();
         compared.remove(&rule("", "events", "patch"));
-        assert_eq!(compared, expected, "deploy/{dir}: the requests' permissions");
+        assert_eq!(
+            compared, expected,
+            "deploy/{dir}: the requests' permissions"
+        );
         let refused: Vec<_> = used.difference(&granted).collect();
         assert!(
             refused.is_empty(),

@@ -128,8 +128,10 @@ fn both_scrapes_send_a_token_that_rbac_allows_to_get_metrics_and_the_agent_asks_
     assert_eq!(reader["kind"], "ClusterRole");
     assert_eq!(
         reader["rules"],
-        serde_norway::from_str::<serde_norway::Value>("[{nonResourceURLs: [/metrics], verbs: [get]}]")
-            .unwrap(),
+        serde_norway::from_str::<serde_norway::Value>(
+            "[{nonResourceURLs: [/metrics], verbs: [get]}]"
+        )
+        .unwrap(),
         "get on /metrics, nothing else"
     );
     let role = reader["metadata"]["name"].clone();

@@ -39,7 +39,7 @@ const GUEST_TARGET: &str = "/target";
 /// both). Each runs in the VM named beside it, so the two VMs, which run side by side, take
 /// about as long; the rest, which depend on the memcg hooks or on each kernel's tracepoints,
 /// run in both.
-const ONE_VM_TESTS: [(&str, &str); 31] = [
+const ONE_VM_TESTS: [(&str, &str); 37] = [
     ("agent_kube", "6.1"),
     ("kube_clients", "6.1"),
     ("agent_faults", "6.1"),
@@ -52,6 +52,9 @@ const ONE_VM_TESTS: [(&str, &str); 31] = [
     ("rollout_doc", "6.1"),
     ("agent_dry_run_handover", "6.1"),
     ("agent_frozen", "6.1"),
+    ("first_hour", "6.1"),
+    ("kube_events", "6.1"),
+    ("agent_metrics_auth", "6.1"),
     ("container_privileges", "6.1"),
     ("top_tmux", "6.1"),
     ("agent_signals", "6.1"),
@@ -60,6 +63,9 @@ const ONE_VM_TESTS: [(&str, &str); 31] = [
     ("agent_checkpoint_damage", "6.12"),
     ("agent_config_watch", "6.12"),
     ("kill_frozen", "6.12"),
+    ("agent_dry_run", "6.12"),
+    ("agent_metrics_port", "6.12"),
+    ("monitoring_manifests", "6.12"),
     ("agent_pods", "6.12"),
     ("agent_untrusted_input", "6.12"),
     ("agent_self_protect", "6.12"),

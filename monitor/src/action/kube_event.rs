@@ -300,9 +300,13 @@ mod tests {
             first_ns: ns(first),
             last_ns: ns(last),
         };
-        let json =
-            serde_json::to_value(event(&Subject::Pod(pod), EventReason::Evicted, &write, "node-a"))
-                .unwrap();
+        let json = serde_json::to_value(event(
+            &Subject::Pod(pod),
+            EventReason::Evicted,
+            &write,
+            "node-a",
+        ))
+        .unwrap();
         let expected = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Event",

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::config_file::{ConfigSources, load};
-use crate::http_get;
 use crate::engine::config_origin::{NOT_ACTED_ON, Setting, effective_settings};
 use crate::engine::printable::printable;
 use crate::flags::{HostPort, OutputFormat, host_port};
+use crate::http_get;
 use crate::metrics::snapshot::DebugConfig;
 
 #[derive(clap::Args, Debug)]
@@ -63,8 +63,8 @@ struct FromFiles<'a> {
 }
 
 pub(crate) fn run(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
-    let output = if let Some(addr) = args.agent {
-        from_agent(&addr, args.output)?
+    let output = if let Some(addr) = &args.agent {
+        from_agent(addr, args.output)?
     } else {
         from_files(args)?
     };

@@ -107,13 +107,8 @@ fn show(
 /// One `GET /debug/ranking`, parsed; the error in words. The answer is bounded in time and
 /// size, so whatever answers at the address cannot hold `top` or grow its memory.
 fn read_view(addr: &HostPort) -> Result<View, String> {
-    let reply = http_get::get_first(
-        addr.addrs(),
-        "/debug/ranking",
-        READ_TIMEOUT,
-        MAX_VIEW_BYTES,
-    )
-    .map_err(|e| e.to_string())?;
+    let reply = http_get::get_first(addr.addrs(), "/debug/ranking", READ_TIMEOUT, MAX_VIEW_BYTES)
+        .map_err(|e| e.to_string())?;
     if reply.status != 200 {
         return Err(format!("the agent answered {}", reply.status));
     }

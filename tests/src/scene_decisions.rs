@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{Allocator, MonitorProcess, TestPod, process_alive};
+use crate::{AgentScene, Allocator, MonitorProcess, TestPod, process_alive};
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
 /// included).
@@ -14,6 +14,21 @@ pub const DECIDE: Duration = Duration::from_secs(20);
 /// period of 1 s, then force, on a slow VM.
 pub const KILL: Duration = Duration::from_secs(15);
 pub const MIB: i64 = 1 << 20;
+
+/// The hog grows past the threshold beside a calm pod; exactly one decision, for the hog,
+/// which is killed while the calm pod and the agent live on.
+pub fn hog_is_evicted_once(scene: &AgentScene, agent: &mut MonitorProcess) {
+    let hog = TestPod::new("hog").request_mib(20);
+    let calm = TestPod::new("calm").request_mib(100);
+    let calm_proc = scene.start_pod(&calm);
+    let mut hog_proc = scene.start_pod(&hog);
+    hog_proc.command("alloc 230");
+    let decision = agent.next_decision(DECIDE);
+    assert_eq!(decision["name"], "hog", "{decision:#}");
+    scene.wait_until_empty(&hog, KILL);
+    assert!(process_alive(calm_proc.pid()), "only the hog died");
+    assert!(agent.running(), "the agent died:\n{}", agent.stderr());
+}
 
 /// Asserts that the agent decides nothing for `window`.
 pub fn assert_no_decision(agent: &MonitorProcess, window: Duration, why: &str) {

@@ -11,14 +11,10 @@ use std::{
 };
 
 use tests::{
-    AgentScene, KubeScene, MonitorProcess, TestPod, http_get, in_own_network_namespace, metric,
-    metrics_addr, monitor_bin, process_alive, running_as_root,
+    AgentScene, KubeScene, MonitorProcess, http_get, in_own_network_namespace, metric,
+    metrics_addr, monitor_bin, running_as_root, scene_decisions::hog_is_evicted_once,
 };
 
-/// How long a decision may take once the threshold is crossed (a slow VM included).
-const DECIDE: Duration = Duration::from_secs(20);
-/// The hard grace period of 1 s, then force, on a slow VM.
-const KILL: Duration = Duration::from_secs(15);
 /// A subcommand answers at once, long before this.
 const ANSWERS_WITHIN: Duration = Duration::from_secs(15);
 
@@ -100,20 +96,6 @@ fn monitor(args: &[&str]) -> (std::process::ExitStatus, String) {
         status,
         format!("{}\n{}", run.stdout_lines().join("\n"), run.stderr()),
     )
-}
-
-/// The hog grows past the threshold beside a calm pod; exactly one decision, for the hog.
-fn hog_is_evicted_once(scene: &AgentScene, agent: &mut MonitorProcess) {
-    let hog = TestPod::new("hog").request_mib(20);
-    let calm = TestPod::new("calm").request_mib(100);
-    let calm_proc = scene.start_pod(&calm);
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.command("alloc 230");
-    let decision = agent.next_decision(DECIDE);
-    assert_eq!(decision["name"], "hog", "{decision:#}");
-    scene.wait_until_empty(&hog, KILL);
-    assert!(process_alive(calm_proc.pid()), "only the hog died");
-    assert!(agent.running(), "the agent died:\n{}", agent.stderr());
 }
 
 #[test]

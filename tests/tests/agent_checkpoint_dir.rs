@@ -9,29 +9,13 @@ use std::{
 };
 
 use tests::{
-    AgentScene, MonitorProcess, TempDir, TestPod, process_alive, running_as_root, sigterms_logged,
+    AgentScene, MonitorProcess, TempDir, TestPod, process_alive, running_as_root,
+    scene_decisions::{DECIDE, hog_is_evicted_once},
+    sigterms_logged,
 };
 
-/// How long a decision may take once the threshold is crossed (a slow VM included).
-const DECIDE: Duration = Duration::from_secs(20);
-/// The hard grace period of 1 s, then force, on a slow VM.
-const KILL: Duration = Duration::from_secs(15);
 /// A refusal comes at start, long before this.
 const REFUSED_WITHIN: Duration = Duration::from_secs(15);
-
-/// The hog grows past the threshold beside a calm pod; exactly one decision, for the hog.
-fn hog_is_evicted_once(scene: &AgentScene, agent: &mut MonitorProcess) {
-    let hog = TestPod::new("hog").request_mib(20);
-    let calm = TestPod::new("calm").request_mib(100);
-    let calm_proc = scene.start_pod(&calm);
-    let mut hog_proc = scene.start_pod(&hog);
-    hog_proc.command("alloc 230");
-    let decision = agent.next_decision(DECIDE);
-    assert_eq!(decision["name"], "hog", "{decision:#}");
-    scene.wait_until_empty(&hog, KILL);
-    assert!(process_alive(calm_proc.pid()), "only the hog died");
-    assert!(agent.running(), "the agent died:\n{}", agent.stderr());
-}
 
 #[test]
 fn a_second_agent_on_the_same_checkpoint_directory_is_refused_naming_the_first() {

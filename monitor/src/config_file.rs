@@ -3,10 +3,9 @@
 //! file alone as the whole configuration; the kubelet's defaults without either. Each file a
 //! regular file (a FIFO or a device would block the read) of at most [`MAX_CONFIG_BYTES`],
 //! decoded as the kubelet decodes its own.
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use sha2::{Digest as _, Sha256};
 
 use crate::engine::eviction_config::{
@@ -132,21 +131,8 @@ pub(crate) fn load(sources: &ConfigSources) -> anyhow::Result<LoadedConfig> {
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
-    let metadata = std::fs::metadata(path)?;
-    if !metadata.is_file() {
-        bail!(
-            "not a regular file ({}); give the KubeletConfiguration file",
-            crate::file_kind::describe(metadata.file_type())
-        );
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        bail!("larger than {MAX_CONFIG_BYTES} bytes: not a KubeletConfiguration");
-    }
-    Ok(text)
+    crate::file_kind::read_text(path, MAX_CONFIG_BYTES)
+        .map_err(|e| anyhow::anyhow!("{e}; give the KubeletConfiguration file"))
 }
 
 #[cfg(test)]

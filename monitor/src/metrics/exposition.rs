@@ -510,7 +510,7 @@ mod tests {
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!(
-            types, 24,
+            types, 26,
             "one TYPE line per family (no limit: no limit family)"
         );
         let build = format!(

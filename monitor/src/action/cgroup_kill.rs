@@ -50,7 +50,7 @@ use crate::{
 use super::{
     freezer::{Pinned, Thawer},
     reap::reap,
-    stuck::StuckProcess,
+    stuck::{StuckProcess, stat_state},
 };
 
 /// How often the subtree is checked for being empty.
@@ -351,12 +351,6 @@ fn is_zombie(pid: i32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat_state(&stat) == Some('Z'))
 }
 
-/// The state field of /proc/<pid>/stat text: after the command, which is in parentheses and
-/// may itself hold `)`.
-pub(super) fn stat_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
 /// Sends `signal` through a pidfd; false when the process has already exited.
 fn send(pidfd: &OwnedFd, signal: i32) -> io::Result<bool> {
     // SAFETY: a valid pidfd, a null siginfo (as for kill(2)), no flags.
@@ -397,13 +391,6 @@ fn pidfd_open(pid: i32) -> io::Result<Option<OwnedFd>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_state_is_read_after_the_command_whatever_it_holds() {
-        assert_eq!(stat_state("42 (sleep) Z 1 42 42 0"), Some('Z'));
-        assert_eq!(stat_state("42 (a) b) (c) S 1 42"), Some('S'));
-        assert_eq!(stat_state("42 (no end"), None);
-    }
 
     #[test]
     fn a_live_process_is_no_zombie_and_an_unreaped_child_is() {

@@ -268,7 +268,7 @@ impl Thawer {
         let cause = frozen.unwrap_or_else(|| {
             let state = proc_file("stat")
                 .ok()
-                .and_then(|stat| super::cgroup_kill::stat_state(&stat))
+                .and_then(|stat| super::stuck::stat_state(&stat))
                 .unwrap_or('?');
             match state {
                 'D' => StuckCause::Uninterruptible {

@@ -59,6 +59,12 @@ impl fmt::Display for StuckProcess {
     }
 }
 
+/// The state field of /proc/<pid>/stat text: after the command, which is in parentheses and
+/// may itself hold `)`.
+pub(super) fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +109,12 @@ mod tests {
             };
             assert_eq!(stuck.to_string(), text);
         }
+    }
+
+    #[test]
+    fn the_state_is_read_after_the_command_whatever_it_holds() {
+        assert_eq!(stat_state("42 (sleep) Z 1 42 42 0"), Some('Z'));
+        assert_eq!(stat_state("42 (a) b) (c) S 1 42"), Some('S'));
+        assert_eq!(stat_state("42 (no end"), None);
     }
 }

@@ -18,10 +18,10 @@ use super::{
     actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     checkpointer::Checkpointer,
     components::Agent,
+    config_in_force::ConfigInForce,
     event_source::{Batch, KernelEvents, Source},
     kubepods_brake::KubepodsBrake,
     reader::MachineReader,
-    reload::ConfigInForce,
     self_protect::OwnPod,
     startup::Parts,
 };

@@ -18,6 +18,7 @@ pub(crate) mod args;
 pub(crate) mod cause;
 mod checkpointer;
 mod components;
+mod config_in_force;
 pub(crate) mod decision_log;
 pub(crate) mod decision_report;
 mod decision_step;

@@ -1,5 +1,8 @@
 //! Build, run and test tasks: thin wrappers around cargo with the right flags.
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 
@@ -43,11 +46,29 @@ struct Tools {
 
 fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
     let tools = phases.run("toolchain", || toolchain(with_vm))?;
-    phases.run("lints", lints)?;
-    let image = phases.run("image", crate::image::build)?;
-    // The default members, as for the build: the kernel crate builds only on nightly for the
-    // BPF target (monitor's build script builds it, with its own warnings shown).
-    phases.run("build", || status(cargo().args(["test", "--no-run"])))?;
+    // The image's release build holds a cargo lock of its own (the musl target's directory)
+    // and links the whole program on one core at its end: it runs beside the lints and the
+    // test build, which keep the other core busy.
+    let image = std::thread::scope(|scope| {
+        let image = scope.spawn(|| {
+            let started = Instant::now();
+            let built = crate::image::build();
+            (started.elapsed(), built)
+        });
+        let beside = phases.run("lints", lints).and_then(|()| {
+            // The default members: the kernel crate builds only on nightly for the BPF
+            // target (monitor's build script builds it, with its own warnings shown).
+            phases.run("build", || status(cargo().args(["test", "--no-run"])))
+        });
+        let (took, built) = image.join().unwrap_or_else(|_| {
+            (
+                Duration::ZERO,
+                Err(anyhow::anyhow!("the image build panicked")),
+            )
+        });
+        phases.record("image (beside lints, build)", took, built.is_err());
+        beside.and(built)
+    })?;
     phases.run("host tests", || host_tests(&image.archive, &tools))?;
     if with_vm {
         // The VMs run the agent that ships: the image's static release binary.

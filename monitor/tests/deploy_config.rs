@@ -1,8 +1,9 @@
-//! The configuration `deploy/` ships reads as the kubelet decodes its file.
+//! The configuration `deploy/` ships reads as the kubelet decodes its file, and adds no
+//! threshold of its own: the agent's thresholds are the node kubelet's.
 use monitor::engine::eviction_config::{ConfigForm, EvictionConfig};
 
 #[test]
-fn the_configmaps_configuration_decodes_as_a_kubelet_configuration() {
+fn the_configmaps_configuration_decodes_as_a_kubelet_configuration_without_thresholds() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/configmap.yaml");
     let text = std::fs::read_to_string(path).expect("deploy/base/configmap.yaml");
     let map: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
@@ -11,17 +12,21 @@ fn the_configmaps_configuration_decodes_as_a_kubelet_configuration() {
         .expect("data.config.yaml");
     let (config, form) = EvictionConfig::decode(config).expect("the kubelet's rules");
     assert_eq!(form, ConfigForm::Document);
-    let hard: Vec<String> = config
-        .thresholds
-        .iter()
-        .map(|t| format!("{}<{}", t.signal, t.value))
-        .collect();
-    assert_eq!(
-        hard,
-        [
-            "memory.available<100Mi",
-            "allocatableMemory.available<100Mi",
-            "pid.available<10%"
-        ]
+    let thresholds = |config: &EvictionConfig| -> Vec<String> {
+        config
+            .thresholds
+            .iter()
+            .map(|t| format!("{}<{}", t.signal, t.value))
+            .collect()
+    };
+    // Alone it is the kubelet's defaults: it sets no threshold the kubelet does not have.
+    let (defaults, _) = EvictionConfig::decode(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+    )
+    .expect("the kubelet's defaults");
+    assert_eq!(thresholds(&config), thresholds(&defaults));
+    assert!(
+        !thresholds(&config).iter().any(|t| t.starts_with("pid.")),
+        "the kubelet's defaults have no pid.available threshold"
     );
 }

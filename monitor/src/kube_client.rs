@@ -233,9 +233,7 @@ mod tests {
             body,
             None,
         );
-        let request = Request::get("/api/v1/nodes/n/proxy/stats/summary")
-            .body(Vec::new())
-            .unwrap();
+        let request = Request::get("/api/v1/pods").body(Vec::new()).unwrap();
         let error = client_of(&url).request_text(request).await.unwrap_err();
         assert!(
             error

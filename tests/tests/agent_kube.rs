@@ -195,8 +195,12 @@ fn the_agent_posts_an_eviction_and_leaves_the_processes_to_the_kubelet() {
         agent.stderr()
     );
     // Kubernetes sees it: an Evicted event on the pod, with the decision's message, and the
-    // agent's own condition on the node (the kubelet's MemoryPressure untouched).
-    let events = kube.api.events();
+    // agent's own condition on the node (the kubelet's MemoryPressure untouched). Events are
+    // written off the agent's loop, as the kubelet's recorder writes them: awaited.
+    let events = kube
+        .api
+        .wait_until(WITHIN, |api| Some(api.events()).filter(|e| !e.is_empty()))
+        .unwrap_or_default();
     assert_eq!(events.len(), 1, "one event for one eviction: {events:#?}");
     let event = &events[0];
     assert_eq!(event["reason"], "Evicted", "{event:#}");

@@ -128,7 +128,7 @@ fn doctor_fails_where_the_agent_cannot_run_and_passes_where_it_can() {
     let out = doctor(&flags(&scene.kubepods.rel, &path(&broken)));
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
-        verdict(&out).contains("kubelet config ("),
+        verdict(&out).contains("configuration ("),
         "{}",
         verdict(&out)
     );

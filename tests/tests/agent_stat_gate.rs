@@ -23,14 +23,23 @@ fn wait_detached(agent: &MonitorProcess) -> String {
 }
 
 /// Allocates `mib` in `pod`, which keeps the node beyond the distance: after `settle`, the
-/// programs are still off.
+/// programs are still off. Paced at about 1 GiB/s, below the 2 GiB/s a CPU is assumed to
+/// fault in: faster growth (huge pages fault faster) would rightly widen the distance the
+/// agent derives, and then this growth would no longer be beyond it.
 fn grow_beyond_the_distance(
     agent: &MonitorProcess,
     pod: &mut Allocator,
     mib: u64,
     settle: Duration,
 ) {
-    pod.alloc(mib as usize);
+    const STEP_MIB: u64 = 32;
+    let mut left = mib;
+    while left > 0 {
+        let step = left.min(STEP_MIB);
+        pod.alloc(step as usize);
+        left -= step;
+        std::thread::sleep(Duration::from_millis(30));
+    }
     std::thread::sleep(settle);
     assert!(
         agent

@@ -98,6 +98,24 @@ impl PendingCleanup {
 }
 
 impl EvictionState {
+    /// When the wait the last eviction imposes on the next one ends: the eviction interval
+    /// over, and the wait for its pod's cleanup too while that pod is not reported gone.
+    /// `None` when no eviction was decided.
+    pub fn wait_ends(
+        &self,
+        eviction_interval: Duration,
+        cleanup_timeout: Duration,
+    ) -> Option<MonoInstant> {
+        let interval_ends = self
+            .last_eviction
+            .map(|last| last.saturating_add(eviction_interval));
+        let cleanup_ends = self
+            .awaiting_cleanup
+            .as_ref()
+            .map(|pending| pending.wait_ends(cleanup_timeout));
+        interval_ends.max(cleanup_ends)
+    }
+
     /// Records that a pod is gone (its cgroup removed, or the API reports it deleted), which
     /// lifts the cleanup gate if it was the pod being waited for.
     pub fn pod_cleaned_up(&mut self, uid: &str) {
@@ -391,6 +409,47 @@ mod tests {
                 ..PodUsage::default()
             },
         )
+    }
+
+    #[test]
+    fn the_wait_after_an_eviction_ends_with_the_later_of_interval_and_cleanup() {
+        let at = MonoInstant::from_millis;
+        let pending = |grace_period_seconds| PendingCleanup {
+            pod: PodFacts::named("p").pod,
+            evicted_at: at(10_000),
+            grace_period_seconds,
+        };
+        let second = Duration::from_secs(1);
+        let cases = [
+            ("no eviction yet", None, None, None),
+            (
+                "interval only: the pod is gone",
+                Some(at(10_000)),
+                None,
+                Some(at(11_000)),
+            ),
+            (
+                "the cleanup wait outlasts the interval",
+                Some(at(10_000)),
+                Some(pending(30)),
+                Some(at(41_000)),
+            ),
+            (
+                "the interval outlasts a cleanup wait without grace",
+                Some(at(10_000)),
+                Some(pending(0)),
+                Some(at(11_000)),
+            ),
+        ];
+        for (name, last_eviction, awaiting_cleanup, expected) in cases {
+            let state = EvictionState {
+                last_eviction,
+                awaiting_cleanup,
+                ..EvictionState::default()
+            };
+            // Interval 1 s; cleanup timeout 1 s after the grace period.
+            assert_eq!(state.wait_ends(second, second), expected, "{name}");
+        }
     }
 
     fn rankings(pods: Vec<(PodFacts, PodUsage)>) -> RankIndexSet {

@@ -179,6 +179,15 @@ impl AgentCore {
         &self.state
     }
 
+    /// When the decision step, held back by the last eviction (the eviction interval, the
+    /// wait for its pod's cleanup), may act again (see [`EvictionState::wait_ends`]).
+    pub fn decision_wait_ends(&self) -> Option<MonoInstant> {
+        self.state.wait_ends(
+            self.config.monitor.eviction_interval,
+            self.config.monitor.pod_cleanup_timeout,
+        )
+    }
+
     /// Whether the decision step may choose this pod, and if not why.
     pub fn actionable(&self, uid: &str) -> Result<(), NotActionable> {
         let row = self.pods.by_uid(uid).ok_or(NotActionable::NoCgroup)?;

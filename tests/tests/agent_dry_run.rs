@@ -82,7 +82,11 @@ fn a_repeated_dry_run_decision_is_counted_apart_and_said_once() {
     std::thread::sleep(REPEATING);
     let metrics = http_get(addr, "/metrics");
     let decided = counted(&metrics, "monitor_dry_run_decisions_total").expect("dry-run decisions");
-    assert!(decided >= 4, "a decision each second: {decided}\n{metrics}");
+    assert!(
+        decided >= 4,
+        "a decision each second: {decided}\n{metrics}\n{}",
+        agent.stderr()
+    );
     assert_eq!(
         counted(&metrics, "monitor_evictions_total"),
         Some(0),

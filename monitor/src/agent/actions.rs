@@ -27,6 +27,9 @@ pub(super) struct Actions {
     stuck: BTreeMap<&'static str, u64>,
     /// The local kill whose grace period runs now.
     pub(super) grace: Option<RunningGrace>,
+    /// When the last decision's wait (the eviction interval, its pod's cleanup) ends, with
+    /// a threshold still met: the agent decides again then.
+    pub(super) decide_again: Option<Instant>,
 }
 
 impl Actions {
@@ -37,6 +40,7 @@ impl Actions {
             failures: 0,
             stuck: BTreeMap::new(),
             grace: None,
+            decide_again: None,
         }
     }
 

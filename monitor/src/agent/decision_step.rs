@@ -27,7 +27,7 @@ use crate::{
     cgroupfs::procs::subtree_pids,
     checkpoint::read_now,
     engine::{
-        decide::Eviction,
+        decide::{Action, Eviction, Idle},
         decision_repeats::Say,
         instant::{Clock as _, ManualClock, MonoInstant},
         memory_brake::BrakeInputs,
@@ -41,6 +41,10 @@ use crate::{
     metrics::snapshot::DecisionView,
     system_clock::{BootClock, monotonic_ns},
 };
+
+/// The least time before a decision held back by the last eviction is taken again: with a
+/// zero interval and cleanup timeout a dry run would otherwise decide at every turn.
+const DECIDE_AGAIN_AFTER_AT_LEAST: Duration = Duration::from_millis(100);
 
 /// A decision's grace period as a duration (negative: none).
 pub(super) fn grace_secs(seconds: i64) -> u64 {
@@ -172,6 +176,18 @@ impl Agent {
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         self.step_brake(decided_ns);
+        // A node can stay past a threshold with no reading moving (a dry run evicts nothing,
+        // a victim may not go): the kubelet decides again at each of its rounds, so the agent
+        // decides again once the last eviction's wait ends, not only at the next reading.
+        self.actions.decide_again = match decision.action {
+            Action::Idle(Idle::NoPressure | Idle::NoEvictablePod(_)) => None,
+            Action::Evict(_) | Action::Idle(_) => self.core.decision_wait_ends().map(|ends| {
+                Instant::now()
+                    + ends
+                        .saturating_since(clock.now())
+                        .max(DECIDE_AGAIN_AFTER_AT_LEAST)
+            }),
+        };
         let started = decision.eviction().map(|eviction| Started {
             pod: &eviction.pod,
             signal: eviction.signal,

@@ -468,6 +468,19 @@ async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
         Some(0),
         "nothing was signalled: only the cleanup timeout is waited out, not the pod's grace"
     );
+    // Nothing it decides changes the node: it decides again when the wait ends, with no
+    // reading needed to wake it; once the pressure is gone, it does not.
+    assert!(
+        s.agent
+            .actions
+            .decide_again
+            .is_some_and(|at| at > tokio::time::Instant::now()),
+        "decided again once the wait ends"
+    );
+    s.machine.0.borrow_mut().node_working_set = 1024 * MI;
+    s.agent.read_unprompted();
+    s.agent.evaluate(None);
+    assert_eq!(s.agent.actions.decide_again, None, "no threshold met");
 }
 
 #[tokio::test]

@@ -141,6 +141,7 @@ impl Agent {
         self.move_stat_gate();
         loop {
             let guard_at = self.stats_detached().then(|| self.guard_deadline());
+            let decide_again = self.actions.decide_again;
             tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {
                     Ok(()) => self.apply_batch(&mut batch),
@@ -211,6 +212,10 @@ impl Agent {
                     if let Some(done) = done {
                         self.step_done(done);
                     }
+                    self.evaluate(None);
+                }
+                () = sleep_until(decide_again), if decide_again.is_some() => {
+                    self.actions.decide_again = None;
                     self.evaluate(None);
                 }
                 () = sleep_until(self.checkpoint.retry_at()), if self.checkpoint.retry_at().is_some() => {

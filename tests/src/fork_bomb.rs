@@ -84,3 +84,20 @@ pub fn reap(pid: libc::pid_t) {
     // SAFETY: waiting for a process of this run.
     unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
 }
+
+/// [`reap`], once `pid` exits within `within`; `false` when it is still running then
+/// (a test then fails instead of waiting forever).
+pub fn reap_within(pid: libc::pid_t, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        // SAFETY: waiting for a process of this run, without blocking.
+        let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if reaped != 0 {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

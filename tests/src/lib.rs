@@ -33,7 +33,7 @@ mod trace_process;
 
 pub use binaries::{binary, monitor_bin};
 pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, oom_kills_in, set_memory_limit};
-pub use fork_bomb::{fork_bomb, reap};
+pub use fork_bomb::{fork_bomb, reap, reap_within};
 pub use freezer::{Freezer, V1_FREEZER, v2_frozen};
 pub use helper_processes::{Allocator, TermIgnorer, process_alive, sigterms_logged};
 pub use http::{http_get, http_get_as, metric, metrics_addr};

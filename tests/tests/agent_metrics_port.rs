@@ -49,8 +49,17 @@ impl Stranger {
                     return;
                 }
                 let Ok(mut stream) = stream else { continue };
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request);
+                // The whole head before answering: a client writing it in pieces (slowly in
+                // a VM) would otherwise find the connection closed under it.
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 1024];
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 << 10 {
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&chunk[..n]),
+                    }
+                }
                 let _ = stream.write_all(
                     b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot here\n",
                 );
@@ -107,12 +116,13 @@ fn a_taken_metrics_port_neither_stops_the_agent_nor_its_evictions() {
             "--duration",
             "120s",
         ]);
+        // Slow in a VM under TCG: the kernel programs attach before the port is tried.
         agent
-            .wait_stderr(Duration::from_secs(10), |l| {
+            .wait_stderr(Duration::from_secs(30), |l| {
                 l.contains("cannot listen on the metrics address 127.0.0.1:9753")
                     && l.contains("Address already in use")
             })
-            .expect("the agent says the port is taken");
+            .unwrap_or_else(|| panic!("the agent says the port is taken: {}", agent.stderr()));
         // A probe of the port reaches the stranger; the probe socket reaches the agent.
         let answer = http_get(addr, "/healthz");
         assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
@@ -129,7 +139,7 @@ fn a_taken_metrics_port_neither_stops_the_agent_nor_its_evictions() {
         // It protects the node all the same.
         let mut hog_proc = scene.start_pod(&hog);
         agent
-            .wait_stderr(Duration::from_secs(10), |l| l.contains("1 known"))
+            .wait_stderr(Duration::from_secs(30), |l| l.contains("1 known"))
             .expect("the agent reads the hog's manifest");
         // Evicted while it allocates: its answer may never come.
         hog_proc.command("alloc 220");

@@ -13,7 +13,7 @@ use std::{
 
 use tests::{
     AgentScene, Allocator, MonitorProcess, PidsCap, TestPod, binary, cgroup_tree, fork_bomb,
-    http_get, metric, metrics_addr, pid_available_now, process_alive, reap, running_as_root,
+    http_get, metric, metrics_addr, pid_available_now, process_alive, reap_within, running_as_root,
 };
 
 /// How long a decision may take to show up once the threshold is crossed (a slow VM
@@ -45,6 +45,32 @@ fn spawn_bomb(dir: &std::path::Path, count: usize) -> Vec<Child> {
             cgroup_tree::spawn_in(&mut idle, dir).expect("starting a bomb process")
         })
         .collect()
+}
+
+/// Reaps the bomb's processes, which the agent's eviction ends, waiting [`DECIDE`] at most:
+/// ones it left running are killed here (this test started them) and the test fails with the
+/// agent's log, instead of waiting forever.
+fn reaped_by_the_eviction(children: &mut [Child], agent: &MonitorProcess) {
+    let deadline = std::time::Instant::now() + DECIDE;
+    for i in 0..children.len() {
+        while children[i]
+            .try_wait()
+            .expect("waiting for a bomb process")
+            .is_none()
+        {
+            if std::time::Instant::now() >= deadline {
+                for child in children.iter_mut() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                panic!(
+                    "the eviction left the bomb's processes running: {}",
+                    agent.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// The agent's next decision, which must evict the bomb on `pid.available`, triggered by the
@@ -121,9 +147,7 @@ fn a_fork_bomb_is_evicted_once_and_its_unreaped_processes_evict_no_one_else() {
             agent.stderr()
         );
     }
-    for child in &mut bomb_procs {
-        child.wait().expect("reaping a bomb process");
-    }
+    reaped_by_the_eviction(&mut bomb_procs, &agent);
     if let Some(line) = agent.next_line(Duration::from_secs(3)) {
         panic!(
             "decided once the bomb was reaped: {line}\n{}",
@@ -166,9 +190,7 @@ fn a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync() {
         "fork record -> decision: {:.2} ms",
         decided.saturating_sub(trigger) as f64 / 1e6
     );
-    for child in &mut bomb_procs {
-        child.wait().expect("reaping a bomb process");
-    }
+    reaped_by_the_eviction(&mut bomb_procs, &agent);
     assert!(
         process_alive(innocent_proc.pid()),
         "the innocent pod was killed"
@@ -206,7 +228,11 @@ fn a_forking_bomb_capped_by_its_pids_cgroup_is_stopped_before_the_cap() {
     let (parent, records) = fork_bomb(&cap.procs(&bomb_dir), CAP + 100);
     bomb_decided_at_its_fork_record(&agent);
     // The parent dies at SIGTERM; its children, which ignore it, at force.
-    reap(parent);
+    assert!(
+        reap_within(parent, DECIDE),
+        "the eviction left the bomb's parent running: {}",
+        agent.stderr()
+    );
     let made = records.join().expect("the bomb's records").len();
     let deadline = std::time::Instant::now() + DECIDE;
     while !cgroup_tree::pids_in(&bomb_dir).is_empty() {
@@ -286,7 +312,11 @@ fn at_the_crossing_only_the_pods_whose_processes_changed_are_counted() {
     let (parent, records) = fork_bomb(&cap.procs(&bomb_dir), 3000);
     bomb_decided_at_its_fork_record(&agent);
     let counted = scrape("monitor_pod_process_counts_total") - counted_before;
-    reap(parent);
+    assert!(
+        reap_within(parent, DECIDE),
+        "the eviction left the bomb's parent running: {}",
+        agent.stderr()
+    );
     records.join().expect("the bomb's records");
     eprintln!("pods counted at the crossing: {counted} of {ranked}");
     assert!(

@@ -35,7 +35,7 @@ use crate::{
         pod_facts::PodRef,
         quantity::Quantity,
         signal::{NodeCondition, Signal},
-        threshold::ThresholdKind,
+        threshold::{ThresholdId, ThresholdKind},
     },
     flags::OutputFormat,
     metrics::snapshot::DecisionView,
@@ -45,6 +45,12 @@ use crate::{
 /// The least time before a decision held back by the last eviction is taken again: with a
 /// zero interval and cleanup timeout a dry run would otherwise decide at every turn.
 const DECIDE_AGAIN_AFTER_AT_LEAST: Duration = Duration::from_millis(100);
+
+/// Whether a threshold is a hard one on memory: the only kind the brake holds the node for.
+fn is_hard_memory(threshold: ThresholdId) -> bool {
+    threshold.kind == ThresholdKind::Hard
+        && threshold.signal.node_condition() == NodeCondition::MemoryPressure
+}
 
 /// A decision's grace period as a duration (negative: none).
 pub(super) fn grace_secs(seconds: i64) -> u64 {
@@ -104,27 +110,9 @@ impl Agent {
             let _in_decision = span.enter();
             // Before the brake's records, which fall in the span ahead of the report's.
             span.record("threshold", self.threshold_of(eviction).ceil_units());
-            if eviction.threshold.kind == ThresholdKind::Hard
-                && eviction.signal.node_condition() == NodeCondition::MemoryPressure
-            {
+            if is_hard_memory(eviction.threshold) {
                 // Before the grace is chosen: a brake that holds lets the victim keep it.
-                let (core, own_pod) = (&self.core, &self.own_pod);
-                self.brake.step(
-                    BrakeInputs {
-                        hard_memory_eviction: true,
-                        pressure: true,
-                        now_ns: decided_ns,
-                    },
-                    // Every pod but the agent's own: a pod that does not grow is not held.
-                    || {
-                        core.pods()
-                            .filter_map(|row| row.cgroup.as_ref())
-                            .map(|c| c.rel.as_str())
-                            .filter(|rel| !own_pod.holds(rel))
-                            .map(str::to_string)
-                            .collect()
-                    },
-                );
+                self.hold_brake(decided_ns);
             }
             let grace = self.affordable_grace(eviction, decided_ns);
             let at = Moment {
@@ -173,6 +161,21 @@ impl Agent {
         }
         if let Some(node_status) = &self.visibility.node_status {
             node_status.set(&decision.node_conditions);
+        }
+        // A hard memory threshold met again after the last victim went, while the eviction
+        // interval holds the next eviction back (the victim freed too little): the brake
+        // holds the pods' growth until the agent may act, instead of leaving the node to the
+        // kernel's OOM killer meanwhile. While a victim is awaited the brake set at its
+        // eviction holds, within its bound.
+        if decision.action == Action::Idle(Idle::WaitingForInterval)
+            && self
+                .core
+                .state()
+                .thresholds_acting
+                .iter()
+                .any(|t| is_hard_memory(*t))
+        {
+            self.hold_brake(decided_ns);
         }
         self.update_metrics(decision.eviction(), trigger_ns);
         self.step_brake(decided_ns);
@@ -260,6 +263,27 @@ impl Agent {
                 );
             }
         });
+    }
+
+    /// Sets the memory brake on the pods' growth (cgroup v2, when on), or keeps it held.
+    fn hold_brake(&mut self, now_ns: u64) {
+        let (core, own_pod) = (&self.core, &self.own_pod);
+        self.brake.step(
+            BrakeInputs {
+                hard_memory_eviction: true,
+                pressure: true,
+                now_ns,
+            },
+            // Every pod but the agent's own: a pod that does not grow is not held.
+            || {
+                core.pods()
+                    .filter_map(|row| row.cgroup.as_ref())
+                    .map(|c| c.rel.as_str())
+                    .filter(|rel| !own_pod.holds(rel))
+                    .map(str::to_string)
+                    .collect()
+            },
+        );
     }
 
     /// Lifts the memory brake once no eviction is in flight and no memory threshold is met,

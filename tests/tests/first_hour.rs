@@ -210,7 +210,13 @@ fn every_command_takes_the_same_durations_and_host_names() {
     let addr = metrics_addr(&agent);
     assert!(addr.ip().is_loopback(), "{addr}");
     let host = format!("localhost:{}", addr.port());
-    let health = http_get_as(addr, "/healthz", &host);
+    // Served from start; healthy once the event loop has turned (503 until then).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut health = http_get_as(addr, "/healthz", &host);
+    while health.contains("event loop not started yet") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        health = http_get_as(addr, "/healthz", &host);
+    }
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     agent.stop();
 }

@@ -176,7 +176,9 @@ fn one_eviction_per_interval_while_the_signal_stays_met() {
     let one = agent.next_decision(DECIDE);
     assert_decision(&one, "evict", &first);
     scene.wait_until_empty(&first, KILL);
-    assert!(alive(&second_proc) && alive(&steady_proc));
+    // The second may already be going where the first took longer than the interval to go
+    // (a slow VM): the gap between the decisions below says it waited.
+    assert!(alive(&steady_proc));
 
     // 240Mi are still in use: the signal stays met, and the next pod goes one interval later.
     let two = agent.next_decision(DECIDE);

@@ -303,6 +303,9 @@ const KUBEADM_KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\
 /// thresholds are exactly the kubelet's (the kubeadm file's defaults, or one of its own).
 #[test]
 fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
+    if !on_the_host("the_shipped_overlay_adds_no_threshold_to_the_kubelets") {
+        return;
+    }
     use monitor::engine::eviction_config::{ConfigLayer, EvictionConfig};
     let configmap: Value = serde_norway::from_str(
         &fs::read_to_string(deploy_dir().join("base/configmap.yaml")).unwrap(),
@@ -341,6 +344,11 @@ fn the_shipped_overlay_adds_no_threshold_to_the_kubelets() {
 /// over it from the whole volume (a subPath mount never sees the ConfigMap's updates).
 #[test]
 fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it() {
+    if !on_the_host(
+        "the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_it",
+    ) {
+        return;
+    }
     let daemonset: Value = serde_norway::from_str(
         &fs::read_to_string(deploy_dir().join("base/daemonset.yaml")).unwrap(),
     )

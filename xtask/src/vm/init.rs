@@ -116,8 +116,12 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tracefs nodev /sys/kernel/tracing
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control
-# Loopback only: tests serve metrics and a mock API server on 127.0.0.1.
+# Loopback only: tests serve metrics and a mock API server on 127.0.0.1, and name it
+# localhost as a node does.
 ip link set lo up
+mkdir -p /etc
+printf '127.0.0.1 localhost\n::1 localhost\n' > /etc/hosts
+printf 'hosts: files\n' > /etc/nsswitch.conf
 failed=
 run() {{
     name=$1

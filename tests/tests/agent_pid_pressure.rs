@@ -34,17 +34,36 @@ fn one_bomb_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Starts `count` processes in `dir` that ignore SIGTERM, so a bomb goes at force as a real
-/// one busy forking would. Their parent is this test, which reaps them when it waits.
+/// Starts up to `count` processes in `dir` that ignore SIGTERM, so a bomb goes at force as a
+/// real one busy forking would. Their parent is this test, which reaps them when it waits.
+/// A real bomb forks inside its pod, so its forks end with it; these are started from
+/// outside, one by one, so the starting stops once the pod was killed (its first process
+/// exited): in a slow VM, starting 500 outlasted the eviction, and the ones started after it
+/// were taken for processes that outlived force.
 fn spawn_bomb(dir: &std::path::Path, count: usize) -> Vec<Child> {
-    (0..count)
-        .map(|_| {
-            // A helper of this crate: the test VM has no `sleep`.
-            let mut idle = Command::new(binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
-            idle.stdin(Stdio::null()).stdout(Stdio::null());
-            cgroup_tree::spawn_in(&mut idle, dir).expect("starting a bomb process")
-        })
-        .collect()
+    let mut children: Vec<Child> = Vec::with_capacity(count);
+    while children.len() < count && !children.first().is_some_and(exited) {
+        // A helper of this crate: the test VM has no `sleep`.
+        let mut idle = Command::new(binary("ignore_term", "MONITOR_IGNORE_TERM_BIN"));
+        idle.stdin(Stdio::null()).stdout(Stdio::null());
+        children.push(cgroup_tree::spawn_in(&mut idle, dir).expect("starting a bomb process"));
+    }
+    children
+}
+
+/// Whether `child` exited, leaving it to be reaped (`WNOWAIT`): the test reaps it later.
+fn exited(child: &Child) -> bool {
+    // SAFETY: a zeroed siginfo_t is valid; waitid writes it for a child of this process.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            child.id(),
+            &raw mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        ) == 0
+            && info.si_pid() != 0
+    }
 }
 
 /// Reaps the bomb's processes, which the agent's eviction ends, waiting [`DECIDE`] at most:

@@ -61,8 +61,6 @@ const ONE_VM_TESTS: [(&str, &str); 37] = [
     // Moved from 6.12, the longer of the two VMs, to even them out (11:28 against 9:42).
     ("agent_memory_brake", "6.1"),
     ("agent_inflight", "6.12"),
-    // On 6.1 two of its tests find the bomb's processes alive after force (an open defect,
-    // docs/compatibility.md); it runs where it passes, and on the host.
     ("agent_pid_pressure", "6.12"),
     ("agent_checkpoint_damage", "6.12"),
     ("agent_config_watch", "6.12"),

@@ -29,6 +29,13 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
+/// CPU time the calling thread has used, in nanoseconds (CLOCK_THREAD_CPUTIME_ID): what
+/// a step cost, whatever the CPU limit or the other tasks made it wait.
+pub fn thread_cpu_ns() -> u64 {
+    // Cannot fail for the calling thread.
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+}
+
 /// CLOCK_BOOTTIME in milliseconds.
 pub fn boot_time_ms() -> io::Result<u64> {
     Ok(clock_ns(libc::CLOCK_BOOTTIME)? / 1_000_000)
@@ -63,5 +70,23 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert!(monotonic_ns() >= m1 + 5_000_000);
         assert!(BootClock.now().saturating_since(b1) >= std::time::Duration::from_millis(5));
+    }
+
+    #[test]
+    fn the_thread_s_cpu_clock_counts_work_not_sleep() {
+        let before = thread_cpu_ns();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let slept = thread_cpu_ns() - before;
+        assert!(slept < 5_000_000, "sleeping 20 ms took {slept} ns of CPU");
+        // Work moves it, however long other tasks hold the CPU meanwhile.
+        let (before, started) = (thread_cpu_ns(), monotonic_ns());
+        let mut x = 0u64;
+        while thread_cpu_ns() - before < 5_000_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+            assert!(
+                monotonic_ns() - started < 10_000_000_000,
+                "5 ms of work never counted"
+            );
+        }
     }
 }

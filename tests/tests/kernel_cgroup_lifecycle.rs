@@ -3,11 +3,15 @@
 //! from the kernel map, and the marks of cgroups whose tasks changed (root only).
 use std::{collections::HashSet, path::Path, process::Command, time::Duration};
 
-use monitor::source::{
-    ebpf::{
-        IncidentOptions, KernelSource, LoadOptions, MemcgHook, TaskCgroups, cgroup_map_entries_at,
+use monitor::{
+    cgroupfs::CgroupPaths,
+    source::{
+        ebpf::{
+            IncidentOptions, KernelSource, LoadOptions, MemcgHook, TaskCgroups,
+            cgroup_map_entries_at,
+        },
+        event::KernelEvent,
     },
-    event::KernelEvent,
 };
 use tests::{
     Allocator, TempDir, TestCgroup, Trace, cgroup_id, cgroup_tree,
@@ -44,7 +48,7 @@ fn cgroup_creation_and_removal_are_reported_with_their_path() {
             "mkdir of {rel} (id {id}) not reported: {created:?}"
         );
         // The agent's walk takes ids from the directory entries, without a stat of each.
-        let walked = monitor::cgroupfs::CgroupPaths::scan(&cgroup.hierarchy.mount).unwrap();
+        let walked = CgroupPaths::scan(&cgroup.hierarchy.mount).unwrap();
         assert_eq!(walked.get(id), Some(rel.as_str()), "the walk names {rel} by another id");
         std::fs::remove_dir(&dir).unwrap();
         let removed = collect(&mut source, Duration::from_secs(5), |ev| {
@@ -246,6 +250,57 @@ fn the_sweep_deletes_aggregates_of_cgroups_removed_before_the_programs_attached(
             [live],
             "the sweep deleted a live cgroup's entry"
         );
+    });
+}
+
+/// A sweep walked in steps (the agent paces it over seconds) lists the map's ids first; a
+/// cgroup removed during the walk has its entry deleted by the kernel's rmdir program before
+/// the sweep's own delete comes: that delete's ENOENT is no failure, and the sweep goes on to
+/// the other stale entries (before, the whole sweep failed on it).
+#[test]
+fn a_cgroup_removed_while_the_sweep_walks_does_not_fail_it() {
+    if !running_as_root("a_cgroup_removed_while_the_sweep_walks_does_not_fail_it") {
+        return;
+    }
+    let _serial = serial();
+    let cgroup = TestCgroup::create("sweep-race");
+    let files = TempDir::new("sweep-race-cache");
+    // Removed before loading: only the sweep deletes their entries.
+    let mut stale = Vec::new();
+    for i in 0..5 {
+        let dir = cgroup.child(&format!("gone{i}"));
+        stale.push(cgroup_id(&dir));
+        write_cache(&dir, &files.join(&format!("gone{i}")), 2);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+    let racing_dir = cgroup.child("racing");
+    let racing = cgroup_id(&racing_dir);
+    runtime().block_on(async {
+        let Some(mut source) = load_tracking_memory(&cgroup) else {
+            return;
+        };
+        let mut allocator = Allocator::start_in(&racing_dir);
+        allocator.alloc(4);
+        for i in 0..5 {
+            std::fs::remove_file(files.join(&format!("gone{i}"))).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        discard_pending(&mut source);
+        let tracked = source.tracked_cgroups().expect("listing CGROUP_STATS");
+        assert!(tracked.contains(&racing), "the racing cgroup has an entry");
+        // The walk finds it gone, and so did the kernel's rmdir program.
+        drop(allocator);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        std::fs::remove_dir(&racing_dir).unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        discard_pending(&mut source);
+        assert_eq!(still_tracked(&source, &[racing]), Vec::<u64>::new());
+        let live = CgroupPaths::scan(&cgroup.hierarchy.mount).expect("walking the hierarchy");
+        let deleted = source
+            .remove_stale(tracked, &live)
+            .expect("the sweep's delete of an entry already gone is no failure");
+        assert!(deleted >= 1, "deleted {deleted}");
+        assert_eq!(still_tracked(&source, &stale), Vec::<u64>::new());
     });
 }
 

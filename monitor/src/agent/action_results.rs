@@ -68,7 +68,7 @@ impl Agent {
         let stopped = done.outcome.pod_stopped();
         match &done.outcome {
             ActionOutcome::Killed(report) => {
-                self.read_cgroupfs(false);
+                self.read_after_kill(&uid);
                 let after = self.core.pod_working_set(&uid).unwrap_or(0);
                 let freed = done
                     .request

@@ -1,7 +1,7 @@
 //! Where the agent's numbers come from, as the probe names it ([`EventSource`]), with the
 //! kernel programs when any are loaded: everything from the kernel, cgroup lifecycle from
 //! the kernel and memory by polling, or polling alone.
-use std::{io, path::Path, pin::Pin, time::Duration};
+use std::{io, pin::Pin, time::Duration};
 
 use aya::maps::MapError;
 
@@ -36,7 +36,8 @@ pub(super) trait KernelEvents {
     fn watch_task_cgroups(&mut self, on: bool) -> Result<bool, MapError>;
     fn take_task_cgroups(&mut self) -> TaskCgroups;
     fn new_drops(&mut self) -> Drops;
-    fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError>;
+    fn tracked_cgroups(&self) -> Result<Vec<u64>, MapError>;
+    fn remove_stale(&mut self, tracked: Vec<u64>, live: &CgroupPaths) -> Result<usize, SweepError>;
     fn stats_attached(&self) -> bool;
     fn attach_stats(&mut self) -> Result<(), StatLinkError>;
     fn detach_stats(&mut self) -> Result<(), StatLinkError>;
@@ -72,8 +73,11 @@ impl KernelEvents for KernelSource {
     fn new_drops(&mut self) -> Drops {
         KernelSource::new_drops(self)
     }
-    fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError> {
-        KernelSource::sweep_stale(self, mount)
+    fn tracked_cgroups(&self) -> Result<Vec<u64>, MapError> {
+        KernelSource::tracked_cgroups(self)
+    }
+    fn remove_stale(&mut self, tracked: Vec<u64>, live: &CgroupPaths) -> Result<usize, SweepError> {
+        KernelSource::remove_stale(self, tracked, live)
     }
     fn stats_attached(&self) -> bool {
         KernelSource::stats_attached(self)

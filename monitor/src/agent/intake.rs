@@ -35,10 +35,6 @@ const PREDICT_WAKE_BYTES: u64 = 16 << 20;
 /// second when a tenth of them churn. Beyond it the rest wait in the ring.
 const HELD_RECORDS_MAX: usize = 4 * monitor_common::MAX_RECORDS;
 
-/// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
-/// walk, so not at every resync).
-const SWEEP_EVERY_RESYNCS: u32 = 6;
-
 /// What a long cgroupfs read runs between its chunks: the kernel's waiting records taken into
 /// `held` (up to [`HELD_RECORDS_MAX`]), so the ring does not overflow meanwhile.
 fn holding<'a>(
@@ -178,7 +174,7 @@ impl Agent {
 
     /// The pods whose cgroups the kernel marked since the last take (a task created or
     /// ending there); `None` when it cannot tell, or no pid threshold wants the counts.
-    fn marked_pods(&mut self) -> Option<Vec<(PodRef, CgroupRel)>> {
+    pub(super) fn marked_pods(&mut self) -> Option<Vec<(PodRef, CgroupRel)>> {
         let kernel = self.source.kernel.as_mut()?;
         match kernel.take_task_cgroups() {
             TaskCgroups::Marked(ids) => self.core.pods_holding(&ids),
@@ -187,7 +183,7 @@ impl Agent {
     }
 
     /// Counts the processes of `pods` anew, taking kernel records between chunks.
-    fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
+    pub(super) fn recount(&mut self, pods: Vec<(PodRef, CgroupRel)>) {
         let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.intake.held);
         self.visibility.metrics.pod_process_counts +=
             recount_processes(self.reader.as_ref(), &mut self.core, pods, &mut hold);
@@ -394,6 +390,10 @@ impl Agent {
     /// are contained in it), so a long read does not overflow the ring and force another.
     pub(super) fn read_cgroupfs(&mut self, classify: bool) {
         let scope = self.resync.take_scope(classify);
+        if scope == ReadScope::All {
+            // A paced resync under way would read them again.
+            self.resync.pods_read_elsewhere();
+        }
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
         let mut hold = holding(self.source.kernel.as_deref_mut(), &mut self.intake.held);
@@ -448,29 +448,6 @@ impl Agent {
                 new.ring_full
             );
             self.rediscover();
-        }
-    }
-
-    /// Every few resyncs, deletes the kernel's aggregates of cgroups that no longer exist
-    /// (the kernel keeps most out itself; this catches the rest), so the map never fills
-    /// with dead cgroups.
-    pub(super) fn sweep_kernel_map(&mut self) {
-        let Some(kernel) = self.source.memory_kernel() else {
-            return;
-        };
-        self.intake.resyncs_since_sweep += 1;
-        if self.intake.resyncs_since_sweep < SWEEP_EVERY_RESYNCS {
-            return;
-        }
-        self.intake.resyncs_since_sweep = 0;
-        match kernel.sweep_stale(&self.hierarchy.mount) {
-            Ok((_, 0)) => {}
-            Ok((_, deleted)) => {
-                tracing::debug!(
-                    "removed {deleted} aggregates of removed cgroups from the kernel map"
-                );
-            }
-            Err(e) => tracing::warn!("sweeping the kernel's per-cgroup map: {e}"),
         }
     }
 }

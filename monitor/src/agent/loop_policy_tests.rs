@@ -2,7 +2,8 @@
 //! reader), the actuator (requests recorded, outcomes scripted) and the checkpoint store
 //! (writes counted). Pod cgroups are plain directories of a temporary "hierarchy", which is
 //! all that finding a pod's cgroup looks at. The stat gate's policies are in [`stat_gate`],
-//! kills whose processes outlive force in [`stuck`].
+//! kills whose processes outlive force in [`stuck`], the timed resync's paced read in
+//! [`paced_read`].
 use std::{
     cell::RefCell,
     collections::HashMap,
@@ -48,6 +49,7 @@ use crate::{
     },
 };
 
+mod paced_read;
 mod stat_gate;
 mod stuck;
 
@@ -62,6 +64,8 @@ struct Machine {
     /// The node's files cannot be read.
     node_fails: bool,
     pods: HashMap<String, u64>,
+    /// Reads of a pod's cgroup so far.
+    pod_reads: usize,
 }
 
 #[derive(Clone, Default)]
@@ -82,10 +86,11 @@ impl MachineReader for FakeReader {
         Ok(machine.node_working_set)
     }
     fn working_set(&self, rel: &str) -> Result<u64, StatsError> {
-        let machine = self.0.borrow();
+        let mut machine = self.0.borrow_mut();
         if rel == "/kubepods" {
             return Ok(machine.pods.values().sum());
         }
+        machine.pod_reads += 1;
         machine
             .pods
             .get(rel)
@@ -136,6 +141,10 @@ enum Asked {
     ReadPending,
     Attach,
     Detach,
+    /// The map sweep's end: its walk found these cgroups.
+    RemoveStale {
+        live: usize,
+    },
 }
 
 /// Kernel programs that record what they are asked; `reached` makes every new wake-up
@@ -177,11 +186,18 @@ impl KernelEvents for FakeKernel {
     fn new_drops(&mut self) -> Drops {
         Drops::default()
     }
-    fn sweep_stale(
+    fn tracked_cgroups(&self) -> Result<Vec<u64>, aya::maps::MapError> {
+        Ok(Vec::new())
+    }
+    fn remove_stale(
         &mut self,
-        _mount: &std::path::Path,
-    ) -> Result<(CgroupPaths, usize), SweepError> {
-        Ok((CgroupPaths::default(), 0))
+        _tracked: Vec<u64>,
+        live: &CgroupPaths,
+    ) -> Result<usize, SweepError> {
+        self.asked
+            .borrow_mut()
+            .push(Asked::RemoveStale { live: live.len() });
+        Ok(0)
     }
     fn stats_attached(&self) -> bool {
         !*self.detached.borrow()

@@ -39,6 +39,7 @@ pub(crate) mod reader;
 pub(crate) mod realtime;
 mod reload;
 pub(crate) mod resync;
+mod resync_read;
 mod run;
 pub(crate) mod self_protect;
 mod startup;

@@ -135,12 +135,27 @@ pub(crate) fn read_all(
         between_reads();
     }
     read_node(reader, core, kubepods_rel, failures);
-    let pods: Vec<(PodRef, CgroupRel)> = core.pods_to_read(scope);
+    let pods = core.pods_to_read(scope);
+    let counted = read_pods(reader, core, &pods, failures, between_reads);
+    core.set_pid_reading(reader.pid_available().ok().flatten());
+    counted
+}
+
+/// Reads the working sets of `pods` into `core` (their processes too when a ranking counts
+/// them), running `between_reads` after every [`PODS_PER_CHUNK`] pods. Returns how many
+/// pods' processes were counted.
+pub(crate) fn read_pods(
+    reader: &dyn MachineReader,
+    core: &mut AgentCore,
+    pods: &[(PodRef, CgroupRel)],
+    failures: &mut ReadFailures,
+    between_reads: &mut dyn FnMut(),
+) -> u64 {
     // Listing every pod's tasks is the larger part of a resync; skip it when no ranking
     // uses the counts.
     let count_processes = core.counts_processes();
     let mut counted = 0;
-    for (read, (pod, rel)) in pods.into_iter().enumerate() {
+    for (read, (pod, rel)) in pods.iter().enumerate() {
         if read > 0 && read % PODS_PER_CHUNK == 0 {
             between_reads();
         }
@@ -150,7 +165,7 @@ pub(crate) fn read_all(
             Ok(working_set) => {
                 let processes = if count_processes {
                     counted += 1;
-                    count_processes_of(reader, &pod, &rel)
+                    count_processes_of(reader, pod, rel)
                 } else {
                     Some(0)
                 };
@@ -177,7 +192,6 @@ pub(crate) fn read_all(
         };
         core.set_pod_reading(uid, reading, read_ns);
     }
-    core.set_pid_reading(reader.pid_available().ok().flatten());
     counted
 }
 

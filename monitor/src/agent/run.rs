@@ -163,13 +163,15 @@ impl Agent {
                 _ = reads.tick() => {
                     self.check_own_memory();
                     self.refresh_capacity();
-                    self.resync.tick(self.source.memory_from_kernel());
-                    self.read_unprompted();
+                    self.resync_now();
                     self.sweep_kernel_map();
                     self.take_losses();
                     self.evaluate(None);
                     self.move_stat_gate();
                     self.save_counters();
+                }
+                () = sleep_until(self.resync.paced_due()), if self.resync.paced.is_some() => {
+                    self.read_resync_chunk();
                 }
                 () = sleep_until(guard_at), if guard_at.is_some() => {
                     self.read_guard();

@@ -22,28 +22,9 @@ pub struct CgroupPaths {
 impl CgroupPaths {
     /// Walks the hierarchy mounted at `mount`. Cgroups removed during the walk are skipped.
     pub fn scan(mount: &Path) -> io::Result<Self> {
-        let mut paths = Self::default();
-        let root = fs::metadata(mount)?;
-        paths.insert(root.ino(), "/".into());
-        let mut pending: Vec<(PathBuf, String)> = vec![(mount.to_path_buf(), String::new())];
-        while let Some((dir, rel)) = pending.pop() {
-            let entries = match fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            // The type and inode come with the directory entry: a cgroup holds dozens of
-            // files, and stat-ing each made the walk of 10,000 cgroups take most of a second.
-            for entry in entries.flatten() {
-                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
-                paths.insert(entry.ino(), child.clone());
-                pending.push((entry.path(), child));
-            }
-        }
-        Ok(paths)
+        let mut walk = CgroupWalk::start(mount)?;
+        while !walk.step(usize::MAX)? {}
+        Ok(walk.paths)
     }
 
     /// Records a cgroup, replacing what was known under the same id.
@@ -100,6 +81,59 @@ impl CgroupPaths {
     }
 }
 
+/// A walk of the hierarchy taken a few directories at a time, so a long one can make way for
+/// other work between its steps ([`CgroupPaths::scan`] walks in one go). A cgroup created
+/// during the walk in a directory already read is not seen; one removed is skipped, or seen
+/// when it went after its directory was read.
+#[derive(Debug)]
+pub struct CgroupWalk {
+    /// Directories still to read: (path, relative path).
+    pending: Vec<(PathBuf, String)>,
+    paths: CgroupPaths,
+}
+
+impl CgroupWalk {
+    pub fn start(mount: &Path) -> io::Result<Self> {
+        let mut paths = CgroupPaths::default();
+        let root = fs::metadata(mount)?;
+        paths.insert(root.ino(), "/".into());
+        Ok(Self {
+            pending: vec![(mount.to_path_buf(), String::new())],
+            paths,
+        })
+    }
+
+    /// Reads up to `dirs` more directories; true once every one is read.
+    pub fn step(&mut self, dirs: usize) -> io::Result<bool> {
+        for _ in 0..dirs {
+            let Some((dir, rel)) = self.pending.pop() else {
+                break;
+            };
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            // The type and inode come with the directory entry: a cgroup holds dozens of
+            // files, and stat-ing each made the walk of 10,000 cgroups take most of a second.
+            for entry in entries.flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
+                self.paths.insert(entry.ino(), child.clone());
+                self.pending.push((entry.path(), child));
+            }
+        }
+        Ok(self.pending.is_empty())
+    }
+
+    /// The cgroups found so far: all of them once [`Self::step`] said the walk is done.
+    pub fn paths(&self) -> &CgroupPaths {
+        &self.paths
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +177,29 @@ mod tests {
         let y = fs::metadata(tmp.path().join("x/y")).unwrap().ino();
         assert_eq!(paths.get(y), Some("/x/y"));
         assert_eq!(paths.len(), 3, "root, x and x/y; files are not cgroups");
+    }
+
+    #[test]
+    fn a_walk_in_steps_finds_what_a_scan_finds() {
+        let tmp = tempfile::tempdir().unwrap();
+        for dir in ["a/b/c", "a/d", "e"] {
+            fs::create_dir_all(tmp.path().join(dir)).unwrap();
+        }
+        let mut walk = CgroupWalk::start(tmp.path()).unwrap();
+        let mut steps = 1;
+        while !walk.step(2).unwrap() {
+            steps += 1;
+        }
+        assert_eq!(
+            steps, 3,
+            "the root and five cgroups, two directories a step"
+        );
+        let scanned = CgroupPaths::scan(tmp.path()).unwrap();
+        let mut walked: Vec<_> = walk.paths().iter().collect();
+        let mut expected: Vec<_> = scanned.iter().collect();
+        walked.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(walked, expected);
+        assert_eq!(walked.len(), 6);
     }
 }

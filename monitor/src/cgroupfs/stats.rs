@@ -62,17 +62,39 @@ pub fn read(dir: &Path, version: CgroupVersion) -> Result<MemoryStats, StatsErro
 /// Fills the stats from memory.stat text; v1 names its hierarchical totals `total_<name>`, and
 /// calls anonymous memory `rss` and page cache `cache`.
 fn from_stat(usage: u64, stat: &str, prefix: &str) -> MemoryStats {
-    let value = |names: &[&str]| {
-        names
-            .iter()
-            .find_map(|name| stat_value(stat, &format!("{prefix}{name}")))
-    };
+    // One pass over the lines (a v1 memory.stat has about 70, its totals last): the reads of
+    // every pod at a resync spent a quarter of their time looking names up line by line.
+    let [
+        mut inactive_file,
+        mut active_file,
+        mut anon,
+        mut rss,
+        mut file,
+        mut cache,
+    ] = [None; 6];
+    for line in stat.lines() {
+        let Some((key, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let slot = match key.strip_prefix(prefix) {
+            Some("inactive_file") => &mut inactive_file,
+            Some("active_file") => &mut active_file,
+            Some("anon") => &mut anon,
+            Some("rss") => &mut rss,
+            Some("file") => &mut file,
+            Some("cache") => &mut cache,
+            _ => continue,
+        };
+        if slot.is_none() {
+            *slot = value.trim().parse().ok();
+        }
+    }
     MemoryStats {
         usage,
-        inactive_file: value(&["inactive_file"]).unwrap_or(0),
-        active_file: value(&["active_file"]).unwrap_or(0),
-        anon: value(&["anon", "rss"]).unwrap_or(0),
-        file: value(&["file", "cache"]).unwrap_or(0),
+        inactive_file: inactive_file.unwrap_or(0),
+        active_file: active_file.unwrap_or(0),
+        anon: anon.or(rss).unwrap_or(0),
+        file: file.or(cache).unwrap_or(0),
     }
 }
 

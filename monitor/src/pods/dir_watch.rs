@@ -14,7 +14,8 @@
 //! link swapped to another directory (how Kubernetes' atomic writer updates projected volumes,
 //! and how many deploy tools switch releases) is checked every second, watched anew and read
 //! at once when it names another directory. Whatever inotify says, the directory is read
-//! again every 20 s, as the kubelet's file source does.
+//! again every 20 s, as the kubelet's file source does, unless its [`DirFingerprint`] says
+//! nothing in it changed since the last read.
 use std::{
     io,
     path::{Path, PathBuf},
@@ -27,6 +28,7 @@ use tokio::{
 };
 
 use super::{
+    dir_fingerprint::DirFingerprint,
     manifests::{Loaded, load_dir_as},
     node_pod::NodePod,
 };
@@ -88,8 +90,27 @@ pub struct ManifestWatcher {
     last: Vec<NodePod>,
     /// The reasons files and pods were skipped at the last reload, likewise.
     last_errors: Vec<String>,
+    /// The directory's fingerprint taken just before its last read.
+    read_fingerprint: Option<DirFingerprint>,
     /// A reload running on the blocking pool; kept across cancelled waits so no change is lost.
-    reloading: Option<JoinHandle<io::Result<Loaded<NodePod>>>>,
+    reloading: Option<JoinHandle<Reloaded>>,
+}
+
+/// Why the directory is read again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reason {
+    /// inotify reported a change, or the path names another directory.
+    Changed,
+    /// The periodic re-list.
+    Relist,
+}
+
+/// What a reload found.
+enum Reloaded {
+    /// The re-list found the directory as it was at the last read: nothing was parsed.
+    Unchanged,
+    /// The directory as read, with its fingerprint taken just before.
+    Read(Option<DirFingerprint>, io::Result<Loaded<NodePod>>),
 }
 
 impl ManifestWatcher {
@@ -107,6 +128,7 @@ impl ManifestWatcher {
             last_read: Instant::now(),
             last: Vec::new(),
             last_errors: Vec::new(),
+            read_fingerprint: DirFingerprint::of(dir).ok(),
             reloading: None,
         };
         // At start nothing is decided yet: read at once.
@@ -130,24 +152,31 @@ impl ManifestWatcher {
             let reload = if let Some(reload) = &mut self.reloading {
                 reload
             } else {
-                self.wait_for_reason_to_read().await?;
+                let reason = self.wait_for_reason_to_read().await?;
                 self.last_read = Instant::now();
                 let dir = self.dir.clone();
+                let earlier = match reason {
+                    Reason::Relist => self.read_fingerprint.clone(),
+                    Reason::Changed => None,
+                };
                 self.reloading
-                    .insert(tokio::task::spawn_blocking(move || load_nodes(&dir)))
+                    .insert(tokio::task::spawn_blocking(move || reload(&dir, earlier)))
             };
             // Awaiting the handle by reference is cancel-safe: a cancelled wait resumes here.
             let joined = reload.await;
             self.reloading = None;
-            let loaded = joined
-                .map_err(|source| WatchError::Reload {
-                    dir: self.dir.clone(),
-                    source,
-                })?
-                .map_err(|source| WatchError::List {
-                    dir: self.dir.clone(),
-                    source,
-                })?;
+            let reloaded = joined.map_err(|source| WatchError::Reload {
+                dir: self.dir.clone(),
+                source,
+            })?;
+            let Reloaded::Read(fingerprint, loaded) = reloaded else {
+                continue;
+            };
+            let loaded = loaded.map_err(|source| WatchError::List {
+                dir: self.dir.clone(),
+                source,
+            })?;
+            self.read_fingerprint = fingerprint;
             if let Some(loaded) = self.changed(loaded) {
                 return Ok(loaded);
             }
@@ -169,24 +198,24 @@ impl ManifestWatcher {
     /// Waits until the directory should be read again: a change reported by inotify, the path
     /// naming another directory (watched from now on), or the periodic re-list. Cancel-safe:
     /// the only waits are for readiness and for a tick.
-    async fn wait_for_reason_to_read(&mut self) -> Result<(), WatchError> {
+    async fn wait_for_reason_to_read(&mut self) -> Result<Reason, WatchError> {
         loop {
             let reason = tokio::select! {
                 events = wait_for_events(&self.inotify, &self.dir) => Some(events),
                 _ = self.checks.tick() => None,
             };
             match reason {
-                Some(Ok(())) => return Ok(()),
+                Some(Ok(())) => return Ok(Reason::Changed),
                 // The directory watched went; the path may name another one already.
                 Some(Err(WatchError::DirectoryGone { dir })) => {
                     if !self.follow_path()? {
                         return Err(WatchError::DirectoryGone { dir });
                     }
-                    return Ok(());
+                    return Ok(Reason::Changed);
                 }
                 Some(Err(e)) => return Err(e),
-                None if self.follow_path()? => return Ok(()),
-                None if self.last_read.elapsed() >= RELIST_EVERY => return Ok(()),
+                None if self.follow_path()? => return Ok(Reason::Changed),
+                None if self.last_read.elapsed() >= RELIST_EVERY => return Ok(Reason::Relist),
                 None => {}
             }
         }
@@ -261,230 +290,17 @@ fn load_nodes(dir: &Path) -> io::Result<Loaded<NodePod>> {
     load_dir_as(dir, |pod| NodePod::from_pod(&pod))
 }
 
-#[cfg(test)]
-mod tests {
-    use std::fs;
-
-    use super::*;
-
-    const WITHIN: Duration = Duration::from_secs(1);
-
-    /// The names of the pods loaded.
-    fn uids(loaded: &Loaded<NodePod>) -> Vec<&str> {
-        loaded
-            .pods
-            .iter()
-            .map(|p| p.facts.as_ref().map_or("", |f| f.pod.name.as_str()))
-            .collect()
+/// Reads the directory, taking its fingerprint first; with the fingerprint of the last read
+/// (`earlier`, the re-list's), nothing is parsed when nothing changed since.
+fn reload(dir: &Path, earlier: Option<DirFingerprint>) -> Reloaded {
+    let fingerprint = DirFingerprint::of(dir).ok();
+    if let (Some(now), Some(earlier)) = (&fingerprint, &earlier)
+        && now.unchanged_since(earlier)
+    {
+        return Reloaded::Unchanged;
     }
-
-    /// A valid pod manifest named `name`, its uid made from the name.
-    fn pod(name: &str) -> String {
-        let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "kind: Pod\nmetadata: {{name: {name}, uid: 00000000-0000-4000-8000-{hex:0>12}}}\n\
-             spec: {{containers: []}}\n"
-        )
-    }
-
-    async fn change(watcher: &mut ManifestWatcher) -> Loaded<NodePod> {
-        tokio::time::timeout(WITHIN, watcher.next_change())
-            .await
-            .expect("change seen within a second")
-            .expect("watching")
-    }
-
-    #[tokio::test]
-    async fn changes_are_seen_and_no_op_changes_are_not() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        fs::write(dir.join("a.yaml"), pod("a")).unwrap();
-        let (mut watcher, initial) = ManifestWatcher::start(dir).unwrap();
-        assert_eq!(uids(&initial), ["a"]);
-
-        fs::write(dir.join("b.json"), pod("b")).unwrap();
-        assert_eq!(uids(&change(&mut watcher).await), ["a", "b"], "new file");
-
-        // Written elsewhere, then moved in: the way tools replace manifests atomically.
-        fs::write(dir.join(".a.yaml.tmp"), pod("a2")).unwrap();
-        fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).unwrap();
-        assert_eq!(
-            uids(&change(&mut watcher).await),
-            ["a2", "b"],
-            "replaced file"
-        );
-
-        fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
-        // Reformatted, and a field the agent does not act on added.
-        fs::write(
-            dir.join("b.json"),
-            format!("{}# reformatted\nstatus: {{podIP: 10.0.0.1}}\n", pod("b")),
-        )
-        .unwrap();
-        let quiet = tokio::time::timeout(Duration::from_millis(300), watcher.next_change()).await;
-        assert!(
-            quiet.is_err(),
-            "a change of nothing yields nothing: {quiet:?}"
-        );
-
-        // A broken manifest leaves the pods as they were but is news: it is reported when it
-        // appears, and its removal clears the report.
-        fs::write(dir.join("e.yaml"), "kind: Pod\nmetadata: [not, a, map\n").unwrap();
-        let broken = change(&mut watcher).await;
-        assert_eq!(uids(&broken), ["a2", "b"]);
-        assert!(
-            broken.errors.len() == 1 && broken.errors[0].to_string().contains("e.yaml"),
-            "{:?}",
-            broken.errors
-        );
-        fs::remove_file(dir.join("e.yaml")).unwrap();
-        assert!(change(&mut watcher).await.errors.is_empty());
-
-        fs::remove_file(dir.join("a.yaml")).unwrap();
-        assert_eq!(uids(&change(&mut watcher).await), ["b"], "deleted file");
-
-        fs::write(dir.join("c.yaml"), "kind: Pod\nmetadata: {name: no-uid}\n").unwrap();
-        fs::write(dir.join("d.yaml"), pod("d")).unwrap();
-        let loaded = change(&mut watcher).await;
-        // The two writes may arrive as one change or two; the last state is what counts.
-        let loaded = if uids(&loaded) == ["b"] {
-            change(&mut watcher).await
-        } else {
-            loaded
-        };
-        assert_eq!(uids(&loaded), ["b", "d"]);
-        assert_eq!(
-            loaded.errors.len(),
-            1,
-            "the pod without uid is reported: {:?}",
-            loaded.errors
-        );
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn the_event_loop_runs_on_while_a_reload_parses() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let (mut watcher, _) = ManifestWatcher::start(dir).unwrap();
-        // Thousands of pods, slow to parse, within the token bound (yaml_bounds::LIMITS).
-        let mut list = String::from("kind: PodList\nitems:\n");
-        let mut pods = 0;
-        while pods < 2_000 {
-            let hex = format!("{pods:012x}");
-            list.push_str(&format!(
-                "- metadata: {{name: p{pods}, namespace: default, uid: 00000000-0000-4000-8000-{hex}}}\n  \
-                 spec: {{containers: [{{name: main, image: pause, resources: {{requests: {{memory: 1Mi}}}}}}]}}\n"
-            ));
-            pods += 1;
-        }
-        fs::write(dir.join("many.yaml"), &list).unwrap();
-
-        // The single-threaded loop ticks every 5 ms while the reload runs; the longest gap
-        // between ticks is how long the agent could not decide.
-        let mut ticks = tokio::time::interval(Duration::from_millis(5));
-        let mut longest = Duration::ZERO;
-        let mut last = std::time::Instant::now();
-        let reload_start = std::time::Instant::now();
-        let loaded = loop {
-            tokio::select! {
-                change = watcher.next_change() => {
-                    longest = longest.max(last.elapsed());
-                    break change.expect("watching");
-                }
-                _ = ticks.tick() => {
-                    longest = longest.max(last.elapsed());
-                    last = std::time::Instant::now();
-                }
-            }
-        };
-        let reload = reload_start.elapsed();
-        assert_eq!(loaded.pods.len(), pods, "{:?}", loaded.errors);
-        assert!(
-            longest < Duration::from_millis(200) && longest * 2 < reload,
-            "the loop stalled {longest:?} during a reload of {reload:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn removing_the_directory_ends_the_watch() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("manifests");
-        fs::create_dir(&dir).unwrap();
-        let (mut watcher, _) = ManifestWatcher::start(&dir).unwrap();
-        fs::remove_dir(&dir).unwrap();
-        let ended = tokio::time::timeout(WITHIN, watcher.next_change())
-            .await
-            .expect("seen within a second");
-        assert!(
-            matches!(ended, Err(WatchError::DirectoryGone { .. })),
-            "{ended:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_symlink_swapped_to_another_directory_is_followed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (old, new) = (tmp.path().join("1"), tmp.path().join("2"));
-        for dir in [&old, &new] {
-            fs::create_dir(dir).unwrap();
-        }
-        fs::write(old.join("a.yaml"), pod("a")).unwrap();
-        fs::write(new.join("b.yaml"), pod("b")).unwrap();
-        let link = tmp.path().join("current");
-        std::os::unix::fs::symlink(&old, &link).unwrap();
-        let (mut watcher, first) = ManifestWatcher::start(&link).unwrap();
-        assert_eq!(uids(&first), ["a"]);
-
-        let staged = tmp.path().join("current.new");
-        std::os::unix::fs::symlink(&new, &staged).unwrap();
-        fs::rename(&staged, &link).unwrap();
-        let followed = tokio::time::timeout(FOLLOW_EVERY * 3, watcher.next_change())
-            .await
-            .expect("followed within three checks")
-            .unwrap();
-        assert_eq!(uids(&followed), ["b"]);
-
-        // The new directory is the one watched now, through inotify; the old one is not.
-        fs::write(old.join("c.yaml"), pod("c")).unwrap();
-        fs::write(new.join("d.yaml"), pod("d")).unwrap();
-        assert_eq!(uids(&change(&mut watcher).await), ["b", "d"]);
-
-        // The old directory removed, as the atomic writer does: nothing ends.
-        fs::remove_dir_all(&old).unwrap();
-        let quiet = tokio::time::timeout(FOLLOW_EVERY * 2, watcher.next_change()).await;
-        assert!(quiet.is_err(), "{quiet:?}");
-    }
-
-    #[tokio::test]
-    async fn the_directory_is_read_again_every_twenty_seconds_whatever_inotify_says() {
-        // A manifest that is a link to a file elsewhere: its change raises no event here.
-        let tmp = tempfile::tempdir().unwrap();
-        let (dir, elsewhere) = (tmp.path().join("pods"), tmp.path().join("store"));
-        fs::create_dir(&dir).unwrap();
-        fs::create_dir(&elsewhere).unwrap();
-        fs::write(elsewhere.join("p.yaml"), pod("a")).unwrap();
-        std::os::unix::fs::symlink(elsewhere.join("p.yaml"), dir.join("p.yaml")).unwrap();
-        let (mut watcher, first) = ManifestWatcher::start(&dir).unwrap();
-        assert_eq!(uids(&first), ["a"]);
-        fs::write(elsewhere.join("p.yaml"), pod("b")).unwrap();
-
-        tokio::time::pause();
-        let started = Instant::now();
-        let relisted = tokio::time::timeout(RELIST_EVERY * 2, watcher.next_change())
-            .await
-            .expect("read again")
-            .unwrap();
-        assert_eq!(uids(&relisted), ["b"]);
-        let after = started.elapsed();
-        assert!(
-            after + FOLLOW_EVERY >= RELIST_EVERY && after <= RELIST_EVERY + FOLLOW_EVERY,
-            "read again after {after:?}"
-        );
-    }
-
-    #[test]
-    fn missing_directory_cannot_be_watched() {
-        let started = ManifestWatcher::start(Path::new("/nonexistent/manifests"));
-        assert!(matches!(started, Err(WatchError::Watch { .. })));
-    }
+    Reloaded::Read(fingerprint, load_nodes(dir))
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,6 +2,7 @@
 //! or the Kubernetes API (watched), each pod's QoS class, and its cgroup by the kubelet's
 //! naming rules.
 pub mod cgroup_path;
+mod dir_fingerprint;
 pub mod dir_watch;
 pub mod kube_query;
 pub mod kube_watch;

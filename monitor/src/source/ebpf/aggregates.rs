@@ -63,17 +63,29 @@ impl KernelSource {
     pub fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError> {
         let tracked = self.tracked_cgroups()?;
         let live = CgroupPaths::scan(mount).map_err(SweepError::Scan)?;
+        let deleted = self.remove_stale(tracked, &live)?;
+        Ok((live, deleted))
+    }
+
+    /// The second half of [`Self::sweep_stale`] for a walk made apart: deletes the aggregates
+    /// of the cgroups in `tracked` (listed before the walk began) that `live` does not hold.
+    pub fn remove_stale(
+        &mut self,
+        tracked: Vec<u64>,
+        live: &CgroupPaths,
+    ) -> Result<usize, SweepError> {
         let map = self.ebpf.map_mut("CGROUP_STATS").ok_or_else(missing_map)?;
         let mut stats = HashMap::<_, u64, CgroupCounters>::try_from(map)?;
         let mut deleted = 0;
         for id in tracked.into_iter().filter(|id| live.get(*id).is_none()) {
             match stats.remove(&id) {
                 Ok(()) => deleted += 1,
-                // Removed by the kernel's rmdir program in the meantime.
-                Err(aya::maps::MapError::KeyNotFound) => {}
+                // Removed by the kernel's rmdir program in the meantime (the delete's ENOENT).
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok((live, deleted))
+        Ok(deleted)
     }
 }

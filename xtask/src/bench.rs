@@ -26,6 +26,9 @@
 //!   detached far from every threshold) and `--attach-within always`; the full run adds the
 //!   heap job in the 6.18 VM, on fentry too. The other benches pin
 //!   `--attach-within always`: they measure the agent with its stat programs on.
+//! - `starved`: crossing -> decision and crossing -> the hog's death with the acting agent
+//!   (its defaults) held to the DaemonSet's CPU limit, a CFS quota of 100m, against no
+//!   limit, trials alternating, at 1,000 and 10,000 pods a tenth of which churn.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails. Three sizes
@@ -33,6 +36,7 @@
 //! (`cargo xtask test` runs it) proves each benchmark still runs: one trial of each case, one
 //! VM boot where a case needs a VM, on the test build's binaries; it fails when a trial did
 //! not run to its end or a figure did not parse, never on a figure's value.
+mod cpu_quota;
 mod density;
 mod env;
 mod hooks;
@@ -46,6 +50,7 @@ mod overhead_vm;
 mod pid_race;
 mod ranking;
 mod report;
+mod starved;
 
 use std::time::Instant;
 
@@ -69,6 +74,8 @@ pub(crate) enum Name {
     PidRace,
     /// Real jobs in a pod with and without the agent beside them.
     Overhead,
+    /// Crossing -> decision and -> the hog's death under the DaemonSet's CPU limit.
+    Starved,
     /// The oom-race's cgroup v2 cases alone (victims that handle SIGTERM, with and without
     /// the memory brake, in a VM); `oom-race` includes them.
     OomV2,
@@ -135,7 +142,7 @@ pub(crate) fn run(
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
         bail!(
-            "the latency, density, kernel, hooks, oom-race, pid-race, overhead and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
+            "the latency, density, kernel, hooks, oom-race, pid-race, overhead, starved and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
@@ -174,6 +181,7 @@ pub(crate) fn run(
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, size))?;
     run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
     run_one(Name::Overhead, &mut || overhead::run(&bins, &machine, size))?;
+    run_one(Name::Starved, &mut || starved::run(&bins, &machine, size))?;
     if name == Some(Name::OomV2) {
         run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, size))?;
     }

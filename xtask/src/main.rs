@@ -61,9 +61,9 @@ enum Task {
         enforce: bool,
     },
     /// Measure reaction latency, overhead at density, kernel cost (also tracepoints against
-    /// fentry, on Linux 6.18 under qemu), ranking speed and the OOM race (win rates per margin
-    /// and source, --kube included), each against a baseline measured in the same run (root,
-    /// except `ranking`).
+    /// fentry, on Linux 6.18 under qemu), ranking speed, the OOM race (win rates per margin
+    /// and source, --kube included) and the reaction under the DaemonSet's CPU limit, each
+    /// against a baseline measured in the same run (root, except `ranking`).
     Bench {
         /// One benchmark only (default: all).
         #[arg(value_enum)]

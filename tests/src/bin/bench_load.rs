@@ -6,6 +6,9 @@
 //! - `cross BYTES AT`: maps BYTES and touches every page in order, reading CLOCK_MONOTONIC
 //!   right after touching the page at byte offset AT (the page that crosses the threshold) ->
 //!   `crossed <ns at AT> <ns at the end> <ns per page>`
+//! - `race BYTES AT`: as `cross`, but answers `crossed <ns at AT>` as soon as the page at AT
+//!   is touched, then `done <ns at the end>` once every page is: a hog the agent kills while
+//!   it still allocates has told when it crossed (the `starved` bench)
 //! - `free last` / `free all`: unmaps the newest mapping / every mapping -> `freed`
 //! - `exit` or end of input: exits.
 //!
@@ -125,6 +128,17 @@ fn step() {
                 mappings.push((addr, len));
                 let per_page = (end - start) / (len / page) as u64;
                 format!("crossed {crossed} {end} {per_page}")
+            }
+            (Some("race"), Some(len), Some(at)) => {
+                let len = len.next_multiple_of(page).max(page);
+                let at = (at / page * page).min(len - page);
+                let addr = map(len);
+                mappings.push((addr, len));
+                touch(addr, 0, at + page, page);
+                writeln!(out, "crossed {}", monotonic_ns()).unwrap();
+                out.flush().unwrap();
+                touch(addr, at + page, len, page);
+                format!("done {}", monotonic_ns())
             }
             (Some("free"), None, None) if words.get(1) == Some(&"last") => {
                 if let Some((addr, len)) = mappings.pop() {

@@ -268,7 +268,7 @@ pub(super) fn cpu_percent(ticks: u64, ticks_per_sec: f64, window: Duration) -> f
     ticks as f64 / ticks_per_sec / window.as_secs_f64() * 100.0
 }
 
-fn start_churn(bins: &Binaries, tree: &BenchTree) -> anyhow::Result<Vec<Child>> {
+pub(super) fn start_churn(bins: &Binaries, tree: &BenchTree) -> anyhow::Result<Vec<Child>> {
     let churning = ((tree.uids.len() as f64 * CHURN_SHARE).ceil() as usize).max(1);
     // Spread over the pods: every 10th pod churns.
     let stride = tree.uids.len() / churning;
@@ -291,7 +291,7 @@ fn start_churn(bins: &Binaries, tree: &BenchTree) -> anyhow::Result<Vec<Child>> 
     Ok(children)
 }
 
-fn stop_churn(children: Vec<Child>) {
+pub(super) fn stop_churn(children: Vec<Child>) {
     for mut child in children {
         let _ = child.kill();
         let _ = child.wait();

@@ -108,3 +108,32 @@ pub fn remove_tree(dir: &Path) {
         }
     }
 }
+
+/// OOM kills in the subtree at `dir`: v1 counts them in each victim's own cgroup
+/// (`memory.oom_control`), v2 hierarchically (`memory.events` of `dir`). An error when `dir`
+/// has no counter to read, so that a check of "no OOM kill" cannot pass on a missing file.
+pub fn oom_kills_in(dir: &Path) -> io::Result<u64> {
+    let counter = |file: &Path| {
+        fs::read_to_string(file)?
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("no oom_kill counter in {}", file.display()),
+                )
+            })
+    };
+    let events = dir.join("memory.events");
+    if events.exists() {
+        return counter(&events);
+    }
+    let mut total = counter(&dir.join("memory.oom_control"))?;
+    for entry in fs::read_dir(dir)?.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            // A child removed meanwhile took its count with it.
+            total += oom_kills_in(&entry.path()).unwrap_or(0);
+        }
+    }
+    Ok(total)
+}

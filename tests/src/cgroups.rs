@@ -69,30 +69,6 @@ pub fn oom_kills() -> u64 {
         .unwrap_or(0)
 }
 
-/// OOM kills in the subtree at `dir`: v1 counts them in each victim's own cgroup
-/// (`memory.oom_control`), v2 hierarchically (`memory.events` of `dir`).
-pub fn oom_kills_in(dir: &Path) -> u64 {
-    let counter = |file: &Path| {
-        fs::read_to_string(file)
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0)
-    };
-    if dir.join("memory.events").exists() {
-        return counter(&dir.join("memory.events"));
-    }
-    let mut total = counter(&dir.join("memory.oom_control"));
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            total += oom_kills_in(&entry.path());
-        }
-    }
-    total
-}
-
 /// The cgroup id of a cgroup directory: its inode number.
 pub fn cgroup_id(dir: &Path) -> u64 {
     fs::metadata(dir).expect("cgroup directory").ino()

@@ -24,6 +24,12 @@ pub struct Kubepods {
 }
 
 impl Kubepods {
+    /// The kernel's OOM kills in the pods so far.
+    pub fn oom_kills(&self) -> u64 {
+        cgroup_tree::oom_kills_in(&self.dir)
+            .unwrap_or_else(|e| panic!("the OOM kills in kubepods: {e}"))
+    }
+
     /// Creates `kubepods` with its `burstable` and `besteffort` levels below `cgroup`.
     pub fn create(cgroup: &TestCgroup) -> Self {
         cgroup.child("kubepods/burstable");

@@ -32,7 +32,7 @@ mod temp_dir;
 mod trace_process;
 
 pub use binaries::{binary, monitor_bin};
-pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, oom_kills_in, set_memory_limit};
+pub use cgroups::{TestCgroup, cgroup_id, cgroup_pids, oom_kills, set_memory_limit};
 pub use fork_bomb::{fork_bomb, reap, reap_within};
 pub use freezer::{Freezer, V1_FREEZER, v2_frozen};
 pub use helper_processes::{Allocator, TermIgnorer, process_alive, sigterms_logged};
@@ -51,4 +51,5 @@ pub use skip::{
     running_as_root,
 };
 pub use temp_dir::TempDir;
+pub use test_harness::cgroup_tree::oom_kills_in;
 pub use trace_process::Trace;

@@ -12,7 +12,8 @@ use std::{
 };
 
 use tests::{
-    AgentScene, MonitorProcess, TestPod, process_alive, running_as_root, set_memory_limit,
+    AgentScene, MonitorProcess, TestPod, oom_kills_in, process_alive, running_as_root,
+    set_memory_limit,
 };
 
 /// How long the decision may take once the hog's allocation is sent: the allocation itself
@@ -95,19 +96,6 @@ fn a_hog_is_evicted_at_once_while_huge_and_deeply_nested_manifests_arrive() {
 /// it.
 const AGENT_LIMIT: u64 = 128 << 20;
 
-/// The kernel's OOM kills within the cgroup `dir` (v1 `memory.oom_control`, v2
-/// `memory.events`).
-fn oom_kills_in(dir: &std::path::Path) -> u64 {
-    ["memory.oom_control", "memory.events"]
-        .iter()
-        .find_map(|file| fs::read_to_string(dir.join(file)).ok())
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-        })
-        .expect("oom_kill in the cgroup's memory.oom_control or memory.events")
-}
-
 #[test]
 fn manifests_costly_to_parse_are_refused_by_an_agent_limited_to_128_mib() {
     if !running_as_root("manifests_costly_to_parse_are_refused") {
@@ -170,7 +158,7 @@ fn manifests_costly_to_parse_are_refused_by_an_agent_limited_to_128_mib() {
     scene.wait_until_empty(&hog, KILL);
     assert!(process_alive(agent.pid()), "the agent is gone");
     assert_eq!(
-        oom_kills_in(&agent_cgroup),
+        oom_kills_in(&agent_cgroup).expect("the agent cgroup's OOM kills"),
         0,
         "OOM kills in the agent's cgroup"
     );

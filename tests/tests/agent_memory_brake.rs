@@ -12,8 +12,8 @@ use std::{
 };
 
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TestPod, memory_on_cgroup_v2, oom_kills_in,
-    running_as_root, set_memory_limit,
+    AgentScene, Allocator, MonitorProcess, TestPod, memory_on_cgroup_v2, running_as_root,
+    set_memory_limit,
 };
 
 /// How far above the threshold's level the kubepods cgroup's limit lies.
@@ -42,7 +42,7 @@ impl RacingHog {
         let mut hog_proc = scene.start_pod(hog);
         hog_proc.drain_after_term(60_000);
         std::thread::sleep(Duration::from_millis(300));
-        let before = oom_kills_in(&scene.kubepods.dir);
+        let before = scene.kubepods.oom_kills();
         let pid = hog_proc.pid();
         let allocating = std::thread::spawn(move || {
             hog_proc.command("alloc 1024");
@@ -69,7 +69,7 @@ impl RacingHog {
         let before = self.before;
         let status = self.wait();
         assert_eq!(
-            oom_kills_in(&scene.kubepods.dir),
+            scene.kubepods.oom_kills(),
             before,
             "the kernel's OOM killer fired under the brake: {}",
             agent.stderr()
@@ -361,7 +361,7 @@ fn the_brake_holds_the_node_until_the_next_eviction_takes_the_grower() {
     let mut grower_proc = scene.start_pod(&grower);
     grower_proc.drain_after_term(60_000);
     std::thread::sleep(Duration::from_millis(300));
-    let before = oom_kills_in(&scene.kubepods.dir);
+    let before = scene.kubepods.oom_kills();
     grower_proc.command("alloc 1024");
     let first = agent.next_decision(Duration::from_secs(20));
     assert_eq!(first["name"], "idle", "the kubelet's order: {first:#}");
@@ -371,7 +371,7 @@ fn the_brake_holds_the_node_until_the_next_eviction_takes_the_grower() {
     scene.wait_until_empty(&grower, Duration::from_secs(15));
     scene.wait_until_empty(&idle, Duration::from_secs(15));
     assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
+        scene.kubepods.oom_kills(),
         before,
         "the kernel's OOM killer fired: {}",
         agent.stderr()

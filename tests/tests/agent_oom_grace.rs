@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::Value;
 use tests::{
-    AgentScene, Allocator, MonitorProcess, Reason, TestPod, cannot_run, oom_kills_in,
-    running_as_root, set_memory_limit,
+    AgentScene, Allocator, MonitorProcess, Reason, TestPod, cannot_run, running_as_root,
+    set_memory_limit,
 };
 
 /// How far above the threshold's level the kubepods cgroup's limit lies.
@@ -79,7 +79,7 @@ fn forced_before_the_oom_killer(scene: &AgentScene, agent: &MonitorProcess) -> V
     let mut hog_proc = scene.start_pod(&hog);
     hog_proc.drain_after_term(60_000);
     std::thread::sleep(Duration::from_millis(300));
-    let before = oom_kills_in(&scene.kubepods.dir);
+    let before = scene.kubepods.oom_kills();
     // Far past the limit in one go, at full speed.
     hog_proc.command("alloc 1024");
     let decision = agent.next_decision(Duration::from_secs(20));
@@ -93,7 +93,7 @@ fn forced_before_the_oom_killer(scene: &AgentScene, agent: &MonitorProcess) -> V
         "the hog was forced: {status:?}"
     );
     assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
+        scene.kubepods.oom_kills(),
         before,
         "the kernel's OOM killer fired before the agent's force"
     );
@@ -173,7 +173,7 @@ fn a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once() {
     let mut hog_proc = scene.start_pod(&hog);
     hog_proc.drain_after_term(60_000);
     grow_slowly_until_decided(&mut hog_proc, &agent);
-    let before = oom_kills_in(&scene.kubepods.dir);
+    let before = scene.kubepods.oom_kills();
     // In its grace period, at full speed: the whole second would let the OOM killer fire.
     let started = Instant::now();
     hog_proc.command("alloc 1024");
@@ -193,7 +193,7 @@ fn a_victim_that_starts_racing_during_its_grace_period_is_forced_at_once() {
     let status = hog_proc.wait();
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     assert_eq!(
-        oom_kills_in(&scene.kubepods.dir),
+        scene.kubepods.oom_kills(),
         before,
         "the kernel's OOM killer fired during the grace period"
     );

@@ -235,8 +235,10 @@ fn the_sweep_deletes_aggregates_of_cgroups_removed_before_the_programs_attached(
             [live],
             "live cgroup untracked"
         );
-        let (scan, deleted) = source
-            .sweep_stale(&cgroup.hierarchy.mount)
+        let tracked = source.tracked_cgroups().expect("listing CGROUP_STATS");
+        let scan = CgroupPaths::scan(&cgroup.hierarchy.mount).expect("walking the hierarchy");
+        let deleted = source
+            .remove_stale(tracked, &scan)
             .expect("sweeping CGROUP_STATS");
         assert!(scan.get(live).is_some(), "the sweep's walk misses {live}");
         assert!(

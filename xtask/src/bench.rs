@@ -1,4 +1,4 @@
-//! `cargo xtask bench [NAME] [--quick | --smoke] [--json]`: the agent's speed measured side by
+//! `cargo xtask bench [NAME] [--quick | --smoke] [--json] [--agent PATH]`: the agent's speed measured side by
 //! side in one run, each figure next to a baseline measured in the same run.
 //!
 //! - `latency`: time from the allocation that crosses an eviction threshold (read by the
@@ -132,12 +132,35 @@ const HELPERS: [&str; 10] = [
     "alloc",
 ];
 
-pub(crate) fn run(
-    name: Option<Name>,
-    size: Size,
-    json: bool,
-    agent_flags: Vec<String>,
-) -> anyhow::Result<()> {
+/// The DaemonSet's CPU limit (deploy/base/daemonset.yaml), in millicores: the `starved`
+/// bench's limit unless `--cpu-limit` says otherwise.
+pub(crate) const DAEMONSET_MILLICORES: u64 = 100;
+
+/// How the benchmarks run the agent, and how they report.
+pub(crate) struct Options {
+    /// Also print the results as one JSON object.
+    pub json: bool,
+    /// The `monitor` binary measured instead of the build's.
+    pub agent: Option<std::path::PathBuf>,
+    /// Flags for every agent started.
+    pub agent_flags: Vec<String>,
+    /// The `starved` bench's CPU limit, millicores.
+    pub cpu_limit: u64,
+}
+
+impl Default for Options {
+    /// The build's agent with its defaults, figures as a table.
+    fn default() -> Self {
+        Self {
+            json: false,
+            agent: None,
+            agent_flags: Vec::new(),
+            cpu_limit: DAEMONSET_MILLICORES,
+        }
+    }
+}
+
+pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::Result<()> {
     let started = Instant::now();
     let needs_root = name != Some(Name::Ranking);
     if needs_root && !env::is_root() {
@@ -147,7 +170,7 @@ pub(crate) fn run(
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
     build(size, needs_root)?;
-    let bins = env::Binaries::locate(size, agent_flags)?;
+    let bins = env::Binaries::locate(size, options.agent, options.agent_flags)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
     let mut sections = serde_json::Map::new();
@@ -181,7 +204,9 @@ pub(crate) fn run(
     run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, size))?;
     run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
     run_one(Name::Overhead, &mut || overhead::run(&bins, &machine, size))?;
-    run_one(Name::Starved, &mut || starved::run(&bins, &machine, size))?;
+    run_one(Name::Starved, &mut || {
+        starved::run(&bins, &machine, size, options.cpu_limit)
+    })?;
     if name == Some(Name::OomV2) {
         run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, size))?;
     }
@@ -199,10 +224,11 @@ pub(crate) fn run(
         elapsed.as_secs_f64(),
         size.label()
     );
+    println!("agent: {}", bins.monitor.display());
     if !bins.agent_flags.is_empty() {
         println!("agent flags: {}", bins.agent_flags.join(" "));
     }
-    if json {
+    if options.json {
         println!(
             "{}",
             report::json(&machine, size, elapsed, &figures, sections)
@@ -230,4 +256,21 @@ fn build(size: Size, needs_root: bool) -> anyhow::Result<()> {
         build.args(["--bin", helper]);
     }
     status(&mut build)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_starved_bench_holds_the_agent_to_the_daemonsets_cpu_limit() {
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/daemonset.yaml");
+        let yaml = std::fs::read_to_string(manifest).unwrap();
+        let limits = yaml.split("limits:").nth(1).expect("the agent has limits");
+        let cpu = limits
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("cpu: "))
+            .expect("a CPU limit");
+        assert_eq!(cpu, format!("{DAEMONSET_MILLICORES}m"));
+    }
 }

@@ -84,6 +84,15 @@ enum Task {
         /// `--agent-flag=--realtime-priority=10`.
         #[arg(long = "agent-flag", value_name = "FLAG", allow_hyphen_values = true)]
         agent_flags: Vec<String>,
+        /// Measure this `monitor` binary instead of the build's, e.g. one built at an older
+        /// commit, to put two versions side by side in back-to-back runs.
+        #[arg(long, value_name = "PATH")]
+        agent: Option<std::path::PathBuf>,
+        /// The CPU limit the `starved` bench holds the agent to, in millicores (default: the
+        /// DaemonSet's 100m).
+        #[arg(long, value_name = "MILLICORES", default_value_t = bench::DAEMONSET_MILLICORES,
+              value_parser = clap::value_parser!(u64).range(1..=64_000))]
+        cpu_limit: u64,
     },
     /// Build the container image: a static (musl) `monitor` as the only file of an image
     /// made from scratch, written as an OCI archive to target/image/monitor.oci.tar (rebuilt
@@ -119,13 +128,21 @@ fn main() -> ExitCode {
             smoke,
             json,
             agent_flags,
+            agent,
+            cpu_limit,
         } => {
             let size = match (smoke, quick) {
                 (true, _) => bench::Size::Smoke,
                 (false, true) => bench::Size::Quick,
                 (false, false) => bench::Size::Full,
             };
-            setup::run().and_then(|()| bench::run(name, size, json, agent_flags))
+            let options = bench::Options {
+                json,
+                agent,
+                agent_flags,
+                cpu_limit,
+            };
+            setup::run().and_then(|()| bench::run(name, size, options))
         }
         Task::Image => setup::run().and_then(|()| image::build().map(drop)),
         Task::VmTest { only, image_agent } => setup::run().and_then(|()| {

@@ -77,7 +77,11 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
         })?;
     }
     phases.run("benchmark smoke", || {
-        crate::bench::run(None, crate::bench::Size::Smoke, false, Vec::new())
+        crate::bench::run(
+            None,
+            crate::bench::Size::Smoke,
+            crate::bench::Options::default(),
+        )
     })
 }
 

@@ -30,7 +30,7 @@ use serde_json::json;
 use test_harness::watched_process::monotonic_ns;
 use tests::{
     AgentScene, MonitorProcess, TempDir, TestPod, attach_distance_bound_mib, kube_api::MockKubeApi,
-    oom_kills_in, set_memory_limit, stand_in_kubelet::StandInKubelet,
+    set_memory_limit, stand_in_kubelet::StandInKubelet,
 };
 
 const NODE: &str = "bench-node";
@@ -257,7 +257,7 @@ fn main() {
             wait_detached(&agent, Duration::from_secs(30));
         }
         let attaches_before = gate_lines(&agent, ATTACHED);
-        let before = oom_kills_in(&scene.kubepods.dir);
+        let before = scene.kubepods.oom_kills();
         let started = Instant::now();
         let started_ns = monotonic_ns();
         procs[0].command(&format!("alloc {hog_mib}"));
@@ -267,7 +267,7 @@ fn main() {
             .as_ref()
             .map(|l| l.read_ns.saturating_sub(started_ns) as f64 / 1e6);
         let decision = decision.map(|l| l.text);
-        let oom_kills = oom_kills_in(&scene.kubepods.dir) - before;
+        let oom_kills = scene.kubepods.oom_kills() - before;
         let decision_json = decision
             .as_deref()
             .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());

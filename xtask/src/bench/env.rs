@@ -90,15 +90,28 @@ pub(super) struct Binaries {
 
 impl Binaries {
     /// Next to xtask's own target directory: xtask runs from `<target>/<profile>/xtask`.
-    pub(super) fn locate(size: super::Size, agent_flags: Vec<String>) -> anyhow::Result<Self> {
+    /// `agent` replaces the build's `monitor` (`cargo xtask bench --agent`).
+    pub(super) fn locate(
+        size: super::Size,
+        agent: Option<PathBuf>,
+        agent_flags: Vec<String>,
+    ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the xtask executable")?;
         let target = exe
             .parent()
             .and_then(Path::parent)
             .context("xtask runs from outside a cargo target directory")?;
         let release = target.join(size.pick("debug", "release", "release"));
+        let monitor = match agent {
+            // Absolute: the agents run from other directories.
+            Some(path) => fs::canonicalize(&path)
+                .ok()
+                .filter(|p| p.is_file())
+                .with_context(|| format!("--agent {}: no such file", path.display()))?,
+            None => release.join("monitor"),
+        };
         Ok(Self {
-            monitor: release.join("monitor"),
+            monitor,
             load: release.join("bench_load"),
             hook_cost: release.join("hook_cost"),
             hook_floor: release.join("hook_floor"),

@@ -20,7 +20,6 @@
 //! A hog the agent sees crossing before it stamps the crossing (the churn moves the working
 //! set by a few MiB) is counted apart, without a latency.
 use std::{
-    fs,
     io::{BufRead as _, BufReader, Write as _},
     path::Path,
     process::{ChildStdin, ChildStdout, Command, Stdio},
@@ -30,7 +29,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
-use test_harness::watched_process::WatchedProcess;
+use test_harness::{cgroup_tree::oom_kills_in, watched_process::WatchedProcess};
 
 use super::{
     Size,
@@ -48,8 +47,6 @@ const ALLOCATABLE: u64 = 4 << 30;
 const HOG_TO_CROSS: u64 = 64 * MIB;
 /// The hog allocates this much past the crossing page, clear of the kernel's 256 KiB step.
 const BEYOND: u64 = MIB;
-/// The DaemonSet's CPU limit (deploy/base/daemonset.yaml), in millicores.
-const DAEMONSET_MILLICORES: u64 = 100;
 /// The agent's memory limit: far above what it takes.
 const AGENT_MEMORY: u64 = 1 << 30;
 /// The tree's memory limit: the pods, the churn and the hog, with room.
@@ -84,13 +81,22 @@ impl Trial {
 /// One size's trials, with the agent's CPU per case.
 pub(super) struct Run {
     pub pods: usize,
+    /// The limited case's CPU limit, millicores.
+    pub millicores: u64,
     pub trials: Vec<Trial>,
     /// The agent's CPU over each case's trials, percent of one core: (limited, unlimited).
     pub cpu_percent: (f64, f64),
     pub load: f64,
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+/// `millicores`: the limited case's CPU limit (`--cpu-limit`, by default the DaemonSet's 100m
+/// of deploy/base/daemonset.yaml).
+pub(super) fn run(
+    bins: &Binaries,
+    machine: &Machine,
+    size: Size,
+    millicores: u64,
+) -> anyhow::Result<Section> {
     let (sizes, trials, warmup): (&[usize], usize, u64) = size.pick(
         (&[100], 1, 1),
         (&[10_000], 30, 3),
@@ -100,32 +106,37 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Res
     for &pods in sizes {
         let load = loadavg();
         eprintln!("bench: starved {pods} pods, {trials} trials a case (load {load:.2})");
-        let run = measure(bins, pods, trials, Duration::from_secs(warmup))
+        let run = measure(bins, pods, millicores, trials, Duration::from_secs(warmup))
             .with_context(|| format!("starved at {pods} pods"))?;
         for limited in [true, false] {
             let got = run.trials.iter().filter(|t| t.limited == limited).count();
-            size.expect_trials(&case(pods, limited), got, trials)?;
+            size.expect_trials(&case(pods, limited.then_some(millicores)), got, trials)?;
         }
         runs.push(run);
     }
     Ok(summarize(machine, &runs))
 }
 
-fn case(pods: usize, limited: bool) -> String {
-    if limited {
-        format!("{pods} pods, {DAEMONSET_MILLICORES}m CPU")
-    } else {
-        format!("{pods} pods, no CPU limit")
+fn case(pods: usize, limit: Option<u64>) -> String {
+    match limit {
+        Some(millicores) => format!("{pods} pods, {millicores}m CPU"),
+        None => format!("{pods} pods, no CPU limit"),
     }
 }
 
-fn measure(bins: &Binaries, pods: usize, trials: usize, warmup: Duration) -> anyhow::Result<Run> {
+fn measure(
+    bins: &Binaries,
+    pods: usize,
+    millicores: u64,
+    trials: usize,
+    warmup: Duration,
+) -> anyhow::Result<Run> {
     eprintln!("bench: starved {pods} pods: creating cgroups");
     let tree = BenchTree::create(&format!("starved-{pods}"), pods)?;
     let v2 = tree.hierarchy.v2;
     limit_memory(&tree.dir, v2, TREE_MEMORY)?;
     let churners = start_churn(bins, &tree)?;
-    let result = with_churn(bins, &tree, trials, warmup);
+    let result = with_churn(bins, &tree, millicores, trials, warmup);
     stop_churn(churners);
     result
 }
@@ -133,6 +144,7 @@ fn measure(bins: &Binaries, pods: usize, trials: usize, warmup: Duration) -> any
 fn with_churn(
     bins: &Binaries,
     tree: &BenchTree,
+    millicores: u64,
     trials: usize,
     warmup: Duration,
 ) -> anyhow::Result<Run> {
@@ -163,7 +175,8 @@ fn with_churn(
     let mut cpu_use = [(0u64, 0u64); 2];
     for n in 0..2 * trials {
         let limited = n % 2 == 0;
-        cpu.limit(limited.then_some(DAEMONSET_MILLICORES))?;
+        let limit = limited.then_some(millicores);
+        cpu.limit(limit)?;
         let (ticks, wall) = (super::env::proc_cpu_ticks(agent.pid())?, monotonic_ns());
         std::thread::sleep(Duration::from_secs_f64(0.3 + 2.0 * rng.unit()));
         let stray = agent.take_lines();
@@ -172,7 +185,7 @@ fn with_churn(
         }
         let (_, uid) = hog_pods.next().context("no pod left for a hog")?;
         let trial = trial(bins, tree, &agent, &cpu, uid, crossing_ws, limited)
-            .with_context(|| format!("trial {} ({})", n + 1, case(tree.uids.len(), limited)))?;
+            .with_context(|| format!("trial {} ({})", n + 1, case(tree.uids.len(), limit)))?;
         let used = &mut cpu_use[usize::from(!limited)];
         used.0 += super::env::proc_cpu_ticks(agent.pid())? - ticks;
         used.1 += monotonic_ns() - wall;
@@ -191,6 +204,7 @@ fn with_churn(
     }
     Ok(Run {
         pods: tree.uids.len(),
+        millicores,
         trials: out,
         cpu_percent: (percent(cpu_use[0]), percent(cpu_use[1])),
         load,
@@ -268,7 +282,9 @@ fn trial(
         decided,
         died,
         throttling,
-        oom_killed: oom_kills(&pod_dir, tree.hierarchy.v2) > 0,
+        oom_killed: oom_kills_in(&pod_dir)
+            .with_context(|| format!("the OOM kills of {}", pod_dir.display()))?
+            > 0,
     })
 }
 
@@ -334,20 +350,6 @@ impl Hog {
     }
 }
 
-/// The kernel's OOM kills in the cgroup `dir` (v1 `memory.oom_control`, v2 `memory.events`).
-fn oom_kills(dir: &Path, v2: bool) -> u64 {
-    let file = if v2 {
-        "memory.events"
-    } else {
-        "memory.oom_control"
-    };
-    fs::read_to_string(dir.join(file))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// A stage of a trial, in ms after the crossing.
 type Part = fn(&Trial) -> Option<f64>;
 
@@ -361,7 +363,8 @@ pub(super) fn summarize(machine: &Machine, runs: &[Run]) -> Section {
         // The unlimited case first: it is the baseline.
         for limited in [false, true] {
             let trials: Vec<&Trial> = run.trials.iter().filter(|t| t.limited == limited).collect();
-            let label = case(run.pods, limited);
+            let limit = limited.then_some(run.millicores);
+            let label = case(run.pods, limit);
             let early = trials.iter().filter(|t| t.crossed.is_none()).count();
             let ooms = trials.iter().filter(|t| t.oom_killed).count();
             let throttling = trials
@@ -414,7 +417,7 @@ pub(super) fn summarize(machine: &Machine, runs: &[Run]) -> Section {
             }
             raw.push(json!({
                 "pods": run.pods,
-                "cpu_limit_millicores": limited.then_some(DAEMONSET_MILLICORES),
+                "cpu_limit_millicores": limit,
                 "load": run.load,
                 "agent_cpu_percent_of_core": cpu,
                 "trials": trials.iter().map(|t| json!({
@@ -468,6 +471,7 @@ mod tests {
         trials.push(trial(true, None, 5, 6));
         let run = Run {
             pods: 1000,
+            millicores: 100,
             trials,
             cpu_percent: (9.5, 1.2),
             load: 3.0,

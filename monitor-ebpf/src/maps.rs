@@ -23,7 +23,7 @@ pub(crate) static CGROUP_STATS: HashMap<u64, CgroupCounters> = HashMap::with_max
 /// lingers while pages are still charged to it, and their uncharging updates its stats: the
 /// stat programs consult this map before creating an entry, so a dying cgroup does not come
 /// back into [`CGROUP_STATS`] after its rmdir. LRU, so it never fills; a dying cgroup that
-/// outlives its slot here is removed by userspace's sweep (`KernelSource::sweep_stale`).
+/// outlives its slot here is removed by userspace's sweep (`KernelSource::remove_stale`).
 /// Userspace sizes it to the node at load, a quarter of `CGROUP_STATS`.
 #[map]
 pub(crate) static REMOVED: LruHashMap<u64, u8> = LruHashMap::with_max_entries(16384, 0);

@@ -11,7 +11,7 @@ use crate::{
     source::{
         ebpf::{
             CGROUP_MAP_ENTRY_BYTES, Drops, IncidentOptions, KernelSource, LoadOptions,
-            StatLinkError, SweepError, TaskCgroups, cgroup_map_entries_at,
+            StatLinkError, TaskCgroups, cgroup_map_entries_at,
         },
         event::{DecodeError, KernelEvent},
         probe::EventSource,
@@ -37,7 +37,7 @@ pub(super) trait KernelEvents {
     fn take_task_cgroups(&mut self) -> TaskCgroups;
     fn new_drops(&mut self) -> Drops;
     fn tracked_cgroups(&self) -> Result<Vec<u64>, MapError>;
-    fn remove_stale(&mut self, tracked: Vec<u64>, live: &CgroupPaths) -> Result<usize, SweepError>;
+    fn remove_stale(&mut self, tracked: Vec<u64>, live: &CgroupPaths) -> Result<usize, MapError>;
     fn stats_attached(&self) -> bool;
     fn attach_stats(&mut self) -> Result<(), StatLinkError>;
     fn detach_stats(&mut self) -> Result<(), StatLinkError>;
@@ -76,7 +76,7 @@ impl KernelEvents for KernelSource {
     fn tracked_cgroups(&self) -> Result<Vec<u64>, MapError> {
         KernelSource::tracked_cgroups(self)
     }
-    fn remove_stale(&mut self, tracked: Vec<u64>, live: &CgroupPaths) -> Result<usize, SweepError> {
+    fn remove_stale(&mut self, tracked: Vec<u64>, live: &CgroupPaths) -> Result<usize, MapError> {
         KernelSource::remove_stale(self, tracked, live)
     }
     fn stats_attached(&self) -> bool {

@@ -7,7 +7,7 @@ use super::{
     event_source::{Batch, KernelEvents},
     intake_state::ForkArming,
     psi_wake::PsiWake,
-    reader::{read_all, recount_processes},
+    reader::{observe_pid_available, read_all, recount_processes},
 };
 use crate::{
     engine::{
@@ -166,8 +166,7 @@ impl Agent {
             self.core.pod_count()
         );
         self.recount(pods);
-        self.core
-            .set_pid_reading(self.reader.pid_available().ok().flatten());
+        observe_pid_available(self.reader.as_ref(), &mut self.core);
         self.revive_restarted_pods();
         self.settle_evictions();
     }

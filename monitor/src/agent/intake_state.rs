@@ -13,8 +13,6 @@ pub(super) struct Intake {
     pub(super) undecodable_logged: bool,
     /// What the kernel's fork counter was last told.
     pub(super) fork_arming: ForkArming,
-    /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
-    pub(super) resyncs_since_sweep: u32,
 }
 
 /// The pods on this node as the pod source last handed them out (their cgroups may appear

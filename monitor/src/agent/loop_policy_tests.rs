@@ -44,7 +44,7 @@ use crate::{
     node::read::NodeError,
     pods::{KubepodsCgroup, NodePod},
     source::{
-        ebpf::{Drops, StatLinkError, SweepError, TaskCgroups},
+        ebpf::{Drops, StatLinkError, TaskCgroups},
         probe::EventSource,
     },
 };
@@ -193,7 +193,7 @@ impl KernelEvents for FakeKernel {
         &mut self,
         _tracked: Vec<u64>,
         live: &CgroupPaths,
-    ) -> Result<usize, SweepError> {
+    ) -> Result<usize, aya::maps::MapError> {
         self.asked
             .borrow_mut()
             .push(Asked::RemoveStale { live: live.len() });

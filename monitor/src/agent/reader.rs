@@ -137,8 +137,14 @@ pub(crate) fn read_all(
     read_node(reader, core, kubepods_rel, failures);
     let pods = core.pods_to_read(scope);
     let counted = read_pods(reader, core, &pods, failures, between_reads);
-    core.set_pid_reading(reader.pid_available().ok().flatten());
+    observe_pid_available(reader, core);
     counted
+}
+
+/// Reads the node's `pid.available` into `core` (none when it cannot be read: the pid
+/// signal is then not observed, as the kubelet's).
+pub(crate) fn observe_pid_available(reader: &dyn MachineReader, core: &mut AgentCore) {
+    core.set_pid_reading(reader.pid_available().ok().flatten());
 }
 
 /// Reads the working sets of `pods` into `core` (their processes too when a ranking counts

@@ -21,10 +21,16 @@ use crate::{
 /// One timed resync in this many reads every pod.
 pub(crate) const FULL_SWEEP_EVERY: u32 = 6;
 
-/// Counts timed resyncs to choose each one's [`ReadScope`].
+/// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
+/// walk, so not at every resync).
+const SWEEP_EVERY_RESYNCS: u32 = 6;
+
+/// Counts timed resyncs to choose each one's [`ReadScope`] and when the kernel's map is swept.
 #[derive(Debug, Default)]
 pub(crate) struct ResyncSchedule {
     since_full: u32,
+    /// Resyncs since the kernel's per-cgroup map was last swept of removed cgroups.
+    since_sweep: u32,
     /// Set by a timed resync that may read changed pods only; taken by the read.
     pending: Option<ReadScope>,
     /// The kernel could not count some cgroups' changes (its map was full): their records
@@ -118,6 +124,17 @@ pub(crate) fn pause_after(cpu: Duration) -> Duration {
 }
 
 impl ResyncSchedule {
+    /// Counts a resync toward the kernel map's next sweep: whether one is due. It stays due
+    /// until [`Self::sweep_started`].
+    pub(crate) fn sweep_due(&mut self) -> bool {
+        self.since_sweep += 1;
+        self.since_sweep >= SWEEP_EVERY_RESYNCS
+    }
+
+    pub(crate) fn sweep_started(&mut self) {
+        self.since_sweep = 0;
+    }
+
     /// A timed resync is starting; `records_tell_changes` when the source sends stat records.
     pub(crate) fn tick(&mut self, records_tell_changes: bool) {
         self.since_full += 1;
@@ -168,6 +185,20 @@ impl ResyncSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernel_map_is_swept_every_few_resyncs_and_stays_due_until_a_sweep_starts() {
+        let mut schedule = ResyncSchedule::default();
+        let due: Vec<bool> = (0..SWEEP_EVERY_RESYNCS)
+            .map(|_| schedule.sweep_due())
+            .collect();
+        assert_eq!(due.iter().filter(|d| **d).count(), 1);
+        assert!(due[SWEEP_EVERY_RESYNCS as usize - 1]);
+        // No paced read to walk beside: the sweep waits for the next resync.
+        assert!(schedule.sweep_due());
+        schedule.sweep_started();
+        assert!(!schedule.sweep_due());
+    }
 
     #[test]
     fn timed_resyncs_read_changed_pods_with_a_full_sweep_every_few() {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{
     components::Agent,
-    reader::{read_node, read_pods},
+    reader::{observe_pid_available, read_node, read_pods},
     resync::{CHUNK_DIRS, MapSweep, PacedRead, pause_after},
 };
 use crate::{
@@ -18,10 +18,6 @@ use crate::{
     engine::{eviction_machine::ReadScope, ids::CgroupRel, pod_facts::PodRef},
     system_clock::thread_cpu_ns,
 };
-
-/// How many resyncs pass between sweeps of the kernel's per-cgroup map (a full hierarchy
-/// walk, so not at every resync).
-const SWEEP_EVERY_RESYNCS: u32 = 6;
 
 /// What a turn of the paced read did.
 enum Step {
@@ -93,8 +89,7 @@ impl Agent {
             &mut self.read_failures,
             &mut || {},
         );
-        self.core
-            .set_pid_reading(self.reader.pid_available().ok().flatten());
+        observe_pid_available(self.reader.as_ref(), &mut self.core);
     }
 
     /// Every few resyncs, deletes the kernel's aggregates of cgroups that no longer exist
@@ -104,14 +99,14 @@ impl Agent {
         let Some(kernel) = self.source.memory_kernel() else {
             return;
         };
-        self.intake.resyncs_since_sweep += 1;
-        if self.intake.resyncs_since_sweep < SWEEP_EVERY_RESYNCS {
+        if !self.resync.sweep_due() {
             return;
         }
-        let Some(paced) = self.resync.paced.as_mut().filter(|p| p.sweep.is_none()) else {
+        // No paced read to walk beside, or a sweep already under way.
+        if self.resync.paced.as_ref().is_none_or(|p| p.sweep.is_some()) {
             return;
-        };
-        self.intake.resyncs_since_sweep = 0;
+        }
+        self.resync.sweep_started();
         // The ids are listed before the walk begins, so a cgroup created meanwhile is never
         // taken for a dead one.
         let tracked = match kernel.tracked_cgroups() {
@@ -122,7 +117,11 @@ impl Agent {
             }
         };
         match CgroupWalk::start(&self.hierarchy.mount) {
-            Ok(walk) => paced.sweep = Some(MapSweep { tracked, walk }),
+            Ok(walk) => {
+                if let Some(paced) = self.resync.paced.as_mut() {
+                    paced.sweep = Some(MapSweep { tracked, walk });
+                }
+            }
             Err(e) => tracing::warn!("sweeping the kernel's per-cgroup map: walking it: {e}"),
         }
     }
@@ -178,8 +177,7 @@ impl Agent {
     /// The end of a paced read of the pods, as of a read of every pod: `pid.available`, the
     /// processes of the pods whose tasks changed, the evicted pods' state, a decision step.
     fn pods_read(&mut self, scope: ReadScope, marked: Option<Vec<(PodRef, CgroupRel)>>) {
-        self.core
-            .set_pid_reading(self.reader.pid_available().ok().flatten());
+        observe_pid_available(self.reader.as_ref(), &mut self.core);
         if scope == ReadScope::Changed && self.core.counts_processes() {
             let pods = marked.unwrap_or_else(|| self.core.pods_to_read(ReadScope::All));
             self.recount(pods);

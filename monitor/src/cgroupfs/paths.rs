@@ -202,4 +202,27 @@ mod tests {
         assert_eq!(walked, expected);
         assert_eq!(walked.len(), 6);
     }
+
+    #[test]
+    fn a_walk_skips_a_cgroup_removed_before_its_turn_and_fails_on_any_other_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir_all(tmp.path().join("a/b")).unwrap();
+        fs::create_dir(tmp.path().join("c")).unwrap();
+        let mut walk = CgroupWalk::start(tmp.path()).unwrap();
+        assert!(!walk.step(1).unwrap(), "the root read, a and c pending");
+        // c goes before its turn (its pod was deleted): skipped, the walk goes on.
+        fs::remove_dir(tmp.path().join("c")).unwrap();
+        // a is no longer a directory: a failure the walk cannot step over (a sweep built on
+        // a walk that missed a part would delete live cgroups' aggregates).
+        fs::remove_dir_all(tmp.path().join("a")).unwrap();
+        fs::write(tmp.path().join("a"), "").unwrap();
+        let err = loop {
+            match walk.step(1) {
+                Ok(false) => {}
+                Ok(true) => panic!("the walk ended over an unreadable directory"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
+    }
 }

@@ -41,7 +41,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 pub use super::hook_plan::MemcgHook;
 pub use drops::Drops;
-pub use load_error::{LoadError, SweepError};
+pub use load_error::LoadError;
 pub use options::{
     CGROUP_MAP_ENTRY_BYTES, CGROUP_MAP_MAX_ENTRIES, CGROUP_MAP_MIN_ENTRIES, IncidentOptions,
     LoadOptions, cgroup_map_entries, cgroup_map_entries_at, default_budget_pages,

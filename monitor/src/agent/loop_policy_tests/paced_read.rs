@@ -143,3 +143,41 @@ async fn every_sixth_resync_walks_the_hierarchy_for_the_map_sweep_after_the_pods
         }
     }
 }
+
+#[tokio::test]
+async fn a_pod_whose_cgroup_is_removed_during_a_paced_read_is_no_candidate_and_the_read_goes_on() {
+    let all = pods(2 * CHUNK_PODS);
+    let mut s = scene_of(&all, FakeKernel::default());
+    s.agent.resync.changes_uncounted();
+    {
+        // The node crosses, seen by the read's node part.
+        let mut machine = s.machine.0.borrow_mut();
+        machine.node_working_set = (8192 - 300) * MI;
+    }
+    s.agent.resync_now();
+    let before = s.pod_reads();
+    // The hog, the first candidate, is gone after the read listed it (its pod deleted).
+    s.machine
+        .0
+        .borrow_mut()
+        .pods
+        .remove("/kubepods/burstable/poduid-hog");
+    while s.agent.resync.paced.is_some() {
+        s.agent.read_resync_chunk();
+    }
+    assert_eq!(
+        s.pod_reads(),
+        before + all.len(),
+        "every listed pod was read"
+    );
+    assert!(
+        s.agent
+            .core
+            .pod("uid-hog")
+            .is_some_and(|row| row.cgroup.is_none()),
+        "the hog's cgroup is known gone"
+    );
+    let asked = s.asked();
+    assert_eq!(asked.len(), 1, "one eviction at the read's end: {asked:?}");
+    assert_ne!(asked[0], "hog", "a pod with no cgroup is no candidate");
+}

@@ -1,11 +1,9 @@
 //! The kernel's per-cgroup aggregates read from its maps: running totals, what the CPUs hold
 //! back, the OOM victims' cgroups, and the sweep of aggregates of cgroups that are gone.
-use std::path::Path;
-
 use aya::maps::{HashMap, PerCpuArray};
 use monitor_common::{CgroupCounters, NPENDING, PendingPages, Stat};
 
-use super::{KernelSource, SweepError, missing_map};
+use super::{KernelSource, missing_map};
 use crate::cgroupfs::CgroupPaths;
 
 impl KernelSource {
@@ -53,27 +51,18 @@ impl KernelSource {
             .collect()
     }
 
-    /// Deletes the kernel's aggregates of cgroups that no longer exist under `mount` (the
-    /// memory hierarchy). The kernel already keeps removed cgroups out of `CGROUP_STATS`
-    /// for as long as its list of removed ids holds them; this catches the rest: cgroups
-    /// removed before the programs attached whose leftover pages are uncharged later, and
-    /// dying cgroups that outlived their slot in that list. The keys are listed before the
-    /// hierarchy is walked, so a cgroup created meanwhile is never taken for a dead one.
-    /// Returns the walk (for the caller's own use) and how many entries were deleted.
-    pub fn sweep_stale(&mut self, mount: &Path) -> Result<(CgroupPaths, usize), SweepError> {
-        let tracked = self.tracked_cgroups()?;
-        let live = CgroupPaths::scan(mount).map_err(SweepError::Scan)?;
-        let deleted = self.remove_stale(tracked, &live)?;
-        Ok((live, deleted))
-    }
-
-    /// The second half of [`Self::sweep_stale`] for a walk made apart: deletes the aggregates
-    /// of the cgroups in `tracked` (listed before the walk began) that `live` does not hold.
+    /// Deletes the kernel's aggregates of the cgroups in `tracked` that `live` (a walk of the
+    /// memory hierarchy) does not hold. The kernel already keeps removed cgroups out of
+    /// `CGROUP_STATS` for as long as its list of removed ids holds them; this catches the rest:
+    /// cgroups removed before the programs attached whose leftover pages are uncharged later,
+    /// and dying cgroups that outlived their slot in that list. `tracked` is
+    /// [`Self::tracked_cgroups`] listed before the walk began, so a cgroup created meanwhile is
+    /// never taken for a dead one. Returns how many entries were deleted.
     pub fn remove_stale(
         &mut self,
         tracked: Vec<u64>,
         live: &CgroupPaths,
-    ) -> Result<usize, SweepError> {
+    ) -> Result<usize, aya::maps::MapError> {
         let map = self.ebpf.map_mut("CGROUP_STATS").ok_or_else(missing_map)?;
         let mut stats = HashMap::<_, u64, CgroupCounters>::try_from(map)?;
         let mut deleted = 0;
@@ -83,7 +72,7 @@ impl KernelSource {
                 // Removed by the kernel's rmdir program in the meantime (the delete's ENOENT).
                 Err(aya::maps::MapError::SyscallError(e))
                     if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
         Ok(deleted)

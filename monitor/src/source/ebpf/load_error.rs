@@ -57,14 +57,3 @@ pub enum LoadError {
     #[error("no kernel program could be attached: {0}")]
     NothingAttached(String),
 }
-
-/// Why stale kernel aggregates could not be swept.
-#[derive(Debug, thiserror::Error)]
-pub enum SweepError {
-    /// `CGROUP_STATS` could not be read or an entry not deleted.
-    #[error("kernel map CGROUP_STATS: {0}")]
-    Map(#[from] aya::maps::MapError),
-    /// The memory hierarchy could not be walked.
-    #[error("walking the memory hierarchy: {0}")]
-    Scan(io::Error),
-}

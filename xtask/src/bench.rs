@@ -146,6 +146,8 @@ pub(crate) struct Options {
     pub agent_flags: Vec<String>,
     /// The `starved` bench's CPU limit, millicores.
     pub cpu_limit: u64,
+    /// The `starved` bench's pod counts (empty: the size's).
+    pub pods: Vec<usize>,
 }
 
 impl Default for Options {
@@ -156,6 +158,7 @@ impl Default for Options {
             agent: None,
             agent_flags: Vec::new(),
             cpu_limit: DAEMONSET_MILLICORES,
+            pods: Vec::new(),
         }
     }
 }
@@ -205,7 +208,7 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
     run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
     run_one(Name::Overhead, &mut || overhead::run(&bins, &machine, size))?;
     run_one(Name::Starved, &mut || {
-        starved::run(&bins, &machine, size, options.cpu_limit)
+        starved::run(&bins, &machine, size, options.cpu_limit, &options.pods)
     })?;
     if name == Some(Name::OomV2) {
         run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, size))?;

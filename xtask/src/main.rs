@@ -93,6 +93,11 @@ enum Task {
         #[arg(long, value_name = "MILLICORES", default_value_t = bench::DAEMONSET_MILLICORES,
               value_parser = clap::value_parser!(u64).range(1..=64_000))]
         cpu_limit: u64,
+        /// The `starved` bench's pod counts, repeatable (default: 1,000 and 10,000; 10,000
+        /// with --quick).
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(10..=50_000))]
+        pods: Vec<u64>,
     },
     /// Build the container image: a static (musl) `monitor` as the only file of an image
     /// made from scratch, written as an OCI archive to target/image/monitor.oci.tar (rebuilt
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
             agent_flags,
             agent,
             cpu_limit,
+            pods,
         } => {
             let size = match (smoke, quick) {
                 (true, _) => bench::Size::Smoke,
@@ -141,6 +147,7 @@ fn main() -> ExitCode {
                 agent,
                 agent_flags,
                 cpu_limit,
+                pods: pods.into_iter().map(|n| n as usize).collect(),
             };
             setup::run().and_then(|()| bench::run(name, size, options))
         }

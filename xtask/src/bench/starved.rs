@@ -90,18 +90,21 @@ pub(super) struct Run {
 }
 
 /// `millicores`: the limited case's CPU limit (`--cpu-limit`, by default the DaemonSet's 100m
-/// of deploy/base/daemonset.yaml).
+/// of deploy/base/daemonset.yaml); `pods`: the pod counts measured (`--pods`), none for the
+/// size's own.
 pub(super) fn run(
     bins: &Binaries,
     machine: &Machine,
     size: Size,
     millicores: u64,
+    pods: &[usize],
 ) -> anyhow::Result<Section> {
     let (sizes, trials, warmup): (&[usize], usize, u64) = size.pick(
         (&[100], 1, 1),
         (&[10_000], 30, 3),
         (&[1000, 10_000], 40, 10),
     );
+    let sizes = if pods.is_empty() { sizes } else { pods };
     let mut runs = Vec::new();
     for &pods in sizes {
         let load = loadavg();

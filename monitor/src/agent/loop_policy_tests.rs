@@ -1,6 +1,7 @@
 //! The loop's policies with every seam faked, no root: the machine's numbers (a fake
 //! reader), the actuator (requests recorded, outcomes scripted) and the checkpoint store
-//! (writes counted). Pod cgroups are plain directories of a temporary "hierarchy", which is
+//! (writes counted). The tests give the agent its inputs through [`Agent::handle`], the
+//! entry the loop runs. Pod cgroups are plain directories of a temporary "hierarchy", which is
 //! all that finding a pod's cgroup looks at. The stat gate's policies are in [`stat_gate`],
 //! kills whose processes outlive force in [`stuck`], the timed resync's paced read in
 //! [`paced_read`].
@@ -21,6 +22,7 @@ use super::{
     components::Agent,
     config_in_force::ConfigInForce,
     event_source::{Batch, KernelEvents, Source},
+    input::{Input, Next},
     kubepods_brake::KubepodsBrake,
     reader::MachineReader,
     self_protect::OwnPod,
@@ -217,13 +219,18 @@ impl KernelEvents for FakeKernel {
     }
 }
 
-/// Checkpoint writes counted.
+/// Checkpoint writes counted: as the real store, a state equal to the last one written is
+/// not written again.
 #[derive(Clone, Default)]
 struct Disk(Rc<RefCell<Vec<AgentState>>>);
 
 impl Persister for Disk {
     fn save(&mut self, state: &AgentState) -> Result<bool, StateError> {
-        self.0.borrow_mut().push(state.clone());
+        let mut written = self.0.borrow_mut();
+        if written.last() == Some(state) {
+            return Ok(false);
+        }
+        written.push(state.clone());
         Ok(true)
     }
 }
@@ -373,12 +380,23 @@ impl Scene {
         self.asked.lock().unwrap().clone()
     }
 
-    /// Takes the finished actions back, as the loop does.
+    /// Gives the agent one input, as the loop does.
+    fn input(&mut self, input: Input) -> Next {
+        self.agent.handle(input, &mut Batch::new())
+    }
+
+    /// The timed read: every number read when polling, then a decision step.
+    fn poll(&mut self) {
+        assert_eq!(self.input(Input::Resync), Next::Go);
+    }
+
+    /// Takes the action in flight back when it finished, as the loop does (a decision step
+    /// follows, which may start the next).
     async fn finish_actions(&mut self) {
-        while self.agent.actions.running() {
-            let done = self.agent.actions.next_done().await;
-            self.agent.step_done(done.expect("the action task"));
-        }
+        assert!(self.agent.actions.running(), "no action in flight");
+        let done = self.agent.actions.next_done().await;
+        assert!(done.is_some(), "the action task failed");
+        assert_eq!(self.input(Input::ActionDone(done)), Next::Go);
     }
 }
 
@@ -394,17 +412,14 @@ async fn the_first_input_that_meets_a_threshold_is_decided_on_and_the_pod_asked_
     s.agent.evaluate(None);
     assert!(s.asked().is_empty(), "3.6 GiB available: nothing to do");
     s.machine.0.borrow_mut().node_working_set = NODE - 300 * MI;
-    s.agent.read_unprompted();
-    s.agent.evaluate(None);
+    s.poll();
     assert_eq!(s.asked(), ["hog"]);
     // Its action still runs: no other input decides again, on it or on another pod.
-    s.agent.read_unprompted();
-    s.agent.evaluate(None);
-    s.agent.evaluate(None);
+    s.poll();
+    assert_eq!(s.input(Input::DecideAgain), Next::Go);
     assert_eq!(s.asked(), ["hog"], "one eviction in flight");
     // It failed: the wait lifts, and the same pod (still the first) is asked for again.
     s.finish_actions().await;
-    s.agent.evaluate(None);
     assert_eq!(s.asked(), ["hog", "hog"]);
 }
 
@@ -421,7 +436,6 @@ async fn a_pod_found_gone_is_over_and_the_next_one_is_chosen_not_it_again() {
         .pods
         .remove("/kubepods/burstable/poduid-hog");
     s.finish_actions().await;
-    s.agent.evaluate(None);
     assert_eq!(s.asked(), ["hog", "steady"]);
     let saved = s.disk.0.borrow();
     let last = saved.last().unwrap();
@@ -444,13 +458,11 @@ async fn evaluations_that_change_nothing_write_no_checkpoint() {
     let written = s.disk.0.borrow().len();
     assert!(written >= 1, "the first state is written");
     for _ in 0..20 {
-        s.agent.read_unprompted();
-        s.agent.evaluate(None);
+        s.poll();
     }
     assert_eq!(s.disk.0.borrow().len(), written);
     s.machine.0.borrow_mut().node_working_set = NODE - 300 * MI;
-    s.agent.read_unprompted();
-    s.agent.evaluate(None);
+    s.poll();
     assert_eq!(
         s.disk.0.borrow().len(),
         written + 1,
@@ -463,7 +475,7 @@ async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
     let pods = [("hog", 100, 1100), ("steady", 400, 300)];
     let mut s = scene(Mode::DryRun, &pods, 8192 - 300);
     s.agent.evaluate(None);
-    s.agent.evaluate(None);
+    s.poll();
     let decided: Vec<(&str, String)> = s
         .agent
         .visibility
@@ -494,8 +506,7 @@ async fn a_dry_run_decides_signals_no_one_and_waits_for_no_grace_period() {
         "decided again once the wait ends"
     );
     s.machine.0.borrow_mut().node_working_set = 1024 * MI;
-    s.agent.read_unprompted();
-    s.agent.evaluate(None);
+    s.poll();
     assert_eq!(s.agent.actions.decide_again, None, "no threshold met");
 }
 
@@ -508,7 +519,7 @@ async fn the_wake_up_level_follows_the_threshold_and_a_level_already_reached_is_
     let mut s = scene_with(Mode::DryRun, Some(kernel), &[], &pods, 4000);
     let mut batch = Batch::new();
     asked.borrow_mut().clear();
-    s.agent.end_turn(&mut batch);
+    assert_eq!(s.agent.handle(Input::Turn, &mut batch), Next::Go);
     let levels: Vec<u64> = asked
         .borrow()
         .iter()
@@ -538,11 +549,63 @@ async fn the_wake_up_level_follows_the_threshold_and_a_level_already_reached_is_
     let asked = flood.asked.clone();
     let mut s = scene_with(Mode::DryRun, Some(flood), &[], &pods, 4000);
     asked.borrow_mut().clear();
-    s.agent.end_turn(&mut batch);
+    assert_eq!(s.agent.handle(Input::Turn, &mut batch), Next::Go);
     let reads = asked
         .borrow()
         .iter()
         .filter(|a| **a == Asked::ReadPending)
         .count();
-    assert_eq!(reads, super::run::REARM_ROUNDS);
+    assert_eq!(reads, super::input::REARM_ROUNDS);
+}
+
+#[tokio::test]
+async fn a_failed_pod_source_leaves_the_known_pods_decided_on_and_is_opened_again_after_a_pause() {
+    use crate::pods::{Loaded, PodSourceError, WatchError};
+    use tokio::time::{Duration, Instant};
+
+    let pods = [("hog", 100, 1100), ("steady", 400, 300)];
+    let mut s = scene(Mode::DryRun, &pods, 4000);
+    let failed = PodSourceError::Dir(WatchError::DirectoryGone {
+        dir: "/etc/kubernetes/manifests".into(),
+    });
+    let before = Instant::now();
+    let Next::ReopenPodSource(at) = s.input(Input::PodSourceFailed(failed)) else {
+        panic!("a failed pod source is not opened again");
+    };
+    assert!(
+        (before + Duration::from_secs(5)..=Instant::now() + Duration::from_secs(5)).contains(&at),
+        "opened again after a pause"
+    );
+    assert!(s.agent.pods.source_down.is_some(), "not ready, with why");
+    // The node crosses meanwhile: the pods known are decided on.
+    s.machine.0.borrow_mut().node_working_set = NODE - 300 * MI;
+    s.poll();
+    let named: Vec<String> = s
+        .agent
+        .visibility
+        .decisions
+        .to_vec()
+        .iter()
+        .map(|d| d.report.name.clone())
+        .collect();
+    assert_eq!(named, ["hog"]);
+    // Opening it again fails: another pause.
+    assert!(matches!(
+        s.input(Input::PodSourceStillDown(anyhow::anyhow!("Too many open files"))),
+        Next::ReopenPodSource(at) if at > Instant::now()
+    ));
+    // Open again: ready, its pod set taken.
+    let loaded = Loaded {
+        pods: vec![node_pod("steady", "uid-steady", 400)],
+        errors: Vec::new(),
+        left_out: Vec::new(),
+    };
+    assert_eq!(s.input(Input::PodSourceReopened(loaded)), Next::Go);
+    assert!(s.agent.pods.source_down.is_none());
+    assert_eq!(s.agent.pods.handed_out.len(), 1);
+    // SIGHUP lists the pods again at once.
+    assert!(matches!(
+        s.input(Input::Hangup),
+        Next::ReopenPodSource(at) if at <= Instant::now()
+    ));
 }

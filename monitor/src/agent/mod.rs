@@ -2,14 +2,15 @@
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`];
 //! [`run`](mod@run) is the event loop over the seams (the kernel programs behind
 //! `event_source::KernelEvents`, the machine behind `reader::MachineReader`, the
-//! `actuator::Actuator`, the checkpoint store behind `Persister`). The [`components`] it
+//! `actuator::Actuator`, the checkpoint store behind `Persister`): it only waits for the next
+//! [`input`], which `Agent::handle` carries out. The [`components`] it
 //! composes each keep their own state: [`actions`] (the actuator and evictions in progress),
 //! [`checkpointer`], [`intake_state`] (held records, fork arming, the pods handed out),
 //! [`stat_programs`] (the gate and its guard's schedule) and [`publish`]'s `Visibility`
 //! (metrics, snapshot, recent decisions). The steps that compose them are in [`startup`],
 //! [`intake`], [`guard_read`], [`decision_step`], [`evicted_pods`], [`action_results`] and
 //! [`visibility`]; each file stands above what it uses, so no two import each other.
-//! `loop_policy_tests` drives the loop over fakes of every seam, without root.
+//! `loop_policy_tests` drives `Agent::handle` over fakes of every seam, without root.
 pub(crate) mod action_path;
 mod action_results;
 mod actions;
@@ -25,6 +26,7 @@ mod decision_step;
 mod event_source;
 mod evicted_pods;
 mod guard_read;
+mod input;
 mod intake;
 mod intake_state;
 mod kernel_victim;

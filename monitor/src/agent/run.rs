@@ -19,8 +19,11 @@ use tokio::{
 };
 
 use super::{
-    args::AgentArgs, components::Agent, event_source::Batch, psi_wake::PsiWake, realtime,
-    reload::Trigger, self_protect,
+    args::AgentArgs,
+    components::Agent,
+    input::{Input, Next},
+    psi_wake::PsiWake,
+    realtime, self_protect,
 };
 use crate::{
     action::KubeEvictor,
@@ -39,11 +42,6 @@ const WAITING_RECORDS_READ_EVERY: Duration = Duration::from_secs(1);
 /// The event loop turns at least this often, idle or not, so `/healthz` can tell a stuck
 /// loop from a quiet node, and what readers see stays this fresh.
 const TURN_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
-/// How many times in a row the waiting records are read because the lowered wake-up level
-/// was already reached, before the loop takes its other inputs again.
-pub(super) const REARM_ROUNDS: usize = 8;
-/// How long to wait before opening the pod source again after it failed.
-const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
 
 /// Runs the agent until SIGINT, SIGTERM or `--duration`.
 pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
@@ -142,116 +140,56 @@ impl Agent {
         loop {
             let guard_at = self.stats_detached().then(|| self.guard_deadline());
             let decide_again = self.actions.decide_again;
-            tokio::select! {
+            let input = tokio::select! {
                 read = self.source.next_batch(&mut batch) => match read {
-                    Ok(()) => self.apply_batch(&mut batch),
-                    Err(e) => {
-                        tracing::warn!("reading the kernel ring buffer: {e}; reading cgroupfs instead");
-                        self.read_unprompted();
-                        self.evaluate(None);
-                    }
+                    Ok(()) => Input::Records,
+                    Err(e) => Input::RingFailed(e),
                 },
-                _ = waiting.tick(), if wakes_on_growth => {
-                    self.read_waiting(&mut batch);
-                    self.take_losses();
-                }
-                signal = next_pressure(&mut psi) => {
-                    tracing::debug!("memory pressure {signal:?}: reading cgroupfs now");
-                    self.read_unprompted();
-                    self.evaluate(None);
-                }
-                _ = reads.tick() => {
-                    self.check_own_memory();
-                    self.refresh_capacity();
-                    self.resync_now();
-                    self.sweep_kernel_map();
-                    self.take_losses();
-                    self.evaluate(None);
-                    self.move_stat_gate();
-                    self.save_counters();
-                }
+                _ = waiting.tick(), if wakes_on_growth => Input::WaitingRecords,
+                signal = next_pressure(&mut psi) => Input::Pressure(signal),
+                _ = reads.tick() => Input::Resync,
                 () = sleep_until(self.resync.paced_due()), if self.resync.paced.is_some() => {
-                    self.read_resync_chunk();
+                    Input::ResyncChunk
                 }
-                () = sleep_until(guard_at), if guard_at.is_some() => {
-                    self.read_guard();
-                    self.move_stat_gate();
-                    self.evaluate(None);
-                }
+                () = sleep_until(guard_at), if guard_at.is_some() => Input::Guard,
                 change = next_change(&mut watcher) => match change {
-                    Ok(loaded) => {
-                        self.take_pods(loaded);
-                        self.evaluate(None);
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            "pod source failed: {e}; deciding on the {} pods known, opening it \
-                             again in {POD_SOURCE_RETRY:?}",
-                            self.pods.handed_out.len()
-                        );
-                        self.pods.source_down = Some(format!("pod source failed: {e}"));
-                        watcher = None;
-                        reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
-                    }
+                    Ok(loaded) => Input::Pods(loaded),
+                    Err(e) => Input::PodSourceFailed(e),
                 },
                 () = sleep_until(reopen_at), if reopen_at.is_some() => {
                     reopen_at = None;
                     match open_pods(&self.args).await {
                         Ok((reopened, loaded, _)) => {
-                            tracing::info!("pod source open again");
-                            self.pods.source_down = None;
                             watcher = Some(reopened);
-                            self.take_pods(loaded);
-                            self.evaluate(None);
+                            Input::PodSourceReopened(loaded)
                         }
-                        Err(e) => {
-                            tracing::warn!("opening the pod source again: {e:#}");
-                            reopen_at = Some(Instant::now() + POD_SOURCE_RETRY);
-                        }
+                        Err(e) => Input::PodSourceStillDown(e),
                     }
                 }
                 done = self.actions.next_done(), if self.actions.running() => {
-                    if let Some(done) = done {
-                        self.step_done(done);
-                    }
-                    self.evaluate(None);
+                    Input::ActionDone(done)
                 }
-                () = sleep_until(decide_again), if decide_again.is_some() => {
-                    self.actions.decide_again = None;
-                    self.evaluate(None);
-                }
+                () = sleep_until(decide_again), if decide_again.is_some() => Input::DecideAgain,
                 () = sleep_until(self.checkpoint.retry_at()), if self.checkpoint.retry_at().is_some() => {
-                    self.checkpoint.retry(Instant::now());
+                    Input::CheckpointRetry
                 }
-                _ = status.tick(), if show_status => self.print_status(),
-                // Refreshes what readers see (the checkpoint's failing time, the heartbeat).
-                _ = turn.tick() => {
-                    self.update_metrics(None, None);
-                    // A held brake's bound passes on a quiet node too.
-                    self.step_brake(monotonic_ns());
-                }
+                _ = status.tick(), if show_status => Input::Status,
+                _ = turn.tick() => Input::Turn,
+                change = next_config(&mut config_watch) => Input::Config(change),
+                _ = sighup.recv() => Input::Hangup,
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
-                change = next_config(&mut config_watch) => {
-                    self.apply_config(Trigger::FilesChanged, change);
-                }
-                _ = sighup.recv() => {
-                    self.reload_config();
-                    // The pods are listed anew: the source is opened again at once.
-                    tracing::info!("SIGHUP: listing the pods again");
-                    watcher = None;
-                    reopen_at = Some(Instant::now());
-                }
                 () = sleep_until(stop_at) => break,
+            };
+            if let Next::ReopenPodSource(at) = self.handle(input, &mut batch) {
+                watcher = None;
+                reopen_at = Some(at);
             }
-            self.end_turn(&mut batch);
         }
         self.save_counters();
         Ok(ExitCode::SUCCESS)
     }
 
-    /// What follows every input: the records held during a read are applied, the kernel's
-    /// wake-up levels are set again, and the heartbeat beats.
     /// When the guard reads the node's memory next, while the stat programs are detached.
     fn guard_deadline(&self) -> Instant {
         let wait = self
@@ -259,28 +197,6 @@ impl Agent {
             .guard_due_ns()
             .saturating_sub(monotonic_ns());
         Instant::now() + Duration::from_nanos(wait)
-    }
-
-    pub(super) fn end_turn(&mut self, batch: &mut Batch) {
-        if !self.intake.held.is_empty() {
-            self.read_waiting(batch);
-        }
-        // Every input can move the signals, and with them the growth that must wake us.
-        // Bounded: under a flood of records the loop must still get to signals and
-        // finished actions; what is left is read at the next wake-up or tick.
-        for _ in 0..REARM_ROUNDS {
-            if !self.rearm_wake() {
-                break;
-            }
-            self.read_waiting(batch);
-        }
-        if self.rearm_fork_wake() {
-            self.read_pids_now(None);
-            self.rearm_fork_wake();
-        }
-        let now = monotonic_ns();
-        self.stat_programs.observe(now, self.core.memory_headroom());
-        self.visibility.publisher.heartbeat.beat(now);
     }
 }
 

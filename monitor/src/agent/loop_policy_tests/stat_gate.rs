@@ -3,6 +3,16 @@
 use super::*;
 use crate::{agent::stat_programs::StatPrograms, engine::attach_distance::AttachWithin};
 
+/// The programs attached and detached so far, in order.
+fn moves(asked: &RefCell<Vec<Asked>>) -> Vec<Asked> {
+    asked
+        .borrow()
+        .iter()
+        .filter(|a| matches!(a, Asked::Attach | Asked::Detach))
+        .cloned()
+        .collect()
+}
+
 #[tokio::test]
 async fn the_stat_programs_detach_far_from_every_threshold_and_attach_near_one_with_every_pod_read()
 {
@@ -28,9 +38,8 @@ async fn the_stat_programs_detach_far_from_every_threshold_and_attach_near_one_w
         m.pods
             .insert("/kubepods/burstable/poduid-web".into(), 700 * MI);
     }
-    s.agent.read_guard();
-    s.agent.move_stat_gate();
-    assert_eq!(*asked.borrow(), [Asked::Detach, Asked::Attach]);
+    assert_eq!(s.input(Input::Guard), Next::Go);
+    assert_eq!(moves(&asked), [Asked::Detach, Asked::Attach]);
     assert_eq!(
         s.agent.core.pod_working_set("uid-web"),
         Some(700 * MI),
@@ -54,11 +63,10 @@ async fn by_default_the_stat_programs_detach_beyond_the_derived_distance_and_alw
     assert_eq!(*asked.borrow(), [Asked::Detach], "3.6 GiB away");
     // 350 MiB from the threshold: within the distance.
     s.machine.0.borrow_mut().node_working_set = NODE - 850 * MI;
-    s.agent.read_guard();
-    s.agent.move_stat_gate();
-    assert_eq!(*asked.borrow(), [Asked::Detach, Asked::Attach]);
+    assert_eq!(s.input(Input::Guard), Next::Go);
+    assert_eq!(moves(&asked), [Asked::Detach, Asked::Attach]);
     // The read of every pod was timed: the distance is now 2 GiB/s over 100ms and that read.
-    s.agent.update_metrics(None, None);
+    assert_eq!(s.input(Input::Turn), Next::Go);
     let now = s.agent.attach_within().unwrap();
     assert!((200 * MI..distance).contains(&now), "{now}");
     assert_eq!(

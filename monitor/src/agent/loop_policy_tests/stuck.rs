@@ -39,19 +39,17 @@ async fn a_pod_whose_processes_outlive_force_is_passed_over_and_never_asked_for_
     let mut s = scene(Mode::Acting(frozen), &pods, 8192 - 300);
     s.agent.evaluate(None);
     assert_eq!(s.asked(), ["hog"]);
-    s.agent.evaluate(None);
+    s.poll();
     assert_eq!(s.asked(), ["hog"], "one eviction in flight");
     s.finish_actions().await;
     assert_eq!(s.agent.actions.stuck().get("frozen"), Some(&1));
     assert_eq!(s.agent.actions.failures(), 1);
-    // The node is still short: the next pod goes (no interval in this scene), not hog.
-    s.agent.evaluate(None);
+    // The node is still short: the next pod goes at once (no interval in this scene), not
+    // hog.
     assert_eq!(s.asked(), ["hog", "next"]);
     s.finish_actions().await;
-    s.agent.evaluate(None);
     s.finish_actions().await;
-    s.agent.read_unprompted();
-    s.agent.evaluate(None);
+    s.poll();
     assert_eq!(
         s.asked(),
         ["hog", "next", "steady"],
@@ -68,7 +66,7 @@ async fn a_pod_whose_processes_outlive_force_is_passed_over_and_never_asked_for_
         .borrow_mut()
         .pods
         .remove("/kubepods/burstable/poduid-hog");
-    s.agent.read_unprompted();
+    s.poll();
     assert!(
         s.agent.core.pod("uid-hog").is_some_and(|row| row.stopped),
         "its eviction is over"

@@ -27,8 +27,9 @@
 //!   heap job in the 6.18 VM, on fentry too. The other benches pin
 //!   `--attach-within always`: they measure the agent with its stat programs on.
 //! - `starved`: crossing -> decision and crossing -> the hog's death with the acting agent
-//!   (its defaults) held to the DaemonSet's CPU limit, a CFS quota of 100m, against no
-//!   limit, trials alternating, at 1,000 and 10,000 pods a tenth of which churn.
+//!   (its defaults) held to the DaemonSet's CPU limit, a CFS quota of 100m (`--cpu-limit`),
+//!   against no limit, trials alternating, at 1,000 and 10,000 pods (`--pods`) a tenth of
+//!   which churn.
 //!
 //! Figures are printed as one table; `--json` adds one JSON object as the last line. Nothing
 //! here passes or fails on speed: only a harness that cannot measure fails. Three sizes

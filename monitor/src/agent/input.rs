@@ -80,10 +80,7 @@ impl Agent {
 
     fn step(&mut self, input: Input, batch: &mut Batch) -> Next {
         match input {
-            Input::Records => {
-                self.note_losses();
-                self.apply_batch(batch);
-            }
+            Input::Records => self.apply_batch(batch),
             Input::RingFailed(e) => {
                 tracing::warn!("reading the kernel ring buffer: {e}; reading cgroupfs instead");
                 self.read_unprompted();

@@ -7,7 +7,7 @@ use super::{
     event_source::{Batch, KernelEvents},
     intake_state::ForkArming,
     psi_wake::PsiWake,
-    reader::{observe_pid_available, read_all, read_node, recount_processes},
+    reader::{observe_pid_available, read_all, recount_processes},
 };
 use crate::{
     engine::{
@@ -423,21 +423,7 @@ impl Agent {
     /// records were lost to a full ring (any of them may have been a cgroup's creation or
     /// removal, or a working-set change) the hierarchy is rescanned and every number read
     /// anew, so no cgroup stays unknown and no estimate stays wrong until the next resync.
-    /// At a tick: the losses since the last look are noted, and after lost records every
-    /// cgroup is rescanned and read.
     pub(super) fn take_losses(&mut self) {
-        self.note_losses();
-        if std::mem::take(&mut self.intake.rediscover_due) {
-            self.rediscover();
-        }
-    }
-
-    /// Counts the kernel's losses since the last look. After lost records (the ring was
-    /// full) the node and kubepods working sets are read at once, before any record decides:
-    /// a lost record may be the one that took the signal back from a threshold (a killed
-    /// pod's memory freed), and acting on the sum of the others evicted a pod for pressure
-    /// the node did not have. Every cgroup is read anew at the next tick.
-    pub(super) fn note_losses(&mut self) {
         let Some(kernel) = self.source.kernel.as_mut() else {
             return;
         };
@@ -456,17 +442,11 @@ impl Agent {
         if new.ring_full > 0 {
             self.checkpoint.count_lost(new.ring_full);
             tracing::warn!(
-                "{} kernel records lost (ring buffer full): reading the node now, rescanning \
-                 cgroups and reading memory anew",
+                "{} kernel records lost (ring buffer full): rescanning cgroups and reading \
+                 memory anew",
                 new.ring_full
             );
-            read_node(
-                self.reader.as_ref(),
-                &mut self.core,
-                self.kubepods.rel.as_str(),
-                &mut self.read_failures,
-            );
-            self.intake.rediscover_due = true;
+            self.rediscover();
         }
     }
 }

@@ -13,8 +13,6 @@ pub(super) struct Intake {
     pub(super) undecodable_logged: bool,
     /// What the kernel's fork counter was last told.
     pub(super) fork_arming: ForkArming,
-    /// Records were lost: every cgroup is rescanned and read at the next tick.
-    pub(super) rediscover_due: bool,
 }
 
 /// The pods on this node as the pod source last handed them out (their cgroups may appear

@@ -150,14 +150,12 @@ enum Asked {
 }
 
 /// Kernel programs that record what they are asked; `reached` makes every new wake-up
-/// level one the kernel has already counted (the records are waiting in the ring); `lost`
-/// records are reported dropped (the ring was full) at the next look.
+/// level one the kernel has already counted (the records are waiting in the ring).
 #[derive(Clone, Default)]
 struct FakeKernel {
     asked: Rc<RefCell<Vec<Asked>>>,
     reached: bool,
     detached: Rc<RefCell<bool>>,
-    lost: Rc<RefCell<u64>>,
 }
 
 impl KernelEvents for FakeKernel {
@@ -188,10 +186,7 @@ impl KernelEvents for FakeKernel {
         TaskCgroups::Unknown
     }
     fn new_drops(&mut self) -> Drops {
-        Drops {
-            ring_full: std::mem::take(&mut *self.lost.borrow_mut()),
-            ..Drops::default()
-        }
+        Drops::default()
     }
     fn tracked_cgroups(&self) -> Result<Vec<u64>, aya::maps::MapError> {
         Ok(Vec::new())
@@ -613,50 +608,4 @@ async fn a_failed_pod_source_leaves_the_known_pods_decided_on_and_is_opened_agai
         s.input(Input::Hangup),
         Next::ReopenPodSource(at) if at <= Instant::now()
     ));
-}
-
-/// The hog's records say it grew by 3.8 GiB, but the ring lost records meanwhile (the one
-/// that took that memory back among them): the node is read before the records decide, and
-/// nothing is evicted for pressure the node does not have. Every pod is read at the next tick.
-#[tokio::test]
-async fn after_lost_records_the_node_is_read_before_records_decide() {
-    let all = [("hog", 100, 1100), ("steady", 400, 300)];
-    let kernel = FakeKernel::default();
-    let lost = kernel.lost.clone();
-    let mut s = scene_with(
-        Mode::Acting(|| ActionOutcome::Failed("scripted".into())),
-        Some(kernel),
-        &["--attach-within", "always"],
-        &all,
-        4000,
-    );
-    s.agent.evaluate(None);
-    s.agent.core.classify(77, "/kubepods/burstable/poduid-hog");
-    let grown = || -> Batch {
-        vec![Ok(crate::source::event::KernelEvent::Stat {
-            cgroup_id: 77,
-            stat: monitor_common::Stat::Anon,
-            ts_ns: crate::system_clock::monotonic_ns(),
-            delta_bytes: 3800 * MI as i64,
-            total_bytes: 3800 * MI as i64,
-            growth_bytes: 3800 * MI as i64,
-        })]
-    };
-    *lost.borrow_mut() = 1000;
-    assert_eq!(s.agent.handle(Input::Records, &mut grown()), Next::Go);
-    assert!(
-        s.asked().is_empty(),
-        "the node read shows 3.6 GiB available"
-    );
-    assert_eq!(s.agent.visibility.metrics.events_lost, 1000);
-    let before = s.machine.0.borrow().pod_reads;
-    assert_eq!(s.input(Input::WaitingRecords), Next::Go);
-    assert_eq!(
-        s.machine.0.borrow().pod_reads,
-        before + all.len(),
-        "every pod read at the tick"
-    );
-    // With no loss the same records decide at once, as ever.
-    assert_eq!(s.agent.handle(Input::Records, &mut grown()), Next::Go);
-    assert_eq!(s.asked(), ["hog"]);
 }

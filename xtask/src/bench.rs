@@ -173,8 +173,9 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
         );
     }
     let wanted = |n: Name| name.is_none() || name == Some(n);
-    build(size, needs_root)?;
+    // Before the build: a wrong --agent is said at once, not minutes later.
     let bins = env::Binaries::locate(size, options.agent, options.agent_flags)?;
+    build(size, needs_root)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
     let mut sections = serde_json::Map::new();

@@ -107,7 +107,12 @@ impl Binaries {
             Some(path) => fs::canonicalize(&path)
                 .ok()
                 .filter(|p| p.is_file())
-                .with_context(|| format!("--agent {}: no such file", path.display()))?,
+                .with_context(|| {
+                    format!(
+                        "--agent {}: not a file (the path of a monitor binary)",
+                        path.display()
+                    )
+                })?,
             None => release.join("monitor"),
         };
         Ok(Self {

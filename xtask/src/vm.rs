@@ -90,6 +90,69 @@ fn runs_on(test: &Path, version: &str, named: bool) -> bool {
             .is_none_or(|(_, on)| *on == version)
 }
 
+/// The VMs each kernel's tests are split across. A guest has one vCPU and waits about half
+/// its time (each of the two VMs of one per kernel kept 0.4-0.6 of a host core busy), so two
+/// per kernel, four in all, fill the host's two cores and halve the VM phase; they run at a
+/// lower priority than the host's tests beside them (see [`qemu::boot`]).
+const VMS_PER_KERNEL: usize = 2;
+
+/// Seconds the slowest test files took in a VM (TCG, Linux 6.1 and 6.12, commit 4086f3f),
+/// to split a kernel's tests into VMs of about equal length; a file not named here counts
+/// [`SHORT_TEST_SECS`]. A wrong figure only unbalances the VMs.
+const TEST_SECS: [(&str, u32); 24] = [
+    ("agent_kube", 126),
+    ("agent_eviction", 106),
+    ("trace_incidents", 96),
+    ("kernel_cgroup_lifecycle", 95),
+    ("agent_checkpoint_damage", 68),
+    ("kernel_events", 67),
+    ("agent_pid_pressure", 65),
+    ("agent_memory_brake", 58),
+    ("agent_faults", 56),
+    ("agent_inflight", 45),
+    ("agent_dry_run_handover", 44),
+    ("agent_dry_run", 37),
+    ("agent_pods", 29),
+    ("agent_checkpoint_dir", 27),
+    ("systemd_cgroup_v2", 25),
+    ("agent_self_protect", 24),
+    ("agent_endpoints", 19),
+    ("agent_untrusted_input", 19),
+    ("agent_bounded_input", 16),
+    ("agent_metrics_port", 16),
+    ("agent_oom_race", 15),
+    ("agent_config_watch", 15),
+    ("agent_log_sink", 15),
+    ("agent_log_json", 13),
+];
+/// What a test file not in [`TEST_SECS`] is taken to last.
+const SHORT_TEST_SECS: u32 = 5;
+
+/// `tests` split into at most `vms` groups of about equal length, longest first into the
+/// shortest group so far; no group is empty.
+fn split<'a>(tests: &[&'a Path], vms: usize) -> Vec<Vec<&'a Path>> {
+    let secs = |test: &Path| {
+        TEST_SECS
+            .iter()
+            .find(|(name, _)| is_named(test, name))
+            .map_or(SHORT_TEST_SECS, |(_, secs)| *secs)
+    };
+    let mut longest_first = tests.to_vec();
+    longest_first.sort_by_key(|test| std::cmp::Reverse(secs(test)));
+    let mut groups: Vec<(u32, Vec<&Path>)> = vec![(0, Vec::new()); vms.max(1)];
+    for test in longest_first {
+        if let Some((total, group)) = groups.iter_mut().min_by_key(|(total, _)| *total) {
+            *total += secs(test);
+            group.push(test);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, group)| group)
+        .filter(|group| !group.is_empty())
+        .collect()
+}
+
 /// Runs the tests crate's test executables in the VMs: those named in `only` (their file
 /// names up to the hash cargo appends), or all when it is empty. The agent they start is
 /// `agent` (the image's static release binary, in `cargo xtask test`), else the debug build.
@@ -109,20 +172,15 @@ pub(crate) fn run(
     if let Some(agent) = agent {
         built.monitor = agent.to_path_buf();
     }
-    let tests = built
+    let tests: Vec<&Path> = built
         .tests
         .iter()
+        .map(PathBuf::as_path)
         .filter(|test| only.is_empty() || only.iter().any(|name| is_named(test, name)))
-        .map(|test| in_guest(&target, test))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect();
     if tests.is_empty() {
         anyhow::bail!("no test executable is named {}", only.join(" or "));
     }
-    let executables: Vec<&Path> = std::iter::once(&built.monitor)
-        .chain(&built.tests)
-        .chain(&built.helpers)
-        .map(PathBuf::as_path)
-        .collect();
     let monitor = in_guest(&target, &built.monitor)?;
     let skip_probe = built
         .helpers
@@ -131,60 +189,79 @@ pub(crate) fn run(
         .context("the tests crate built no skip_probe")?;
     let skip_probe = in_guest(&target, skip_probe)?;
 
-    // The kernels boot at once, one single-vCPU guest each, so they share the host's cores
-    // instead of waiting for each other (TCG makes each run take minutes). Every kernel runs
-    // to its end even when another failed: each result is worth having. Console lines are
-    // prefixed with the kernel they come from.
-    let booted: Vec<(kernel::Series, Duration, anyhow::Result<()>)> = std::thread::scope(|scope| {
-        let runs_on: Vec<_> = kernels
+    // Every VM boots at once, single-vCPU guests sharing the host's cores instead of waiting
+    // for each other (TCG makes each run take minutes); each kernel's tests are split across
+    // [`VMS_PER_KERNEL`] of them, and each VM's RAM disk holds its own tests only. Every VM
+    // runs to its end even when another failed: each result is worth having. Console lines
+    // are prefixed with the VM they come from.
+    let mut vms = Vec::new();
+    for (series, kernel) in &kernels {
+        let mine: Vec<&Path> = tests
             .iter()
-            .map(|(series, kernel)| {
-                let guest = Guest::new(&target, &work, *series, kernel);
-                let mine: Vec<PathBuf> = tests
-                    .iter()
-                    .filter(|test| runs_on(test, series.version, !only.is_empty()))
-                    .cloned()
-                    .collect();
-                let runs = init::test_runs(&monitor, &mine);
-                let (executables, monitor, skip_probe) = (&executables, &monitor, &skip_probe);
+            .copied()
+            .filter(|test| runs_on(test, series.version, !only.is_empty()))
+            .collect();
+        let groups = split(&mine, VMS_PER_KERNEL);
+        let count = groups.len();
+        for (i, group) in groups.into_iter().enumerate() {
+            let name = match count {
+                1 => format!("Linux {}", series.version),
+                _ => format!("Linux {} #{}", series.version, i + 1),
+            };
+            let mut guest = Guest::new(&target, &work, *series, kernel);
+            guest.initrd = format!("initrd-{}-{}.gz", series.version, i + 1);
+            let in_vm = group
+                .iter()
+                .map(|test| in_guest(&target, test))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            // The kernel's own checks once, in its first VM.
+            let runs = init::test_runs(&monitor, &in_vm, i == 0);
+            let executables: Vec<&Path> = std::iter::once(built.monitor.as_path())
+                .chain(group)
+                .chain(built.helpers.iter().map(PathBuf::as_path))
+                .collect();
+            vms.push((name, guest, executables, runs));
+        }
+    }
+    let booted: Vec<(String, Duration, anyhow::Result<()>)> = std::thread::scope(|scope| {
+        let running: Vec<_> = vms
+            .iter()
+            .map(|(name, guest, executables, runs)| {
+                let (monitor, skip_probe) = (&monitor, &skip_probe);
                 let run = scope.spawn(move || {
                     let started = Instant::now();
                     let result = boot_plan(
-                        &guest,
+                        guest,
                         executables,
                         &[("MONITOR_BIN", monitor)],
                         Some(skip_probe),
-                        &runs,
-                        |line| println!("[Linux {}] {line}", guest.series.version),
+                        runs,
+                        |line| println!("[{name}] {line}"),
                     );
                     (started.elapsed(), result)
                 });
-                (*series, run)
+                (name.clone(), run)
             })
             .collect();
-        runs_on
+        running
             .into_iter()
-            .map(|(series, run)| {
+            .map(|(name, run)| {
                 let (took, result) = run.join().unwrap_or_else(|_| {
                     (
                         Duration::ZERO,
                         Err(anyhow::anyhow!("the VM's runner panicked")),
                     )
                 });
-                (series, took, result)
+                (name, took, result)
             })
             .collect()
     });
     let mut failed = Vec::new();
-    for (series, took, result) in booted {
-        timed(
-            &format!("VM Linux {}", series.version),
-            took,
-            result.is_err(),
-        );
+    for (name, took, result) in booted {
+        timed(&format!("VM {name}"), took, result.is_err());
         if let Err(e) = result {
-            eprintln!("vm-test: Linux {}: {e:#}", series.version);
-            failed.push(format!("Linux {}: {e:#}", series.version));
+            eprintln!("vm-test: {name}: {e:#}");
+            failed.push(format!("{name}: {e:#}"));
         }
     }
     match failed.as_slice() {
@@ -370,6 +447,8 @@ struct Guest<'a> {
     series: kernel::Series,
     kernel: &'a kernel::Kernel,
     memory_mib: u32,
+    /// The RAM disk's file in the work directory: one per VM booted at once.
+    initrd: String,
 }
 
 impl<'a> Guest<'a> {
@@ -385,6 +464,7 @@ impl<'a> Guest<'a> {
             series,
             kernel,
             memory_mib: MEMORY_MIB,
+            initrd: format!("initrd-{}.gz", series.version),
         }
     }
 }
@@ -412,9 +492,7 @@ fn boot_plan(
         .iter()
         .map(|host| Ok((*host, in_guest(guest.target, host)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let initrd = guest
-        .work
-        .join(format!("initrd-{}.gz", guest.series.version));
+    let initrd = guest.work.join(&guest.initrd);
     let modules = [(
         guest.kernel.ramdisk_module.as_path(),
         PathBuf::from(init::RAMDISK_MODULE),
@@ -494,6 +572,53 @@ mod tests {
             assert!(
                 files.join(format!("{name}.rs")).is_file(),
                 "{name} is no test file: it would run in every VM"
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_s_tests_are_split_into_vms_of_about_equal_length() {
+        let tests: Vec<PathBuf> = [
+            "agent_kube",
+            "agent_eviction",
+            "trace_incidents",
+            "kernel_events",
+            "cgroup_v2",
+            "kill_frozen",
+        ]
+        .iter()
+        .map(|name| PathBuf::from(format!("/t/debug/deps/{name}-1f2e")))
+        .collect();
+        let tests: Vec<&Path> = tests.iter().map(PathBuf::as_path).collect();
+        let groups = split(&tests, 2);
+        let names = |group: &[&Path]| -> Vec<String> {
+            group
+                .iter()
+                .map(|test| test.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        // Longest first into the shorter VM: 126 + 67 + 5 + 5 = 203 against 106 + 96 = 202.
+        assert_eq!(
+            names(&groups[0]),
+            [
+                "agent_kube-1f2e",
+                "kernel_events-1f2e",
+                "cgroup_v2-1f2e",
+                "kill_frozen-1f2e"
+            ]
+        );
+        assert_eq!(
+            names(&groups[1]),
+            ["agent_eviction-1f2e", "trace_incidents-1f2e"]
+        );
+        assert_eq!(split(&tests[..1], 2).len(), 1, "no empty VM");
+        assert_eq!(split(&tests, 1).concat().len(), tests.len());
+        for (name, _) in TEST_SECS {
+            assert!(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(format!("../tests/tests/{name}.rs"))
+                    .is_file(),
+                "{name} is no test file"
             );
         }
     }

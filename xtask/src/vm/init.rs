@@ -47,12 +47,12 @@ impl Run {
 /// The kubepods cgroup `doctor` is shown in the VM.
 const DOCTOR_KUBEPODS: &str = "vm-doctor-kubepods";
 
-/// `monitor doctor`, then every test executable, one test at a time.
-pub(super) fn test_runs(monitor: &Path, tests: &[PathBuf]) -> Vec<Run> {
+/// `monitor doctor` when `doctor`, then every test executable, one test at a time.
+pub(super) fn test_runs(monitor: &Path, tests: &[PathBuf], doctor: bool) -> Vec<Run> {
     // doctor fails where the agent cannot run, and the VM has no kubepods cgroup of its own:
     // it is given one for the check, removed before the tests, which make their own.
     let kubepods = format!("/sys/fs/cgroup/{DOCTOR_KUBEPODS}");
-    let mut runs = vec![
+    let checks = vec![
         Run::new("doctor-kubepods", Path::new("/bin/mkdir"), &[&kubepods]),
         Run::new(
             "doctor",
@@ -65,6 +65,7 @@ pub(super) fn test_runs(monitor: &Path, tests: &[PathBuf]) -> Vec<Run> {
             &[&kubepods],
         ),
     ];
+    let mut runs = if doctor { checks } else { Vec::new() };
     for test in tests {
         let name = test.file_name().map_or_else(
             || test.display().to_string(),
@@ -191,7 +192,7 @@ mod tests {
             kernel: "6.12",
             env: &[("MONITOR_BIN", monitor)],
             skip_probe: Some(Path::new("/t/debug/skip_probe")),
-            runs: &test_runs(monitor, tests),
+            runs: &test_runs(monitor, tests, true),
         })
     }
 
@@ -227,6 +228,28 @@ mod tests {
         assert!(at("--test-threads=1") < at("tr '\\t' ' ' < /tmp/test-skips.log"));
         assert!(at("/tmp/test-skips.log\n") < at("VM-TEST-RESULT n0nce pass"));
         assert!(script.trim_end().ends_with("poweroff -f"));
+    }
+
+    #[test]
+    fn the_kernel_checks_run_in_one_vm_of_a_kernel_the_tests_in_each() {
+        let monitor = Path::new("/t/debug/monitor");
+        let tests = [PathBuf::from("/t/debug/deps/cgroup_v2-1f2e")];
+        let names = |doctor| -> Vec<String> {
+            test_runs(monitor, &tests, doctor)
+                .into_iter()
+                .map(|run| run.name)
+                .collect()
+        };
+        assert_eq!(
+            names(true),
+            [
+                "doctor-kubepods",
+                "doctor",
+                "doctor-kubepods-removed",
+                "cgroup_v2-1f2e"
+            ]
+        );
+        assert_eq!(names(false), ["cgroup_v2-1f2e"]);
     }
 
     #[test]

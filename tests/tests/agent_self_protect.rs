@@ -169,8 +169,10 @@ fn the_agent_publishes_its_own_memory_charge_and_says_when_it_nears_its_limit() 
         Some(ROOMY)
     );
     let charged_by_kernel = settled_charge(&own);
+    // At least its heap, stacks and page tables: about 4 MiB in a VM, whose RAM disk's pages
+    // (the agent's binary) were charged to the root when the kernel unpacked it.
     assert!(
-        charged > 4 << 20 && charged.abs_diff(charged_by_kernel) < 8 << 20,
+        charged > 2 << 20 && charged.abs_diff(charged_by_kernel) < 8 << 20,
         "published {charged}, the cgroup says {charged_by_kernel}"
     );
     assert!(

@@ -1,7 +1,7 @@
 //! The loop's steps around [`StatPrograms`](super::stat_programs::StatPrograms): the guard
 //! read of the node's memory while the stat programs are off, and moving them on or off as
 //! the headroom says.
-use super::{components::Agent, reader::read_node};
+use super::components::Agent;
 use crate::system_clock::monotonic_ns;
 
 impl Agent {
@@ -14,12 +14,7 @@ impl Agent {
     /// guard reads next.
     pub(super) fn read_guard(&mut self) {
         let read_ns = monotonic_ns();
-        let read = read_node(
-            self.reader.as_ref(),
-            &mut self.core,
-            self.kubepods.rel.as_str(),
-            &mut self.read_failures,
-        );
+        let read = self.read_node();
         // A failed read knows no headroom: the next comes one guard period later.
         let headroom = if read {
             self.core.memory_headroom()

@@ -33,6 +33,17 @@ enum Step {
 }
 
 impl Agent {
+    /// Reads the node's and the kubepods cgroup's working sets into the core; false when a
+    /// read failed (the last values stand).
+    pub(super) fn read_node(&mut self) -> bool {
+        read_node(
+            self.reader.as_ref(),
+            &mut self.core,
+            self.kubepods.rel.as_str(),
+            &mut self.read_failures,
+        )
+    }
+
     /// A timed resync: every number read now when polling; with the stat records, the node
     /// now and the pods paced. One still reading its pods when the next is due lets that one
     /// go (the records keep the numbers current meanwhile).
@@ -50,12 +61,7 @@ impl Agent {
         let scope = self.resync.take_scope(false);
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
-        read_node(
-            self.reader.as_ref(),
-            &mut self.core,
-            self.kubepods.rel.as_str(),
-            &mut self.read_failures,
-        );
+        self.read_node();
         let pods = self.core.pods_to_read(scope);
         self.resync.paced = Some(PacedRead::new(pods, scope, marked));
     }
@@ -70,12 +76,7 @@ impl Agent {
             self.read_cgroupfs(false);
             return;
         }
-        read_node(
-            self.reader.as_ref(),
-            &mut self.core,
-            self.kubepods.rel.as_str(),
-            &mut self.read_failures,
-        );
+        self.read_node();
         let victim: Vec<(PodRef, CgroupRel)> = self
             .core
             .pod(uid)

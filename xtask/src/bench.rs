@@ -149,6 +149,29 @@ pub(crate) struct Options {
     pub cpu_limit: u64,
     /// The `starved` bench's pod counts (empty: the size's).
     pub pods: Vec<usize>,
+    /// Where the cases run: `cargo xtask test` runs the smoke's VM cases beside its VM tests.
+    pub machines: Machines,
+}
+
+/// Which of the cases a run takes: those on this machine, those that boot a VM, or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Machines {
+    Both,
+    /// This machine's cases alone: no VM boots.
+    Host,
+    /// The cases in VMs alone (hooks and overhead on 6.18, oom-race's cgroup v2 cases and
+    /// peers on 6.1); they put no load on this machine's memory, only on its cores.
+    Vms,
+}
+
+impl Machines {
+    fn host(self) -> bool {
+        self != Self::Vms
+    }
+
+    fn vms(self) -> bool {
+        self != Self::Host
+    }
 }
 
 impl Default for Options {
@@ -160,6 +183,7 @@ impl Default for Options {
             agent_flags: Vec::new(),
             cpu_limit: DAEMONSET_MILLICORES,
             pods: Vec::new(),
+            machines: Machines::Both,
         }
     }
 }
@@ -199,23 +223,38 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
         sections.insert(label, section.raw);
         Ok(())
     };
-    run_one(Name::Latency, &mut || latency::run(&bins, &machine, size))?;
-    run_one(Name::Density, &mut || density::run(&bins, &machine, size))?;
-    run_one(Name::Kernel, &mut || {
-        kernel_cost::run(&bins, &machine, size)
+    let (on_host, in_vms) = (options.machines.host(), options.machines.vms());
+    if on_host {
+        run_one(Name::Latency, &mut || latency::run(&bins, &machine, size))?;
+        run_one(Name::Density, &mut || density::run(&bins, &machine, size))?;
+        run_one(Name::Kernel, &mut || {
+            kernel_cost::run(&bins, &machine, size)
+        })?;
+    }
+    run_one(Name::Hooks, &mut || {
+        hooks::run(&bins, &machine, size, options.machines)
     })?;
-    run_one(Name::Hooks, &mut || hooks::run(&bins, &machine, size))?;
-    run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, size))?;
-    run_one(Name::OomRace, &mut || oom_race::run(&bins, &machine, size))?;
-    run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
-    run_one(Name::Overhead, &mut || overhead::run(&bins, &machine, size))?;
-    run_one(Name::Starved, &mut || {
-        starved::run(&bins, &machine, size, options.cpu_limit, &options.pods)
+    if on_host {
+        run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, size))?;
+        run_one(Name::OomRace, &mut || {
+            oom_race::run(&bins, &machine, size, in_vms)
+        })?;
+        run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
+    }
+    run_one(Name::Overhead, &mut || {
+        overhead::run(&bins, &machine, size, options.machines)
     })?;
-    if name == Some(Name::OomV2) {
+    if on_host {
+        run_one(Name::Starved, &mut || {
+            starved::run(&bins, &machine, size, options.cpu_limit, &options.pods)
+        })?;
+    }
+    // Named alone, or the oom-race's VM cases when the run leaves this machine's out.
+    let oom_vms_alone = in_vms && !on_host && wanted(Name::OomRace);
+    if name == Some(Name::OomV2) || oom_vms_alone {
         run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, size))?;
     }
-    if name == Some(Name::OomPeers) {
+    if name == Some(Name::OomPeers) || oom_vms_alone {
         run_one(Name::OomPeers, &mut || {
             oom_peers::run(&bins, &machine, size)
         })?;

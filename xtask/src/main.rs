@@ -148,6 +148,7 @@ fn main() -> ExitCode {
                 agent_flags,
                 cpu_limit,
                 pods: pods.into_iter().map(|n| n as usize).collect(),
+                machines: bench::Machines::Both,
             };
             setup::run().and_then(|()| bench::run(name, size, options))
         }

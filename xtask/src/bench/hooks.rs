@@ -12,7 +12,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use super::{
-    Size,
+    Machines, Size,
     env::{Binaries, Machine, loadavg},
     percentile,
     report::{Figure, Section},
@@ -35,26 +35,38 @@ pub(super) enum Measurement {
     },
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+/// The hooks' cost on this machine and in a VM with both memcg hooks, as `machines` says.
+pub(super) fn run(
+    bins: &Binaries,
+    machine: &Machine,
+    size: Size,
+    machines: Machines,
+) -> anyhow::Result<Section> {
     // Under TCG a faulted page costs ~10x a real one: fewer rounds there.
     let (host_rounds, vm_rounds, repeats) = size.pick((20, 5, 1), (100, 20, 3), (500, 100, 7));
     let load = loadavg();
-    eprintln!("bench: hooks: on this machine (load {load:.2})");
-    let host = host_measurements(bins, host_rounds, repeats)?;
-    eprintln!("bench: hooks: on Linux 6.18 under qemu");
-    let mut console = Vec::new();
-    vm::run_on_both_hooks_kernel(
-        &bins.hook_cost,
-        &[&vm_rounds.to_string(), &repeats.to_string()],
-        &[("MONITOR_BENCH_LOAD_BIN", &bins.load)],
-        |line| {
-            println!("{line}");
-            console.push(line.to_string());
-        },
-    )?;
-    let guest = parse(&console.join("\n"));
-    if guest.is_empty() {
-        bail!("the VM printed no hook-cost line");
+    let mut host = Vec::new();
+    if machines.host() {
+        eprintln!("bench: hooks: on this machine (load {load:.2})");
+        host = host_measurements(bins, host_rounds, repeats)?;
+    }
+    let mut guest = Vec::new();
+    if machines.vms() {
+        eprintln!("bench: hooks: on Linux 6.18 under qemu");
+        let mut console = Vec::new();
+        vm::run_on_both_hooks_kernel(
+            &bins.hook_cost,
+            &[&vm_rounds.to_string(), &repeats.to_string()],
+            &[("MONITOR_BENCH_LOAD_BIN", &bins.load)],
+            |line| {
+                println!("{line}");
+                console.push(line.to_string());
+            },
+        )?;
+        guest = parse(&console.join("\n"));
+        if guest.is_empty() {
+            bail!("the VM printed no hook-cost line");
+        }
     }
     let host_label = format!("this machine ({})", machine.kernel);
     let mut figures = figures_of(&host_label, &host, machine, load);

@@ -146,7 +146,13 @@ fn plan(size: Size) -> (Vec<u64>, usize, Vec<Case>) {
     }
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+/// The trials on this machine, then, `with_vms`, the cgroup v2 cases and the peers in VMs.
+pub(super) fn run(
+    bins: &Binaries,
+    machine: &Machine,
+    size: Size,
+    with_vms: bool,
+) -> anyhow::Result<Section> {
     let release = bins
         .monitor
         .parent()
@@ -217,14 +223,16 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Res
     println!("{}", win_table(&rates));
     let (reap_figures, reap_raw) = reap_times(release, machine, size.pick(1, 6, 30))?;
     figures.extend(reap_figures);
-    let v2 = oom_brake::run(bins, machine, size)?;
-    figures.extend(v2.figures);
-    let peers = oom_peers::run(bins, machine, size)?;
-    figures.extend(peers.figures);
-    Ok(Section {
-        figures,
-        raw: json!({ "cgroup": raw, "reap": reap_raw, "cgroup_v2": v2.raw, "peers": peers.raw }),
-    })
+    let mut raw = json!({ "cgroup": raw, "reap": reap_raw });
+    if with_vms {
+        let v2 = oom_brake::run(bins, machine, size)?;
+        figures.extend(v2.figures);
+        raw["cgroup_v2"] = v2.raw;
+        let peers = oom_peers::run(bins, machine, size)?;
+        figures.extend(peers.figures);
+        raw["peers"] = peers.raw;
+    }
+    Ok(Section { figures, raw })
 }
 
 /// Force to memory back for a 500 MiB victim, with and without `process_mrelease` (the

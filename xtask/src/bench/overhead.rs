@@ -24,7 +24,7 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 use super::{
-    Size,
+    Machines, Size,
     env::{Agent, BenchTree, Binaries, Machine, Rng, SourceArg, limit_memory, loadavg, spawn_in},
     overhead_vm, percentile,
     report::{Figure, Section},
@@ -102,7 +102,16 @@ struct Job {
     command: Command,
 }
 
-pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
+/// Real jobs beside the agent on this machine, then in a VM on 6.18, as `machines` says.
+pub(super) fn run(
+    bins: &Binaries,
+    machine: &Machine,
+    size: Size,
+    machines: Machines,
+) -> anyhow::Result<Section> {
+    if !machines.host() {
+        return overhead_vm::run(bins, machine, size);
+    }
     ensure_debian_packages(&["gcc", "coreutils"])?;
     let sizes = size.pick(&SMOKE, &QUICK, &FULL);
     let tree = BenchTree::create("overhead", 2)?;
@@ -136,7 +145,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Res
     }
     let mut section = summarize(machine, load, sizes, &jobs, &times);
     // The quick run leaves the emulated 6.18 out: its boot and heaps take minutes.
-    if size != Size::Quick {
+    if size != Size::Quick && machines.vms() {
         let vm = overhead_vm::run(bins, machine, size)?;
         section.figures.extend(vm.figures);
         section.raw["vm_6_18_tcg"] = vm.raw;

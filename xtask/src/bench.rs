@@ -196,17 +196,13 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
             "the latency, density, kernel, hooks, oom-race, pid-race, overhead, starved and oom-peers benchmarks create cgroups and load kernel programs: run as root (or `cargo xtask bench ranking`)"
         );
     }
-    let wanted = |n: Name| name.is_none() || name == Some(n);
     // Before the build: a wrong --agent is said at once, not minutes later.
     let bins = env::Binaries::locate(size, options.agent, options.agent_flags)?;
     build(size, needs_root)?;
     let machine = env::Machine::read();
     let mut figures = Vec::new();
-    let mut sections = serde_json::Map::new();
+    let mut raw_sections = serde_json::Map::new();
     let mut run_one = |n: Name, f: &mut dyn FnMut() -> anyhow::Result<report::Section>| {
-        if !wanted(n) {
-            return Ok::<(), anyhow::Error>(());
-        }
         let label = format!("{n:?}").to_lowercase();
         eprintln!("bench: {label} (load {:.2})", env::loadavg());
         let section_started = Instant::now();
@@ -220,44 +216,30 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
             section_started.elapsed().as_secs_f64()
         );
         figures.extend(section.figures);
-        sections.insert(label, section.raw);
-        Ok(())
+        raw_sections.insert(label, section.raw);
+        Ok::<(), anyhow::Error>(())
     };
-    let (on_host, in_vms) = (options.machines.host(), options.machines.vms());
-    if on_host {
-        run_one(Name::Latency, &mut || latency::run(&bins, &machine, size))?;
-        run_one(Name::Density, &mut || density::run(&bins, &machine, size))?;
-        run_one(Name::Kernel, &mut || {
-            kernel_cost::run(&bins, &machine, size)
-        })?;
-    }
-    run_one(Name::Hooks, &mut || {
-        hooks::run(&bins, &machine, size, options.machines)
-    })?;
-    if on_host {
-        run_one(Name::Ranking, &mut || ranking::run(&bins, &machine, size))?;
-        run_one(Name::OomRace, &mut || {
-            oom_race::run(&bins, &machine, size, in_vms)
-        })?;
-        run_one(Name::PidRace, &mut || pid_race::run(&bins, &machine, size))?;
-    }
-    run_one(Name::Overhead, &mut || {
-        overhead::run(&bins, &machine, size, options.machines)
-    })?;
-    if on_host {
-        run_one(Name::Starved, &mut || {
-            starved::run(&bins, &machine, size, options.cpu_limit, &options.pods)
-        })?;
-    }
-    // Named alone, or the oom-race's VM cases when the run leaves this machine's out.
-    let oom_vms_alone = in_vms && !on_host && wanted(Name::OomRace);
-    if name == Some(Name::OomV2) || oom_vms_alone {
-        run_one(Name::OomV2, &mut || oom_brake::run(&bins, &machine, size))?;
-    }
-    if name == Some(Name::OomPeers) || oom_vms_alone {
-        run_one(Name::OomPeers, &mut || {
-            oom_peers::run(&bins, &machine, size)
-        })?;
+    let machines = options.machines;
+    for section in sections(name, machines) {
+        match section {
+            Name::Latency => run_one(section, &mut || latency::run(&bins, &machine, size)),
+            Name::Density => run_one(section, &mut || density::run(&bins, &machine, size)),
+            Name::Kernel => run_one(section, &mut || kernel_cost::run(&bins, &machine, size)),
+            Name::Hooks => run_one(section, &mut || hooks::run(&bins, &machine, size, machines)),
+            Name::Ranking => run_one(section, &mut || ranking::run(&bins, &machine, size)),
+            Name::OomRace => run_one(section, &mut || {
+                oom_race::run(&bins, &machine, size, machines.vms())
+            }),
+            Name::PidRace => run_one(section, &mut || pid_race::run(&bins, &machine, size)),
+            Name::Overhead => run_one(section, &mut || {
+                overhead::run(&bins, &machine, size, machines)
+            }),
+            Name::Starved => run_one(section, &mut || {
+                starved::run(&bins, &machine, size, options.cpu_limit, &options.pods)
+            }),
+            Name::OomV2 => run_one(section, &mut || oom_brake::run(&bins, &machine, size)),
+            Name::OomPeers => run_one(section, &mut || oom_peers::run(&bins, &machine, size)),
+        }?;
     }
     let elapsed = started.elapsed();
     println!("{}", report::table(&figures));
@@ -275,10 +257,38 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
     if options.json {
         println!(
             "{}",
-            report::json(&machine, size, elapsed, &figures, sections)
+            report::json(&machine, size, elapsed, &figures, raw_sections)
         );
     }
     Ok(())
+}
+
+/// The sections a run takes, in order: `name`'s, or every one, on `machines`. The sections
+/// on both sides split inside (hooks, overhead); the oom-race's VM cases are sections of their
+/// own (named alone, or run alone when the run leaves this machine's cases out).
+fn sections(name: Option<Name>, machines: Machines) -> Vec<Name> {
+    use Name::{
+        Density, Hooks, Kernel, Latency, OomPeers, OomRace, OomV2, Overhead, PidRace, Ranking,
+        Starved,
+    };
+    // Every section has cases on this machine.
+    const ALL: [Name; 9] = [
+        Latency, Density, Kernel, Hooks, Ranking, OomRace, PidRace, Overhead, Starved,
+    ];
+    // Those with cases in a VM too, split inside; oom-race's are OomV2's and OomPeers'.
+    const PART_IN_VMS: [Name; 2] = [Hooks, Overhead];
+    if let Some(OomV2 | OomPeers) = name {
+        return name.into_iter().collect();
+    }
+    let wanted = |n: Name| name.is_none_or(|named| named == n);
+    let mut picked: Vec<Name> = ALL
+        .into_iter()
+        .filter(|n| wanted(*n) && (machines.host() || PART_IN_VMS.contains(n)))
+        .collect();
+    if wanted(OomRace) && machines == Machines::Vms {
+        picked.extend([OomV2, OomPeers]);
+    }
+    picked
 }
 
 /// The agent and the helpers, built as the size runs them: the smoke takes the test build's
@@ -305,6 +315,32 @@ fn build(size: Size, needs_root: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smoke_s_two_sides_together_take_every_case_once() {
+        use Name::{
+            Density, Hooks, Kernel, Latency, OomPeers, OomRace, OomV2, Overhead, PidRace, Ranking,
+            Starved,
+        };
+        let every = sections(None, Machines::Both);
+        assert_eq!(
+            every,
+            [
+                Latency, Density, Kernel, Hooks, Ranking, OomRace, PidRace, Overhead, Starved
+            ]
+        );
+        let host = sections(None, Machines::Host);
+        assert_eq!(host, every, "each section has cases on this machine");
+        // Hooks and overhead take their VM parts; oom-race's VM cases are sections of their own.
+        assert_eq!(
+            sections(None, Machines::Vms),
+            [Hooks, Overhead, OomV2, OomPeers]
+        );
+        assert_eq!(sections(Some(OomRace), Machines::Vms), [OomV2, OomPeers]);
+        assert_eq!(sections(Some(Starved), Machines::Vms), []);
+        assert_eq!(sections(Some(OomV2), Machines::Both), [OomV2]);
+        assert_eq!(sections(Some(Hooks), Machines::Host), [Hooks]);
+    }
 
     #[test]
     fn the_starved_bench_holds_the_agent_to_the_daemonsets_cpu_limit() {

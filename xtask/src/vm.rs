@@ -36,9 +36,9 @@ const GUEST_TARGET: &str = "/target";
 /// Test files whose subject is the same on every kernel: the agent's shell over cgroup v2
 /// (its inputs, endpoints, faults, checkpoint and API route), the memory brake (cgroupfs
 /// files), and the fork counter (one tracepoint, attached on both, which `doctor` checks in
-/// both). Each runs in the VM named beside it, so the two VMs, which run side by side, take
-/// about as long; the rest, which depend on the memcg hooks or on each kernel's tracepoints,
-/// run in both.
+/// both). Each runs on the kernel named beside it, so the two kernels' VMs, which run side by
+/// side, take about as long; the rest, which depend on the memcg hooks or on each kernel's
+/// tracepoints, run on both.
 const ONE_VM_TESTS: [(&str, &str); 37] = [
     ("agent_kube", "6.1"),
     ("kube_clients", "6.1"),
@@ -58,7 +58,7 @@ const ONE_VM_TESTS: [(&str, &str); 37] = [
     ("container_privileges", "6.1"),
     ("top_tmux", "6.1"),
     ("agent_signals", "6.1"),
-    // Moved from 6.12, the longer of the two VMs, to even them out (11:28 against 9:42).
+    // Moved from 6.12, the longer of the two kernels, to even them out (11:28 against 9:42).
     ("agent_memory_brake", "6.1"),
     ("agent_inflight", "6.12"),
     ("agent_pid_pressure", "6.12"),

@@ -207,9 +207,11 @@ impl AgentScene {
     }
 
     fn until_ready(agent: MonitorProcess) -> MonitorProcess {
+        // A hang's guard, not a speed check: an emulated VM on a busy host took over 30 s to
+        // load the kernel programs through fentry.
         wait_for_start(
             agent,
-            Duration::from_secs(30),
+            Duration::from_secs(90),
             |l| l.contains(" source ") && l.contains(" thresholds "),
             |l| l.contains("Error"),
         )

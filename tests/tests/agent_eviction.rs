@@ -421,7 +421,10 @@ fn a_pod_killed_before_a_restart_is_not_chosen_again() {
     if !running_as_root("a_pod_killed_before_a_restart_is_not_chosen_again") {
         return;
     }
-    let scene = AgentScene::new("agent-killed-restart", "1s", "5s");
+    // An interval longer than the first agent lives after its kill: with 1 s, a loaded VM
+    // took longer to stop it, and it began the keeper's eviction too. The restarted agent
+    // decides once the interval since the kill is over.
+    let scene = AgentScene::new("agent-killed-restart", "6s", "5s");
     let (_victim, keeper, _keeper_proc, _) = victim_killed_beside_a_keeper(&scene);
 
     // The victim's manifest and empty cgroup stay, as in a manifest directory nobody tidies;

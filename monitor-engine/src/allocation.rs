@@ -31,7 +31,7 @@ use serde::Serialize;
 
 /// What the kubelet reports of a pod's resize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ResizeState {
+pub(crate) enum ResizeState {
     /// `status.resize: Proposed` (1.27-1.32): the kubelet has not looked at it yet.
     Proposed,
     /// Allocated, not yet actuated (`PodResizeInProgress`, or `status.resize: InProgress`).
@@ -46,7 +46,7 @@ pub enum ResizeState {
 
 impl ResizeState {
     /// Whether the new resources are not allocated yet.
-    pub fn is_pending(self) -> bool {
+    pub(crate) fn is_pending(self) -> bool {
         !matches!(self, ResizeState::InProgress)
     }
 }
@@ -54,7 +54,7 @@ impl ResizeState {
 /// Where allocated requests were read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum AllocationSource {
+pub(crate) enum AllocationSource {
     /// `status.containerStatuses[].allocatedResources` (or the pod-level one).
     AllocatedResources,
     /// `status.containerStatuses[].resources.requests`, while a resize is pending.
@@ -63,18 +63,21 @@ pub enum AllocationSource {
 
 /// A pod spec with the kubelet's allocation in place of the desired resources.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AllocatedSpec<'a> {
+pub(crate) struct AllocatedSpec<'a> {
     /// The spec, a copy only when the allocation differs.
-    pub spec: Cow<'a, PodSpec>,
+    pub(crate) spec: Cow<'a, PodSpec>,
     /// The resize state the status reports, if any.
-    pub resize: Option<ResizeState>,
+    pub(crate) resize: Option<ResizeState>,
     /// Where the replaced requests came from; `None` when the spec's stand.
-    pub source: Option<AllocationSource>,
+    pub(crate) source: Option<AllocationSource>,
 }
 
 /// `spec` with each container's requests replaced by what the kubelet allocated, as its
 /// `UpdatePodFromAllocation` does for the eviction manager.
-pub fn allocated_spec<'a>(spec: &'a PodSpec, status: Option<&PodStatus>) -> AllocatedSpec<'a> {
+pub(crate) fn allocated_spec<'a>(
+    spec: &'a PodSpec,
+    status: Option<&PodStatus>,
+) -> AllocatedSpec<'a> {
     let resize = status.and_then(resize_state);
     let pending = resize.is_some_and(ResizeState::is_pending);
     let mut allocated = AllocatedSpec {

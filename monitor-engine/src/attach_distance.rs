@@ -25,7 +25,7 @@ pub const GUARD_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Bytes per second one CPU can add to a working set by faulting anonymous memory. A
 /// process writing fresh memory as fast as it can reaches about 2 GiB/s here; more per CPU
 /// would need faster memory than any fault path has.
-pub const PER_CPU_GROWTH: u64 = 2 << 30;
+pub(crate) const PER_CPU_GROWTH: u64 = 2 << 30;
 /// The read of every pod assumed before one was timed.
 const FIRST_READ_ALLOWANCE: Duration = Duration::from_millis(100);
 /// Growth is measured over at least this span: shorter ones hold a step or two, not a rate.
@@ -106,17 +106,17 @@ impl AttachDistance {
     }
 
     /// What the node's CPUs can fault in, in bytes per second.
-    pub fn fault_bound(&self) -> u64 {
+    pub(crate) fn fault_bound(&self) -> u64 {
         self.cpus.saturating_mul(PER_CPU_GROWTH)
     }
 
     /// The fastest growth measured in the last one to two windows.
-    pub fn fastest_seen(&self) -> u64 {
+    pub(crate) fn fastest_seen(&self) -> u64 {
         self.seen[0].max(self.seen[1])
     }
 
     /// How long the agent is blind to the pods' growth: a guard period and a read of all.
-    pub fn blind_span(&self) -> Duration {
+    pub(crate) fn blind_span(&self) -> Duration {
         GUARD_PERIOD + self.read_all.unwrap_or(FIRST_READ_ALLOWANCE)
     }
 

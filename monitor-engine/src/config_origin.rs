@@ -214,9 +214,9 @@ fn file_settings(config: &EvictionConfig, written: &Written) -> Vec<Setting> {
 /// setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingChange {
-    pub name: String,
-    pub old: Option<String>,
-    pub new: Option<String>,
+    pub(crate) name: String,
+    pub(crate) old: Option<String>,
+    pub(crate) new: Option<String>,
 }
 
 impl fmt::Display for SettingChange {

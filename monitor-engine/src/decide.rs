@@ -39,7 +39,7 @@ use super::threshold::{SignalObservation, Threshold, ThresholdId, ThresholdKind}
 
 /// Grace period for evictions on hard thresholds (the kubelet's
 /// `immediateEvictionGracePeriodSeconds`).
-pub const HARD_EVICTION_GRACE_PERIOD_SECONDS: i64 = 1;
+pub(crate) const HARD_EVICTION_GRACE_PERIOD_SECONDS: i64 = 1;
 
 /// Everything the decision step remembers between calls. Plain data, checkpointed by the
 /// agent so a restart does not forget a soft threshold's timer or a pending cleanup.
@@ -65,16 +65,16 @@ pub struct ThresholdObservedAt {
     /// Which threshold.
     pub threshold: ThresholdId,
     /// First met at.
-    pub at: MonoInstant,
+    pub(crate) at: MonoInstant,
 }
 
 /// A node condition and the instant it was last observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConditionObservedAt {
     /// Which condition.
-    pub condition: NodeCondition,
+    pub(crate) condition: NodeCondition,
     /// Last observed at.
-    pub at: MonoInstant,
+    pub(crate) at: MonoInstant,
 }
 
 /// An evicted pod not yet gone.
@@ -91,7 +91,7 @@ pub struct PendingCleanup {
 
 impl PendingCleanup {
     /// When the wait for this pod ends, even if it is never reported gone.
-    pub fn wait_ends(&self, cleanup_timeout: Duration) -> MonoInstant {
+    pub(crate) fn wait_ends(&self, cleanup_timeout: Duration) -> MonoInstant {
         let grace = Duration::from_secs(u64::try_from(self.grace_period_seconds).unwrap_or(0));
         self.evicted_at.saturating_add(grace + cleanup_timeout)
     }
@@ -101,7 +101,7 @@ impl EvictionState {
     /// When the wait the last eviction imposes on the next one ends: the eviction interval
     /// over, and the wait for its pod's cleanup too while that pod is not reported gone.
     /// `None` when no eviction was decided.
-    pub fn wait_ends(
+    pub(crate) fn wait_ends(
         &self,
         eviction_interval: Duration,
         cleanup_timeout: Duration,
@@ -118,7 +118,7 @@ impl EvictionState {
 
     /// Records that a pod is gone (its cgroup removed, or the API reports it deleted), which
     /// lifts the cleanup gate if it was the pod being waited for.
-    pub fn pod_cleaned_up(&mut self, uid: &str) {
+    pub(crate) fn pod_cleaned_up(&mut self, uid: &str) {
         if self
             .awaiting_cleanup
             .as_ref()
@@ -187,19 +187,9 @@ pub struct Eviction {
     pub reason: String,
 }
 
-/// Runs one decision step. `observations` must hold the latest value of each signal.
-pub fn decide(
-    config: &EvictionConfig,
-    observations: &BTreeMap<Signal, SignalObservation>,
-    rankings: &RankIndexSet,
-    state: &mut EvictionState,
-    clock: &impl Clock,
-) -> Decision {
-    decide_among(config, observations, rankings, state, clock, |_| true)
-}
-
-/// [`decide`], choosing only among ranked pods for which `actionable` is true.
-pub fn decide_among(
+/// Runs one decision step, choosing only among ranked pods for which `actionable` is true.
+/// `observations` must hold the latest value of each signal.
+pub(crate) fn decide_among(
     config: &EvictionConfig,
     observations: &BTreeMap<Signal, SignalObservation>,
     rankings: &RankIndexSet,
@@ -384,6 +374,8 @@ fn reason(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::eviction_order::FsLayout;
     use crate::instant::ManualClock;
 
@@ -456,7 +448,7 @@ mod tests {
         let mut set = RankIndexSet::new(FsLayout::Shared, Signal::ALL);
         for (facts, usage) in pods {
             let uid = facts.pod.uid.clone();
-            set.upsert_pod(facts);
+            set.upsert_pod_shared(&Arc::new(facts));
             set.update_usage(&uid, Some(usage));
         }
         set
@@ -643,12 +635,13 @@ mod tests {
                 if let Some(uid) = step.cleaned_up {
                     state.pod_cleaned_up(uid);
                 }
-                let decision = decide(
+                let decision = decide_among(
                     &config,
                     &memory_available(step.available_mi),
                     &rankings,
                     &mut state,
                     &clock,
+                    |_| true,
                 );
                 match (decision.action, &step.expect) {
                     (Action::Evict(e), Expect::Evict { pod, grace }) => assert_eq!(
@@ -761,12 +754,13 @@ mod tests {
         ];
         for case in cases {
             clock.advance(Duration::from_secs(case.after_secs));
-            let decision = decide(
+            let decision = decide_among(
                 &config,
                 &memory_available(case.available_mi),
                 &rankings,
                 &mut state,
                 &clock,
+                |_| true,
             );
             assert_eq!(
                 decision.node_conditions, case.conditions,
@@ -782,12 +776,13 @@ mod tests {
         let rankings = rankings(vec![pod("hog", 7, false, 900, None)]);
         let clock = ManualClock::new(MonoInstant::from_millis(0));
         let mut state = EvictionState::default();
-        let decision = decide(
+        let decision = decide_among(
             &config,
             &memory_available(50),
             &rankings,
             &mut state,
             &clock,
+            |_| true,
         );
         let eviction = decision.eviction().expect("an eviction");
         assert_eq!(eviction.signal, Signal::MemoryAvailable);

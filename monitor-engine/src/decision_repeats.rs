@@ -8,7 +8,7 @@ use std::{collections::HashMap, time::Duration};
 use crate::{instant::MonoInstant, signal::Signal};
 
 /// How often a series is summed up; a pod not decided on again within it starts a new one.
-pub const SUMMARY_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
 /// What to say of one decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

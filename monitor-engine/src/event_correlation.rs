@@ -17,17 +17,17 @@
 use std::collections::{BTreeSet, HashMap};
 
 /// Distinct messages within [`AGGREGATE_WINDOW_NS`] after which similar Events are combined.
-pub const AGGREGATE_MAX_EVENTS: usize = 10;
+pub(crate) const AGGREGATE_MAX_EVENTS: usize = 10;
 /// How long similar Events count toward combining them: 10 minutes since the last one.
-pub const AGGREGATE_WINDOW_NS: u64 = 600 * NANOS_PER_SECOND;
+pub(crate) const AGGREGATE_WINDOW_NS: u64 = 600 * NANOS_PER_SECOND;
 /// Events a source may write about one object at once.
-pub const SPAM_BURST: f64 = 25.0;
+pub(crate) const SPAM_BURST: f64 = 25.0;
 /// Then one every 5 minutes.
-pub const SPAM_REFILL_PER_SECOND: f64 = 1.0 / 300.0;
+pub(crate) const SPAM_REFILL_PER_SECOND: f64 = 1.0 / 300.0;
 /// Keys each cache keeps.
-pub const CACHE_ENTRIES: usize = 4096;
+pub(crate) const CACHE_ENTRIES: usize = 4096;
 /// What a combined Event's message starts with.
-pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+pub(crate) const COMBINED_PREFIX: &str = "(combined from similar events): ";
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 

@@ -72,7 +72,7 @@ use kubelet_fields::KubeletConfigFile;
 pub use layers::{ConfigLayer, UnknownField};
 
 /// The kubelet's Linux `DefaultEvictionHard`.
-pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
+pub(crate) const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
     (Signal::MemoryAvailable, "100Mi"),
     (Signal::NodeFsAvailable, "10%"),
     (Signal::NodeFsInodesFree, "5%"),
@@ -86,7 +86,7 @@ pub struct EvictionConfig {
     /// Hard and soft thresholds, hard ones first, each group in signal order.
     pub thresholds: Vec<Threshold>,
     /// `evictionMaxPodGracePeriod`: the cap on a pod's own grace period for soft evictions.
-    pub max_pod_grace_period_seconds: i64,
+    pub(crate) max_pod_grace_period_seconds: i64,
     /// `evictionPressureTransitionPeriod`: how long a node condition stays set after the
     /// last time its threshold was met (kubelet default 5m).
     pub pressure_transition_period: Duration,
@@ -104,7 +104,7 @@ pub struct MonitorSettings {
     /// at most its grace period plus this long (default 30s, the kubelet's
     /// `podCleanupTimeout`). It never shortens the pod's kill: force comes at the end of its
     /// grace period whatever this is.
-    pub pod_cleanup_timeout: Duration,
+    pub(crate) pod_cleanup_timeout: Duration,
 }
 
 impl Default for MonitorSettings {
@@ -259,7 +259,7 @@ pub enum ConfigError {
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// The longest `monitor.evictionInterval` and `monitor.podCleanupTimeout` accepted.
-pub const MAX_AGENT_WAIT: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_AGENT_WAIT: Duration = Duration::from_secs(3600);
 
 impl Default for EvictionConfig {
     /// The kubelet's Linux defaults.
@@ -331,17 +331,17 @@ pub struct Written {
     /// The signals `evictionHard` named, or `None` when it was absent.
     pub eviction_hard: Option<Vec<String>>,
     /// `mergeDefaultEvictionSettings: true`.
-    pub merge_default_eviction_settings: bool,
+    pub(crate) merge_default_eviction_settings: bool,
     /// The signals `evictionMinimumReclaim` named.
-    pub eviction_minimum_reclaim: Vec<String>,
+    pub(crate) eviction_minimum_reclaim: Vec<String>,
     /// `evictionMaxPodGracePeriod` was set.
-    pub eviction_max_pod_grace_period: bool,
+    pub(crate) eviction_max_pod_grace_period: bool,
     /// `evictionPressureTransitionPeriod` as written.
-    pub eviction_pressure_transition_period: Option<String>,
+    pub(crate) eviction_pressure_transition_period: Option<String>,
     /// `monitor.evictionInterval` was set.
-    pub eviction_interval: bool,
+    pub(crate) eviction_interval: bool,
     /// `monitor.podCleanupTimeout` was set.
-    pub pod_cleanup_timeout: bool,
+    pub(crate) pod_cleanup_timeout: bool,
     /// The settings an overlay laid over the kubelet's configuration wrote, named as
     /// [`super::config_origin`] names them (`evictionHard.memory.available`,
     /// `evictionMaxPodGracePeriod`, `monitor.evictionInterval`).
@@ -371,7 +371,7 @@ impl EvictionConfig {
     }
 
     /// As [`Self::decode`], with what the file wrote itself (see [`Written`]).
-    pub fn decode_explained(
+    pub(crate) fn decode_explained(
         text: &str,
     ) -> Result<(EvictionConfig, Written, ConfigForm), ConfigError> {
         let layer = ConfigLayer::parse(text)?;

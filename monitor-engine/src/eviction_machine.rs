@@ -38,7 +38,7 @@ pub use usage_readings::{PodReading, ReadScope};
 
 /// The signals the agent computes (see [`AgentCore::observations`]); a threshold on any
 /// other can never be met here, so no ranking is kept for it.
-pub const OBSERVED_SIGNALS: [Signal; 3] = [
+pub(crate) const OBSERVED_SIGNALS: [Signal; 3] = [
     Signal::MemoryAvailable,
     Signal::AllocatableMemoryAvailable,
     Signal::PidAvailable,
@@ -57,7 +57,7 @@ pub struct NodeCapacity {
 
 /// Why a ranked pod cannot be chosen now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NotActionable {
+pub(crate) enum NotActionable {
     /// No cgroup of its own on this node (not started yet, or already gone): nothing to
     /// reclaim.
     NoCgroup,
@@ -189,7 +189,7 @@ impl AgentCore {
     }
 
     /// Whether the decision step may choose this pod, and if not why.
-    pub fn actionable(&self, uid: &str) -> Result<(), NotActionable> {
+    pub(crate) fn actionable(&self, uid: &str) -> Result<(), NotActionable> {
         let row = self.pods.by_uid(uid).ok_or(NotActionable::NoCgroup)?;
         if row.excluded {
             return Err(NotActionable::Excluded);

@@ -71,7 +71,7 @@ pub enum RankPolicy {
 
 impl RankPolicy {
     /// The kubelet's `buildSignalToRankFunc` for one signal.
-    pub fn for_signal(signal: Signal, layout: FsLayout) -> RankPolicy {
+    pub(crate) fn for_signal(signal: Signal, layout: FsLayout) -> RankPolicy {
         let (stats, measure) = match (signal, layout) {
             (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable, _) => {
                 return RankPolicy::Memory;
@@ -248,7 +248,7 @@ pub struct Candidate<'a> {
 /// Which key placed a pod after the one before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum RankReason {
+pub(crate) enum RankReason {
     /// The earlier pod had no stats and this one has.
     NoStats,
     /// The earlier pod exceeds its request and this one does not.
@@ -263,7 +263,7 @@ pub enum RankReason {
 
 impl RankReason {
     /// In words, for a pod placed after the previous one by this key under `policy`.
-    pub fn explain(self, policy: RankPolicy) -> &'static str {
+    pub(crate) fn explain(self, policy: RankPolicy) -> &'static str {
         match self {
             RankReason::NoStats => "pods without stats go first",
             RankReason::ExceedsRequest => "pods over their request go first",
@@ -281,13 +281,13 @@ type CompareFn = Box<dyn Fn(&Candidate<'_>, &Candidate<'_>) -> Ordering + Send +
 /// One comparator of the chain, with what it looks at.
 pub struct ChainLink {
     /// What this comparator looks at.
-    pub reason: RankReason,
+    pub(crate) reason: RankReason,
     compare: CompareFn,
 }
 
 impl ChainLink {
     /// Runs the comparator.
-    pub fn compare(&self, a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
+    pub(crate) fn compare(&self, a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
         (self.compare)(a, b)
     }
 }
@@ -342,7 +342,7 @@ pub fn ordered_by(chain: &[ChainLink], a: &Candidate<'_>, b: &Candidate<'_>) -> 
 }
 
 /// Which key put `later` after `earlier` (`None` if it does not come after it).
-pub fn decided_by(
+pub(crate) fn decided_by(
     chain: &[ChainLink],
     earlier: &Candidate<'_>,
     later: &Candidate<'_>,

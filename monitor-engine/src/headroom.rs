@@ -15,7 +15,7 @@ use super::threshold::{SignalObservation, Threshold};
 /// the smallest `available - level` over memory thresholds, where the level includes the
 /// minimum reclaim (the higher of the two levels a threshold can have). `None` when no
 /// threshold watches memory; `Some(0)` when one is met or its signal is not observed.
-pub fn memory_headroom(
+pub(crate) fn memory_headroom(
     thresholds: &[Threshold],
     observations: &BTreeMap<Signal, SignalObservation>,
 ) -> Option<u64> {
@@ -30,7 +30,7 @@ pub fn memory_headroom(
 /// distance to its level: it is met strictly below). `None` when no pid threshold is
 /// observed, or when one is met already: that reading has been decided on, and a wake-up at
 /// every fork while the pressure lasts would only read the same pressure again.
-pub fn pid_headroom(
+pub(crate) fn pid_headroom(
     thresholds: &[Threshold],
     observations: &BTreeMap<Signal, SignalObservation>,
 ) -> Option<u64> {

@@ -9,7 +9,7 @@ use std::{borrow::Borrow, fmt, str::FromStr};
 /// A pod's row in the pod table (`pod_table::PodTable`), which alone makes them: the
 /// generation tells a reused row from the pod that held it before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PodId {
+pub(crate) struct PodId {
     pub(super) index: u32,
     pub(super) generation: u32,
 }
@@ -62,7 +62,7 @@ pub enum CgroupRelError {
 
 impl CgroupRel {
     /// The root of the hierarchy, `/`.
-    pub fn root() -> Self {
+    pub(crate) fn root() -> Self {
         Self("/".into())
     }
 
@@ -115,7 +115,7 @@ impl CgroupRel {
     }
 
     /// The cgroup directly above; `None` for the root.
-    pub fn parent(&self) -> Option<Self> {
+    pub(crate) fn parent(&self) -> Option<Self> {
         let cut = self.0.rfind('/')?;
         match (cut, self.0.len()) {
             (_, 1) => None,
@@ -187,10 +187,10 @@ pub fn deepest_within<'a, T>(roots: &'a [(String, T)], path: &str) -> Option<&'a
 /// every per-pod table. Any string the API server accepts is one; what a uid may not do
 /// inside a cgroup path is checked where the path is built.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct PodUid(String);
+pub(crate) struct PodUid(String);
 
 impl PodUid {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

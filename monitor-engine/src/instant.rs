@@ -22,7 +22,7 @@ impl MonoInstant {
     }
 
     /// Milliseconds since the clock's origin.
-    pub const fn as_millis(self) -> u64 {
+    pub(crate) const fn as_millis(self) -> u64 {
         self.millis
     }
 
@@ -62,7 +62,8 @@ impl ManualClock {
     }
 
     /// Moves the clock forward.
-    pub fn advance(&self, by: Duration) {
+    #[cfg(test)]
+    pub(crate) fn advance(&self, by: Duration) {
         self.now.set(self.now.get().saturating_add(by));
     }
 }

@@ -12,9 +12,9 @@ use super::threshold::SignalObservation;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FsUsage {
     /// Bytes used.
-    pub used_bytes: u64,
+    pub(crate) used_bytes: u64,
     /// Inodes used.
-    pub inodes_used: u64,
+    pub(crate) inodes_used: u64,
 }
 
 impl FsUsage {
@@ -48,75 +48,75 @@ pub struct PodUsage {
 pub struct Summary {
     /// Node-level stats (required: a summary always has them, and their absence is how a
     /// wrong file is told apart).
-    pub node: NodeStats,
+    pub(crate) node: NodeStats,
     /// One entry per pod the kubelet has stats for.
     #[serde(default, deserialize_with = "null_as_empty")]
-    pub pods: Vec<PodStats>,
+    pub(crate) pods: Vec<PodStats>,
 }
 
 /// Node-level stats from the Summary API.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeStats {
+pub(crate) struct NodeStats {
     /// The node's name.
     #[serde(default)]
-    pub node_name: String,
+    pub(crate) node_name: String,
     /// Node memory.
-    pub memory: Option<MemoryStats>,
+    pub(crate) memory: Option<MemoryStats>,
     /// The kubelet's root filesystem (nodefs).
-    pub fs: Option<FsStats>,
+    pub(crate) fs: Option<FsStats>,
     /// The container runtime's filesystems.
-    pub runtime: Option<RuntimeStats>,
+    pub(crate) runtime: Option<RuntimeStats>,
     /// Process limits.
-    pub rlimit: Option<RlimitStats>,
+    pub(crate) rlimit: Option<RlimitStats>,
     /// System containers; the one named `pods` gives allocatable memory.
     #[serde(default, deserialize_with = "null_as_empty")]
-    pub system_containers: Vec<ContainerStats>,
+    pub(crate) system_containers: Vec<ContainerStats>,
 }
 
 /// Runtime filesystems.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RuntimeStats {
+pub(crate) struct RuntimeStats {
     /// The image filesystem (imagefs).
-    pub image_fs: Option<FsStats>,
+    pub(crate) image_fs: Option<FsStats>,
 }
 
 /// Process limit stats.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct RlimitStats {
+pub(crate) struct RlimitStats {
     /// `maxpid`: the node's pid limit.
-    pub maxpid: Option<i64>,
+    pub(crate) maxpid: Option<i64>,
     /// `curproc`: processes running.
-    pub curproc: Option<i64>,
+    pub(crate) curproc: Option<i64>,
 }
 
 /// Memory stats.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MemoryStats {
+pub(crate) struct MemoryStats {
     /// Available bytes.
-    pub available_bytes: Option<u64>,
+    pub(crate) available_bytes: Option<u64>,
     /// Working set bytes.
-    pub working_set_bytes: Option<u64>,
+    pub(crate) working_set_bytes: Option<u64>,
 }
 
 /// Filesystem stats (also the shape of a volume entry).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FsStats {
+pub(crate) struct FsStats {
     /// Available bytes.
-    pub available_bytes: Option<u64>,
+    pub(crate) available_bytes: Option<u64>,
     /// Capacity in bytes.
-    pub capacity_bytes: Option<u64>,
+    pub(crate) capacity_bytes: Option<u64>,
     /// Bytes used.
-    pub used_bytes: Option<u64>,
+    pub(crate) used_bytes: Option<u64>,
     /// Free inodes.
-    pub inodes_free: Option<u64>,
+    pub(crate) inodes_free: Option<u64>,
     /// Total inodes.
-    pub inodes: Option<u64>,
+    pub(crate) inodes: Option<u64>,
     /// Inodes used.
-    pub inodes_used: Option<u64>,
+    pub(crate) inodes_used: Option<u64>,
 }
 
 impl FsStats {
@@ -130,67 +130,61 @@ impl FsStats {
 
 /// Identity of a pod in the Summary API (its `podRef`).
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct SummaryPodRef {
-    /// Name.
-    #[serde(default)]
-    pub name: String,
-    /// Namespace.
-    #[serde(default)]
-    pub namespace: String,
+pub(crate) struct SummaryPodRef {
     /// Uid, the key stats are matched by.
     #[serde(default)]
-    pub uid: String,
+    pub(crate) uid: String,
 }
 
 /// One pod's stats.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PodStats {
+pub(crate) struct PodStats {
     /// Which pod.
-    pub pod_ref: SummaryPodRef,
+    pub(crate) pod_ref: SummaryPodRef,
     /// Pod memory.
-    pub memory: Option<MemoryStats>,
+    pub(crate) memory: Option<MemoryStats>,
     /// Per-container stats.
     #[serde(default, deserialize_with = "null_as_empty")]
-    pub containers: Vec<ContainerStats>,
+    pub(crate) containers: Vec<ContainerStats>,
     /// Volumes, each with filesystem stats and a name.
     #[serde(default, deserialize_with = "null_as_empty")]
-    pub volume: Vec<VolumeStats>,
+    pub(crate) volume: Vec<VolumeStats>,
     /// Process stats (the kubelet spells this field in snake case).
     #[serde(rename = "process_stats")]
-    pub process_stats: Option<ProcessStats>,
+    pub(crate) process_stats: Option<ProcessStats>,
 }
 
 /// A volume's stats.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct VolumeStats {
+pub(crate) struct VolumeStats {
     /// The volume's name in the pod spec.
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
     /// Its usage.
     #[serde(flatten)]
-    pub fs: FsStats,
+    pub(crate) fs: FsStats,
 }
 
 /// A container's stats.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct ContainerStats {
+pub(crate) struct ContainerStats {
     /// Container name.
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
     /// Memory.
-    pub memory: Option<MemoryStats>,
+    pub(crate) memory: Option<MemoryStats>,
     /// Writable layer.
-    pub rootfs: Option<FsStats>,
+    pub(crate) rootfs: Option<FsStats>,
     /// Logs.
-    pub logs: Option<FsStats>,
+    pub(crate) logs: Option<FsStats>,
 }
 
 /// Process stats.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// Number of processes.
-    pub process_count: Option<u64>,
+    pub(crate) process_count: Option<u64>,
 }
 
 /// A list the kubelet's Go types hold as a slice: `null` (a nil slice) is an empty list.
@@ -270,7 +264,7 @@ impl Summary {
     }
 
     /// Pod stats keyed by uid, the kubelet's only matching rule.
-    pub fn pods_by_uid(&self) -> HashMap<&str, &PodStats> {
+    pub(crate) fn pods_by_uid(&self) -> HashMap<&str, &PodStats> {
         self.pods
             .iter()
             .map(|p| (p.pod_ref.uid.as_str(), p))
@@ -279,7 +273,7 @@ impl Summary {
 
     /// Signal observations as the kubelet's `makeSignalObservations` derives them; signals
     /// whose inputs are missing are left out.
-    pub fn observations(&self) -> BTreeMap<Signal, SignalObservation> {
+    pub(crate) fn observations(&self) -> BTreeMap<Signal, SignalObservation> {
         let mut observations = BTreeMap::new();
         let node = &self.node;
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -351,7 +345,7 @@ impl Summary {
 impl PodUsage {
     /// Reduces a pod's Summary API stats to what ranking uses. Local volume usage counts
     /// only the volumes the pod spec declares as local, like the kubelet's `podDiskUsage`.
-    pub fn from_summary(stats: &PodStats, facts: &PodFacts) -> PodUsage {
+    pub(crate) fn from_summary(stats: &PodStats, facts: &PodFacts) -> PodUsage {
         let container_fs = |pick: fn(&ContainerStats) -> Option<&FsStats>| {
             stats
                 .containers

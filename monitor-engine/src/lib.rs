@@ -7,14 +7,14 @@
 //! * [`ids`]: pod uids and cgroup paths, checked and normalised once;
 //! * [`eviction_config`], [`config_origin`], [`duration`] and [`yaml_bounds`]: thresholds and
 //!   settings from a KubeletConfiguration YAML string, bounded before it is parsed;
-//! * [`pod_facts`], [`pod_request`], [`allocation`], [`quantity`], [`qos`] and
+//! * [`pod_facts`], [`pod_request`], `allocation`, [`quantity`], [`qos`] and
 //!   [`kubelet_view`]: what ranking needs from a Pod object, on the resources the kubelet
 //!   allocated, and whether the node's kubelet counts it as active;
 //! * [`signal`], [`threshold`] and [`memory_signals`]: the signals as the kubelet derives them;
 //! * [`kubelet_summary`]: pod usage, and the kubelet's Summary API as one source of it;
 //! * [`eviction_order`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
-//! * [`headroom`]: how far memory is from its thresholds, which sets when the kernel wakes us;
+//! * `headroom`: how far memory is from its thresholds, which sets when the kernel wakes us;
 //! * [`stat_gate`]: whether the kernel's stat programs must run at that distance, and
 //!   [`attach_distance`]: which distance, when no operator says;
 //! * [`rank_report`]: the eviction order explained, for `monitor rank`;
@@ -31,7 +31,7 @@
 //! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
 //!   and the decision step.
-pub mod allocation;
+mod allocation;
 pub mod attach_distance;
 pub mod checkpoint;
 pub mod config_origin;
@@ -42,7 +42,7 @@ pub mod event_correlation;
 pub mod eviction_config;
 pub mod eviction_machine;
 pub mod eviction_order;
-pub mod headroom;
+mod headroom;
 pub mod ids;
 pub mod instant;
 pub mod kubelet_summary;

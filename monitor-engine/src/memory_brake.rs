@@ -21,7 +21,7 @@ pub const HELD_AT_MOST: Duration = Duration::from_secs(30);
 
 /// Room left above the usage read just before the brake is set: growth in the microseconds
 /// between that read and the write would otherwise make the write itself reclaim.
-pub const SLACK_BYTES: u64 = 4 << 20;
+pub(crate) const SLACK_BYTES: u64 = 4 << 20;
 
 /// What the loop tells the brake after each decision step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub fn brake_level(usage: u64, previous: MemoryLimit, limit: MemoryLimit) -> Opt
 
 /// The most cgroups one brake may hold: a node's pods, with room to spare. A record naming
 /// more is not the agent's.
-pub const MOST_CGROUPS: usize = 65_536;
+pub(crate) const MOST_CGROUPS: usize = 65_536;
 
 /// One cgroup a brake holds: enough to restore its `memory.high` after a crash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

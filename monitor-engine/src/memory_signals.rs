@@ -10,7 +10,7 @@ use crate::threshold::SignalObservation;
 
 /// Memory limits above this are "unlimited", as the kubelet's `isMemoryUnlimited` has it: the
 /// kernel rounds an unset v1 limit to a page multiple just below 2^63.
-pub const UNLIMITED_ABOVE: u64 = 1 << 62;
+pub(crate) const UNLIMITED_ABOVE: u64 = 1 << 62;
 
 /// A cgroup's memory limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,12 +64,12 @@ pub fn allocatable_bytes(explicit: Option<u64>, kubepods_limit: MemoryLimit, cap
 }
 
 /// `memory.available` from `MemTotal` and the node's working set.
-pub fn memory_available(capacity: u64, node_working_set: u64) -> SignalObservation {
+pub(crate) fn memory_available(capacity: u64, node_working_set: u64) -> SignalObservation {
     observation(capacity, node_working_set)
 }
 
 /// `allocatableMemory.available` from allocatable memory and the kubepods working set.
-pub fn allocatable_memory_available(
+pub(crate) fn allocatable_memory_available(
     allocatable: u64,
     kubepods_working_set: u64,
 ) -> SignalObservation {

@@ -8,7 +8,7 @@
 //! thread). The highest score is chosen, the later of equal scores in the kernel's walk.
 
 /// `OOM_SCORE_ADJ_MIN`: the process is never chosen.
-pub const OOM_SCORE_ADJ_MIN: i32 = -1000;
+pub(crate) const OOM_SCORE_ADJ_MIN: i32 = -1000;
 
 /// What `oom_badness` reads of a process, in pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct ProcessMemory {
 
 /// The score the kernel gives `process` in an OOM domain of `total_pages`; `None` when it
 /// would never be chosen.
-pub fn badness(process: &ProcessMemory, total_pages: u64) -> Option<i64> {
+pub(crate) fn badness(process: &ProcessMemory, total_pages: u64) -> Option<i64> {
     if process.oom_score_adj <= OOM_SCORE_ADJ_MIN || process.rss_pages == 0 {
         return None;
     }

@@ -12,7 +12,7 @@ use crate::units::bytes;
 
 /// How far back the growth rate looks: long enough to smooth the steps the kernel programs
 /// report in, short enough to follow a pod that just started allocating.
-pub const WINDOW_NS: u64 = 50_000_000;
+pub(crate) const WINDOW_NS: u64 = 50_000_000;
 /// Samples closer than this replace each other, so the window holds at most about 50.
 const SAMPLE_SPACING_NS: u64 = 1_000_000;
 /// A rate over less than this is a step or two, not a trend.
@@ -32,9 +32,9 @@ struct Sample {
 /// Where the kernel starts killing: the kubepods cgroup's memory limit, when it has one, and
 /// the node's memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OomPoints {
-    pub kubepods_limit: Option<u64>,
-    pub node_memory: u64,
+pub(crate) struct OomPoints {
+    pub(crate) kubepods_limit: Option<u64>,
+    pub(crate) node_memory: u64,
 }
 
 /// Where the kernel's OOM killer would act first: in the kubepods cgroup (a memory cgroup
@@ -57,7 +57,7 @@ impl OomDomain {
 impl OomPoints {
     /// The OOM point fewer bytes away for these working sets, and the memory the kernel
     /// scales `oom_score_adj` by there (the cgroup's limit, or the node's memory).
-    pub fn nearest(&self, kubepods: u64, node: u64) -> (OomDomain, u64) {
+    pub(crate) fn nearest(&self, kubepods: u64, node: u64) -> (OomDomain, u64) {
         let node_left = self.node_memory.saturating_sub(node);
         match self.kubepods_limit {
             Some(limit) if limit.saturating_sub(kubepods) <= node_left => {
@@ -70,7 +70,7 @@ impl OomPoints {
 
 /// The last [`WINDOW_NS`] of the node and kubepods working sets.
 #[derive(Clone, Debug, Default)]
-pub struct GrowthWindow {
+pub(crate) struct GrowthWindow {
     samples: VecDeque<Sample>,
 }
 
@@ -85,11 +85,11 @@ pub struct Projection {
 
 /// Growth of the working sets over a lead time (see [`GrowthWindow::growth_ahead`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct GrowthAhead {
-    pub kubepods: u64,
-    pub node: u64,
-    pub kubepods_bps: f64,
-    pub node_bps: f64,
+pub(crate) struct GrowthAhead {
+    pub(crate) kubepods: u64,
+    pub(crate) node: u64,
+    pub(crate) kubepods_bps: f64,
+    pub(crate) node_bps: f64,
 }
 
 /// The grace period a victim gets.
@@ -107,7 +107,7 @@ pub enum Grace {
 
 impl GrowthWindow {
     /// Records the working sets as they stand after a record sent at `at_ns`.
-    pub fn record(&mut self, at_ns: u64, kubepods: u64, node: u64) {
+    pub(crate) fn record(&mut self, at_ns: u64, kubepods: u64, node: u64) {
         let last_ns = self.samples.back().map_or(0, |s| s.at_ns);
         // Records from different CPUs can come a little out of order.
         let at_ns = at_ns.max(last_ns);
@@ -154,7 +154,7 @@ impl GrowthWindow {
 
     /// How much the kubepods and node working sets will have grown `lead` after `now_ns`,
     /// counted from the last record at the window's rate; nothing while nothing grows.
-    pub fn growth_ahead(&self, lead: Duration, now_ns: u64) -> GrowthAhead {
+    pub(crate) fn growth_ahead(&self, lead: Duration, now_ns: u64) -> GrowthAhead {
         let Some((kubepods_bps, node_bps, last)) = self.rates() else {
             return GrowthAhead::default();
         };
@@ -169,7 +169,7 @@ impl GrowthWindow {
 
     /// The nearest OOM point at the growth over the window, as of `now_ns`; `None` when
     /// nothing that has an OOM point grows (or the window is too short to tell).
-    pub fn project(&self, points: OomPoints, now_ns: u64) -> Option<Projection> {
+    pub(crate) fn project(&self, points: OomPoints, now_ns: u64) -> Option<Projection> {
         let (kubepods_bps, node_bps, last) = self.rates()?;
         let since_last = Duration::from_nanos(now_ns.saturating_sub(last.at_ns));
         let scope = |limit: u64, bytes_per_s: f64, now: u64| {

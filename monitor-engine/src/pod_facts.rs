@@ -13,9 +13,9 @@ use super::quantity::Quantity;
 
 /// The kubelet's `SystemCriticalPriority` (`system-cluster-critical`); pods at or above it
 /// are never evicted.
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// Annotation naming where the kubelet got a pod from; anything but `api` is a static pod.
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+pub(crate) const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation present on the API server's mirror of a static pod.
 pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -85,11 +85,11 @@ pub struct PodFacts {
 #[serde(rename_all = "camelCase")]
 pub struct ResizeNote {
     /// The resize state the status reports, if any.
-    pub state: Option<ResizeState>,
+    pub(crate) state: Option<ResizeState>,
     /// Where the allocation was read from; `None`: the spec's requests are the allocation.
-    pub source: Option<AllocationSource>,
+    pub(crate) source: Option<AllocationSource>,
     /// The memory request the spec asks for (`memory_request` is the allocated one).
-    pub desired_memory_request: Quantity,
+    pub(crate) desired_memory_request: Quantity,
 }
 
 /// A Pod object that cannot be ranked.
@@ -175,7 +175,7 @@ impl PodFacts {
 /// The kubelet's `kubetypes.IsCriticalPod`: a static pod (config source annotation present
 /// and not `api`), a mirror pod (mirror annotation present), or priority at or above
 /// [`SYSTEM_CRITICAL_PRIORITY`].
-pub fn is_critical(pod: &Pod) -> bool {
+pub(crate) fn is_critical(pod: &Pod) -> bool {
     let annotations = pod.metadata.annotations.as_ref();
     let is_static = annotations
         .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
@@ -219,23 +219,8 @@ impl PodFacts {
         }
     }
 
-    pub fn with_namespace(mut self, namespace: &str) -> Self {
-        self.pod.namespace = namespace.into();
-        self
-    }
-
     pub fn with_uid(mut self, uid: &str) -> Self {
         self.pod.uid = uid.into();
-        self
-    }
-
-    pub fn with_priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
-        self
-    }
-
-    pub fn with_critical(mut self, critical: bool) -> Self {
-        self.critical = critical;
         self
     }
 
@@ -244,19 +229,38 @@ impl PodFacts {
         self.memory_request = Quantity::from_units(bytes);
         self
     }
+}
+
+/// Builders only the engine's own tests use.
+#[cfg(test)]
+impl PodFacts {
+    pub(crate) fn with_namespace(mut self, namespace: &str) -> Self {
+        self.pod.namespace = namespace.into();
+        self
+    }
+
+    pub(crate) fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub(crate) fn with_critical(mut self, critical: bool) -> Self {
+        self.critical = critical;
+        self
+    }
 
     /// The ephemeral-storage request, in bytes.
-    pub fn with_ephemeral_storage_request(mut self, bytes: i64) -> Self {
+    pub(crate) fn with_ephemeral_storage_request(mut self, bytes: i64) -> Self {
         self.ephemeral_storage_request = Quantity::from_units(bytes);
         self
     }
 
-    pub fn with_grace_period(mut self, seconds: Option<i64>) -> Self {
+    pub(crate) fn with_grace_period(mut self, seconds: Option<i64>) -> Self {
         self.termination_grace_period_seconds = seconds;
         self
     }
 
-    pub fn with_local_volumes(mut self, names: &[&str]) -> Self {
+    pub(crate) fn with_local_volumes(mut self, names: &[&str]) -> Self {
         self.local_volumes = names.iter().map(ToString::to_string).collect();
         self
     }

@@ -16,9 +16,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use super::quantity::{Quantity, QuantityError};
 
 /// The kubelet's name for the memory resource.
-pub const MEMORY: &str = "memory";
+pub(crate) const MEMORY: &str = "memory";
 /// The kubelet's name for local ephemeral storage.
-pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+pub(crate) const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
 /// A quantity in a pod spec that does not parse (the API server would have refused it, so
 /// this means the input was not from a real cluster).
@@ -26,17 +26,17 @@ pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 #[error("{place}: {resource} {value:?}: {reason}")]
 pub struct PodQuantityError {
     /// Where the value sits, like `container app requests` or `overhead`.
-    pub place: String,
+    pub(crate) place: String,
     /// The resource name.
-    pub resource: String,
+    pub(crate) resource: String,
     /// The value as written.
-    pub value: String,
+    pub(crate) value: String,
     /// What is wrong with it.
-    pub reason: QuantityError,
+    pub(crate) reason: QuantityError,
 }
 
 /// The request for `resource` (`memory` or `ephemeral-storage`) as the kubelet computes it.
-pub fn pod_request(spec: &PodSpec, resource: &str) -> Result<Quantity, PodQuantityError> {
+pub(crate) fn pod_request(spec: &PodSpec, resource: &str) -> Result<Quantity, PodQuantityError> {
     let pod_level = spec
         .resources
         .as_ref()

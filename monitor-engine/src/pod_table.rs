@@ -30,29 +30,29 @@ pub struct PodRow {
     pub cgroup: Option<PodCgroup>,
     /// Its working set: a cgroupfs read plus the kernel records since; `None` until read
     /// (no stats, which ranks first, as the kubelet ranks a pod without stats).
-    pub estimate: Option<Estimate>,
-    pub process_count: u64,
+    pub(crate) estimate: Option<Estimate>,
+    pub(crate) process_count: u64,
     /// The last read of its cgroup failed (EIO, EACCES, ...): its last good working set, if
     /// any, stands in.
-    pub read_failed: bool,
+    pub(crate) read_failed: bool,
     /// Stopped by this agent: terminal, like a pod the kubelet evicted (failed, no longer
     /// active), so not ranked while it stays in the pod set and does not run.
-    pub evicted: bool,
+    pub(crate) evicted: bool,
     /// Evicted and its cgroup found empty after the kill: if processes show up there again
     /// (the kubelet restarted the containers), the pod is a candidate again.
     pub stopped: bool,
     /// Never chosen (the agent's own pod).
-    pub excluded: bool,
+    pub(crate) excluded: bool,
     /// In the pod set. A pod that leaves it while its eviction is in flight keeps its row,
     /// unlisted, until its cgroup holds no process: the listing says nothing of its memory.
-    pub listed: bool,
+    pub(crate) listed: bool,
     /// Kernel records moved its working set since it was last read.
-    pub changed: bool,
+    pub(crate) changed: bool,
 }
 
 impl PodRow {
     /// A pod just listed: no stats, nothing done to it.
-    pub fn new(facts: PodFacts, cgroup: Option<PodCgroup>) -> Self {
+    pub(crate) fn new(facts: PodFacts, cgroup: Option<PodCgroup>) -> Self {
         Self {
             facts: Arc::new(facts),
             cgroup,
@@ -68,7 +68,7 @@ impl PodRow {
     }
 
     /// Whether the decision step ranks it: every listed pod but those this agent stopped.
-    pub fn ranked(&self) -> bool {
+    pub(crate) fn ranked(&self) -> bool {
         self.listed && !self.evicted
     }
 }
@@ -82,7 +82,7 @@ struct Slot {
 /// Pods by dense id, with the two lookups the agent needs: by uid (pod sources, decisions)
 /// and by cgroup path (classifying a cgroup by its nearest pod ancestor).
 #[derive(Clone, Debug, Default)]
-pub struct PodTable {
+pub(crate) struct PodTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_uid: HashMap<PodUid, PodId>,
@@ -91,7 +91,7 @@ pub struct PodTable {
 
 impl PodTable {
     /// Adds a pod whose uid is not in the table yet.
-    pub fn insert(&mut self, row: PodRow) -> PodId {
+    pub(crate) fn insert(&mut self, row: PodRow) -> PodId {
         debug_assert!(!self.by_uid.contains_key(row.facts.pod.uid.as_str()));
         let index = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot::default());
@@ -111,7 +111,7 @@ impl PodTable {
     }
 
     /// Removes a pod; its id finds nothing from now on.
-    pub fn remove(&mut self, id: PodId) -> Option<PodRow> {
+    pub(crate) fn remove(&mut self, id: PodId) -> Option<PodRow> {
         let slot = self.slots.get_mut(id.index as usize)?;
         if slot.generation != id.generation {
             return None;
@@ -127,7 +127,7 @@ impl PodTable {
     }
 
     /// Gives a pod another cgroup (or none), keeping the cgroup lookup in step.
-    pub fn set_cgroup(&mut self, id: PodId, cgroup: Option<PodCgroup>) {
+    pub(crate) fn set_cgroup(&mut self, id: PodId, cgroup: Option<PodCgroup>) {
         let Some(row) = self.get_mut(id) else {
             return;
         };
@@ -146,14 +146,14 @@ impl PodTable {
         }
     }
 
-    pub fn get(&self, id: PodId) -> Option<&PodRow> {
+    pub(crate) fn get(&self, id: PodId) -> Option<&PodRow> {
         let slot = self.slots.get(id.index as usize)?;
         (slot.generation == id.generation)
             .then_some(slot.row.as_ref())
             .flatten()
     }
 
-    pub fn get_mut(&mut self, id: PodId) -> Option<&mut PodRow> {
+    pub(crate) fn get_mut(&mut self, id: PodId) -> Option<&mut PodRow> {
         let slot = self.slots.get_mut(id.index as usize)?;
         (slot.generation == id.generation)
             .then_some(slot.row.as_mut())
@@ -161,25 +161,25 @@ impl PodTable {
     }
 
     /// The id of the pod with this uid.
-    pub fn id(&self, uid: &str) -> Option<PodId> {
+    pub(crate) fn id(&self, uid: &str) -> Option<PodId> {
         self.by_uid.get(uid).copied()
     }
 
-    pub fn by_uid(&self, uid: &str) -> Option<&PodRow> {
+    pub(crate) fn by_uid(&self, uid: &str) -> Option<&PodRow> {
         self.get(self.id(uid)?)
     }
 
-    pub fn by_uid_mut(&mut self, uid: &str) -> Option<&mut PodRow> {
+    pub(crate) fn by_uid_mut(&mut self, uid: &str) -> Option<&mut PodRow> {
         self.get_mut(self.id(uid)?)
     }
 
     /// The pod whose own cgroup is exactly `rel`.
-    pub fn owning_exactly(&self, rel: &CgroupRel) -> Option<PodId> {
+    pub(crate) fn owning_exactly(&self, rel: &CgroupRel) -> Option<PodId> {
         self.by_cgroup.get(rel).copied()
     }
 
     /// Every pod, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (PodId, &PodRow)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (PodId, &PodRow)> {
         self.slots.iter().enumerate().filter_map(|(index, slot)| {
             let row = slot.row.as_ref()?;
             let id = PodId {
@@ -190,12 +190,12 @@ impl PodTable {
         })
     }
 
-    pub fn rows(&self) -> impl Iterator<Item = &PodRow> {
+    pub(crate) fn rows(&self) -> impl Iterator<Item = &PodRow> {
         self.slots.iter().filter_map(|slot| slot.row.as_ref())
     }
 
     /// How many pods the table holds.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.by_uid.len()
     }
 }

@@ -28,7 +28,7 @@ pub enum QosClass {
 
 impl QosClass {
     /// The API spelling, as in `status.qosClass`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             QosClass::Guaranteed => "Guaranteed",
             QosClass::Burstable => "Burstable",
@@ -64,7 +64,7 @@ pub fn pod_qos(pod: &Pod) -> Result<QosClass, PodQuantityError> {
 
 /// The class computed from the spec alone (`ComputePodQOS`); a pod without a spec has no
 /// resources and is BestEffort.
-pub fn compute_qos(spec: Option<&PodSpec>) -> Result<QosClass, PodQuantityError> {
+pub(crate) fn compute_qos(spec: Option<&PodSpec>) -> Result<QosClass, PodQuantityError> {
     let mut requests = Totals::new();
     let mut limits = Totals::new();
     let mut limits_name_cpu_and_memory = true;

@@ -43,12 +43,12 @@ impl Quantity {
     }
 
     /// The exact value in thousandths of a base unit.
-    pub const fn millis(self) -> i128 {
+    pub(crate) const fn millis(self) -> i128 {
         self.millis
     }
 
     /// Negative quantities are legal to parse but rejected where the kubelet rejects them.
-    pub const fn is_negative(self) -> bool {
+    pub(crate) const fn is_negative(self) -> bool {
         self.millis < 0
     }
 
@@ -59,14 +59,14 @@ impl Quantity {
     }
 
     /// Sum, saturating (only reachable with absurd inputs).
-    pub fn saturating_add(self, other: Quantity) -> Quantity {
+    pub(crate) fn saturating_add(self, other: Quantity) -> Quantity {
         Quantity {
             millis: self.millis.saturating_add(other.millis),
         }
     }
 
     /// Difference, saturating.
-    pub fn saturating_sub(self, other: Quantity) -> Quantity {
+    pub(crate) fn saturating_sub(self, other: Quantity) -> Quantity {
         Quantity {
             millis: self.millis.saturating_sub(other.millis),
         }

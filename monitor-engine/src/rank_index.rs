@@ -104,7 +104,7 @@ impl RankIndex {
     }
 
     /// Removes a pod. Returns false when it was not there. O(log n).
-    pub fn remove(&mut self, uid: &str) -> bool {
+    pub(crate) fn remove(&mut self, uid: &str) -> bool {
         match self.by_uid.remove(uid) {
             Some(entry) => self.order.remove(&entry.key),
             None => false,
@@ -117,12 +117,12 @@ impl RankIndex {
     }
 
     /// All pods in eviction order, first evicted first.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<PodFacts>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<PodFacts>> {
         self.order.iter().map(RankKey::facts)
     }
 
     /// The usage last set for a pod.
-    pub fn usage(&self, uid: &str) -> Option<&PodUsage> {
+    pub(crate) fn usage(&self, uid: &str) -> Option<&PodUsage> {
         self.by_uid.get(uid).and_then(|entry| entry.usage.as_ref())
     }
 
@@ -147,14 +147,14 @@ impl RankIndex {
 /// One index per ranking policy the configured signals need; the agent feeds every pod
 /// change here and asks for the index of the signal under pressure.
 #[derive(Debug, Clone)]
-pub struct RankIndexSet {
+pub(crate) struct RankIndexSet {
     layout: FsLayout,
     indexes: Vec<RankIndex>,
 }
 
 impl RankIndexSet {
     /// Indexes for the given signals (typically those with a threshold).
-    pub fn new(layout: FsLayout, signals: impl IntoIterator<Item = Signal>) -> RankIndexSet {
+    pub(crate) fn new(layout: FsLayout, signals: impl IntoIterator<Item = Signal>) -> RankIndexSet {
         let mut indexes: Vec<RankIndex> = Vec::new();
         for signal in signals {
             let policy = RankPolicy::for_signal(signal, layout);
@@ -165,34 +165,29 @@ impl RankIndexSet {
         RankIndexSet { layout, indexes }
     }
 
-    /// Adds or replaces a pod in every index.
-    pub fn upsert_pod(&mut self, facts: PodFacts) {
-        self.upsert_pod_shared(&Arc::new(facts));
-    }
-
-    /// [`Self::upsert_pod`] with facts shared with the caller's own table.
-    pub fn upsert_pod_shared(&mut self, facts: &Arc<PodFacts>) {
+    /// Adds or replaces a pod in every index, with facts shared with the caller's own table.
+    pub(crate) fn upsert_pod_shared(&mut self, facts: &Arc<PodFacts>) {
         for index in &mut self.indexes {
             index.upsert_pod(Arc::clone(facts));
         }
     }
 
     /// Sets a pod's usage in every index. Returns false when the pod is unknown.
-    pub fn update_usage(&mut self, uid: &str, usage: Option<PodUsage>) -> bool {
+    pub(crate) fn update_usage(&mut self, uid: &str, usage: Option<PodUsage>) -> bool {
         self.indexes
             .iter_mut()
             .fold(false, |known, index| index.update_usage(uid, usage) | known)
     }
 
     /// Removes a pod from every index. Returns false when it was not there.
-    pub fn remove(&mut self, uid: &str) -> bool {
+    pub(crate) fn remove(&mut self, uid: &str) -> bool {
         self.indexes
             .iter_mut()
             .fold(false, |known, index| index.remove(uid) | known)
     }
 
     /// The index ranking pods for pressure on `signal`, if that signal was asked for.
-    pub fn for_signal(&self, signal: Signal) -> Option<&RankIndex> {
+    pub(crate) fn for_signal(&self, signal: Signal) -> Option<&RankIndex> {
         let policy = RankPolicy::for_signal(signal, self.layout);
         self.indexes.iter().find(|index| index.policy == policy)
     }
@@ -330,8 +325,8 @@ mod tests {
                 Signal::ImageFsAvailable,
             ],
         );
-        set.upsert_pod(facts(1, 0, 100));
-        set.upsert_pod(facts(2, 0, 100));
+        set.upsert_pod_shared(&Arc::new(facts(1, 0, 100)));
+        set.upsert_pod_shared(&Arc::new(facts(2, 0, 100)));
         let heavy = PodUsage {
             memory_working_set_bytes: 500,
             rootfs: FsUsage {

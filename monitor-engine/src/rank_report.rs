@@ -34,24 +34,24 @@ pub struct RankedPod {
     /// Name.
     pub name: String,
     /// The kubelet's uid: `metadata.uid`, or a mirror pod's `kubernetes.io/config.mirror`.
-    pub uid: String,
+    pub(crate) uid: String,
     /// `spec.priority` (0 when unset).
     pub priority: i32,
     /// Critical pods are ranked but never evicted; the evictor takes the next one.
-    pub critical: bool,
+    pub(crate) critical: bool,
     /// Whether the summary has stats for the pod (pods without rank first).
-    pub has_stats: bool,
+    pub(crate) has_stats: bool,
     /// The compared numbers, when the pod has stats.
     #[serde(flatten)]
     pub measured: Option<Measured>,
     /// Which key placed this pod after the previous one (`None` for the first).
-    pub after_previous_by: Option<RankReason>,
+    pub(crate) after_previous_by: Option<RankReason>,
     /// An in-place resize: the request above is the kubelet's allocation.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resize: Option<ResizeNote>,
+    pub(crate) resize: Option<ResizeNote>,
     /// Ranked although its pod object has no `spec.nodeName`: the node's Summary lists it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub missing_node_name: bool,
+    pub(crate) missing_node_name: bool,
 }
 
 impl RankedPod {
@@ -127,7 +127,7 @@ pub enum LeftOutReason {
 
 impl LeftOutReason {
     /// The reason in words, as the text output and the agent's log print it.
-    pub fn explain(self) -> &'static str {
+    pub(crate) fn explain(self) -> &'static str {
         match self {
             LeftOutReason::NotScheduled => "not scheduled (no spec.nodeName)",
             LeftOutReason::Finished => "finished (phase Succeeded or Failed)",

@@ -20,7 +20,7 @@ pub const MIN_HOLD: Duration = Duration::from_secs(1);
 
 /// Refused pods and the decision each refusal takes back.
 #[derive(Debug, Default)]
-pub struct Refusals {
+pub(crate) struct Refusals {
     /// Refused pods, by uid, and when they may be chosen again.
     held_until: HashMap<PodUid, MonoInstant>,
     /// The last eviction decided: its pod, and when the eviction before it was.
@@ -30,13 +30,13 @@ pub struct Refusals {
 impl Refusals {
     /// Remembers a decided eviction of `uid`, and when the one before it was, so a refusal
     /// can take it back.
-    pub fn decided(&mut self, uid: &str, previous_eviction: Option<MonoInstant>) {
+    pub(crate) fn decided(&mut self, uid: &str, previous_eviction: Option<MonoInstant>) {
         self.last_decided = Some((uid.into(), previous_eviction));
     }
 
     /// The eviction of `uid` was refused at `now`: the pod is held out for `interval` (at
     /// least [`MIN_HOLD`]), and the decision is taken back in `state`.
-    pub fn refused(
+    pub(crate) fn refused(
         &mut self,
         uid: &str,
         now: MonoInstant,
@@ -56,17 +56,17 @@ impl Refusals {
     }
 
     /// Ends the holds that are over at `now`.
-    pub fn expire(&mut self, now: MonoInstant) {
+    pub(crate) fn expire(&mut self, now: MonoInstant) {
         self.held_until.retain(|_, until| *until > now);
     }
 
     /// Whether `uid` is held out of the decisions.
-    pub fn holds(&self, uid: &str) -> bool {
+    pub(crate) fn holds(&self, uid: &str) -> bool {
         self.held_until.contains_key(uid)
     }
 
     /// Forgets a pod that left the pod set.
-    pub fn forget(&mut self, uid: &str) {
+    pub(crate) fn forget(&mut self, uid: &str) {
         self.held_until.remove(uid);
     }
 }

@@ -47,11 +47,11 @@ pub enum NodeCondition {
 /// The spelling of a signal that is not one of ours.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown eviction signal {0:?} (expected one of {known})", known = Signal::ALL.map(Signal::as_str).join(", "))]
-pub struct UnknownSignal(pub String);
+pub struct UnknownSignal(pub(crate) String);
 
 impl Signal {
     /// Every signal, in decision order.
-    pub const ALL: [Signal; 7] = [
+    pub(crate) const ALL: [Signal; 7] = [
         Signal::MemoryAvailable,
         Signal::AllocatableMemoryAvailable,
         Signal::NodeFsAvailable,
@@ -86,7 +86,7 @@ impl Signal {
     }
 
     /// The resource the kubelet names in its eviction message for this signal.
-    pub const fn resource_name(self) -> &'static str {
+    pub(crate) const fn resource_name(self) -> &'static str {
         match self {
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => "memory",
             Signal::NodeFsAvailable | Signal::ImageFsAvailable => "ephemeral-storage",

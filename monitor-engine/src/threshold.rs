@@ -77,7 +77,7 @@ pub struct Threshold {
     /// How long the signal must stay below the value before acting; zero for hard thresholds.
     pub grace_period: Duration,
     /// Once met, the threshold stays met until `available >= value + min_reclaim`.
-    pub min_reclaim: Option<ThresholdValue>,
+    pub(crate) min_reclaim: Option<ThresholdValue>,
 }
 
 impl Threshold {
@@ -100,7 +100,7 @@ impl Threshold {
 
     /// The kubelet's `thresholdsMet` for one threshold: met when the resolved value (plus
     /// the minimum reclaim, while reclaiming) is strictly greater than what is available.
-    pub fn is_met(&self, observation: SignalObservation, enforce_min_reclaim: bool) -> bool {
+    pub(crate) fn is_met(&self, observation: SignalObservation, enforce_min_reclaim: bool) -> bool {
         let mut level = self.value.resolve(observation.capacity);
         if enforce_min_reclaim && let Some(min_reclaim) = self.min_reclaim {
             level = level.saturating_add(min_reclaim.resolve(observation.capacity));

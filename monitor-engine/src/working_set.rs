@@ -19,15 +19,15 @@ use super::ids::PodId;
 
 /// What a cgroup counts towards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Membership {
+pub(crate) struct Membership {
     /// Below the kubepods cgroup (counts for allocatableMemory.available).
-    pub in_kubepods: bool,
+    pub(crate) in_kubepods: bool,
     /// The pod whose cgroup subtree holds it.
-    pub pod: Option<PodId>,
+    pub(crate) pod: Option<PodId>,
 }
 
 /// Change of the working set caused by a change of one stat.
-pub fn working_set_delta(stat: Stat, delta_bytes: i64) -> i64 {
+pub(crate) fn working_set_delta(stat: Stat, delta_bytes: i64) -> i64 {
     stat.working_set_sign() * delta_bytes
 }
 
@@ -43,14 +43,14 @@ pub struct StatChange {
 
 /// Exact base read at `read_ns` (CLOCK_MONOTONIC) plus the deltas of records sent after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     base: u64,
     read_ns: u64,
     delta: i64,
 }
 
 impl Estimate {
-    pub fn read(base: u64, read_ns: u64) -> Self {
+    pub(crate) fn read(base: u64, read_ns: u64) -> Self {
         Self {
             base,
             read_ns,
@@ -59,7 +59,7 @@ impl Estimate {
     }
 
     /// Adds a record's delta unless the read already contains it; true when added.
-    pub fn add(&mut self, delta: i64, sent_ns: u64) -> bool {
+    pub(crate) fn add(&mut self, delta: i64, sent_ns: u64) -> bool {
         if sent_ns < self.read_ns {
             return false;
         }
@@ -67,7 +67,7 @@ impl Estimate {
         true
     }
 
-    pub fn value(self) -> u64 {
+    pub(crate) fn value(self) -> u64 {
         (self.base as i64).saturating_add(self.delta).max(0) as u64
     }
 }
@@ -75,7 +75,7 @@ impl Estimate {
 /// Working sets of the node and the kubepods cgroup, and what each cgroup counts towards;
 /// each pod's estimate is in its row of the pod table.
 #[derive(Clone, Debug, Default)]
-pub struct UsageTracker {
+pub(crate) struct UsageTracker {
     members: HashMap<u64, Membership>,
     node: Estimate,
     kubepods: Estimate,
@@ -83,27 +83,27 @@ pub struct UsageTracker {
 
 impl UsageTracker {
     /// Records what a cgroup belongs to; unknown cgroups count for the node only.
-    pub fn classify(&mut self, cgroup_id: u64, membership: Membership) {
+    pub(crate) fn classify(&mut self, cgroup_id: u64, membership: Membership) {
         self.members.insert(cgroup_id, membership);
     }
 
     /// Forgets a removed cgroup.
-    pub fn forget(&mut self, cgroup_id: u64) {
+    pub(crate) fn forget(&mut self, cgroup_id: u64) {
         self.members.remove(&cgroup_id);
     }
 
     /// The pod a cgroup belongs to, if any.
-    pub fn pod_of(&self, cgroup_id: u64) -> Option<PodId> {
+    pub(crate) fn pod_of(&self, cgroup_id: u64) -> Option<PodId> {
         self.members.get(&cgroup_id)?.pod
     }
 
     /// Whether the cgroup was classified (by a scan or its creation record).
-    pub fn knows(&self, cgroup_id: u64) -> bool {
+    pub(crate) fn knows(&self, cgroup_id: u64) -> bool {
         self.members.contains_key(&cgroup_id)
     }
 
     /// The cgroups that belong to a pod (its own and its containers').
-    pub fn cgroups_of(&self, pod: PodId) -> Vec<u64> {
+    pub(crate) fn cgroups_of(&self, pod: PodId) -> Vec<u64> {
         self.members
             .iter()
             .filter(|(_, m)| m.pod == Some(pod))
@@ -112,14 +112,14 @@ impl UsageTracker {
     }
 
     /// Forgets every cgroup membership (before a full rescan).
-    pub fn clear_memberships(&mut self) {
+    pub(crate) fn clear_memberships(&mut self) {
         self.members.clear();
     }
 
     /// Applies one stat record to the node and kubepods estimates; returns the record's
     /// working-set delta and the pod whose cgroup it came from, whose estimate the caller
     /// moves with [`Estimate::add`].
-    pub fn apply(&mut self, change: StatChange) -> Option<(PodId, i64)> {
+    pub(crate) fn apply(&mut self, change: StatChange) -> Option<(PodId, i64)> {
         let delta = working_set_delta(change.stat, change.bytes);
         if delta == 0 {
             return None;
@@ -133,20 +133,20 @@ impl UsageTracker {
     }
 
     /// Replaces the node's estimate with a read started at `read_ns`.
-    pub fn set_node(&mut self, working_set: u64, read_ns: u64) {
+    pub(crate) fn set_node(&mut self, working_set: u64, read_ns: u64) {
         self.node = Estimate::read(working_set, read_ns);
     }
 
     /// Replaces the kubepods estimate with a read started at `read_ns`.
-    pub fn set_kubepods(&mut self, working_set: u64, read_ns: u64) {
+    pub(crate) fn set_kubepods(&mut self, working_set: u64, read_ns: u64) {
         self.kubepods = Estimate::read(working_set, read_ns);
     }
 
-    pub fn node(&self) -> u64 {
+    pub(crate) fn node(&self) -> u64 {
         self.node.value()
     }
 
-    pub fn kubepods(&self) -> u64 {
+    pub(crate) fn kubepods(&self) -> u64 {
         self.kubepods.value()
     }
 }

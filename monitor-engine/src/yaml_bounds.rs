@@ -22,9 +22,9 @@ pub struct Limits {
     /// The deepest nesting of collections. A sequence written without indentation below a
     /// mapping key (`key:` then `- item` at the key's column) has no token of its own, so the
     /// parser may see up to twice this.
-    pub nesting: usize,
+    pub(crate) nesting: usize,
     /// The most tokens (scalars, keys, collection starts and ends, separators).
-    pub tokens: usize,
+    pub(crate) tokens: usize,
 }
 
 /// The limits of every YAML file the agent reads. A pod or a KubeletConfiguration nests a

@@ -243,6 +243,39 @@ mod tests {
     }
 
     #[test]
+    fn the_boot_clock_measures_in_the_same_boot_and_the_wall_clock_without_marks() {
+        let mut saved = Memory::default();
+        save(
+            &soft_memory_since(40_000),
+            &[],
+            &mut saved,
+            &now(1_000_000, "b", 50_000),
+        );
+        // Same boot: a wall clock stepped an hour ahead or ten minutes back during the restart
+        // changes nothing.
+        for unix_ms in [1_000_000 + 3_600_000, 1_000_000 - 600_000] {
+            let restored = restore(&saved, &now(unix_ms, "b", 55_000));
+            assert_eq!(
+                restored.thresholds_first_observed,
+                soft_memory_since(40_000).thresholds_first_observed
+            );
+        }
+        // No boot marks (a state migrated from version 1): the wall clock measures, and a
+        // wall clock behind the observation counts as no time passed.
+        saved.boot = None;
+        let restored = restore(&saved, &now(1_005_000, "b", 55_000));
+        assert_eq!(
+            restored.thresholds_first_observed[0].at,
+            MonoInstant::from_millis(40_000)
+        );
+        let restored = restore(&saved, &now(900_000, "b", 55_000));
+        assert_eq!(
+            restored.thresholds_first_observed[0].at,
+            MonoInstant::from_millis(55_000)
+        );
+    }
+
+    #[test]
     fn last_eviction_and_pending_cleanup_are_restored() {
         let mut saved = Memory::default();
         saved.record_eviction(

@@ -81,7 +81,7 @@ pub trait Checkpoint: Sized {
 /// The version-1 file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointV1 {
-    pub version: u32,
+    pub(crate) version: u32,
     pub state: AgentStateV1,
     pub checksum: u32,
 }
@@ -90,49 +90,49 @@ pub struct CheckpointV1 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointV2 {
     #[serde(flatten)]
-    pub v1: CheckpointV1,
-    pub v2: PartV2,
+    pub(crate) v1: CheckpointV1,
+    pub(crate) v2: PartV2,
     pub checksum_v2: u32,
 }
 
 /// What version 2 adds to the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PartV2 {
-    pub boot: Option<BootMarks>,
+pub(crate) struct PartV2 {
+    pub(crate) boot: Option<BootMarks>,
 }
 
 /// The version-3 file: version 2's fields, then its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointV3 {
     #[serde(flatten)]
-    pub v2: CheckpointV2,
-    pub v3: PartV3,
+    pub(crate) v2: CheckpointV2,
+    pub(crate) v3: PartV3,
     pub checksum_v3: u32,
 }
 
 /// What version 3 adds to the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PartV3 {
-    pub pending: Option<PendingEviction>,
+pub(crate) struct PartV3 {
+    pub(crate) pending: Option<PendingEviction>,
 }
 
 /// The version-4 file: version 3's fields (what acting agents did), then its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckpointV4 {
+pub(crate) struct CheckpointV4 {
     #[serde(flatten)]
-    pub v3: CheckpointV3,
-    pub v4: PartV4,
-    pub checksum_v4: u32,
+    pub(crate) v3: CheckpointV3,
+    pub(crate) v4: PartV4,
+    pub(crate) checksum_v4: u32,
 }
 
 /// What version 4 adds to the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PartV4 {
-    pub written_by: Option<Mode>,
-    pub dry_run: Memory,
+pub(crate) struct PartV4 {
+    pub(crate) written_by: Option<Mode>,
+    pub(crate) dry_run: Memory,
 }
 
 /// Version 2's content, as version 2 checksummed it.
@@ -292,7 +292,7 @@ impl Checkpoint for CheckpointV3 {
 
 impl CheckpointV4 {
     /// Wraps `state` with all four checksums.
-    pub fn new(state: AgentState) -> Result<Self, CheckpointError> {
+    pub(crate) fn new(state: AgentState) -> Result<Self, CheckpointError> {
         let checksum_v4 = state_checksum(&state)?;
         let AgentState {
             acting,
@@ -310,7 +310,7 @@ impl CheckpointV4 {
     }
 
     /// The state this checkpoint holds.
-    pub fn into_state(self) -> AgentState {
+    pub(crate) fn into_state(self) -> AgentState {
         AgentState {
             acting: self.v3.into_state(),
             dry_run: self.v4.dry_run,

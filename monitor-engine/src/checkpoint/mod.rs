@@ -1,28 +1,24 @@
 //! The agent's checkpointed state, without any I/O: what is kept ([`state`]), how it is
 //! encoded, checksummed and versioned ([`format`](mod@format)), the decision state carried
-//! into and out of it ([`decision_state`]), the timers that must run on across a restart
-//! ([`continuity`]), and what an agent carries on from a file another mode wrote
-//! ([`handover`]). Reading and writing the files is the agent's
-//! (`monitor::checkpoint`).
+//! into and out of it ([`decision_state`]), with the timers that must run on across a
+//! restart, and what an agent carries on from a file another mode wrote ([`handover`]).
+//! Reading and writing the files is the agent's (`monitor::checkpoint`).
 //!
 //! The design follows the kubelet's checkpoint manager: FNV-32a over a canonical dump of the
 //! logical content, parsing separate from verification, and a newer version that embeds the
 //! older one so that rolling the agent back does not cost its state.
 mod canonical;
-pub mod continuity;
 pub mod decision_state;
 mod fnv;
-pub mod format;
+pub(crate) mod format;
 #[cfg(test)]
 mod format_tests;
 pub mod handover;
-pub mod state;
+pub(crate) mod state;
 
-pub use continuity::{GraceStatus, eviction_blocked_for, soft_grace_status};
 pub use format::{
     CURRENT_VERSION, Checkpoint, CheckpointError, CheckpointV1, CheckpointV2, CheckpointV3,
-    CheckpointV4, Decoded, PartV2, PartV3, PartV4, decode, encode, migrate_to_v4, migrate_v1_to_v2,
-    state_checksum,
+    Decoded, decode, encode, migrate_to_v4, migrate_v1_to_v2, state_checksum,
 };
 pub use handover::{Handover, NotCarried, Origin, take_over};
 pub use state::{

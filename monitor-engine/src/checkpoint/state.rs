@@ -189,7 +189,7 @@ pub struct Now {
 impl Memory {
     /// Records that `signal` is past its soft threshold; keeps the first observation if the
     /// timer is already running.
-    pub fn observe_soft_threshold(&mut self, signal: &str, now: &Now) {
+    pub(crate) fn observe_soft_threshold(&mut self, signal: &str, now: &Now) {
         if self
             .v1
             .soft_threshold_first_observed_unix_ms
@@ -206,7 +206,7 @@ impl Memory {
     }
 
     /// Records that `signal` is back under its soft threshold, which stops its grace timer.
-    pub fn clear_soft_threshold(&mut self, signal: &str) {
+    pub(crate) fn clear_soft_threshold(&mut self, signal: &str) {
         self.v1.soft_threshold_first_observed_unix_ms.remove(signal);
         if let Some(boot) = &mut self.boot {
             boot.soft_threshold_first_observed_ms.remove(signal);
@@ -215,7 +215,7 @@ impl Memory {
 
     /// Stops every soft-threshold timer: they start again when the agent sees the thresholds
     /// met.
-    pub fn forget_soft_thresholds(&mut self) {
+    pub(crate) fn forget_soft_thresholds(&mut self) {
         self.v1.soft_threshold_first_observed_unix_ms.clear();
         if let Some(boot) = &mut self.boot {
             boot.soft_threshold_first_observed_ms.clear();
@@ -223,7 +223,7 @@ impl Memory {
     }
 
     /// Sets a node condition's status, moving its transition time only when the status changes.
-    pub fn set_condition(&mut self, condition: &str, status: &str, now: &Now) {
+    pub(crate) fn set_condition(&mut self, condition: &str, status: &str, now: &Now) {
         let unchanged = self
             .v1
             .node_conditions
@@ -280,7 +280,7 @@ impl Memory {
     }
 
     /// Records that the evicted pod is gone.
-    pub fn finish_cleanup(&mut self) {
+    pub(crate) fn finish_cleanup(&mut self) {
         self.v1.awaiting_cleanup = None;
         self.pending = None;
     }

@@ -36,9 +36,9 @@ pub struct ConfigLayer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownField {
     /// The document's position in the file, from 1, counting documents that are not empty.
-    pub document: usize,
+    pub(crate) document: usize,
     /// The field as written.
-    pub field: String,
+    pub(crate) field: String,
 }
 
 impl fmt::Display for UnknownField {

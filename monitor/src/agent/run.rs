@@ -6,7 +6,7 @@
 //! polling), manifest changes and finished kills. After each input
 //! that can move a signal or the ranking, the decision step runs at once; there is no
 //! decision timer. Kernel records wake the agent only once working sets may have grown by
-//! the distance to the nearest memory threshold (see [`crate::engine::headroom`]); the rest
+//! the distance to the nearest memory threshold (see the engine's `headroom`); the rest
 //! wait in the ring and are read every second. The kernel's fork counter wakes it likewise
 //! once enough tasks were created to meet a pid threshold, and `pid.available` is read then.
 //! A change of the configuration files, like SIGHUP, puts the new configuration in force.

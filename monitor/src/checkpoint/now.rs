@@ -1,4 +1,5 @@
-//! Reads the clocks the continuity helpers need.
+//! Reads the clocks the checkpointed timers are carried across a restart with
+//! (`engine::checkpoint::decision_state`).
 use std::{io, sync::OnceLock};
 
 use crate::{

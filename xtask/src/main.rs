@@ -46,7 +46,8 @@ enum Task {
     /// allows the reasons the machine gives (printed first; never `root`, which a developer
     /// may add) and lists every skip at the end.
     Test {
-        /// Skip the cgroup v2 / older-kernel tests in the VM.
+        /// Skip everything that boots a VM: the cgroup v2 / older-kernel tests and the
+        /// benchmark smoke's VM cases.
         #[arg(long)]
         no_vm: bool,
     },

@@ -121,6 +121,17 @@ impl MonitorProcess {
         );
     }
 
+    /// Panics, `context` first, with how the agent ended (its exit status or the signal that
+    /// killed it) and its whole stderr, unless it is still running.
+    pub fn assert_running(&mut self, context: &str) {
+        if let Some(status) = self.wait(Duration::ZERO) {
+            panic!(
+                "{context}: the agent is not running: {status}; stderr:\n{}",
+                self.stderr()
+            );
+        }
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         self.process.running()

@@ -56,7 +56,7 @@ fn a_second_agent_on_the_same_checkpoint_directory_is_refused_naming_the_first()
     third
         .wait_stderr(Duration::from_secs(10), |l| l.contains(" known"))
         .expect("the third agent runs on the freed directory");
-    assert!(third.running(), "{}", third.stderr());
+    third.assert_running("the third agent");
     third.terminate();
     third
         .wait(Duration::from_secs(10))
@@ -145,6 +145,6 @@ fn the_directory_removed_mid_eviction_is_made_again_and_a_restart_evicts_once() 
         "decided a second time: {:?}",
         restarted.stdout_lines()
     );
-    assert!(restarted.running(), "{}", restarted.stderr());
+    restarted.assert_running("after the restart");
     restarted.stop();
 }

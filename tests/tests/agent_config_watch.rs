@@ -210,7 +210,7 @@ fn a_configmap_swapped_by_the_kubelets_atomic_writer_is_put_in_force_and_acted_o
         shown.contains("evictionHard.allocatableMemory.available  200Mi  the overlay"),
         "{shown}"
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the reload");
 
     // A pod under the old threshold only: with 10Mi back in force it is left alone.
     volume.update(&overlay(""));
@@ -287,7 +287,7 @@ fn the_kubelets_file_is_read_said_and_followed() {
             l.contains("monitor.evictionInterval 10s -> 1s")
         })
         .unwrap_or_else(|| panic!("the overlay that appeared is not read:\n{}", agent.stderr()));
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the reload");
     agent.stop();
 }
 

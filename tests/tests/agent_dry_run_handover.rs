@@ -110,7 +110,7 @@ fn a_dry_run_s_decision_is_never_carried_out_and_the_acting_agent_decides_on_wha
     assert_decision(&acting.next_decision(DECIDE), "evict", &victim.pod);
     scene.wait_until_empty(&victim.pod, Duration::from_secs(15));
     assert_eq!(victim.sigterms(), 1, "one SIGTERM wave");
-    assert!(acting.running(), "{}", acting.stderr());
+    acting.assert_running("the acting agent");
     acting.stop();
     assert_eq!(checkpoint(&scene)["v4"]["written_by"], "acting");
 }
@@ -172,6 +172,6 @@ fn an_acting_eviction_in_flight_is_neither_taken_over_nor_cleared_by_a_dry_run()
         .expect("the acting agent resumes its own eviction");
     scene.wait_until_empty(&victim.pod, Duration::from_secs(10));
     assert_eq!(victim.sigterms(), 1, "one SIGTERM wave in all");
-    assert!(again.running(), "{}", again.stderr());
+    again.assert_running("the agent started again");
     again.stop();
 }

@@ -27,10 +27,6 @@ fn assert_evicts(decision: &Value, pod: &TestPod) {
     assert_eq!(decision["name"], pod.name.as_str(), "{decision:#}");
 }
 
-fn assert_still_running(agent: &mut MonitorProcess) {
-    assert!(agent.running(), "the agent died:\n{}", agent.stderr());
-}
-
 /// A soft eviction scene: `allocatableMemory.available<100Mi` for 1 s evicts with
 /// `max_grace` seconds of grace; a `stubborn` pod ignoring SIGTERM beside a `calm` one.
 struct Stubborn {
@@ -121,7 +117,7 @@ fn a_full_checkpoint_disk_never_stops_the_kill_and_the_state_lands_once_there_is
     assert_evicts(&decision, &hog);
     scene.wait_until_empty(&hog, KILL);
     assert!(process_alive(calm_proc.pid()), "only the hog died");
-    assert_still_running(&mut agent);
+    agent.assert_running("after the fault");
     let warnings = agent
         .stderr()
         .lines()
@@ -173,7 +169,7 @@ fn a_read_only_checkpoint_directory_with_a_valid_file_still_starts_and_evicts() 
     assert_evicts(&agent.next_decision(DECIDE), &hog);
     scene.wait_until_empty(&hog, KILL);
     assert!(process_alive(calm_proc.pid()));
-    assert_still_running(&mut agent);
+    agent.assert_running("after the fault");
     agent.stop();
 }
 
@@ -208,7 +204,7 @@ fn a_pod_ignoring_sigterm_past_the_cleanup_timeout_is_still_killed() {
         process_alive(running.calm.pid()),
         "only the stubborn pod died"
     );
-    assert_still_running(&mut agent);
+    agent.assert_running("after the fault");
     agent.stop();
 }
 
@@ -239,7 +235,7 @@ fn stale_manifests_without_cgroups_do_not_hold_back_the_eviction() {
         decided.elapsed()
     );
     assert!(process_alive(calm_proc.pid()));
-    assert_still_running(&mut agent);
+    agent.assert_running("after the fault");
     agent.stop();
 }
 
@@ -286,7 +282,7 @@ fn an_unreadable_memory_stat_never_makes_its_pod_the_victim() {
         process_alive(small_proc.pid()),
         "the pod whose stats could not be read lives"
     );
-    assert_still_running(&mut agent);
+    agent.assert_running("after the fault");
     agent.stop();
 }
 
@@ -334,7 +330,7 @@ fn a_restart_during_the_grace_period_finishes_the_eviction_on_its_deadline() {
         process_alive(running.calm.pid()),
         "only the stubborn pod died"
     );
-    assert_still_running(&mut restarted);
+    restarted.assert_running("after the fault");
     restarted.stop();
 }
 
@@ -400,6 +396,6 @@ fn lost_kernel_records_are_counted_and_followed_by_a_rescan() {
     assert_evicts(&decision, &late);
     scene.wait_until_empty(&late, KILL);
     assert!(process_alive(filler_proc.pid()));
-    assert_still_running(&mut agent);
+    agent.assert_running("after the fault");
     agent.stop();
 }

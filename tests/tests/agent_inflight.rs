@@ -133,7 +133,7 @@ impl DrainingVictim {
         for (pod, process) in &self.others {
             assert!(process_alive(process.pid()), "{} was killed", pod.name);
         }
-        assert!(self.agent.running(), "{}", self.agent.stderr());
+        self.agent.assert_running("after the eviction");
         let waves = self
             .agent
             .stderr()

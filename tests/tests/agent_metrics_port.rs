@@ -269,7 +269,7 @@ fn slow_clients_on_the_network_do_not_keep_health_probes_out() {
             took[19] < Duration::from_millis(500),
             "probes took {took:?} among 200 slow connections"
         );
-        assert!(agent.running(), "the agent runs on");
+        agent.assert_running("the agent runs on");
         agent.stop();
     });
 }

@@ -177,7 +177,7 @@ fn a_fork_bomb_is_evicted_once_and_its_unreaped_processes_evict_no_one_else() {
         process_alive(innocent_proc.pid()),
         "the innocent pod was killed"
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the bomb");
     agent.stop();
 }
 
@@ -214,7 +214,7 @@ fn a_fork_bomb_is_decided_on_at_the_crossing_not_at_the_resync() {
         process_alive(innocent_proc.pid()),
         "the innocent pod was killed"
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the bomb");
     agent.stop();
 }
 
@@ -278,7 +278,7 @@ fn a_forking_bomb_capped_by_its_pids_cgroup_is_stopped_before_the_cap() {
         process_alive(innocent_proc.pid()),
         "the innocent pod was killed"
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the bomb");
     agent.stop();
 }
 
@@ -351,6 +351,6 @@ fn at_the_crossing_only_the_pods_whose_processes_changed_are_counted() {
         quiet.iter().all(|q| process_alive(q.pid())),
         "a quiet pod was killed"
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the bomb");
     agent.stop();
 }

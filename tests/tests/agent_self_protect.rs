@@ -207,7 +207,7 @@ fn the_agent_publishes_its_own_memory_charge_and_says_when_it_nears_its_limit() 
         "once per episode:\n{}",
         agent.stderr()
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the pressure");
 }
 
 /// One mapping of `/proc/<pid>/smaps`: its path (empty when anonymous), its size and what of

@@ -54,11 +54,7 @@ fn sighup_puts_a_new_configuration_in_force_and_keeps_the_old_one_when_it_is_bro
             l.contains("the one in force stays")
         })
         .expect("the broken configuration is reported");
-    assert!(
-        agent.running(),
-        "SIGHUP ended the agent:\n{}",
-        agent.stderr()
-    );
+    agent.assert_running("after SIGHUP");
     assert!(agent.next_line(Duration::from_secs(1)).is_none());
 
     // The threshold moves to 200Mi: 150Mi available now meets it.
@@ -74,7 +70,7 @@ fn sighup_puts_a_new_configuration_in_force_and_keeps_the_old_one_when_it_is_bro
         "{}",
         agent.stderr()
     );
-    assert!(agent.running(), "{}", agent.stderr());
+    agent.assert_running("after the signal");
     agent.stop();
 }
 

@@ -124,11 +124,17 @@ mkdir -p /etc
 printf '127.0.0.1 localhost\n::1 localhost\n' > /etc/hosts
 printf 'hosts: files\n' > /etc/nsswitch.conf
 failed=
+# A failed run is followed by the kernel's last messages: a process the OOM killer or a
+# fault ended says nothing of it on its own output.
 run() {{
     name=$1
     shift
     echo "=== $name"
-    "$@" || failed="$failed $name"
+    if ! "$@"; then
+        failed="$failed $name"
+        echo "=== kernel log after $name failed (last 40 lines)"
+        dmesg | tail -n 40
+    fi
 }}
 # Temporary files go to ext4 on a RAM disk: brd's own pages belong to no cgroup, so a test's
 # page cache there is reclaimable as on a node's disk, where on the tmpfs root it is not.
@@ -250,6 +256,30 @@ mod tests {
             ]
         );
         assert_eq!(names(false), ["cgroup_v2-1f2e"]);
+    }
+
+    /// The script's own `run` in a real shell, `dmesg` standing in for the kernel's log.
+    #[test]
+    fn a_failed_run_alone_is_followed_by_the_kernel_log() {
+        let script = plan_script(&[]);
+        let start = script.find("run() {").expect("run() in the script");
+        let end = start + script[start..].find("\n}\n").expect("its end") + 3;
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "dmesg() {{ echo KERNEL-LINE; }}\n{}run good true\nrun bad false\n\
+                 echo \"failed:$failed\"",
+                &script[start..end]
+            ))
+            .output()
+            .expect("running sh");
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.matches("KERNEL-LINE").count(), 1, "{out}");
+        assert!(
+            out.contains("=== kernel log after bad failed (last 40 lines)\nKERNEL-LINE"),
+            "{out}"
+        );
+        assert!(out.ends_with("failed: bad\n"), "{out}");
     }
 
     #[test]

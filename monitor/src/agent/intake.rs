@@ -57,10 +57,14 @@ impl Agent {
     /// PSI triggers that make a polling agent read at once when memory stalls; none with the
     /// stat programs, whose records already wake it.
     pub(super) fn install_psi_wake(&self) -> Option<PsiWake> {
-        if self.source.has_stat_programs() || self.args.psi_stall.is_zero() {
+        if self.source.has_stat_programs() || self.intake_options.psi_stall.is_zero() {
             return None;
         }
-        let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);
+        let psi = PsiWake::install(
+            &self.hierarchy,
+            &self.kubepods.rel,
+            self.intake_options.psi_stall,
+        );
         if psi.watched.is_empty() {
             tracing::info!("no PSI on this kernel: memory is read every poll interval only");
             return None;
@@ -72,7 +76,7 @@ impl Agent {
             .collect();
         tracing::info!(
             "between polls, memory is read at once when tasks stall on it for {:?} within {:?} ({})",
-            self.args.psi_stall,
+            self.intake_options.psi_stall,
             crate::source::pressure::WINDOW,
             files.join(", ")
         );
@@ -99,12 +103,15 @@ impl Agent {
         let Some(kernel) = self.source.memory_kernel() else {
             return false;
         };
-        let margin = self.args.step.saturating_mul(WAKE_MARGIN_STEPS);
+        let margin = self
+            .intake_options
+            .step_bytes
+            .saturating_mul(WAKE_MARGIN_STEPS);
         let mut headroom = self
             .core
             .memory_headroom()
             .map(|h| h.saturating_sub(margin));
-        if self.args.predict.is_some() {
+        if self.intake_options.predicting {
             // A projection needs the agent running while the growth goes on, not only at
             // the threshold: woken at every step of it.
             headroom = headroom.map(|h| h.min(PREDICT_WAKE_BYTES));
@@ -279,8 +286,8 @@ impl Agent {
         for error in &loaded.errors {
             tracing::warn!("skipped: {error}");
         }
-        let node = self.args.node_name.as_deref();
-        let (pods, mut left_out) = split_by_standing(loaded.pods, node, !self.args.kube);
+        let node = self.pod_source.node_name.as_deref();
+        let (pods, mut left_out) = split_by_standing(loaded.pods, node, !self.pod_source.kube);
         left_out.extend(loaded.left_out);
         let lines = left_out_lines(&left_out);
         if lines != self.pods.left_out_logged {

@@ -43,6 +43,7 @@ mod reload;
 pub(crate) mod resync;
 mod resync_read;
 mod run;
+mod run_options;
 pub(crate) mod self_protect;
 mod startup;
 mod stat_programs;

@@ -556,7 +556,7 @@ async fn the_wake_up_level_follows_the_threshold_and_a_level_already_reached_is_
         .iter()
         .filter(|a| **a == Asked::ReadPending)
         .count();
-    assert_eq!(reads, super::input::REARM_ROUNDS);
+    assert_eq!(reads, super::wake_levels::REARM_ROUNDS);
 }
 
 #[tokio::test]

@@ -2,7 +2,6 @@
 //! in [`super::run`](mod@super::run), its steps in the files named after what they do.
 use super::{
     actions::Actions,
-    args::AgentArgs,
     cause::CauseLog,
     checkpointer::Checkpointer,
     config_in_force::ConfigInForce,
@@ -12,6 +11,7 @@ use super::{
     publish::Visibility,
     reader::{MachineReader, ReadFailures},
     resync::ResyncSchedule,
+    run_options::{DecisionOptions, IntakeOptions, LoopTimers, PodSourceOptions},
     self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
 };
@@ -23,7 +23,16 @@ use crate::{
 /// Everything the loop owns: what start-up opened (or a unit test faked) and the state of
 /// each component.
 pub(super) struct Agent {
-    pub(super) args: AgentArgs,
+    /// The loop's timers (`--poll-interval`, `--resync-interval`, ...).
+    pub(super) timers: LoopTimers,
+    /// How decisions are reported and carried out (`--dry-run`, `--output`, ...).
+    pub(super) decisions: DecisionOptions,
+    /// How the intake wakes to read (`--step`, `--psi-stall`, `--predict`).
+    pub(super) intake_options: IntakeOptions,
+    /// Where the pods come from, for reopening the source and placing pods on this node.
+    pub(super) pod_source: PodSourceOptions,
+    /// `--allocatable-memory`, for each capacity refresh.
+    pub(super) allocatable_memory: Option<u64>,
     /// The configuration in force (the engine holds it decoded), its files and since when.
     pub(super) config: ConfigInForce,
     pub(super) hierarchy: MemoryHierarchy,

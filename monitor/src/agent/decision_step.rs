@@ -92,14 +92,14 @@ impl Agent {
         self.recheck_running_grace(decided_ns);
         let clock = ManualClock::new(BootClock.now());
         let decision = self.core.decide_at(&clock, Some(decided_ns));
-        if self.args.dry_run && decision.eviction().is_some() {
+        if self.decisions.dry_run && decision.eviction().is_some() {
             self.core.nothing_signalled();
         }
         let mut grace_given = None;
         if let Some(eviction) = decision.eviction() {
             // Nothing a dry run decides is carried out, so it decides on the same pod again at
             // every interval: said once, then summed up.
-            let say = if self.args.dry_run {
+            let say = if self.decisions.dry_run {
                 self.visibility
                     .repeats
                     .note(&eviction.pod.uid, eviction.signal, clock.now())
@@ -311,7 +311,7 @@ impl Agent {
     fn affordable_grace(&self, eviction: &Eviction, decided_ns: u64) -> Grace {
         let full = Duration::from_secs(grace_secs(eviction.grace_period_seconds));
         if eviction.threshold.kind != ThresholdKind::Hard
-            || self.args.grace_projection == GraceProjection::Off
+            || self.decisions.grace_projection == GraceProjection::Off
             || self.brake.is_held()
         {
             return Grace::Full(full);
@@ -387,7 +387,7 @@ impl Agent {
         let report = DecisionReport::new(
             eviction,
             DecisionContext {
-                dry_run: self.args.dry_run,
+                dry_run: self.decisions.dry_run,
                 monotonic_ns: decided_ns,
                 wall_unix_ms: crate::system_clock::unix_ms_now(),
                 event_monotonic_ns: trigger_ns,
@@ -411,7 +411,7 @@ impl Agent {
         );
         decision_log::decided(&report, say, now);
         let text = report.text();
-        let line = match self.args.output {
+        let line = match self.decisions.output {
             OutputFormat::Text if !say.is_said() => None,
             OutputFormat::Text => Some(text.clone()),
             OutputFormat::Json => Some(serde_json::to_string(&report)?),
@@ -419,7 +419,10 @@ impl Agent {
         self.visibility.decisions.push(DecisionView {
             report,
             text,
-            outcome: self.args.dry_run.then(|| "dry-run: nothing done".into()),
+            outcome: self
+                .decisions
+                .dry_run
+                .then(|| "dry-run: nothing done".into()),
         });
         if let Some(line) = line {
             let mut out = io::stdout().lock();
@@ -474,7 +477,10 @@ impl Agent {
             // watch instead.
             if local {
                 self.core.mark_evicted(&uid);
-                if hard && !grace.is_zero() && self.args.grace_projection == GraceProjection::On {
+                if hard
+                    && !grace.is_zero()
+                    && self.decisions.grace_projection == GraceProjection::On
+                {
                     self.actions.grace = Some(RunningGrace {
                         ends: Instant::now() + grace,
                         force_now,
@@ -547,6 +553,6 @@ impl Agent {
 
     /// Whether evictions are carried out on this node (a cgroup kill), not through the API.
     pub(super) fn evictor_is_local(&self) -> bool {
-        !self.args.dry_run && !self.args.kube
+        !self.decisions.dry_run && !self.decisions.through_api
     }
 }

@@ -5,7 +5,10 @@ use std::{io, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{actuator::ActionDone, components::Agent, event_source::Batch, reload::Trigger};
+use super::{
+    actuator::ActionDone, components::Agent, event_source::Batch, reload::Trigger,
+    wake_levels::REARM_ROUNDS,
+};
 use crate::{
     config_file::LoadedConfig,
     pods::{Loaded, NodePod, PodSourceError},
@@ -15,10 +18,6 @@ use crate::{
 
 /// How long to wait before opening the pod source again after it failed.
 const POD_SOURCE_RETRY: Duration = Duration::from_secs(5);
-
-/// How many times in a row the waiting records are read because the lowered wake-up level
-/// was already reached, before the loop takes its other inputs again.
-pub(super) const REARM_ROUNDS: usize = 8;
 
 /// What the loop waited for.
 pub(super) enum Input {

@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use super::{
     components::Agent,
     event_source::{Batch, KernelEvents},
-    intake_state::ForkArming,
     psi_wake::PsiWake,
     reader::{observe_pid_available, read_all, recount_processes},
+    wake_levels::{ForkArming, memory_wake_after},
 };
 use crate::{
     engine::{
@@ -20,15 +20,6 @@ use crate::{
     pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
     source::{ebpf::TaskCgroups, event::KernelEvent},
 };
-
-/// The last records (of `--step` bytes each) before a threshold could be met wake the agent
-/// too, so it is already running when the crossing record comes: a wake-up from idle costs
-/// about a millisecond on a virtual machine's halted vCPU.
-const WAKE_MARGIN_STEPS: u64 = 4;
-
-/// With `--predict`, the growth after which the kernel wakes the agent however far the
-/// thresholds are: 16 MiB is 8 ms at 2 GiB/s, well inside the 50 ms the rate is taken over.
-const PREDICT_WAKE_BYTES: u64 = 16 << 20;
 
 /// Most records held in the agent while it reads cgroupfs, four ring-fulls: a full read at
 /// 10,000 pods takes a few hundred milliseconds, and the kernel sends about 50,000 records a
@@ -57,10 +48,14 @@ impl Agent {
     /// PSI triggers that make a polling agent read at once when memory stalls; none with the
     /// stat programs, whose records already wake it.
     pub(super) fn install_psi_wake(&self) -> Option<PsiWake> {
-        if self.source.has_stat_programs() || self.args.psi_stall.is_zero() {
+        if self.source.has_stat_programs() || self.intake_options.psi_stall.is_zero() {
             return None;
         }
-        let psi = PsiWake::install(&self.hierarchy, &self.kubepods.rel, self.args.psi_stall);
+        let psi = PsiWake::install(
+            &self.hierarchy,
+            &self.kubepods.rel,
+            self.intake_options.psi_stall,
+        );
         if psi.watched.is_empty() {
             tracing::info!("no PSI on this kernel: memory is read every poll interval only");
             return None;
@@ -72,7 +67,7 @@ impl Agent {
             .collect();
         tracing::info!(
             "between polls, memory is read at once when tasks stall on it for {:?} within {:?} ({})",
-            self.args.psi_stall,
+            self.intake_options.psi_stall,
             crate::source::pressure::WINDOW,
             files.join(", ")
         );
@@ -99,17 +94,12 @@ impl Agent {
         let Some(kernel) = self.source.memory_kernel() else {
             return false;
         };
-        let margin = self.args.step.saturating_mul(WAKE_MARGIN_STEPS);
-        let mut headroom = self
-            .core
-            .memory_headroom()
-            .map(|h| h.saturating_sub(margin));
-        if self.args.predict.is_some() {
-            // A projection needs the agent running while the growth goes on, not only at
-            // the threshold: woken at every step of it.
-            headroom = headroom.map(|h| h.min(PREDICT_WAKE_BYTES));
-        }
-        kernel.wake_after_growth(headroom).unwrap_or_else(|e| {
+        let level = memory_wake_after(
+            self.core.memory_headroom(),
+            self.intake_options.step_bytes,
+            self.intake_options.predicting,
+        );
+        kernel.wake_after_growth(level).unwrap_or_else(|e| {
             tracing::warn!("setting the kernel's wake-up level: {e}");
             false
         })
@@ -129,11 +119,9 @@ impl Agent {
             tracing::warn!("asking the kernel to mark task cgroups: {e}");
         }
         let headroom = self.core.pid_headroom();
-        let arming = ForkArming::at(headroom);
-        if self.intake.fork_arming == arming {
+        if !self.intake.fork_arming.rearm(headroom) {
             return false;
         }
-        self.intake.fork_arming = arming;
         kernel.wake_after_forks(headroom).unwrap_or_else(|e| {
             tracing::warn!("arming the kernel's fork counter: {e}");
             false
@@ -279,8 +267,8 @@ impl Agent {
         for error in &loaded.errors {
             tracing::warn!("skipped: {error}");
         }
-        let node = self.args.node_name.as_deref();
-        let (pods, mut left_out) = split_by_standing(loaded.pods, node, !self.args.kube);
+        let node = self.pod_source.node_name.as_deref();
+        let (pods, mut left_out) = split_by_standing(loaded.pods, node, !self.pod_source.kube);
         left_out.extend(loaded.left_out);
         let lines = left_out_lines(&left_out);
         if lines != self.pods.left_out_logged {

@@ -1,7 +1,7 @@
 //! What the intake keeps between turns: the records held during a read, the fork counter's
 //! arming, the pods the pod source handed out. Plain state; the steps that use it are in
 //! [`super::intake`].
-use super::event_source::Batch;
+use super::{event_source::Batch, wake_levels::ForkArming};
 use crate::pods::NodePod;
 
 /// What the intake keeps between turns.
@@ -23,24 +23,4 @@ pub(super) struct PodsOnNode {
     pub(super) source_down: Option<String>,
     /// The lines last logged about pods the source holds that are not ranked.
     pub(super) left_out_logged: Vec<String>,
-}
-
-/// What the kernel's fork counter was last told, so it is armed again only when the pid
-/// headroom changed or the counter fired.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) enum ForkArming {
-    /// Not armed since start, or its record came (the kernel disarms it then).
-    #[default]
-    Unknown,
-    /// Disarmed: no pid threshold to wake for, or one is met.
-    Disarmed,
-    /// Armed to wake after this many tasks are created.
-    ArmedAt(u64),
-}
-
-impl ForkArming {
-    /// Armed at `headroom` tasks, or disarmed without one.
-    pub(super) fn at(headroom: Option<u64>) -> Self {
-        headroom.map_or(ForkArming::Disarmed, ForkArming::ArmedAt)
-    }
 }

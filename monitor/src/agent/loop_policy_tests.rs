@@ -25,6 +25,7 @@ use super::{
     input::{Input, Next},
     kubepods_brake::KubepodsBrake,
     reader::MachineReader,
+    run_options::RunOptions,
     self_protect::OwnPod,
     startup::Parts,
 };
@@ -281,7 +282,7 @@ fn scene_with(
         }
     };
     argv.extend_from_slice(flags);
-    let args = crate::cli::Cli::parse_from(argv).agent;
+    let options = RunOptions::split(&crate::cli::Cli::parse_from(argv).agent);
     let source = match kernel {
         None => Source::polling(),
         Some(kernel) => Source {
@@ -321,10 +322,10 @@ fn scene_with(
         hierarchy_id: 0,
     };
     let persister: Box<dyn Persister> = Box::new(disk.clone());
-    let mode = crate::engine::checkpoint::Mode::from_dry_run(args.dry_run);
+    let mode = crate::engine::checkpoint::Mode::from_dry_run(options.decisions.dry_run);
     let mut agent = Agent::assemble(Parts {
         brake: KubepodsBrake::new(mount.path().into(), "/kubepods", None, mount.path()),
-        args,
+        options,
         config: in_force,
         hierarchy,
         kubepods,
@@ -555,7 +556,7 @@ async fn the_wake_up_level_follows_the_threshold_and_a_level_already_reached_is_
         .iter()
         .filter(|a| **a == Asked::ReadPending)
         .count();
-    assert_eq!(reads, super::input::REARM_ROUNDS);
+    assert_eq!(reads, super::wake_levels::REARM_ROUNDS);
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 //! [`input`], which `Agent::handle` carries out. The [`components`] it
 //! composes each keep their own state: [`actions`] (the actuator and evictions in progress),
 //! [`checkpointer`], [`intake_state`] (held records, fork arming, the pods handed out),
+//! [`wake_levels`] (when the kernel wakes the agent to read),
 //! [`stat_programs`] (the gate and its guard's schedule) and [`publish`]'s `Visibility`
 //! (metrics, snapshot, recent decisions). The steps that compose them are in [`startup`],
 //! [`intake`], [`guard_read`], [`decision_step`], [`evicted_pods`], [`action_results`] and
@@ -43,10 +44,12 @@ mod reload;
 pub(crate) mod resync;
 mod resync_read;
 mod run;
+mod run_options;
 pub(crate) mod self_protect;
 mod startup;
 mod stat_programs;
 mod visibility;
+mod wake_levels;
 
 pub(crate) use args::AgentArgs;
 pub(crate) use run::run;

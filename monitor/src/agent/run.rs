@@ -23,7 +23,9 @@ use super::{
     components::Agent,
     input::{Input, Next},
     psi_wake::PsiWake,
-    realtime, self_protect,
+    realtime,
+    run_options::{PodSourceOptions, RunOptions},
+    self_protect,
 };
 use crate::{
     action::KubeEvictor,
@@ -57,8 +59,9 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         // Before the configuration is first read: no change between the two is lost.
         let config_watch = ConfigWatcher::start(&args.config_sources());
-        let (watcher, first, evictor) = open_pods(&args).await?;
-        let mut agent = Agent::start(args, evictor).await?;
+        let options = RunOptions::split(&args);
+        let (watcher, first, evictor) = open_pods(&options.pod_source).await?;
+        let mut agent = Agent::start(&args, options, evictor).await?;
         agent.take_pods(first);
         agent.restore_stopped_pods();
         agent.resume_pending_eviction();
@@ -71,14 +74,14 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
 
 /// The pod source the flags name and its first pod set; with --kube also the evictor.
 async fn open_pods(
-    args: &AgentArgs,
+    options: &PodSourceOptions,
 ) -> anyhow::Result<(PodSource, Loaded<NodePod>, Option<KubeEvictor>)> {
-    if args.kube {
-        let node = args
+    if options.kube {
+        let node = options
             .node_name
             .as_deref()
             .context("--kube needs --node-name or NODE_NAME")?;
-        let config = kube_watch::api_config(args.kubeconfig.as_deref()).await?;
+        let config = kube_watch::api_config(options.kubeconfig.as_deref()).await?;
         let (watcher, first) = KubeWatcher::start(config.clone(), node).await?;
         tracing::info!(
             "{} pods on node {node} from the Kubernetes API",
@@ -87,7 +90,7 @@ async fn open_pods(
         let evictor = KubeEvictor::new(config).context("Kubernetes API client for evictions")?;
         return Ok((PodSource::Kube(watcher), first, Some(evictor)));
     }
-    let Some(pods_dir) = &args.pods else {
+    let Some(pods_dir) = &options.pods_dir else {
         bail!(
             "the agent needs the pods on this node: --pods DIR or --kube (see `monitor --help`); \
              {MANIFEST_DIR_HELP}"
@@ -106,15 +109,15 @@ impl Agent {
         mut config_watch: Option<ConfigWatcher>,
     ) -> anyhow::Result<ExitCode> {
         let read_every = if self.source.has_stat_programs() {
-            self.args.resync_interval
+            self.timers.resync_interval
         } else {
-            self.args.poll_interval
+            self.timers.poll_interval
         };
         let mut reads = interval(read_every);
         reads.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut status = interval(self.args.status_interval.max(Duration::from_millis(100)));
-        let show_status = !self.args.status_interval.is_zero();
-        let stop_at = self.args.duration.map(|d| Instant::now() + d);
+        let mut status = interval(self.timers.status_interval.max(Duration::from_millis(100)));
+        let show_status = !self.timers.status_interval.is_zero();
+        let stop_at = self.timers.stop_after.map(|d| Instant::now() + d);
         // Registered once, before the loop: a signal that arrives while a turn is busy waits
         // in its stream. A `ctrl_c()` future made anew at each turn missed such a SIGINT.
         let mut sigint = signal(SignalKind::interrupt())?;
@@ -158,7 +161,7 @@ impl Agent {
                 },
                 () = sleep_until(reopen_at), if reopen_at.is_some() => {
                     reopen_at = None;
-                    match open_pods(&self.args).await {
+                    match open_pods(&self.pod_source).await {
                         Ok((reopened, loaded, _)) => {
                             watcher = Some(reopened);
                             Input::PodSourceReopened(loaded)

@@ -22,6 +22,7 @@ use super::{
     publish::Visibility,
     reader::{Cgroupfs, MachineReader, ReadFailures},
     resync::ResyncSchedule,
+    run_options::RunOptions,
     self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
 };
@@ -67,7 +68,7 @@ fn node_capacity(
 
 /// What start-up opens on the machine (or a unit test fakes) for [`Agent::assemble`].
 pub(super) struct Parts {
-    pub(super) args: AgentArgs,
+    pub(super) options: RunOptions,
     pub(super) config: ConfigInForce,
     pub(super) hierarchy: MemoryHierarchy,
     pub(super) kubepods: KubepodsCgroup,
@@ -95,7 +96,7 @@ impl Agent {
         ) else {
             return;
         };
-        let capacity = node_capacity(self.args.allocatable_memory, memory, limit);
+        let capacity = node_capacity(self.allocatable_memory, memory, limit);
         let old = self.core.capacity();
         if capacity != old {
             let limit = |l: Option<u64>| l.map_or_else(|| "none".into(), |b| bytes(b as i64));
@@ -113,8 +114,11 @@ impl Agent {
         }
     }
 
+    /// The agent the flags ask for: `args` are read here, at start, and what the running
+    /// agent needs of them comes split in `options`.
     pub(super) async fn start(
-        args: AgentArgs,
+        args: &AgentArgs,
+        options: RunOptions,
         evictor: Option<KubeEvictor>,
     ) -> anyhow::Result<Self> {
         let sources = args.config_sources();
@@ -141,7 +145,7 @@ impl Agent {
         }
         let memory = read_mem_total()?;
         let kubepods_limit = read_memory_limit(&kubepods_dir, hierarchy.version)?;
-        let capacity = node_capacity(args.allocatable_memory, memory, kubepods_limit);
+        let capacity = node_capacity(options.allocatable_memory, memory, kubepods_limit);
         let at_start = if args.reset_state {
             AtStart::Reset
         } else {
@@ -182,7 +186,7 @@ impl Agent {
         );
         brake.recover();
         let state = decision_state::restore(saved.memory(mode), &read_now()?);
-        let source = Source::open(&args, &hierarchy)?;
+        let source = Source::open(args, &hierarchy)?;
         tracing::info!(
             "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
             kubepods.rel,
@@ -289,7 +293,7 @@ impl Agent {
             checkpoint.found_damaged_at_start();
         }
         Ok(Self::assemble(Parts {
-            args,
+            options,
             config: in_force,
             hierarchy,
             kubepods,
@@ -308,9 +312,14 @@ impl Agent {
     /// The agent from what start-up opened (or a unit test faked), every other part of its
     /// state empty.
     pub(super) fn assemble(parts: Parts) -> Self {
-        let stat_programs = StatPrograms::new(parts.args.attach_within, online_cpus());
+        let options = parts.options;
+        let stat_programs = StatPrograms::new(options.attach_within, online_cpus());
         Self {
-            args: parts.args,
+            timers: options.timers,
+            decisions: options.decisions,
+            intake_options: options.intake,
+            pod_source: options.pod_source,
+            allocatable_memory: options.allocatable_memory,
             config: parts.config,
             hierarchy: parts.hierarchy,
             kubepods: parts.kubepods,

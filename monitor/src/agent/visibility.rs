@@ -75,7 +75,7 @@ impl Agent {
         m.config = Some(self.config.metrics());
         m.checkpoint_damaged_at_start = self.checkpoint.damaged_at_start();
         if let Some(eviction) = eviction {
-            let counts = if self.args.dry_run {
+            let counts = if self.decisions.dry_run {
                 &mut m.dry_run_decisions_by_signal
             } else {
                 &mut m.evictions_by_signal
@@ -99,7 +99,7 @@ impl Agent {
 
     /// Publishes what readers see, with the signal views just built; never waits for them.
     pub(super) fn publish(&self, signals: Vec<SignalView>) {
-        let description = self.source.describe(self.args.poll_interval);
+        let description = self.source.describe(self.timers.poll_interval);
         let snapshot = Snapshot {
             metrics: self.visibility.metrics.clone(),
             readiness: Readiness {

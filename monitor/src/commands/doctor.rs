@@ -182,7 +182,7 @@ impl Report {
                 name: p.program.name,
                 hook: p.program.hook(),
                 present: p.present,
-                mismatch: p.mismatch.clone(),
+                mismatch: p.mismatch.as_ref().map(ToString::to_string),
                 attach: attached.contains(&p.program),
                 provides: p.program.provides,
                 fallback: p.program.fallback,
@@ -216,7 +216,7 @@ impl Report {
                 .map(|t| FentryReport {
                     name: t.program.name,
                     replaces: t.program.replaces,
-                    function: found(t.function),
+                    function: found(t.function.map_err(|e| e.to_string())),
                     since: t.program.since,
                 })
                 .collect::<Vec<_>>()

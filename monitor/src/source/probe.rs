@@ -86,7 +86,7 @@ pub struct KernelFeatures {
     /// Every entry of [`PROGRAMS`], in order.
     pub programs: Vec<ProgramSupport>,
     /// Where each fentry program could attach (from BTF), or why BTF could not tell.
-    pub fentry: Result<Vec<FentryTarget>, String>,
+    pub fentry: Result<Vec<FentryTarget>, HookUnavailable>,
     /// Whether the raw memcg programs can be used (prototypes and offsets from BTF), or why
     /// not.
     pub raw_tracepoint: Result<(), HookUnavailable>,
@@ -180,7 +180,7 @@ impl KernelFeatures {
                 None => Ok(()),
                 Some(why) => Err(FentryUnavailable::from(why.clone()).into()),
             },
-            Err(why) => Err(HookUnavailable::NoBtf(why.clone())),
+            Err(why) => Err(why.clone()),
         };
         HookFacts {
             raw_tracepoint: self.raw_tracepoint.clone(),
@@ -234,20 +234,25 @@ impl KernelFeatures {
 /// The fentry programs' targets and whether the raw memcg programs can be used, from the
 /// running kernel's BTF, parsed once.
 fn probe_btf_hooks() -> (
-    Result<Vec<FentryTarget>, String>,
+    Result<Vec<FentryTarget>, HookUnavailable>,
     Result<(), HookUnavailable>,
 ) {
-    let no_btf = |why: String| (Err(why.clone()), Err(HookUnavailable::NoBtf(why)));
+    let unusable = |why: HookUnavailable| (Err(why.clone()), Err(why));
     let types = match fs::read(VMLINUX_BTF) {
         Ok(btf) => btf,
-        Err(e) => return no_btf(format!("reading {VMLINUX_BTF}: {e}")),
+        Err(e) => {
+            return unusable(HookUnavailable::NoBtf(format!(
+                "reading {VMLINUX_BTF}: {e}"
+            )));
+        }
     };
+    let unparsable = |e| HookUnavailable::from(FentryUnavailable::from(e));
     match Types::parse(&types) {
         Ok(types) => (
-            fentry::targets(&types).map_err(|e| e.to_string()),
+            fentry::targets(&types).map_err(unparsable),
             raw_tracepoints_usable(&types),
         ),
-        Err(e) => no_btf(e.to_string()),
+        Err(e) => unusable(unparsable(e)),
     }
 }
 
@@ -314,7 +319,7 @@ pub(crate) mod tests {
                     mismatch: None,
                 })
                 .collect(),
-            fentry: Err("not probed in this test".into()),
+            fentry: Err(HookUnavailable::NoBtf("not probed in this test".into())),
             raw_tracepoint: Err(HookUnavailable::NoBtf("not probed in this test".into())),
             memory: Ok(MemoryHierarchy {
                 version: CgroupVersion::V2,

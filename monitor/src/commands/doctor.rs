@@ -182,7 +182,7 @@ impl Report {
                 name: p.program.name,
                 hook: p.program.hook(),
                 present: p.present,
-                mismatch: p.mismatch.clone(),
+                mismatch: p.mismatch.as_ref().map(ToString::to_string),
                 attach: attached.contains(&p.program),
                 provides: p.program.provides,
                 fallback: p.program.fallback,
@@ -210,17 +210,23 @@ impl Report {
             Err(reason) => (false, format!("error: the agent cannot run here: {reason}")),
         };
         let memcg_hook = features.memcg_method();
-        let fentry = found(features.fentry.clone().map(|targets| {
-            targets
-                .into_iter()
-                .map(|t| FentryReport {
-                    name: t.program.name,
-                    replaces: t.program.replaces,
-                    function: found(t.function),
-                    since: t.program.since,
-                })
-                .collect::<Vec<_>>()
-        }));
+        let fentry = found(
+            features
+                .fentry
+                .clone()
+                .map_err(|e| e.to_string())
+                .map(|targets| {
+                    targets
+                        .into_iter()
+                        .map(|t| FentryReport {
+                            name: t.program.name,
+                            replaces: t.program.replaces,
+                            function: found(t.function.map_err(|e| e.to_string())),
+                            since: t.program.since,
+                        })
+                        .collect::<Vec<_>>()
+                }),
+        );
         let memcg_reason = memcg_reason(memcg_hook, &fentry);
         // The cheaper hooks the plan tried first, and why each could not be used.
         let memcg_passed_over =

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Why BTF could not answer.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BtfError {
     /// The data does not start with a little-endian BTF header.
     #[error("not BTF data (bad magic or header)")]

@@ -10,19 +10,23 @@
 //! kswapd, OOM kills) that `monitor trace` reports.
 //!
 //! One module per concern: what is asked (`options`), the configuration maps
-//! (`kernel_config`), the hook families (`tracepoints`, `memcg_hooks`, `victim_cgroups`), the
-//! stat programs' links (`stat_links`), the ring (`ring`), the per-cgroup aggregates
-//! (`aggregates`) and what was lost (`drops`); the order of hooks tried is the plan
-//! `monitor doctor` shows ([`super::hook_plan`]).
+//! (`kernel_config`), one module per hook kind (`raw_tracepoints`, `tracepoints`,
+//! `fentry_hooks`, `victim_cgroups`) with the errors they share (`attach_error`), the walk
+//! over the plan `monitor doctor` shows ([`super::hook_plan`]) that picks the memcg
+//! programs' hook (`memcg_hooks`), the stat programs' links (`stat_links`), the ring
+//! (`ring`), the per-cgroup aggregates (`aggregates`) and what was lost (`drops`).
 //!
 //! Minimum kernel: 5.8 (BPF ring buffer) with BTF; the memcg stat programs need 6.8.
 mod aggregates;
+mod attach_error;
 mod drops;
+mod fentry_hooks;
 mod kernel_config;
 mod load_error;
 mod memcg_hooks;
 mod memcg_offsets;
 mod options;
+mod raw_tracepoints;
 mod ring;
 mod stat_links;
 mod task_marks;
@@ -52,17 +56,17 @@ use task_marks::MarkState;
 pub use task_marks::TaskCgroups;
 
 use kernel_config::{config_for, incident_config_for};
-pub(crate) use memcg_hooks::raw_tracepoints_usable;
-use memcg_hooks::{FentryPlan, attach_fentry, attach_raw, note_fentry_failure};
+use memcg_hooks::{MemcgAttached, MemcgPlan};
+pub(crate) use raw_tracepoints::raw_tracepoints_usable;
 use tracepoints::attach_all;
 use victim_cgroups::{VICTIM_PROGRAM, attach_victim_cgroups, victim_prototype};
 
 use super::{
     btf::{Types, VMLINUX_BTF},
     btf_bytes::BtfBytes,
-    hook_plan::{self, MemcgMethod},
     programs::{FentrySpec, INCIDENT_PROGRAMS, PROGRAMS, ProgramSpec},
     run_stats::ProgramRuns,
+    tracefs::ensure_tracefs,
 };
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
@@ -134,13 +138,7 @@ impl KernelSource {
         let incident_config = incidents
             .map(|i| incident_config_for(&types, options, i))
             .transpose()?;
-        let fentry_plan = FentryPlan::resolve(&types);
-        let candidates = hook_plan::candidates(options.memcg_hook);
-        let raw_check = if candidates.contains(&MemcgMethod::RawTracepoint) {
-            raw_tracepoints_usable(&types)
-        } else {
-            Err("not asked for".to_string())
-        };
+        let memcg_plan = MemcgPlan::resolve(options.memcg_hook, &types);
         let victim_check = victim_prototype(&types);
         drop(types);
         drop(btf);
@@ -168,54 +166,25 @@ impl KernelSource {
         } else {
             &[]
         };
+        let tracefs = ensure_tracefs()?;
         let mut stat_links = StatLinks::default();
-        // Raw tracepoints first: the classic memcg programs are attached only without them.
-        let raw = raw_check
-            .and_then(|()| fentry_plan.as_ref().map_err(Clone::clone))
-            .and_then(|plan| attach_raw(&mut ebpf, plan.offsets, &mut stat_links));
-        let wants_classic = candidates.contains(&MemcgMethod::Tracepoint);
-        if let Err(reason) = &raw
-            && candidates.contains(&MemcgMethod::RawTracepoint)
-        {
-            tracing::info!(
-                "raw memcg tracepoints not attached ({reason}): trying the classic ones"
-            );
-        }
-        let classic = wants_classic && raw.is_err();
-        let tracepoints = PROGRAMS
+        let MemcgAttached {
+            mut attached,
+            mut skipped,
+            fentry,
+        } = memcg_plan.attach(&mut ebpf, &tracefs, &mut stat_links)?;
+        let others = PROGRAMS
             .iter()
-            .filter(|p| classic || p.category != MEMCG_CATEGORY);
-        let (mut attached, mut skipped) = attach_all(
-            &mut ebpf,
-            tracepoints.chain(incident_programs),
-            &mut stat_links,
-        )?;
+            .filter(|p| p.category != MEMCG_CATEGORY)
+            .chain(incident_programs);
+        let (others_attached, others_skipped) =
+            attach_all(&mut ebpf, &tracefs, others, &mut stat_links)?;
+        attached.extend(others_attached);
+        skipped.extend(others_skipped);
         if attached.iter().any(|p| p.name == VICTIM_PROGRAM.1)
             && let Err(reason) = attach_victim_cgroups(&mut ebpf, victim_check)
         {
             tracing::info!("OOM victims' cgroups read from /proc only: {reason}");
-        }
-        if raw.is_ok() {
-            tracing::info!("memory stats come from raw tracepoints on the memcg tracepoints");
-            attached.extend(PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY));
-        }
-        let mut fentry = Vec::new();
-        if !attached.iter().any(|p| p.category == MEMCG_CATEGORY) {
-            match fentry_plan.and_then(|plan| attach_fentry(&mut ebpf, plan, &mut stat_links)) {
-                Ok(hooked) => {
-                    let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
-                    tracing::info!(
-                        "no memcg tracepoints here: memory stats come from fentry on {}",
-                        functions.join(", ")
-                    );
-                    for (program, _) in &hooked {
-                        skipped.retain(|s| s.program.name != program.replaces);
-                        attached.extend(PROGRAMS.iter().filter(|p| p.name == program.replaces));
-                    }
-                    fentry = hooked;
-                }
-                Err(reason) => note_fentry_failure(&mut skipped, &reason),
-            }
         }
         if LIFECYCLE_PROGRAMS
             .iter()

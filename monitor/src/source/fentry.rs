@@ -16,7 +16,30 @@ use super::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FentryTarget {
     pub program: &'static FentrySpec,
-    pub function: Result<&'static str, String>,
+    pub function: Result<&'static str, TargetError>,
+}
+
+/// Why an fentry program has no function to attach to here.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    /// None of its functions is in BTF: never built, or inlined everywhere.
+    #[error("the kernel's BTF has none of {} (inlined, or a kernel before {})", .program.functions.join(", "), .program.since)]
+    Absent { program: &'static FentrySpec },
+    /// Functions of its names exist with other parameters (spelled `name(types)`).
+    #[error("{} has another prototype than the program reads", .seen.join(", "))]
+    OtherPrototype { seen: Vec<String> },
+}
+
+/// Why BTF offers the fentry programs no hook: every program needs its function, and the
+/// member offsets they read must resolve.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FentryUnavailable {
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error(transparent)]
+    Offsets(#[from] OffsetError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
 }
 
 /// Every fentry program's target in this kernel.
@@ -34,8 +57,8 @@ pub(crate) fn targets(types: &Types<'_>) -> Result<Vec<FentryTarget>, BtfError> 
 
 fn target(
     types: &Types<'_>,
-    program: &FentrySpec,
-) -> Result<Result<&'static str, String>, BtfError> {
+    program: &'static FentrySpec,
+) -> Result<Result<&'static str, TargetError>, BtfError> {
     let mut seen = Vec::new();
     for function in program.functions {
         match types.function_params(function)? {
@@ -45,16 +68,9 @@ fn target(
         }
     }
     Ok(Err(if seen.is_empty() {
-        format!(
-            "the kernel's BTF has none of {} (inlined, or a kernel before {})",
-            program.functions.join(", "),
-            program.since
-        )
+        TargetError::Absent { program }
     } else {
-        format!(
-            "{} has another prototype than the program reads",
-            seen.join(", ")
-        )
+        TargetError::OtherPrototype { seen }
     }))
 }
 

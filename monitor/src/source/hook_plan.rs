@@ -1,5 +1,7 @@
 //! Which hook counts per-cgroup memory: one plan that the loader follows and `monitor doctor`
 //! reports, so the two cannot disagree. Pure: it takes what the kernel offers as plain facts.
+use super::hook_unavailable::HookUnavailable;
+
 /// Which hook the per-cgroup memory programs use (see [`super::programs`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemcgHook {
@@ -46,15 +48,15 @@ impl MemcgMethod {
 pub(crate) struct HookFacts {
     /// The `memcg` tracepoints with the prototype the raw programs read (BTF), and the
     /// struct offsets those programs need.
-    pub(crate) raw_tracepoint: Result<(), String>,
+    pub(crate) raw_tracepoint: Result<(), HookUnavailable>,
     /// Every classic `memcg` tracepoint exists with the record fields its program reads.
-    pub(crate) tracepoint: Result<(), String>,
+    pub(crate) tracepoint: Result<(), HookUnavailable>,
     /// Every function the fentry programs attach to is in BTF with the expected prototype.
-    pub(crate) fentry: Result<(), String>,
+    pub(crate) fentry: Result<(), HookUnavailable>,
 }
 
 impl HookFacts {
-    fn offers(&self, method: MemcgMethod) -> &Result<(), String> {
+    fn offers(&self, method: MemcgMethod) -> &Result<(), HookUnavailable> {
         match method {
             MemcgMethod::RawTracepoint => &self.raw_tracepoint,
             MemcgMethod::Tracepoint => &self.tracepoint,
@@ -115,7 +117,7 @@ mod tests {
             if yes {
                 Ok(())
             } else {
-                Err("absent".to_string())
+                Err(HookUnavailable::NoBtf("absent".into()))
             }
         };
         HookFacts {

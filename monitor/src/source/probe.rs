@@ -16,11 +16,12 @@ pub use super::hook_plan::MemcgMethod;
 use super::{
     btf::{Types, VMLINUX_BTF},
     ebpf::raw_tracepoints_usable,
-    fentry::{self, FentryTarget},
+    fentry::{self, FentryTarget, FentryUnavailable},
     hook_plan::{self, HookFacts, MemcgHook},
+    hook_unavailable::{HookUnavailable, TracepointUnavailable},
     programs::{PROGRAMS, ProgramSpec},
     tracefs::{ensure_tracefs, tracepoint_exists},
-    tracepoint_format,
+    tracepoint_format::{self, LayoutError},
 };
 use crate::cgroupfs::{CgroupVersion, MemoryHierarchy};
 
@@ -39,7 +40,7 @@ pub struct ProgramSupport {
     pub present: bool,
     /// Why the tracepoint's record does not fit the fields the program reads (a field
     /// missing, resized or of other signedness); `None` when it fits or is absent.
-    pub mismatch: Option<String>,
+    pub mismatch: Option<LayoutError>,
 }
 
 impl ProgramSupport {
@@ -85,10 +86,10 @@ pub struct KernelFeatures {
     /// Every entry of [`PROGRAMS`], in order.
     pub programs: Vec<ProgramSupport>,
     /// Where each fentry program could attach (from BTF), or why BTF could not tell.
-    pub fentry: Result<Vec<FentryTarget>, String>,
+    pub fentry: Result<Vec<FentryTarget>, HookUnavailable>,
     /// Whether the raw memcg programs can be used (prototypes and offsets from BTF), or why
     /// not.
-    pub raw_tracepoint: Result<(), String>,
+    pub raw_tracepoint: Result<(), HookUnavailable>,
     /// The memory controller, or why it was not found.
     pub memory: Result<MemoryHierarchy, String>,
     pub psi: Psi,
@@ -131,9 +132,7 @@ impl KernelFeatures {
                 Ok(root) if tracepoint_exists(root, program) => ProgramSupport {
                     program,
                     present: true,
-                    mismatch: tracepoint_format::read(root, program)
-                        .err()
-                        .map(|e| e.to_string()),
+                    mismatch: tracepoint_format::read(root, program).err(),
                 },
                 _ => ProgramSupport {
                     program,
@@ -167,15 +166,19 @@ impl KernelFeatures {
             .collect();
         let tracepoint = match memcg.iter().find(|p| !p.usable()) {
             None => Ok(()),
-            Some(p) => Err(p.mismatch.clone().map_or_else(
-                || format!("no tracepoint {}", p.program.hook()),
-                |why| format!("{}: {why}", p.program.hook()),
-            )),
+            Some(p) => {
+                let hook = p.program.hook();
+                Err(match p.mismatch.clone() {
+                    Some(source) => TracepointUnavailable::Layout { hook, source },
+                    None => TracepointUnavailable::Absent { hook },
+                }
+                .into())
+            }
         };
         let fentry = match &self.fentry {
             Ok(targets) => match targets.iter().find_map(|t| t.function.as_ref().err()) {
                 None => Ok(()),
-                Some(why) => Err(why.clone()),
+                Some(why) => Err(FentryUnavailable::from(why.clone()).into()),
             },
             Err(why) => Err(why.clone()),
         };
@@ -230,20 +233,26 @@ impl KernelFeatures {
 
 /// The fentry programs' targets and whether the raw memcg programs can be used, from the
 /// running kernel's BTF, parsed once.
-fn probe_btf_hooks() -> (Result<Vec<FentryTarget>, String>, Result<(), String>) {
+fn probe_btf_hooks() -> (
+    Result<Vec<FentryTarget>, HookUnavailable>,
+    Result<(), HookUnavailable>,
+) {
+    let unusable = |why: HookUnavailable| (Err(why.clone()), Err(why));
     let types = match fs::read(VMLINUX_BTF) {
         Ok(btf) => btf,
         Err(e) => {
-            let why = format!("reading {VMLINUX_BTF}: {e}");
-            return (Err(why.clone()), Err(why));
+            return unusable(HookUnavailable::NoBtf(format!(
+                "reading {VMLINUX_BTF}: {e}"
+            )));
         }
     };
+    let unparsable = |e| HookUnavailable::from(FentryUnavailable::from(e));
     match Types::parse(&types) {
         Ok(types) => (
-            fentry::targets(&types).map_err(|e| e.to_string()),
+            fentry::targets(&types).map_err(unparsable),
             raw_tracepoints_usable(&types),
         ),
-        Err(e) => (Err(e.to_string()), Err(e.to_string())),
+        Err(e) => unusable(unparsable(e)),
     }
 }
 
@@ -310,8 +319,8 @@ pub(crate) mod tests {
                     mismatch: None,
                 })
                 .collect(),
-            fentry: Err("not probed in this test".into()),
-            raw_tracepoint: Err("not probed in this test".into()),
+            fentry: Err(HookUnavailable::NoBtf("not probed in this test".into())),
+            raw_tracepoint: Err(HookUnavailable::NoBtf("not probed in this test".into())),
             memory: Ok(MemoryHierarchy {
                 version: CgroupVersion::V2,
                 mount: "/sys/fs/cgroup".into(),
@@ -410,7 +419,9 @@ pub(crate) mod tests {
     fn one_function_missing_from_btf_polls_memory() {
         let mut vm = with_fentry(facts(true, true, without_memcg));
         if let Ok(targets) = &mut vm.fentry {
-            targets[1].function = Err("inlined".into());
+            targets[1].function = Err(fentry::TargetError::Absent {
+                program: targets[1].program,
+            });
         }
         assert_eq!(vm.memcg_method(), None);
         assert_eq!(vm.source(), EventSource::EbpfPoll);
@@ -458,7 +469,11 @@ pub(crate) mod tests {
     #[test]
     fn a_memcg_tracepoint_with_other_fields_is_not_used() {
         let mut host = facts(true, true, all);
-        host.programs[1].mismatch = Some("field val is 8 bytes in this kernel".into());
+        host.programs[1].mismatch = Some(LayoutError::Size {
+            field: "val",
+            want: 4,
+            got: 8,
+        });
         assert_eq!(host.memcg_method(), None);
         assert_eq!(host.source(), EventSource::EbpfPoll);
         assert_eq!(

@@ -4,7 +4,7 @@
 use crate::source::btf::{BtfError, KIND_STRUCT, KIND_UNION, TypeRecord, Types, u32_at};
 
 /// Why the offsets could not be resolved.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum OffsetError {
     /// The BTF data is malformed, or `enum cgroup_subsys_id` lacks `memory_cgrp_id`.
     #[error(transparent)]

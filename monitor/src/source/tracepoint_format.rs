@@ -13,7 +13,7 @@ use monitor_common::{FieldOffsets, MAX_FIELDS};
 use super::programs::{FieldSpec, ProgramSpec};
 
 /// Why a tracepoint's layout does not fit a program.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LayoutError {
     /// The format file could not be read.
     #[error("reading {path}: {message}")]

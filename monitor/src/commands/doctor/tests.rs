@@ -1,6 +1,6 @@
 //! `monitor doctor`'s report from probed facts: the kernel part, the verdict and both outputs.
 use super::*;
-use crate::source::{probe::tests::facts, programs::PROGRAMS};
+use crate::source::{probe::tests::facts, programs::PROGRAMS, tracepoint_format::LayoutError};
 
 /// The 6.1 VM as BTF cannot offer fentry (see [`vm_features_with_fentry`]): cgroup v2,
 /// BTF, ring buffer, cgroup tracepoints but no memcg ones.
@@ -145,7 +145,7 @@ fn present_but_unused_programs_say_so() {
 #[test]
 fn a_tracepoint_whose_fields_differ_is_skipped_with_the_reason() {
     let mut features = facts(true, true, |_| true);
-    features.programs[1].mismatch = Some("no field val in this kernel's record".into());
+    features.programs[1].mismatch = Some(LayoutError::Missing("val"));
     let report = Report::from_features(&features);
     let text = report.to_text();
     assert!(

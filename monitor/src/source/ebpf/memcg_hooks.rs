@@ -1,186 +1,139 @@
-//! The memcg stat programs' two ways in besides the classic tracepoints: raw tracepoints
-//! (6.13+, the prototype checked in BTF) and fentry on the functions the tracepoints sit in
-//! (5.11-6.12). Each attaches all of its programs or none: a lone one would count part of
-//! the memory.
-use aya::{
-    Btf, Ebpf,
-    maps::Array,
-    programs::{FEntry, RawTracePoint, fentry::FEntryLinkId},
-};
-use monitor_common::MemcgOffsets;
+//! The memcg stat programs' hook: the loader walks the plan ([`hook_plan::candidates`]),
+//! trying each hook kind in turn until one attaches its programs. Each kind is resolved
+//! from BTF while it is parsed, and attached once the object is loaded.
+use std::path::Path;
 
-use super::{MEMCG_CATEGORY, Skipped, stat_links::StatLinks};
+use aya::Ebpf;
+
+use super::{
+    LoadError, MEMCG_CATEGORY, Skipped,
+    fentry_hooks::{FentryError, FentryHooks},
+    raw_tracepoints::{RawTracepointError, RawTracepoints},
+    stat_links::StatLinks,
+    tracepoints::attach_all,
+};
 use crate::source::{
     btf::Types,
-    fentry::{self as fentry_targets, FentryTarget},
-    programs::{FentrySpec, PROGRAMS},
+    fentry::FentryUnavailable,
+    hook_plan::{self, MemcgHook, MemcgMethod},
+    hook_unavailable::HookUnavailable,
+    programs::{FentrySpec, PROGRAMS, ProgramSpec},
 };
 
-/// What the fentry programs attach to and the offsets they read, resolved from BTF before
-/// it is freed; an error says why fentry cannot be used.
-pub(super) struct FentryPlan {
-    pub(super) hooks: Vec<(&'static FentrySpec, &'static str)>,
-    pub(super) offsets: MemcgOffsets,
+/// One hook kind of the plan, as far as BTF could prepare it.
+enum Candidate {
+    Raw(Result<RawTracepoints, HookUnavailable>),
+    /// Checked against tracefs when attached.
+    Classic,
+    Fentry(Result<FentryHooks, FentryUnavailable>),
 }
 
-impl FentryPlan {
-    pub(super) fn resolve(types: &Types<'_>) -> Result<Self, String> {
-        let targets = fentry_targets::targets(types).map_err(|e| e.to_string())?;
-        let hooks = targets
-            .into_iter()
-            .map(|FentryTarget { program, function }| function.map(|f| (program, f)))
-            .collect::<Result<_, _>>()?;
-        let offsets = fentry_targets::memcg_offsets(types).map_err(|e| e.to_string())?;
-        Ok(Self { hooks, offsets })
+/// The hook kinds to try, in the plan's order.
+pub(super) struct MemcgPlan(Vec<Candidate>);
+
+/// What walking the plan attached, and why the memcg programs not attached were not.
+#[derive(Default)]
+pub(super) struct MemcgAttached {
+    pub(super) attached: Vec<&'static ProgramSpec>,
+    pub(super) skipped: Vec<Skipped>,
+    /// The fentry programs attached and their functions; empty unless fentry was used.
+    pub(super) fentry: Vec<(&'static FentrySpec, &'static str)>,
+}
+
+impl MemcgPlan {
+    /// Resolves each kind `asked` may use from BTF, before it is freed.
+    pub(super) fn resolve(asked: MemcgHook, types: &Types<'_>) -> Self {
+        Self(
+            hook_plan::candidates(asked)
+                .iter()
+                .map(|method| match method {
+                    MemcgMethod::RawTracepoint => Candidate::Raw(RawTracepoints::resolve(types)),
+                    MemcgMethod::Tracepoint => Candidate::Classic,
+                    MemcgMethod::Fentry => Candidate::Fentry(FentryHooks::resolve(types)),
+                })
+                .collect(),
+        )
     }
-}
 
-/// Loads and attaches every fentry program of the plan, or none: a lone one would count
-/// part of the memory. aya needs the kernel's BTF in its own form to name the function to
-/// the kernel; it is parsed here only, and freed before returning.
-pub(super) fn attach_fentry(
-    ebpf: &mut Ebpf,
-    plan: FentryPlan,
-    stat_links: &mut StatLinks,
-) -> Result<Vec<(&'static FentrySpec, &'static str)>, String> {
-    Array::<_, MemcgOffsets>::try_from(
-        ebpf.map_mut("MEMCG_OFFSETS")
-            .ok_or("kernel map MEMCG_OFFSETS missing")?,
-    )
-    .and_then(|mut array| array.set(0, plan.offsets, 0))
-    .map_err(|e| format!("writing MEMCG_OFFSETS: {e}"))?;
-    let btf = Btf::from_sys_fs().map_err(|e| format!("reading the kernel's BTF: {e}"))?;
-    let mut loaded = Vec::new();
-    let mut result = Ok(());
-    for (program, function) in &plan.hooks {
-        match load_fentry(ebpf, program.name, function, &btf) {
-            Ok(link) => loaded.push((program.name, link)),
-            Err(reason) => {
-                result = Err(reason);
-                break;
-            }
-        }
-    }
-    if let Err(reason) = result {
-        for (name, _) in loaded {
-            if let Some(Ok(program)) = ebpf.program_mut(name).map(<&mut FEntry>::try_from) {
-                let _ = program.unload();
-            }
-        }
-        return Err(reason);
-    }
-    for (name, link) in loaded {
-        stat_links.fentry(name, link);
-    }
-    Ok(plan.hooks)
-}
-
-fn load_fentry(
-    ebpf: &mut Ebpf,
-    name: &str,
-    function: &str,
-    btf: &Btf,
-) -> Result<FEntryLinkId, String> {
-    let program: &mut FEntry = ebpf
-        .program_mut(name)
-        .ok_or_else(|| format!("program {name} is not in the embedded object"))?
-        .try_into()
-        .map_err(|e| format!("program {name}: {e}"))?;
-    program
-        .load(function, btf)
-        .map_err(|e| format!("loading fentry on {function}: {e}"))?;
-    program
-        .attach()
-        .map_err(|e| format!("attaching fentry to {function}: {e}"))
-}
-
-/// The raw tracepoint programs and the memcg tracepoint each hooks.
-const RAW_PROGRAMS: [(&str, &str); 2] = [
-    ("raw_memcg_lruvec_state", "mod_memcg_lruvec_state"),
-    ("raw_memcg_state", "mod_memcg_state"),
-];
-
-/// The arguments both memcg tracepoints have had since 6.13, as the raw programs read them.
-const RAW_PARAMS: [&str; 3] = ["struct mem_cgroup *", "int", "int"];
-
-/// Whether BTF gives both memcg tracepoints the arguments the raw programs read.
-/// Whether the raw memcg programs can run here: the tracepoints' prototypes are the ones the
-/// programs read, and the struct offsets they need resolve (the same the fentry programs use).
-pub(crate) fn raw_tracepoints_usable(types: &Types<'_>) -> Result<(), String> {
-    check_raw_prototypes(types)?;
-    FentryPlan::resolve(types).map(|_| ())
-}
-
-fn check_raw_prototypes(types: &Types<'_>) -> Result<(), String> {
-    for (_, tracepoint) in RAW_PROGRAMS {
-        match types
-            .tracepoint_params(tracepoint)
-            .map_err(|e| e.to_string())?
-        {
-            Some(params) if params == RAW_PARAMS => {}
-            Some(params) => {
-                return Err(format!(
-                    "tracepoint {tracepoint} has arguments ({}), the raw programs read ({})",
-                    params.join(", "),
-                    RAW_PARAMS.join(", ")
-                ));
-            }
-            None => return Err(format!("the kernel's BTF has no tracepoint {tracepoint}")),
-        }
-    }
-    Ok(())
-}
-
-/// Attaches both raw memcg programs, or neither (a lone one would count part of the memory).
-pub(super) fn attach_raw(
-    ebpf: &mut Ebpf,
-    offsets: MemcgOffsets,
-    stat_links: &mut StatLinks,
-) -> Result<(), String> {
-    Array::<_, MemcgOffsets>::try_from(
-        ebpf.map_mut("MEMCG_OFFSETS")
-            .ok_or("kernel map MEMCG_OFFSETS missing")?,
-    )
-    .and_then(|mut array| array.set(0, offsets, 0))
-    .map_err(|e| format!("writing MEMCG_OFFSETS: {e}"))?;
-    let mut links = Vec::new();
-    for (name, tracepoint) in RAW_PROGRAMS {
-        let program: &mut RawTracePoint = ebpf
-            .program_mut(name)
-            .ok_or_else(|| format!("program {name} is not in the embedded object"))?
-            .try_into()
-            .map_err(|e| format!("program {name}: {e}"))?;
-        let attached = program
-            .load()
-            .map_err(|e| format!("loading {name}: {e}"))
-            .and_then(|()| {
-                program
-                    .attach(tracepoint)
-                    .map_err(|e| format!("attaching {name} to {tracepoint}: {e}"))
-            });
-        match attached {
-            Ok(link) => links.push((name, tracepoint, link)),
-            Err(reason) => {
-                for (name, _, link) in links {
-                    if let Some(Ok(program)) =
-                        ebpf.program_mut(name).map(<&mut RawTracePoint>::try_from)
-                    {
-                        let _ = program.detach(link);
+    /// Attaches the first kind that can be; none is no error (memory is then polled).
+    pub(super) fn attach(
+        self,
+        ebpf: &mut Ebpf,
+        tracefs: &Path,
+        stat_links: &mut StatLinks,
+    ) -> Result<MemcgAttached, LoadError> {
+        let mut out = MemcgAttached::default();
+        for candidate in self.0 {
+            match candidate {
+                Candidate::Raw(raw) => match attach_raw(raw, ebpf, stat_links) {
+                    Ok(()) => {
+                        tracing::info!(
+                            "memory stats come from raw tracepoints on the memcg tracepoints"
+                        );
+                        out.attached.extend(memcg_programs());
+                        break;
+                    }
+                    Err(reason) => tracing::info!(
+                        "raw memcg tracepoints not attached ({reason}): trying the classic ones"
+                    ),
+                },
+                Candidate::Classic => {
+                    let (attached, skipped) =
+                        attach_all(ebpf, tracefs, memcg_programs(), stat_links)?;
+                    out.skipped = skipped;
+                    // One program alone counts part of the memory, as it always has.
+                    if !attached.is_empty() {
+                        out.attached = attached;
+                        break;
                     }
                 }
-                return Err(reason);
+                Candidate::Fentry(fentry) => match attach_fentry(fentry, ebpf, stat_links) {
+                    Ok(hooked) => {
+                        let functions: Vec<&str> = hooked.iter().map(|(_, f)| *f).collect();
+                        tracing::info!(
+                            "no memcg tracepoints here: memory stats come from fentry on {}",
+                            functions.join(", ")
+                        );
+                        for (program, _) in &hooked {
+                            out.skipped.retain(|s| s.program.name != program.replaces);
+                            out.attached
+                                .extend(PROGRAMS.iter().filter(|p| p.name == program.replaces));
+                        }
+                        out.fentry = hooked;
+                        break;
+                    }
+                    Err(reason) => note_fentry_failure(&mut out.skipped, &reason),
+                },
             }
         }
+        Ok(out)
     }
-    for (name, tracepoint, link) in links {
-        stat_links.raw(name, tracepoint, link);
-    }
-    Ok(())
+}
+
+fn attach_raw(
+    raw: Result<RawTracepoints, HookUnavailable>,
+    ebpf: &mut Ebpf,
+    stat_links: &mut StatLinks,
+) -> Result<(), RawTracepointError> {
+    Ok(raw?.attach(ebpf, stat_links)?)
+}
+
+fn attach_fentry(
+    fentry: Result<FentryHooks, FentryUnavailable>,
+    ebpf: &mut Ebpf,
+    stat_links: &mut StatLinks,
+) -> Result<Vec<(&'static FentrySpec, &'static str)>, FentryError> {
+    fentry?.attach(ebpf, stat_links)
+}
+
+/// The classic tracepoint programs of the memcg stats.
+fn memcg_programs() -> impl Iterator<Item = &'static ProgramSpec> {
+    PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY)
 }
 
 /// Says, for each memcg program not attached, why fentry could not stand in.
-pub(super) fn note_fentry_failure(skipped: &mut Vec<Skipped>, reason: &str) {
-    for program in PROGRAMS.iter().filter(|p| p.category == MEMCG_CATEGORY) {
+fn note_fentry_failure(skipped: &mut Vec<Skipped>, reason: &FentryError) {
+    for program in memcg_programs() {
         match skipped.iter_mut().find(|s| s.program.name == program.name) {
             Some(entry) => entry.reason = format!("{}; fentry: {reason}", entry.reason),
             None => skipped.push(Skipped {

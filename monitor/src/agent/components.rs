@@ -3,7 +3,6 @@
 use super::{
     actions::Actions,
     args::AgentArgs,
-    cause::CauseLog,
     checkpointer::Checkpointer,
     config_in_force::ConfigInForce,
     event_source::Source,
@@ -16,7 +15,9 @@ use super::{
     stat_programs::StatPrograms,
 };
 use crate::{
-    cgroupfs::MemoryHierarchy, checkpoint::writer::Persister, engine::eviction_machine::AgentCore,
+    cgroupfs::MemoryHierarchy,
+    checkpoint::writer::Persister,
+    engine::{cause::CauseLog, eviction_machine::AgentCore},
     pods::KubepodsCgroup,
 };
 

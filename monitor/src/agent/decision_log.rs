@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use tracing::{Span, field::Empty};
 
-use super::{
-    actuator::{ActionDone, ActionOutcome},
-    decision_report::DecisionReport,
-};
+use super::actuator::{ActionDone, ActionOutcome};
 use crate::{
     action::KillOutcome,
-    engine::{decide::Eviction, decision_repeats::Say, instant::MonoInstant},
+    engine::{
+        decide::Eviction, decision_repeats::Say, decision_report::DecisionReport,
+        instant::MonoInstant,
+    },
 };
 
 /// The decision span with its fields, at `$level`.
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn a_dry_runs_repeat_is_held_back_and_its_summary_says_how_often() {
         use crate::{
-            agent::decision_report::tests::{eviction, report},
+            engine::decision_report::tests::{eviction, report},
             engine::signal::Signal,
             logging::{LogFormat, tests::captured},
         };

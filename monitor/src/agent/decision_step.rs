@@ -11,21 +11,15 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use super::{
-    action_path::Route,
-    actions::RunningGrace,
-    actuator::ActionRequest,
-    args::GraceProjection,
-    checkpointer::Started,
-    components::Agent,
-    decision_log,
-    decision_report::{DecisionContext, DecisionReport},
-    kernel_victim,
-    local_first::API_TIMEOUT,
+    actions::RunningGrace, actuator::ActionRequest, args::GraceProjection, checkpointer::Started,
+    components::Agent, decision_log, kernel_victim, local_first::API_TIMEOUT,
 };
 use crate::{
     action::REAP_WAIT,
     cgroupfs::procs::subtree_pids,
     checkpoint::read_now,
+    engine::action_path::Route,
+    engine::decision_report::{DecisionContext, DecisionReport},
     engine::{
         decide::{Action, Eviction, Idle},
         decision_repeats::Say,

@@ -16,7 +16,6 @@ use std::{
 use clap::Parser as _;
 
 use super::{
-    action_path::{ActionPath, Route, Step},
     actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     checkpointer::Checkpointer,
     components::Agent,
@@ -34,6 +33,7 @@ use crate::{
         StateError,
         writer::{CheckpointWriter, Persister},
     },
+    engine::action_path::{ActionPath, Route, Step},
     engine::{
         checkpoint::AgentState,
         decide::EvictionState,

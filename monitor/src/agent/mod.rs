@@ -11,17 +11,14 @@
 //! [`intake`], [`guard_read`], [`decision_step`], [`evicted_pods`], [`action_results`] and
 //! [`visibility`]; each file stands above what it uses, so no two import each other.
 //! `loop_policy_tests` drives `Agent::handle` over fakes of every seam, without root.
-pub(crate) mod action_path;
 mod action_results;
 mod actions;
 pub(crate) mod actuator;
 pub(crate) mod args;
-pub(crate) mod cause;
 mod checkpointer;
 mod components;
 mod config_in_force;
 pub(crate) mod decision_log;
-pub(crate) mod decision_report;
 mod decision_step;
 mod event_source;
 mod evicted_pods;
@@ -40,7 +37,7 @@ pub(crate) mod publish;
 pub(crate) mod reader;
 pub(crate) mod realtime;
 mod reload;
-pub(crate) mod resync;
+mod resync;
 mod resync_read;
 mod run;
 pub(crate) mod self_protect;

@@ -3,10 +3,6 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
-use super::{
-    realtime::parse_realtime_priority,
-    self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
-};
 use crate::{
     action::hard_action::HardActionFlag,
     checkpoint::DEFAULT_CHECKPOINT_DIR,
@@ -15,6 +11,10 @@ use crate::{
     flags::{
         HostPort, OutputFormat, attach_within, duration, host_port, positive_bytes,
         positive_duration,
+    },
+    own_process::{
+        realtime::parse_realtime_priority,
+        self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
     },
     source::ebpf::MemcgHook,
 };

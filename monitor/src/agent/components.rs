@@ -7,17 +7,17 @@ use super::{
     config_in_force::ConfigInForce,
     event_source::Source,
     intake_state::{Intake, PodsOnNode},
-    kubepods_brake::KubepodsBrake,
     publish::Visibility,
-    reader::{MachineReader, ReadFailures},
     resync::ResyncSchedule,
-    self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
 };
 use crate::{
+    action::kubepods_brake::KubepodsBrake,
     cgroupfs::MemoryHierarchy,
     checkpoint::writer::Persister,
     engine::{cause::CauseLog, eviction_machine::AgentCore},
+    node::machine_reader::{MachineReader, ReadFailures},
+    own_process::self_protect::{OwnMemory, OwnPod},
     pods::KubepodsCgroup,
 };
 

@@ -12,7 +12,7 @@ use tokio::{sync::Notify, time::Instant};
 
 use super::{
     actions::RunningGrace, actuator::ActionRequest, args::GraceProjection, checkpointer::Started,
-    components::Agent, decision_log, kernel_victim, local_first::API_TIMEOUT,
+    components::Agent, decision_log, local_first::API_TIMEOUT,
 };
 use crate::{
     action::REAP_WAIT,
@@ -33,6 +33,7 @@ use crate::{
     },
     flags::OutputFormat,
     metrics::snapshot::DecisionView,
+    node::kernel_victim,
     system_clock::{BootClock, monotonic_ns},
 };
 

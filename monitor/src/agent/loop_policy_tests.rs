@@ -22,12 +22,10 @@ use super::{
     config_in_force::ConfigInForce,
     event_source::{Batch, KernelEvents, Source},
     input::{Input, Next},
-    kubepods_brake::KubepodsBrake,
-    reader::MachineReader,
-    self_protect::OwnPod,
     startup::Parts,
 };
 use crate::{
+    action::kubepods_brake::KubepodsBrake,
     cgroupfs::{CgroupPaths, CgroupVersion, MemoryHierarchy, StatsError},
     checkpoint::{
         StateError,
@@ -43,7 +41,9 @@ use crate::{
         threshold::SignalObservation,
     },
     metrics::snapshot,
+    node::machine_reader::MachineReader,
     node::read::NodeError,
+    own_process::self_protect::OwnPod,
     pods::{KubepodsCgroup, NodePod},
     source::{
         ebpf::{Drops, StatLinkError, TaskCgroups},

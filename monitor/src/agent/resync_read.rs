@@ -10,7 +10,6 @@ use tokio::time::Instant;
 
 use super::{
     components::Agent,
-    reader::{observe_pid_available, read_node, read_pods},
     resync::{MapSweep, PacedRead},
 };
 use crate::{
@@ -21,6 +20,7 @@ use crate::{
         pod_facts::PodRef,
         resync::{CHUNK_DIRS, pause_after},
     },
+    node::machine_reader::{observe_pid_available, read_node, read_pods},
     system_clock::thread_cpu_ns,
 };
 

@@ -15,16 +15,13 @@ use super::{
     config_in_force::ConfigInForce,
     event_source::Source,
     intake_state::{Intake, PodsOnNode},
-    kubepods_brake::{BrakeScope, KubepodsBrake},
     local_first::LocalFirst,
-    node_status::NodeStatusPublisher,
     publish::Visibility,
-    reader::{Cgroupfs, MachineReader, ReadFailures},
     resync::ResyncSchedule,
-    self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
 };
 use crate::{
+    action::kubepods_brake::{BrakeScope, KubepodsBrake},
     action::{
         KubeEvictor,
         kube_event::{EventReason, EventRecorder},
@@ -48,6 +45,11 @@ use crate::{
         token_review::KubeReviewer,
     },
     node::read::{online_cpus, read_mem_total, read_memory_limit},
+    node::{
+        machine_reader::{Cgroupfs, MachineReader, ReadFailures},
+        status::NodeStatusPublisher,
+    },
+    own_process::self_protect::{OwnMemory, OwnPod},
     pods::KubepodsCgroup,
 };
 

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use tokio::{task::JoinSet, time::Instant};
 use tracing::Instrument as _;
 
-use super::actuator::{ActionDone, ActionRequest, Actuator, AfterStep};
-use crate::engine::action_path::Route;
+use crate::{
+    action::actuator::{ActionDone, ActionRequest, Actuator, AfterStep},
+    engine::action_path::Route,
+};
 
 /// A grace period running on this node: SIGTERM was sent, force comes at `ends`, or when
 /// `force_now` is notified.

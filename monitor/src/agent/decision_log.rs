@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use tracing::{Span, field::Empty};
 
-use super::actuator::{ActionDone, ActionOutcome};
 use crate::{
-    action::KillOutcome,
+    action::{
+        KillOutcome,
+        actuator::{ActionDone, ActionOutcome},
+    },
     engine::{
         decide::Eviction, decision_repeats::Say, decision_report::DecisionReport,
         instant::MonoInstant,

@@ -11,11 +11,12 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use super::{
-    actions::RunningGrace, actuator::ActionRequest, args::GraceProjection, checkpointer::Started,
-    components::Agent, decision_log, local_first::API_TIMEOUT,
+    actions::RunningGrace, args::GraceProjection, checkpointer::Started, components::Agent,
+    decision_log,
 };
 use crate::{
     action::REAP_WAIT,
+    action::{actuator::ActionRequest, local_first::API_TIMEOUT},
     cgroupfs::procs::subtree_pids,
     checkpoint::read_now,
     engine::action_path::Route,

@@ -5,7 +5,8 @@ use std::{io, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{actuator::ActionDone, components::Agent, event_source::Batch, reload::Trigger};
+use super::{components::Agent, event_source::Batch, reload::Trigger};
+use crate::action::actuator::ActionDone;
 use crate::{
     config_file::LoadedConfig,
     pods::{Loaded, NodePod, PodSourceError},

@@ -16,7 +16,6 @@ use std::{
 use clap::Parser as _;
 
 use super::{
-    actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     checkpointer::Checkpointer,
     components::Agent,
     config_in_force::ConfigInForce,
@@ -25,6 +24,7 @@ use super::{
     startup::Parts,
 };
 use crate::{
+    action::actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     action::kubepods_brake::KubepodsBrake,
     cgroupfs::{CgroupPaths, CgroupVersion, MemoryHierarchy, StatsError},
     checkpoint::{

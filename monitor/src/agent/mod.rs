@@ -3,7 +3,7 @@
 //! [`run`](mod@run) is the event loop over the seams (the kernel programs behind
 //! `event_source::KernelEvents`, the machine behind [`crate::node::machine_reader`]'s
 //! `MachineReader`, the
-//! `actuator::Actuator`, the checkpoint store behind `Persister`): it only waits for the next
+//! [`crate::action::actuator`]'s `Actuator`, the checkpoint store behind `Persister`): it only waits for the next
 //! [`input`], which `Agent::handle` carries out. The [`components`] it
 //! composes each keep their own state: [`actions`] (the actuator and evictions in progress),
 //! [`checkpointer`], [`intake_state`] (held records, fork arming, the pods handed out),
@@ -17,11 +17,10 @@
 //! are the engine's (a decision's report and causes, an eviction's route, the resyncs'
 //! cadence); the adapters to the machine sit beside the I/O they do: the readers, the OOM
 //! killer's choice and the Node's conditions in [`crate::node`], PSI wake-ups in
-//! [`crate::source`], the kubepods brake in [`crate::action`], the agent's own process in
+//! [`crate::source`], the actuators and the kubepods brake in [`crate::action`], the agent's own process in
 //! `own_process`.
 mod action_results;
 mod actions;
-pub(crate) mod actuator;
 pub(crate) mod args;
 mod checkpointer;
 mod components;
@@ -34,7 +33,6 @@ mod guard_read;
 mod input;
 mod intake;
 mod intake_state;
-pub(crate) mod local_first;
 #[cfg(test)]
 mod loop_policy_tests;
 pub(crate) mod publish;

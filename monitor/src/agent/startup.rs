@@ -8,20 +8,20 @@ use tokio::time::Instant;
 
 use super::{
     actions::Actions,
-    actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
     args::{AgentArgs, MemoryBrake, MetricsAuth},
     checkpointer::Checkpointer,
     components::Agent,
     config_in_force::ConfigInForce,
     event_source::Source,
     intake_state::{Intake, PodsOnNode},
-    local_first::LocalFirst,
     publish::Visibility,
     resync::ResyncSchedule,
     stat_programs::StatPrograms,
 };
 use crate::{
+    action::actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
     action::kubepods_brake::{BrakeScope, KubepodsBrake},
+    action::local_first::LocalFirst,
     action::{
         KubeEvictor,
         kube_event::{EventReason, EventRecorder},

@@ -45,7 +45,7 @@ pub(crate) struct ActionRequest {
     pub message: String,
     /// Decided on a hard threshold (with `--kube`, the pod is stopped on the node first).
     pub hard: bool,
-    /// The decision's span ([`super::decision_log`]): the action runs inside it, and it
+    /// The decision's span (the agent's decision log): the action runs inside it, and it
     /// closes once the [`ActionDone`] has been taken back.
     pub span: tracing::Span,
     /// Notified when the node can no longer afford the rest of the grace period: a cgroup

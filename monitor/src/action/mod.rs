@@ -1,7 +1,7 @@
-//! Acting on a pod chosen for eviction: the [`actuator`]s that carry out the agent's
-//! decisions, one step after another on the route [`local_first`] takes. [`cgroup_kill`] ends a pod's processes through its
-//! cgroup, for nodes where the agent acts without the Kubernetes API; [`kube_evict`] asks the
-//! API server to evict the pod, and [`kube_event`] tells Kubernetes about it;
+//! Acting on a pod chosen for eviction. The [`actuator`]s carry out the agent's decisions
+//! (both steps in turn with [`local_first`]); [`cgroup_kill`] ends a pod's processes through
+//! its cgroup, for nodes where the agent acts without the Kubernetes API; [`kube_evict`] asks
+//! the API server to evict the pod, and [`kube_event`] tells Kubernetes about it;
 //! [`hard_action`] says which of them an eviction on a hard threshold takes first, and
 //! [`kubepods_brake`] holds the other pods' memory while a victim drains.
 pub(crate) mod actuator;

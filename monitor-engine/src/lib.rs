@@ -15,12 +15,17 @@
 //! * [`eviction_order`] and [`rank_index`]: the kubelet's eviction order, kept incrementally;
 //! * [`decide`]: thresholds, grace periods, min-reclaim and the one-pod-per-interval rule;
 //! * `headroom`: how far memory is from its thresholds, which sets when the kernel wakes us;
+//! * [`resync`]: which pods a timed resync reads, in chunks at what pace;
 //! * [`stat_gate`]: whether the kernel's stat programs must run at that distance, and
 //!   [`attach_distance`]: which distance, when no operator says;
 //! * [`rank_report`]: the eviction order explained, for `monitor rank`;
 //! * [`memory_brake`] and [`oom_projection`]: when the pods are held while a victim drains,
 //!   and how long the node can wait for it;
 //! * [`oom_badness`]: whom the kernel's OOM killer would choose, which a decision names;
+//! * [`cause`]: what led to a decision, the reclaim stalls ([`incident`]) and growth bursts
+//!   ([`burst`]) of the kernel's records before it, shared with `monitor trace`;
+//! * [`decision_report`]: the line and the JSON object a decision is told in, with the
+//!   [`action_path`] its eviction takes: which step runs first and which follows each report;
 //! * [`decision_repeats`]: which of a dry run's repeated decisions to say, and
 //!   [`event_correlation`]: the kubelet's rules for counting, combining and rate-limiting the
 //!   Events it posts;
@@ -31,12 +36,16 @@
 //! * [`eviction_machine`]: the agent's state machine over all of these: the [`pod_table`],
 //!   working sets kept current from kernel records ([`working_set`]), budget [`refusals`]
 //!   and the decision step.
+pub mod action_path;
 mod allocation;
 pub mod attach_distance;
+pub mod burst;
+pub mod cause;
 pub mod checkpoint;
 pub mod config_origin;
 pub mod decide;
 pub mod decision_repeats;
+pub mod decision_report;
 pub mod duration;
 pub mod event_correlation;
 pub mod eviction_config;
@@ -44,6 +53,7 @@ pub mod eviction_machine;
 pub mod eviction_order;
 mod headroom;
 pub mod ids;
+pub mod incident;
 pub mod instant;
 pub mod kubelet_summary;
 pub mod kubelet_view;
@@ -60,6 +70,7 @@ pub mod quantity;
 pub mod rank_index;
 pub mod rank_report;
 pub mod refusals;
+pub mod resync;
 pub mod signal;
 pub mod stat_gate;
 pub mod threshold;

@@ -20,6 +20,7 @@ mod kube_client;
 mod logging;
 mod metrics;
 mod node;
+mod own_process;
 pub mod pods;
 pub mod source;
 pub mod system_clock;

@@ -4,12 +4,9 @@
 
 use tokio::time::Instant;
 
-use super::{
-    actuator::{ActionDone, ActionOutcome, FORCE_FOR, stuck_causes},
-    components::Agent,
-    decision_log,
-};
+use super::{components::Agent, decision_log};
 use crate::{
+    action::actuator::{ActionDone, ActionOutcome, FORCE_FOR, stuck_causes},
     action::{KillOutcome, StuckProcess},
     engine::instant::Clock as _,
     engine::units::bytes,

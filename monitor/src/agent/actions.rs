@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use tokio::{task::JoinSet, time::Instant};
 use tracing::Instrument as _;
 
-use super::{
-    action_path::Route,
-    actuator::{ActionDone, ActionRequest, Actuator, AfterStep},
+use crate::{
+    action::actuator::{ActionDone, ActionRequest, Actuator, AfterStep},
+    engine::action_path::Route,
 };
 
 /// A grace period running on this node: SIGTERM was sent, force comes at `ends`, or when

@@ -3,18 +3,18 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
-use super::{
-    action_path::HardActionFlag,
-    realtime::parse_realtime_priority,
-    self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
-};
 use crate::{
+    action::hard_action::HardActionFlag,
     checkpoint::DEFAULT_CHECKPOINT_DIR,
     config_file::ConfigSources,
     engine::{attach_distance::AttachWithin, ids::CgroupRel},
     flags::{
         HostPort, OutputFormat, attach_within, duration, host_port, positive_bytes,
         positive_duration,
+    },
+    own_process::{
+        realtime::parse_realtime_priority,
+        self_protect::{DEFAULT_OOM_SCORE_ADJ, parse_oom_score_adj},
     },
     source::ebpf::MemcgHook,
 };

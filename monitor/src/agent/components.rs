@@ -2,21 +2,22 @@
 //! in [`super::run`](mod@super::run), its steps in the files named after what they do.
 use super::{
     actions::Actions,
-    cause::CauseLog,
     checkpointer::Checkpointer,
     config_in_force::ConfigInForce,
     event_source::Source,
     intake_state::{Intake, PodsOnNode},
-    kubepods_brake::KubepodsBrake,
     publish::Visibility,
-    reader::{MachineReader, ReadFailures},
     resync::ResyncSchedule,
     run_options::{DecisionOptions, IntakeOptions, LoopTimers, PodSourceOptions},
-    self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
 };
 use crate::{
-    cgroupfs::MemoryHierarchy, checkpoint::writer::Persister, engine::eviction_machine::AgentCore,
+    action::kubepods_brake::KubepodsBrake,
+    cgroupfs::MemoryHierarchy,
+    checkpoint::writer::Persister,
+    engine::{cause::CauseLog, eviction_machine::AgentCore},
+    node::machine_reader::{MachineReader, ReadFailures},
+    own_process::self_protect::{OwnMemory, OwnPod},
     pods::KubepodsCgroup,
 };
 

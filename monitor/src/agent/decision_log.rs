@@ -2,7 +2,7 @@
 //!
 //! The span opens when the decision is taken, with the pod, the signal, the observed value and
 //! the kernel event that triggered it; the threshold and the decision's cause are added once
-//! the report is built. It travels with the action ([`super::actuator::ActionRequest::span`]),
+//! the report is built. It travels with the action ([`crate::action::actuator::ActionRequest::span`]),
 //! so the action's own records fall inside it, and it closes when the action reports back
 //! (or at once in a dry run), with the outcome recorded on it first.
 //!
@@ -13,13 +13,15 @@ use std::time::Duration;
 
 use tracing::{Span, field::Empty};
 
-use super::{
-    actuator::{ActionDone, ActionOutcome},
-    decision_report::DecisionReport,
-};
 use crate::{
-    action::KillOutcome,
-    engine::{decide::Eviction, decision_repeats::Say, instant::MonoInstant},
+    action::{
+        KillOutcome,
+        actuator::{ActionDone, ActionOutcome},
+    },
+    engine::{
+        decide::Eviction, decision_repeats::Say, decision_report::DecisionReport,
+        instant::MonoInstant,
+    },
 };
 
 /// The decision span with its fields, at `$level`.
@@ -157,7 +159,7 @@ mod tests {
     #[test]
     fn a_dry_runs_repeat_is_held_back_and_its_summary_says_how_often() {
         use crate::{
-            agent::decision_report::tests::{eviction, report},
+            engine::decision_report::tests::{eviction, report},
             engine::signal::Signal,
             logging::{LogFormat, tests::captured},
         };

@@ -11,21 +11,16 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use super::{
-    action_path::Route,
-    actions::RunningGrace,
-    actuator::ActionRequest,
-    args::GraceProjection,
-    checkpointer::Started,
-    components::Agent,
+    actions::RunningGrace, args::GraceProjection, checkpointer::Started, components::Agent,
     decision_log,
-    decision_report::{DecisionContext, DecisionReport},
-    kernel_victim,
-    local_first::API_TIMEOUT,
 };
 use crate::{
     action::REAP_WAIT,
+    action::{actuator::ActionRequest, local_first::API_TIMEOUT},
     cgroupfs::procs::subtree_pids,
     checkpoint::read_now,
+    engine::action_path::Route,
+    engine::decision_report::{DecisionContext, DecisionReport},
     engine::{
         decide::{Action, Eviction, Idle},
         decision_repeats::Say,
@@ -39,6 +34,7 @@ use crate::{
     },
     flags::OutputFormat,
     metrics::snapshot::DecisionView,
+    node::kernel_victim,
     system_clock::{BootClock, monotonic_ns},
 };
 

@@ -5,10 +5,8 @@ use std::{io, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{
-    actuator::ActionDone, components::Agent, event_source::Batch, reload::Trigger,
-    wake_levels::REARM_ROUNDS,
-};
+use super::{components::Agent, event_source::Batch, reload::Trigger, wake_levels::REARM_ROUNDS};
+use crate::action::actuator::ActionDone;
 use crate::{
     config_file::LoadedConfig,
     pods::{Loaded, NodePod, PodSourceError},

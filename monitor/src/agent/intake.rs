@@ -5,8 +5,6 @@ use std::collections::HashSet;
 use super::{
     components::Agent,
     event_source::{Batch, KernelEvents},
-    psi_wake::PsiWake,
-    reader::{observe_pid_available, read_all, recount_processes},
     wake_levels::{ForkArming, memory_wake_after},
 };
 use crate::{
@@ -17,7 +15,9 @@ use crate::{
         rank_report::left_out_lines,
         working_set::StatChange,
     },
+    node::machine_reader::{observe_pid_available, read_all, recount_processes},
     pods::{Loaded, NodePod, PodCgroup, find_cgroup, node_pod::split_by_standing},
+    source::psi_wake::PsiWake,
     source::{ebpf::TaskCgroups, event::KernelEvent},
 };
 

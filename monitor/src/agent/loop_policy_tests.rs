@@ -16,25 +16,23 @@ use std::{
 use clap::Parser as _;
 
 use super::{
-    action_path::{ActionPath, Route, Step},
-    actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     checkpointer::Checkpointer,
     components::Agent,
     config_in_force::ConfigInForce,
     event_source::{Batch, KernelEvents, Source},
     input::{Input, Next},
-    kubepods_brake::KubepodsBrake,
-    reader::MachineReader,
     run_options::RunOptions,
-    self_protect::OwnPod,
     startup::Parts,
 };
 use crate::{
+    action::actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
+    action::kubepods_brake::KubepodsBrake,
     cgroupfs::{CgroupPaths, CgroupVersion, MemoryHierarchy, StatsError},
     checkpoint::{
         StateError,
         writer::{CheckpointWriter, Persister},
     },
+    engine::action_path::{ActionPath, Route, Step},
     engine::{
         checkpoint::AgentState,
         decide::EvictionState,
@@ -44,7 +42,9 @@ use crate::{
         threshold::SignalObservation,
     },
     metrics::snapshot,
+    node::machine_reader::MachineReader,
     node::read::NodeError,
+    own_process::self_protect::OwnPod,
     pods::{KubepodsCgroup, NodePod},
     source::{
         ebpf::{Drops, StatLinkError, TaskCgroups},

@@ -1,28 +1,32 @@
 //! The node agent's shell: kernel events -> working sets -> rankings -> decisions -> actions
 //! -> checkpoint. The pure state machine is [`crate::engine::eviction_machine`];
 //! [`run`](mod@run) is the event loop over the seams (the kernel programs behind
-//! `event_source::KernelEvents`, the machine behind `reader::MachineReader`, the
-//! `actuator::Actuator`, the checkpoint store behind `Persister`): it only waits for the next
-//! [`input`], which `Agent::handle` carries out. The [`components`] it
-//! composes each keep their own state: [`actions`] (the actuator and evictions in progress),
-//! [`checkpointer`], [`intake_state`] (held records, fork arming, the pods handed out),
-//! [`wake_levels`] (when the kernel wakes the agent to read),
-//! [`stat_programs`] (the gate and its guard's schedule) and [`publish`]'s `Visibility`
-//! (metrics, snapshot, recent decisions). The steps that compose them are in [`startup`],
-//! [`intake`], [`guard_read`], [`decision_step`], [`evicted_pods`], [`action_results`] and
-//! [`visibility`]; each file stands above what it uses, so no two import each other.
-//! `loop_policy_tests` drives `Agent::handle` over fakes of every seam, without root.
-pub(crate) mod action_path;
+//! `event_source::KernelEvents`, the machine behind [`crate::node::machine_reader`]'s
+//! `MachineReader`, [`crate::action::actuator`]'s `Actuator`, the checkpoint store behind
+//! `Persister`): it only waits for the next [`input`], which `Agent::handle` carries out. The
+//! [`components`] it composes each keep their own state: [`actions`] (the actuator and
+//! evictions in progress), [`checkpointer`], [`intake_state`] (held records, fork arming, the
+//! pods handed out), [`wake_levels`] (when the kernel wakes the agent to read),
+//! [`stat_programs`] (the gate and its guard's schedule) and [`publish`]'s
+//! `Visibility` (metrics, snapshot, recent decisions). The steps that compose them are in
+//! [`startup`], [`intake`], [`guard_read`], [`decision_step`], [`evicted_pods`],
+//! [`action_results`] and [`visibility`]; each file stands above what it uses, so no two
+//! import each other. `loop_policy_tests` drives `Agent::handle` over fakes of every seam,
+//! without root.
+//!
+//! Only the loop, its steps and the components' state live here. The pure rules they apply
+//! are the engine's (a decision's report and causes, an eviction's route, the resyncs'
+//! cadence); the adapters to the machine sit beside the I/O they do: the machine's reader,
+//! the OOM killer's choice and the Node's conditions in [`crate::node`], PSI wake-ups in
+//! [`crate::source`], the actuators and the kubepods brake in [`crate::action`], the agent's
+//! own process in `own_process`.
 mod action_results;
 mod actions;
-pub(crate) mod actuator;
 pub(crate) mod args;
-pub(crate) mod cause;
 mod checkpointer;
 mod components;
 mod config_in_force;
 pub(crate) mod decision_log;
-pub(crate) mod decision_report;
 mod decision_step;
 mod event_source;
 mod evicted_pods;
@@ -30,22 +34,14 @@ mod guard_read;
 mod input;
 mod intake;
 mod intake_state;
-mod kernel_victim;
-mod kubepods_brake;
-pub(crate) mod local_first;
 #[cfg(test)]
 mod loop_policy_tests;
-pub(crate) mod node_status;
-mod psi_wake;
 pub(crate) mod publish;
-pub(crate) mod reader;
-pub(crate) mod realtime;
 mod reload;
-pub(crate) mod resync;
+mod resync;
 mod resync_read;
 mod run;
 mod run_options;
-pub(crate) mod self_protect;
 mod startup;
 mod stat_programs;
 mod visibility;

@@ -4,8 +4,8 @@
 //! changes nothing in it.
 use std::collections::VecDeque;
 
-use super::node_status::NodeStatusPublisher;
 use crate::engine::eviction_machine::AgentCore;
+use crate::node::status::NodeStatusPublisher;
 use crate::{
     engine::{
         decision_repeats::DecisionRepeats,

@@ -10,12 +10,17 @@ use tokio::time::Instant;
 
 use super::{
     components::Agent,
-    reader::{observe_pid_available, read_node, read_pods},
-    resync::{CHUNK_DIRS, MapSweep, PacedRead, pause_after},
+    resync::{MapSweep, PacedRead},
 };
 use crate::{
     cgroupfs::paths::CgroupWalk,
-    engine::{eviction_machine::ReadScope, ids::CgroupRel, pod_facts::PodRef},
+    engine::{
+        eviction_machine::ReadScope,
+        ids::CgroupRel,
+        pod_facts::PodRef,
+        resync::{CHUNK_DIRS, pause_after},
+    },
+    node::machine_reader::{observe_pid_available, read_node, read_pods},
     system_clock::thread_cpu_ns,
 };
 
@@ -49,7 +54,7 @@ impl Agent {
     /// go (the records keep the numbers current meanwhile).
     pub(super) fn resync_now(&mut self) {
         if !self.source.has_stat_programs() {
-            self.resync.tick(false);
+            self.resync.cadence.tick(false);
             self.read_unprompted();
             return;
         }
@@ -57,7 +62,7 @@ impl Agent {
             tracing::debug!("the last resync is still reading: this one is left out");
             return;
         }
-        self.resync.tick(self.source.memory_from_kernel());
+        self.resync.cadence.tick(self.source.memory_from_kernel());
         let scope = self.resync.take_scope(false);
         // Taken before the read, so a task created or ending during it is marked again.
         let marked = self.marked_pods();
@@ -100,14 +105,14 @@ impl Agent {
         let Some(kernel) = self.source.memory_kernel() else {
             return;
         };
-        if !self.resync.sweep_due() {
+        if !self.resync.cadence.sweep_due() {
             return;
         }
         // No paced read to walk beside, or a sweep already under way.
         if self.resync.paced.as_ref().is_none_or(|p| p.sweep.is_some()) {
             return;
         }
-        self.resync.sweep_started();
+        self.resync.cadence.sweep_started();
         // The ids are listed before the walk begins, so a cgroup created meanwhile is never
         // taken for a dead one.
         let tracked = match kernel.tracked_cgroups() {

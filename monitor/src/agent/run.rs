@@ -22,19 +22,18 @@ use super::{
     args::AgentArgs,
     components::Agent,
     input::{Input, Next},
-    psi_wake::PsiWake,
-    realtime,
     run_options::{PodSourceOptions, RunOptions},
-    self_protect,
 };
 use crate::{
     action::KubeEvictor,
     config_file::LoadedConfig,
     config_watch::ConfigWatcher,
+    own_process::{realtime, self_protect},
     pods::{
         KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch,
         manifest_dir::{self, MANIFEST_DIR_HELP},
     },
+    source::psi_wake::PsiWake,
     system_clock::monotonic_ns,
 };
 

@@ -8,25 +8,21 @@ use tokio::time::Instant;
 
 use super::{
     actions::Actions,
-    actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
     args::{AgentArgs, MemoryBrake, MetricsAuth},
-    cause::CauseLog,
     checkpointer::Checkpointer,
     components::Agent,
     config_in_force::ConfigInForce,
     event_source::Source,
     intake_state::{Intake, PodsOnNode},
-    kubepods_brake::{BrakeScope, KubepodsBrake},
-    local_first::LocalFirst,
-    node_status::NodeStatusPublisher,
     publish::Visibility,
-    reader::{Cgroupfs, MachineReader, ReadFailures},
     resync::ResyncSchedule,
     run_options::RunOptions,
-    self_protect::{OwnMemory, OwnPod},
     stat_programs::StatPrograms,
 };
 use crate::{
+    action::actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
+    action::kubepods_brake::{BrakeScope, KubepodsBrake},
+    action::local_first::LocalFirst,
     action::{
         KubeEvictor,
         kube_event::{EventReason, EventRecorder},
@@ -36,6 +32,7 @@ use crate::{
         AtStart, StateManager, read_now,
         writer::{CheckpointWriter, Persister},
     },
+    engine::cause::CauseLog,
     engine::checkpoint::{Mode, decision_state},
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
@@ -49,6 +46,11 @@ use crate::{
         token_review::KubeReviewer,
     },
     node::read::{online_cpus, read_mem_total, read_memory_limit},
+    node::{
+        machine_reader::{Cgroupfs, MachineReader, ReadFailures},
+        status::NodeStatusPublisher,
+    },
+    own_process::self_protect::{OwnMemory, OwnPod},
     pods::KubepodsCgroup,
 };
 

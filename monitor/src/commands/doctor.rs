@@ -10,8 +10,8 @@ use super::privileges::{self, Needs, Requirement};
 use serde::Serialize;
 
 use crate::{
+    action::hard_action::{HardAction, HardActionFlag},
     action::reap::kernel_has_process_mrelease,
-    agent::action_path::{HardAction, HardActionFlag},
     cgroupfs::CgroupVersion,
     engine::{
         attach_distance::{AttachDistance, GUARD_PERIOD, GUARD_WAIT_MAX},

@@ -13,7 +13,7 @@ use monitor_common::Stat;
 use tokio::sync::mpsc;
 
 use crate::{
-    cgroupfs::{CgroupPaths, MemoryHierarchy, stats},
+    cgroupfs::{CgroupPaths, MemoryHierarchy, procs::memory_cgroup_in_proc, stats},
     engine::ids::CgroupRel,
     pods::{
         KubepodsCgroup, kube_query, kube_watch::api_config, load_dir, manifest_dir,
@@ -27,7 +27,7 @@ use crate::{
     system_clock::monotonic_ns,
     trace::{
         TraceRecord, TraceView,
-        attribution::{PodCgroups, PodIdentity, PodLookup, memory_cgroup_in_proc},
+        attribution::{PodCgroups, PodIdentity, PodLookup},
         filter::{Filter, parse_pod},
         view::{BurstSettings, Lookups},
     },

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 
 use super::Metrics;
 use crate::{
-    agent::decision_report::DecisionReport,
     checkpoint::writer::CheckpointHealth,
+    engine::decision_report::DecisionReport,
     engine::{rank_report::RankedPod, signal::Signal, threshold::ThresholdKind},
 };
 

@@ -3,6 +3,8 @@ use monitor_common::{
     CgroupEvent, EventKind, ForkEvent, KswapdEvent, OomEvent, PATH_MAX, StallEvent, Stat, StatEvent,
 };
 
+use crate::engine::incident::Reclaim;
+
 /// A record from the kernel programs, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KernelEvent {
@@ -70,15 +72,6 @@ pub enum KernelEvent {
         forks: i64,
         ts_ns: u64,
     },
-}
-
-/// Which reclaim a task stalled in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reclaim {
-    /// Global direct reclaim: the node is short of memory.
-    Direct,
-    /// Reclaim from a memory cgroup at its limit.
-    Memcg,
 }
 
 /// Why a record could not be decoded; a mismatch between kernel object and agent.

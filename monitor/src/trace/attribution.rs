@@ -5,7 +5,7 @@
 //! and testable.
 use serde::Serialize;
 
-use crate::{cgroupfs::CgroupVersion, engine::ids::deepest_within, engine::printable::printable};
+use crate::{engine::ids::deepest_within, engine::printable::printable};
 
 /// A pod, as an SRE names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -68,20 +68,6 @@ impl Subject {
     }
 }
 
-/// The memory cgroup path in the text of `/proc/<pid>/cgroup`: the `memory` controller's line
-/// on cgroup v1, the unified (`0::`) line on v2.
-pub(crate) fn memory_cgroup_in_proc(text: &str, version: CgroupVersion) -> Option<String> {
-    text.lines().find_map(|line| {
-        let mut fields = line.splitn(3, ':');
-        let (_id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let wanted = match version {
-            CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
-            CgroupVersion::V2 => controllers.is_empty(),
-        };
-        wanted.then(|| path.to_string())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,40 +107,6 @@ mod tests {
                 "{name}"
             );
         }
-    }
-
-    #[test]
-    fn proc_cgroup_lines_by_version() {
-        let text = "9:name=systemd:/\n4:memory:/process_api/x\n3:cpu,cpuacct:/\n0::/user.slice/s\n";
-        let cases = [
-            (
-                "v1 picks the memory controller",
-                CgroupVersion::V1,
-                Some("/process_api/x"),
-            ),
-            (
-                "v2 picks the unified line",
-                CgroupVersion::V2,
-                Some("/user.slice/s"),
-            ),
-        ];
-        for (name, version, expected) in cases {
-            assert_eq!(
-                memory_cgroup_in_proc(text, version).as_deref(),
-                expected,
-                "{name}"
-            );
-        }
-        assert_eq!(
-            memory_cgroup_in_proc("", CgroupVersion::V1),
-            None,
-            "exited process"
-        );
-        assert_eq!(
-            memory_cgroup_in_proc("5:cpu,memory:/a\n", CgroupVersion::V1).as_deref(),
-            Some("/a"),
-            "co-mounted controllers"
-        );
     }
 
     #[test]

@@ -3,9 +3,7 @@
 //! pressure, and a summary at the end. The event loop lives in `commands::trace`; everything
 //! here is pure.
 pub(crate) mod attribution;
-pub(crate) mod burst;
 pub(crate) mod filter;
-pub(crate) mod incident;
 pub(crate) mod record;
 pub(crate) mod summary;
 pub(crate) mod view;

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::attribution::Subject;
 use crate::engine::units::{bytes, millis};
-use crate::{engine::printable::printable, source::event::Reclaim};
+use crate::engine::{incident::Reclaim, printable::printable};
 
 /// Rows shown per ranking.
 pub(crate) const TOP: usize = 10;

@@ -8,17 +8,16 @@ use monitor_common::Stat;
 use super::{
     TraceRecord,
     attribution::{PodLookup, Subject},
-    burst::BurstDetector,
     filter::Filter,
-    incident::{Incident, RecentIncidents},
     summary::Summary,
 };
 use crate::{
     cgroupfs::CgroupPaths,
-    source::{
-        event::{KernelEvent, Reclaim},
-        pressure::PressureSignal,
+    engine::{
+        burst::BurstDetector,
+        incident::{Incident, RecentIncidents, Reclaim},
     },
+    source::{event::KernelEvent, pressure::PressureSignal},
 };
 
 /// How long [`TraceView::recent`] keeps incidents.

@@ -2,7 +2,7 @@
 //! with the loop's other inputs between, a crossing decided on between two chunks, and every
 //! few resyncs the kernel map's sweep walked after the pods.
 use super::*;
-use crate::{agent::resync::CHUNK_PODS, source::event::KernelEvent, system_clock::monotonic_ns};
+use crate::{engine::resync::CHUNK_PODS, source::event::KernelEvent, system_clock::monotonic_ns};
 
 /// `hog` and `fillers` pods that stay within their requests.
 fn pods(fillers: usize) -> Vec<(String, i64, u64)> {

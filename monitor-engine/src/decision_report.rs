@@ -2,25 +2,24 @@
 //! per line with monotonic and wall-clock timestamps for programs (benchmarks read it).
 use serde::Serialize;
 
-use super::{action_path::Route, cause::Cause};
 use crate::{
-    engine::printable::printable,
-    engine::units::bytes,
-    engine::{
-        decide::Eviction,
-        eviction_machine::Prediction,
-        eviction_order::{Measured, RankPolicy},
-        kubelet_summary::PodUsage,
-        oom_projection::Grace,
-        pod_facts::PodFacts,
-        quantity::Quantity,
-        threshold::ThresholdKind,
-    },
+    action_path::Route,
+    cause::Cause,
+    decide::Eviction,
+    eviction_machine::Prediction,
+    eviction_order::{Measured, RankPolicy},
+    kubelet_summary::PodUsage,
+    oom_projection::Grace,
+    pod_facts::PodFacts,
+    printable::printable,
+    quantity::Quantity,
+    threshold::ThresholdKind,
+    units::bytes,
 };
 
 /// One decided eviction with the numbers that led to it.
 #[derive(Clone, Debug, Serialize)]
-pub(crate) struct DecisionReport {
+pub struct DecisionReport {
     /// `would_evict` in dry-run, `evict` otherwise.
     pub action: &'static str,
     /// CLOCK_MONOTONIC nanoseconds when the decision was taken.
@@ -55,7 +54,7 @@ pub(crate) struct DecisionReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted: Option<PredictedFields>,
     /// In a dry run, the decision's number among the decisions on this pod and signal in a
-    /// row (1 the first; see [`crate::engine::decision_repeats`]); 1 when acting.
+    /// row (1 the first; see [`crate::decision_repeats`]); 1 when acting.
     pub repeat: u64,
     #[serde(skip)]
     grace_text: Option<String>,
@@ -65,7 +64,7 @@ pub(crate) struct DecisionReport {
 
 /// The grace period a victim was given (see [`Grace`]).
 #[derive(Clone, Debug, Serialize)]
-pub(crate) struct GraceFields {
+pub struct GraceFields {
     /// Time between SIGTERM and force.
     pub given_ms: u64,
     /// Whether it was cut from `grace_period_seconds` because the OOM point was nearer.
@@ -103,7 +102,7 @@ impl GraceFields {
 
 /// A decision taken before its crossing (see [`Prediction`]).
 #[derive(Clone, Debug, Serialize)]
-pub(crate) struct PredictedFields {
+pub struct PredictedFields {
     pub available_now: i64,
     pub lead_ms: u64,
     // Rounded to whole bytes: a rate, not a count.
@@ -122,7 +121,7 @@ impl PredictedFields {
 }
 
 /// Inputs describing the moment of the decision.
-pub(crate) struct DecisionContext<'a> {
+pub struct DecisionContext<'a> {
     pub dry_run: bool,
     pub monotonic_ns: u64,
     pub wall_unix_ms: u64,
@@ -143,7 +142,7 @@ pub(crate) struct DecisionContext<'a> {
 }
 
 impl DecisionReport {
-    pub(crate) fn new(eviction: &Eviction, ctx: DecisionContext<'_>) -> Self {
+    pub fn new(eviction: &Eviction, ctx: DecisionContext<'_>) -> Self {
         Self {
             action: if ctx.dry_run { "would_evict" } else { "evict" },
             monotonic_ns: ctx.monotonic_ns,
@@ -171,13 +170,13 @@ impl DecisionReport {
     }
 
     /// `grace 1s -> 0s: the OOM point is ...` when the grace period was cut.
-    pub(crate) fn grace_cut(&self) -> Option<&str> {
+    pub fn grace_cut(&self) -> Option<&str> {
         self.grace_text.as_deref()
     }
 
     /// `would evict default/web-1: allocatableMemory.available 180.0Mi < 200.0Mi; exceeds
     /// request (612.0Mi > 256.0Mi), priority 0, 356.0Mi above request`
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         let verb = if self.action == "would_evict" {
             "would evict"
         } else {
@@ -251,10 +250,11 @@ impl DecisionReport {
     }
 }
 
-#[cfg(test)]
-pub(super) mod tests {
+/// Decisions to test what reads them, here and in the agent.
+#[cfg(any(test, feature = "test-support"))]
+pub mod tests {
     use super::*;
-    use crate::engine::{
+    use crate::{
         signal::Signal,
         threshold::{SignalObservation, ThresholdId},
     };
@@ -268,7 +268,7 @@ pub(super) mod tests {
     }
 
     /// The decision on `default/web-1` for `signal`, with `available` observed.
-    pub(in crate::agent) fn eviction(signal: Signal, available: i64) -> Eviction {
+    pub fn eviction(signal: Signal, available: i64) -> Eviction {
         Eviction {
             pod: facts().pod,
             signal,
@@ -286,7 +286,7 @@ pub(super) mod tests {
     }
 
     /// A decision on `default/web-1` (`dry_run`: would evict), its working set `usage`.
-    pub(in crate::agent) fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
+    pub fn report(dry_run: bool, usage: Option<u64>) -> DecisionReport {
         let facts = facts();
         let usage = usage.map(|ws| PodUsage {
             memory_working_set_bytes: ws,

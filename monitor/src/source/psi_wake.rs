@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// Installed PSI triggers and the channel their signals arrive on.
-pub(super) struct PsiWake {
+pub(crate) struct PsiWake {
     signals: mpsc::UnboundedReceiver<PressureSignal>,
     /// The files watched, for the start-up log.
     pub watched: Vec<PathBuf>,
@@ -29,7 +29,7 @@ pub(super) struct PsiWake {
 impl PsiWake {
     /// Installs triggers for `stall` within [`pressure::WINDOW`] on the node and the kubepods
     /// cgroup; files the kernel lacks or refuses are logged and skipped. Needs a tokio runtime.
-    pub(super) fn install(
+    pub(crate) fn install(
         hierarchy: &MemoryHierarchy,
         kubepods_rel: &CgroupRel,
         stall: Duration,
@@ -58,7 +58,7 @@ impl PsiWake {
     }
 
     /// The next signal; never resolves once every trigger is gone.
-    pub(super) async fn next(&mut self) -> PressureSignal {
+    pub(crate) async fn next(&mut self) -> PressureSignal {
         match self.signals.recv().await {
             Some(signal) => signal,
             None => std::future::pending().await,

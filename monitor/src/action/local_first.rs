@@ -1,15 +1,16 @@
 //! `--kube` with `--kube-hard-action kill` (the default): an eviction decided on a hard
 //! threshold kills the pod's cgroup on this node first, then posts the Eviction so the API
 //! server records it; soft thresholds go through the API alone. The steps and what each
-//! report means are [`super::action_path`]'s; this actuator only runs them.
+//! report means are [`crate::engine::action_path`]'s; this actuator only runs them.
 use std::time::Duration;
 
-use super::{
-    action_path::{ActionPath, HardAction, Route, Step},
-    actuator::{
-        ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, AfterStep, CgroupKiller,
-        KubeApi, Recorded,
-    },
+use super::actuator::{
+    ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, AfterStep, CgroupKiller,
+    KubeApi, Recorded,
+};
+use crate::{
+    action::hard_action::HardAction,
+    engine::action_path::{ActionPath, Route, Step},
 };
 
 /// How long the API server may take to answer an Eviction that follows a kill: the pod is
@@ -63,7 +64,7 @@ impl Actuator for LocalFirst {
     }
 
     fn route(&self, hard: bool) -> Option<Route> {
-        Some(Route::choose(true, hard, self.hard_action))
+        Some(self.hard_action.route(true, hard))
     }
 
     fn finished(&self, done: ActionDone) -> AfterStep {

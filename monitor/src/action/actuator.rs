@@ -4,14 +4,13 @@
 //! through the Kubernetes API, or with `--kube` on hard thresholds both in turn
 //! ([`super::local_first`]). Each step runs in the background and reports back as an
 //! [`ActionDone`], which the actuator's [`Actuator::finished`] turns into what the decision
-//! state hears and which step runs next ([`super::action_path`]), so a refused or failed
+//! state hears and which step runs next ([`crate::engine::action_path`]), so a refused or failed
 //! action reaches the decision state instead of being waited out: the decision step then
 //! moves on instead of waiting for a pod that is not going.
 use std::{pin::Pin, sync::Arc, time::Duration};
 
 use tokio::sync::Notify;
 
-use super::action_path::{ActionPath, Route, StepEnd};
 use crate::{
     action::{
         EvictError, KillOutcome, KillReport, KillTimings, KubeEvictor, StuckProcess,
@@ -19,6 +18,7 @@ use crate::{
         kube_event::{EventReason, EventRecorder},
     },
     cgroupfs::MemoryHierarchy,
+    engine::action_path::{ActionPath, Route, StepEnd},
     engine::pod_facts::PodRef,
 };
 
@@ -45,7 +45,7 @@ pub(crate) struct ActionRequest {
     pub message: String,
     /// Decided on a hard threshold (with `--kube`, the pod is stopped on the node first).
     pub hard: bool,
-    /// The decision's span ([`super::decision_log`]): the action runs inside it, and it
+    /// The decision's span (the agent's decision log): the action runs inside it, and it
     /// closes once the [`ActionDone`] has been taken back.
     pub span: tracing::Span,
     /// Notified when the node can no longer afford the rest of the grace period: a cgroup

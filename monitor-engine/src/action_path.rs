@@ -15,53 +15,13 @@
 //! longer reaches the decision state, which must neither take the eviction back (a refusal
 //! would) nor wait for the pod to leave the watch. When the kill could not stop the pod, the
 //! Eviction is the fallback and its report decides, exactly as on the API-only route.
-use clap::ValueEnum;
-
-/// What `--kube` does when a hard threshold decides an eviction.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub(crate) enum HardAction {
-    /// Kill the pod's cgroup on this node at once, then post the Eviction.
-    #[default]
-    Kill,
-    /// Only post the Eviction; the kubelet stops the pod once the API server deleted it.
-    Api,
-}
-
-/// `--kube-hard-action`, shared by the agent and `monitor doctor` (which checks the
-/// privileges the chosen action needs).
-#[derive(clap::Args, Clone, Copy, Debug, Default)]
-pub(crate) struct HardActionFlag {
-    /// With --kube: what an eviction decided on a hard threshold does first. Soft thresholds
-    /// always go through the Eviction API alone.
-    ///
-    /// kill (the default) kills the pod's cgroup on this node at once (SIGTERM, the
-    /// decision's grace period, 1 s on hard thresholds, then SIGKILL), exactly as without
-    /// --kube, and then posts the Eviction so the API server records it and the kubelet does
-    /// not restart the pod here. This is how the kubelet itself treats a hard threshold: it
-    /// stops the pod at once and consults no PodDisruptionBudget. A fast-growing pod reaches
-    /// the kernel's OOM killer in the time an API round trip and the kubelet's reaction take,
-    /// so only this wins that race. Once the pod is stopped, the API's answer no longer holds
-    /// the node: a budget's refusal (429), an error or no answer within 10 s is logged and
-    /// counted as a failed action, not taken back; the kubelet may then restart the pod's
-    /// containers (restartPolicy), and the pod ranks again once they run. When the kill
-    /// cannot stop the pod, the Eviction's answer decides, as with api.
-    ///
-    /// api only posts the Eviction and leaves stopping the pod to the kubelet: budgets are
-    /// respected (a refused pod is passed over) but the pod grows until the kubelet acts.
-    /// Needs CAP_KILL and the host PID namespace for kill (see `monitor doctor`).
-    #[arg(
-        long,
-        value_enum,
-        default_value_t,
-        requires = "kube",
-        value_name = "ACTION"
-    )]
-    pub kube_hard_action: HardAction,
-}
+//!
+//! Which route an eviction takes is the agent's to say, from its flags
+//! (`--kube-hard-action`).
 
 /// Which steps an eviction takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     /// `--pods`: a cgroup kill.
     Local,
     /// `--kube` on a soft threshold, or with `--kube-hard-action api`: an Eviction.
@@ -71,15 +31,6 @@ pub(crate) enum Route {
 }
 
 impl Route {
-    /// The route for an eviction decided on a hard or a soft threshold.
-    pub(crate) fn choose(kube: bool, hard: bool, hard_action: HardAction) -> Self {
-        match (kube, hard, hard_action) {
-            (false, _, _) => Route::Local,
-            (true, true, HardAction::Kill) => Route::LocalFirst,
-            (true, _, _) => Route::Api,
-        }
-    }
-
     /// The first step.
     pub(crate) fn first_step(self) -> Step {
         match self {
@@ -89,7 +40,7 @@ impl Route {
     }
 
     /// Whether the agent stops the pod's processes itself.
-    pub(crate) fn kills(self) -> bool {
+    pub fn kills(self) -> bool {
         self != Route::Api
     }
 
@@ -103,7 +54,7 @@ impl Route {
     }
 
     /// In words, for the decision line.
-    pub(crate) fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             Route::Local => "killing its cgroup",
             Route::Api => "through the Eviction API, the kubelet stops it",
@@ -116,7 +67,7 @@ impl Route {
 
 /// One step of a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     /// Kill the pod's cgroup on this node.
     Kill,
     /// Post the Eviction (or the deletion) to the API server.
@@ -125,7 +76,7 @@ pub(crate) enum Step {
 
 /// How a step ended, from its actuator's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum StepEnd {
+pub enum StepEnd {
     /// The pod's cgroup is empty.
     Stopped,
     /// The pod (or its cgroup) was already gone.
@@ -142,7 +93,7 @@ pub(crate) enum StepEnd {
 
 /// Where one eviction is on its route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ActionPath {
+pub struct ActionPath {
     pub route: Route,
     /// The step running now.
     pub step: Step,
@@ -152,7 +103,7 @@ pub(crate) struct ActionPath {
 
 /// What follows a step's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Transition {
+pub struct Transition {
     /// The report goes to the decision state: it says whether the node got its memory back.
     pub tell_decision: bool,
     /// The step to run next.
@@ -166,7 +117,7 @@ pub(crate) struct Transition {
 
 impl ActionPath {
     /// An eviction at the start of `route`.
-    pub(crate) fn new(route: Route) -> Self {
+    pub fn new(route: Route) -> Self {
         Self {
             route,
             step: route.first_step(),
@@ -175,7 +126,7 @@ impl ActionPath {
     }
 
     /// Takes the running step's report and moves on.
-    pub(crate) fn advance(&mut self, end: StepEnd) -> Transition {
+    pub fn advance(&mut self, end: StepEnd) -> Transition {
         use StepEnd::{Accepted, Failed, Gone, Refused, Stopped, TimedOut};
         let done = |why| Transition {
             tell_decision: true,
@@ -239,45 +190,6 @@ impl ActionPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_route_follows_the_mode_the_threshold_and_the_flag() {
-        let cases = [
-            ("--pods, hard", false, true, HardAction::Kill, Route::Local),
-            ("--pods, soft", false, false, HardAction::Api, Route::Local),
-            (
-                "--kube, hard, kill",
-                true,
-                true,
-                HardAction::Kill,
-                Route::LocalFirst,
-            ),
-            ("--kube, hard, api", true, true, HardAction::Api, Route::Api),
-            (
-                "--kube, soft, kill",
-                true,
-                false,
-                HardAction::Kill,
-                Route::Api,
-            ),
-            (
-                "--kube, soft, api",
-                true,
-                false,
-                HardAction::Api,
-                Route::Api,
-            ),
-        ];
-        for (name, kube, hard, action, route) in cases {
-            assert_eq!(Route::choose(kube, hard, action), route, "{name}");
-        }
-        assert_eq!(
-            HardAction::default(),
-            HardAction::Kill,
-            "the default wins the race"
-        );
-        assert!(Route::LocalFirst.kills() && Route::Local.kills() && !Route::Api.kills());
-    }
 
     /// Runs `ends` through a path on `route`; each step's transition.
     fn walk(route: Route, ends: &[StepEnd]) -> Vec<(Step, Transition)> {

@@ -60,7 +60,7 @@ impl BrakeError {
 }
 
 /// The brake on the kubepods tree, held or not.
-pub(super) struct KubepodsBrake {
+pub(crate) struct KubepodsBrake {
     /// The memory hierarchy's mount and the kubepods cgroup below it.
     mount: PathBuf,
     rel: String,
@@ -101,7 +101,7 @@ impl Undone {
 }
 
 impl KubepodsBrake {
-    pub(super) fn new(
+    pub(crate) fn new(
         mount: PathBuf,
         rel: &str,
         scope: Option<BrakeScope>,
@@ -153,7 +153,7 @@ impl KubepodsBrake {
     }
 
     /// Whether the brake holds now.
-    pub(super) fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.held.is_some()
     }
 
@@ -161,7 +161,7 @@ impl KubepodsBrake {
     /// left behind, restoring the values it recorded, except where `memory.high` was changed
     /// since (then someone else owns it, and it is left as it is). A record that cannot be
     /// trusted is moved aside, never acted on.
-    pub(super) fn recover(&self) {
+    pub(crate) fn recover(&self) {
         let data = match self.store.read(&Self::key()) {
             Ok(data) => data,
             Err(StoreError::NotFound { .. }) => return,
@@ -246,7 +246,7 @@ impl KubepodsBrake {
 
     /// Applies the engine's move after a decision step (or a quiet turn of the loop); `pods`
     /// names the pods' cgroups, asked only when a per-pod brake is set.
-    pub(super) fn step(&mut self, inputs: BrakeInputs, pods: impl FnOnce() -> Vec<String>) {
+    pub(crate) fn step(&mut self, inputs: BrakeInputs, pods: impl FnOnce() -> Vec<String>) {
         let Some(scope) = self.scope else {
             return;
         };
@@ -382,7 +382,7 @@ impl KubepodsBrake {
 
     /// Lifts a held brake; what cannot be restored now stays held and is tried again at the
     /// next step.
-    pub(super) fn lift(&mut self, why: &str) {
+    pub(crate) fn lift(&mut self, why: &str) {
         let Some(held) = &self.held else {
             return;
         };

@@ -5,12 +5,9 @@ use monitor_common::Stat;
 use serde::Serialize;
 
 use crate::{
-    engine::units::bytes,
-    source::event::Reclaim,
-    trace::{
-        burst::BurstDetector,
-        incident::{Incident, RecentIncidents},
-    },
+    burst::BurstDetector,
+    incident::{Incident, RecentIncidents, Reclaim},
+    units::bytes,
 };
 
 /// How far back a decision looks for its causes.
@@ -21,7 +18,7 @@ const BURST_WINDOW_NS: u64 = 1_000_000_000;
 
 /// The victim's stalls and bursts within [`LOOKBACK_NS`], and stalls anywhere on the node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct Cause {
+pub struct Cause {
     /// Reclaim stalls of the victim's own tasks (it hit its limit or the node's).
     pub stalls: usize,
     pub stall_ns: u64,
@@ -76,7 +73,7 @@ fn plural(n: usize) -> &'static str {
 
 /// Stalls and bursts seen recently.
 #[derive(Clone, Debug)]
-pub(crate) struct CauseLog {
+pub struct CauseLog {
     bursts: BurstDetector,
     recent: RecentIncidents,
 }
@@ -92,7 +89,7 @@ impl Default for CauseLog {
 
 impl CauseLog {
     /// Feeds a stat event to the burst detector.
-    pub(crate) fn stat(&mut self, cgroup_id: u64, stat: Stat, ts_ns: u64, delta_bytes: i64) {
+    pub fn stat(&mut self, cgroup_id: u64, stat: Stat, ts_ns: u64, delta_bytes: i64) {
         if let Some(burst) = self.bursts.observe(cgroup_id, stat, ts_ns, delta_bytes) {
             self.recent.record(Incident::Burst {
                 cgroup_id,
@@ -103,13 +100,7 @@ impl CauseLog {
     }
 
     /// Records a reclaim stall of a task in `cgroup_id`.
-    pub(crate) fn stall(
-        &mut self,
-        cgroup_id: u64,
-        reclaim: Reclaim,
-        start_ns: u64,
-        duration_ns: u64,
-    ) {
+    pub fn stall(&mut self, cgroup_id: u64, reclaim: Reclaim, start_ns: u64, duration_ns: u64) {
         self.recent.record(Incident::Stall {
             cgroup_id,
             ts_ns: start_ns,
@@ -120,12 +111,12 @@ impl CauseLog {
     }
 
     /// Forgets a removed cgroup's burst window.
-    pub(crate) fn forget(&mut self, cgroup_id: u64) {
+    pub fn forget(&mut self, cgroup_id: u64) {
         self.bursts.forget(cgroup_id);
     }
 
     /// What involved `cgroups` (a pod's subtree) and the node in the lookback before `now_ns`.
-    pub(crate) fn explain(&self, cgroups: &[u64], now_ns: u64) -> Cause {
+    pub fn explain(&self, cgroups: &[u64], now_ns: u64) -> Cause {
         let mut cause = Cause::default();
         for incident in self.recent.within(now_ns, LOOKBACK_NS) {
             let own = cgroups.contains(&incident.cgroup_id());

@@ -3,11 +3,18 @@
 //! CLOCK_MONOTONIC times.
 use std::collections::VecDeque;
 
-use crate::source::event::Reclaim;
+/// Which reclaim a task stalled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reclaim {
+    /// Global direct reclaim: the node is short of memory.
+    Direct,
+    /// Reclaim from a memory cgroup at its limit.
+    Memcg,
+}
 
 /// A stall or burst the trace reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Incident {
+pub enum Incident {
     /// A task of `cgroup_id` stalled in reclaim from `ts_ns` for `duration_ns`.
     Stall {
         cgroup_id: u64,
@@ -44,14 +51,14 @@ impl Incident {
 
 /// Incidents of the last `retain_ns`, oldest first.
 #[derive(Clone, Debug)]
-pub(crate) struct RecentIncidents {
+pub struct RecentIncidents {
     retain_ns: u64,
     incidents: VecDeque<Incident>,
 }
 
 impl RecentIncidents {
     /// Keeps incidents that ended at most `retain_ns` before the newest one recorded.
-    pub(crate) fn new(retain_ns: u64) -> Self {
+    pub fn new(retain_ns: u64) -> Self {
         Self {
             retain_ns,
             incidents: VecDeque::new(),
@@ -59,7 +66,7 @@ impl RecentIncidents {
     }
 
     /// Records an incident and forgets those that fell out of the window.
-    pub(crate) fn record(&mut self, incident: Incident) {
+    pub fn record(&mut self, incident: Incident) {
         let newest = incident.end_ns();
         // Stalls arrive when they end, so end times are close to ordered; keep them sorted.
         let at = self.incidents.partition_point(|i| i.end_ns() <= newest);
@@ -75,8 +82,8 @@ impl RecentIncidents {
     }
 
     /// Incidents of `cgroup_id` that ended within `last_ns` before `now_ns`, oldest first.
-    #[cfg(test)]
-    pub(crate) fn involving(&self, cgroup_id: u64, now_ns: u64, last_ns: u64) -> Vec<&Incident> {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn involving(&self, cgroup_id: u64, now_ns: u64, last_ns: u64) -> Vec<&Incident> {
         self.within(now_ns, last_ns)
             .filter(|i| i.cgroup_id() == cgroup_id)
             .collect()

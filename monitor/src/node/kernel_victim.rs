@@ -8,7 +8,10 @@
 use std::{fs, path::PathBuf};
 
 use crate::{
-    cgroupfs::{CgroupVersion, procs::subtree_pids},
+    cgroupfs::{
+        CgroupVersion,
+        procs::{memory_cgroup_in_proc, subtree_pids},
+    },
     engine::printable::printable,
     engine::{
         ids::deepest_within,
@@ -16,36 +19,35 @@ use crate::{
         oom_projection::OomDomain,
     },
     node::read::page_size,
-    trace::attribution::memory_cgroup_in_proc,
 };
 
 /// Where to look, taken from the agent's state at the decision.
-pub(super) struct Question {
-    pub(super) domain: OomDomain,
+pub(crate) struct Question {
+    pub(crate) domain: OomDomain,
     /// The memory the kernel scales `oom_score_adj` by in that domain.
-    pub(super) domain_bytes: u64,
+    pub(crate) domain_bytes: u64,
     /// The kubepods cgroup's directory (its processes are the kubepods domain).
-    pub(super) kubepods_dir: PathBuf,
-    pub(super) version: CgroupVersion,
+    pub(crate) kubepods_dir: PathBuf,
+    pub(crate) version: CgroupVersion,
     /// Each pod's cgroup path and `namespace/name`.
-    pub(super) pods: Vec<(String, String)>,
+    pub(crate) pods: Vec<(String, String)>,
     /// `/proc`, or a stand-in in tests.
-    pub(super) proc_root: PathBuf,
+    pub(crate) proc_root: PathBuf,
 }
 
 /// The kernel's choice.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct KernelVictim {
-    pub(super) pid: i32,
-    pub(super) comm: String,
-    pub(super) points: i64,
+pub(crate) struct KernelVictim {
+    pub(crate) pid: i32,
+    pub(crate) comm: String,
+    pub(crate) points: i64,
     /// `namespace/name`, when the process is in a pod's cgroup.
-    pub(super) pod: Option<String>,
+    pub(crate) pod: Option<String>,
 }
 
 impl Question {
     /// The process the OOM killer would choose now, if any can be.
-    pub(super) fn answer(&self) -> Option<KernelVictim> {
+    pub(crate) fn answer(&self) -> Option<KernelVictim> {
         let pids = match self.domain {
             OomDomain::Kubepods => subtree_pids(&self.kubepods_dir).ok()?,
             OomDomain::Node => self.all_pids(),
@@ -113,7 +115,7 @@ impl Question {
 impl KernelVictim {
     /// `without it, the OOM killer would kill pid 812 (java) of pod shop/cache at the
     /// kubepods cgroup's limit`
-    pub(super) fn text(&self, domain: OomDomain) -> String {
+    pub(crate) fn text(&self, domain: OomDomain) -> String {
         let owner = match &self.pod {
             Some(pod) => format!("of pod {pod}"),
             None => "outside any pod".to_string(),

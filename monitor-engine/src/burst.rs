@@ -8,7 +8,7 @@ use monitor_common::Stat;
 
 /// A cgroup crossed the growth threshold.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Burst {
+pub struct Burst {
     pub cgroup_id: u64,
     /// Time of the stat event that crossed the threshold.
     pub ts_ns: u64,
@@ -20,7 +20,7 @@ pub(crate) struct Burst {
 
 /// Per-cgroup sliding windows of charged memory (anon + file + kernel).
 #[derive(Clone, Debug)]
-pub(crate) struct BurstDetector {
+pub struct BurstDetector {
     window_ns: u64,
     threshold_bytes_per_sec: u64,
     cgroups: HashMap<u64, Window>,
@@ -34,7 +34,7 @@ struct Window {
 }
 
 impl BurstDetector {
-    pub(crate) fn new(window_ns: u64, threshold_bytes_per_sec: u64) -> Self {
+    pub fn new(window_ns: u64, threshold_bytes_per_sec: u64) -> Self {
         Self {
             window_ns: window_ns.max(1),
             threshold_bytes_per_sec,
@@ -44,7 +44,7 @@ impl BurstDetector {
 
     /// Feeds one stat event; returns a burst when this event took the cgroup over the rate.
     /// Active/inactive file are parts of `File` and are not counted twice.
-    pub(crate) fn observe(
+    pub fn observe(
         &mut self,
         cgroup_id: u64,
         stat: Stat,
@@ -81,7 +81,7 @@ impl BurstDetector {
     }
 
     /// Forgets a removed cgroup.
-    pub(crate) fn forget(&mut self, cgroup_id: u64) {
+    pub fn forget(&mut self, cgroup_id: u64) {
         self.cgroups.remove(&cgroup_id);
     }
 }

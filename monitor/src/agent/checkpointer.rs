@@ -1,7 +1,8 @@
 //! The agent's one door to its checkpoint: what a decision, a finished action and the event
 //! counters change goes into the saved state here and is written through the [`Persister`].
 //! The decision step runs after every input; most evaluations change nothing worth keeping,
-//! so an unchanged decision state is not written again. Only the memory of the agent's own
+//! so a decision whose state `saved` already holds is not written again: `saved` is the one
+//! copy of what was decided. Only the memory of the agent's own
 //! mode (acting or dry run) is changed; the other mode's stays as it was.
 //!
 //! A failed write never stops the agent. A node under pressure is often a node in trouble:
@@ -55,8 +56,6 @@ pub(super) struct Checkpointer<P> {
     mode: Mode,
     /// The checkpoint found at start could not be used and was set aside.
     damaged_at_start: bool,
-    /// Decision state and node conditions as last put into `saved`.
-    written_decision: Option<(EvictionState, Vec<NodeCondition>)>,
     /// Kernel records received and lost since they were last added to `saved`'s counters.
     received_unsaved: u64,
     lost_unsaved: u64,
@@ -75,7 +74,6 @@ impl<P: Persister> Checkpointer<P> {
             saved,
             mode,
             damaged_at_start: false,
-            written_decision: None,
             received_unsaved: 0,
             lost_unsaved: 0,
             pending: false,
@@ -122,9 +120,9 @@ impl<P: Persister> Checkpointer<P> {
         self.saved.memory_mut(self.mode)
     }
 
-    /// Keeps a decision's state and writes it, unless it equals the last one kept and
-    /// started no eviction. `clocks` is read only when something is written; when it fails,
-    /// nothing is kept, so the next decision tries again.
+    /// Keeps a decision's state and writes it, unless `saved` already holds it and it started
+    /// no eviction. `clocks` is read only when something is written; when it fails, nothing
+    /// is kept, so the next decision tries again.
     pub(super) fn record_decision(
         &mut self,
         state: &EvictionState,
@@ -133,11 +131,7 @@ impl<P: Persister> Checkpointer<P> {
         clocks: impl FnOnce() -> io::Result<Now>,
         at: Instant,
     ) {
-        let unchanged = self
-            .written_decision
-            .as_ref()
-            .is_some_and(|(s, c)| s == state && c.as_slice() == conditions);
-        if started.is_none() && unchanged {
+        if started.is_none() && decision_state::is_saved(state, conditions, self.own()) {
             return;
         }
         let now = match clocks() {
@@ -158,7 +152,6 @@ impl<P: Persister> Checkpointer<P> {
             );
             own.record_grace_period(started.grace_period_seconds);
         }
-        self.written_decision = Some((state.clone(), conditions.to_vec()));
         self.write(at);
     }
 

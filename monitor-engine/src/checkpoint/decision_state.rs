@@ -23,29 +23,71 @@ const CONDITIONS: [NodeCondition; 3] = [
 /// Copies what must survive a restart from the decision state into the checkpoint.
 pub fn save(state: &EvictionState, conditions: &[NodeCondition], saved: &mut Memory, now: &Now) {
     for signal in Signal::ALL {
-        let soft = ThresholdId {
-            signal,
-            kind: ThresholdKind::Soft,
-        };
-        match state
-            .thresholds_first_observed
-            .iter()
-            .find(|o| o.threshold == soft)
-        {
+        match soft_first_observed(state, signal) {
             Some(observed) => saved.observe_soft_threshold(signal.as_str(), &at(now, observed.at)),
             None => saved.clear_soft_threshold(signal.as_str()),
         }
     }
     for condition in CONDITIONS {
-        let status = if conditions.contains(&condition) {
-            "True"
-        } else {
-            "False"
-        };
-        saved.set_condition(condition_name(condition), status, now);
+        saved.set_condition(
+            condition_name(condition),
+            status(conditions, condition),
+            now,
+        );
     }
     if state.awaiting_cleanup.is_none() {
         saved.finish_cleanup();
+    }
+}
+
+/// Whether [`save`] would leave `saved` as it is: then nothing needs writing, nor the clocks
+/// reading.
+pub fn is_saved(state: &EvictionState, conditions: &[NodeCondition], saved: &Memory) -> bool {
+    let timers_kept = Signal::ALL.into_iter().all(|signal| {
+        let name = signal.as_str();
+        let kept = saved
+            .v1
+            .soft_threshold_first_observed_unix_ms
+            .contains_key(name);
+        let marked = saved
+            .boot
+            .as_ref()
+            .is_some_and(|b| b.soft_threshold_first_observed_ms.contains_key(name));
+        match soft_first_observed(state, signal) {
+            Some(_) => kept,
+            None => !kept && !marked,
+        }
+    });
+    let conditions_kept = CONDITIONS.into_iter().all(|condition| {
+        saved
+            .v1
+            .node_conditions
+            .get(condition_name(condition))
+            .is_some_and(|kept| kept.status == status(conditions, condition))
+    });
+    let cleanup_kept = state.awaiting_cleanup.is_some()
+        || (saved.v1.awaiting_cleanup.is_none() && saved.pending.is_none());
+    timers_kept && conditions_kept && cleanup_kept
+}
+
+/// When `signal`'s soft threshold was first met, while it is.
+fn soft_first_observed(state: &EvictionState, signal: Signal) -> Option<&ThresholdObservedAt> {
+    let soft = ThresholdId {
+        signal,
+        kind: ThresholdKind::Soft,
+    };
+    state
+        .thresholds_first_observed
+        .iter()
+        .find(|o| o.threshold == soft)
+}
+
+/// A node condition's status as the checkpoint spells it.
+fn status(conditions: &[NodeCondition], condition: NodeCondition) -> &'static str {
+    if conditions.contains(&condition) {
+        "True"
+    } else {
+        "False"
     }
 }
 
@@ -320,6 +362,25 @@ mod tests {
         );
         assert_eq!(saved.v1.recent_evictions[0].bytes_freed, 300 << 20);
         assert!(saved.v1.awaiting_cleanup.is_none());
+    }
+
+    #[test]
+    fn is_saved_tells_whether_saving_would_change_the_checkpoint() {
+        let mut saved = Memory::default();
+        let soft = soft_memory_since(40_000);
+        let pressure = [NodeCondition::MemoryPressure];
+        assert!(!is_saved(&soft, &pressure, &saved), "nothing saved yet");
+        save(&soft, &pressure, &mut saved, &now(1_000_000, "b", 50_000));
+        assert!(is_saved(&soft, &pressure, &saved));
+        // The timer keeps its first instant: a later one changes nothing saved.
+        assert!(is_saved(&soft_memory_since(45_000), &pressure, &saved));
+        assert!(!is_saved(&soft, &[], &saved), "a condition changed");
+        assert!(
+            !is_saved(&EvictionState::default(), &pressure, &saved),
+            "a timer stopped"
+        );
+        saved.record_eviction(saved_pod(&pod()), "memory.available", 0, &now(1, "b", 1));
+        assert!(!is_saved(&soft, &pressure, &saved), "the cleanup ended");
     }
 
     #[test]

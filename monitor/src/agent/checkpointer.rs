@@ -1,14 +1,22 @@
 //! The agent's one door to its checkpoint: what a decision, a finished action and the event
-//! counters change goes into the saved state here and is written through the
-//! [`CheckpointWriter`]. The decision step runs after every input; most evaluations change
-//! nothing worth keeping, so an unchanged decision state is not written again. Only the memory
-//! of the agent's own mode (acting or dry run) is changed; the other mode's stays as it was.
-use std::io;
+//! counters change goes into the saved state here and is written through the [`Persister`].
+//! The decision step runs after every input; most evaluations change nothing worth keeping,
+//! so a decision whose state `saved` already holds is not written again: `saved` is the one
+//! copy of what was decided. Only the memory of the agent's own
+//! mode (acting or dry run) is changed; the other mode's stays as it was.
+//!
+//! A failed write never stops the agent. A node under pressure is often a node in trouble:
+//! its disk full, its file descriptors exhausted, its filesystem remounted read-only. The
+//! checkpoint only lets a restarted agent keep its timers; losing a write must never cost the
+//! eviction that protects the node. So a failed write is logged once per episode, counted,
+//! and retried with a growing delay while the agent keeps deciding and acting; the first
+//! write that succeeds again ends the episode.
+use std::{io, time::Duration};
 
 use tokio::time::Instant;
 
 use crate::{
-    checkpoint::writer::{CheckpointHealth, CheckpointWriter, Persister},
+    checkpoint::{StateError, health::CheckpointHealth, persister::Persister},
     engine::{
         checkpoint::{AgentState, Memory, Mode, Now, decision_state},
         decide::EvictionState,
@@ -16,6 +24,11 @@ use crate::{
         signal::{NodeCondition, Signal},
     },
 };
+
+/// First retry after a failed write.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// Longest wait between retries.
+const MAX_RETRY: Duration = Duration::from_secs(60);
 
 /// An eviction the decision step just started, as the checkpoint keeps it.
 pub(super) struct Started<'a> {
@@ -25,33 +38,63 @@ pub(super) struct Started<'a> {
     pub(super) grace_period_seconds: i64,
 }
 
+/// A run of failed writes.
+#[derive(Debug, Clone)]
+struct Episode {
+    since: Instant,
+    failures: u64,
+    next_try: Instant,
+    delay: Duration,
+    last_error: String,
+}
+
 pub(super) struct Checkpointer<P> {
-    writer: CheckpointWriter<P>,
-    /// What a restart would read, once the writer has written it.
+    persister: P,
+    /// What a restart would read, once it is written.
     saved: AgentState,
     /// The agent's mode: whose memory it changes.
     mode: Mode,
     /// The checkpoint found at start could not be used and was set aside.
     damaged_at_start: bool,
-    /// Decision state and node conditions as last put into `saved`.
-    written_decision: Option<(EvictionState, Vec<NodeCondition>)>,
     /// Kernel records received and lost since they were last added to `saved`'s counters.
     received_unsaved: u64,
     lost_unsaved: u64,
+    /// Whether the newest `saved` is not on disk yet.
+    pending: bool,
+    /// The failed writes since the last one that succeeded.
+    episode: Option<Episode>,
+    failures_total: u64,
 }
 
 impl<P: Persister> Checkpointer<P> {
     /// `saved` as [`crate::engine::checkpoint::take_over`] handed it to the agent in `mode`.
-    pub(super) fn new(writer: CheckpointWriter<P>, saved: AgentState, mode: Mode) -> Self {
+    pub(super) fn new(persister: P, saved: AgentState, mode: Mode) -> Self {
         Self {
-            writer,
+            persister,
             saved,
             mode,
             damaged_at_start: false,
-            written_decision: None,
             received_unsaved: 0,
             lost_unsaved: 0,
+            pending: false,
+            episode: None,
+            failures_total: 0,
         }
+    }
+
+    /// As [`Self::new`], in a failure episode: the store could not be prepared or written at
+    /// start.
+    pub(super) fn failing_since_start(
+        persister: P,
+        saved: AgentState,
+        mode: Mode,
+        error: &StateError,
+        now: Instant,
+    ) -> Self {
+        let mut checkpointer = Self::new(persister, saved, mode);
+        checkpointer.pending = true;
+        checkpointer.fail(error, now);
+        checkpointer
     }
 
     /// The state as saved (or about to be, while writes fail).
@@ -77,9 +120,9 @@ impl<P: Persister> Checkpointer<P> {
         self.saved.memory_mut(self.mode)
     }
 
-    /// Keeps a decision's state and writes it, unless it equals the last one kept and
-    /// started no eviction. `clocks` is read only when something is written; when it fails,
-    /// nothing is kept, so the next decision tries again.
+    /// Keeps a decision's state and writes it, unless `saved` already holds it and it started
+    /// no eviction. `clocks` is read only when something is written; when it fails, nothing
+    /// is kept, so the next decision tries again.
     pub(super) fn record_decision(
         &mut self,
         state: &EvictionState,
@@ -88,11 +131,7 @@ impl<P: Persister> Checkpointer<P> {
         clocks: impl FnOnce() -> io::Result<Now>,
         at: Instant,
     ) {
-        let unchanged = self
-            .written_decision
-            .as_ref()
-            .is_some_and(|(s, c)| s == state && c.as_slice() == conditions);
-        if started.is_none() && unchanged {
+        if started.is_none() && decision_state::is_saved(state, conditions, self.own()) {
             return;
         }
         let now = match clocks() {
@@ -113,14 +152,13 @@ impl<P: Persister> Checkpointer<P> {
             );
             own.record_grace_period(started.grace_period_seconds);
         }
-        self.written_decision = Some((state.clone(), conditions.to_vec()));
-        self.writer.save(&self.saved, at);
+        self.write(at);
     }
 
     /// Keeps what a finished eviction freed and writes it.
     pub(super) fn record_freed(&mut self, uid: &str, bytes_freed: u64, at: Instant) {
         decision_state::record_freed(self.own_mut(), uid, bytes_freed);
-        self.writer.save(&self.saved, at);
+        self.write(at);
     }
 
     /// Kernel records received since the last call.
@@ -139,201 +177,98 @@ impl<P: Persister> Checkpointer<P> {
         self.own_mut().count_events(received, lost);
         self.received_unsaved = 0;
         self.lost_unsaved = 0;
-        self.writer.save(&self.saved, at);
+        self.write(at);
     }
 
-    /// When a failed write is to be tried again.
+    /// When a failed write is to be tried again, if one is pending.
     pub(super) fn retry_at(&self) -> Option<Instant> {
-        self.writer.retry_at()
+        self.episode
+            .as_ref()
+            .filter(|_| self.pending)
+            .map(|e| e.next_try)
     }
 
+    /// Tries a pending write again once its retry time has come.
     pub(super) fn retry(&mut self, at: Instant) {
-        self.writer.retry(&self.saved, at);
+        if self.retry_at().is_some_and(|retry_at| at >= retry_at) {
+            self.attempt(at);
+        }
     }
 
     pub(super) fn health(&self, at: Instant) -> CheckpointHealth {
-        self.writer.health(at)
+        match &self.episode {
+            None => CheckpointHealth::Writable,
+            Some(e) => CheckpointHealth::Failing {
+                for_secs: at.saturating_duration_since(e.since).as_secs(),
+                error: e.last_error.clone(),
+            },
+        }
     }
 
+    /// Failed writes since start.
     pub(super) fn write_failures(&self) -> u64 {
-        self.writer.failures_total()
+        self.failures_total
     }
+
+    /// Writes `saved` now, or, while writes fail, at the next retry; never an error.
+    fn write(&mut self, now: Instant) {
+        self.pending = true;
+        if self.episode.as_ref().is_some_and(|e| now < e.next_try) {
+            return;
+        }
+        self.attempt(now);
+    }
+
+    fn attempt(&mut self, now: Instant) {
+        match self.persister.save(&self.saved) {
+            Ok(_) => {
+                self.pending = false;
+                if let Some(episode) = self.episode.take() {
+                    tracing::info!(
+                        "checkpoint written again after {} failed attempts over {:?}",
+                        episode.failures,
+                        now.saturating_duration_since(episode.since)
+                    );
+                }
+            }
+            Err(error) => self.fail(&error, now),
+        }
+    }
+
+    fn fail(&mut self, error: &StateError, now: Instant) {
+        self.failures_total += 1;
+        let message = error.to_string();
+        if let Some(episode) = &mut self.episode {
+            episode.failures += 1;
+            episode.delay = (episode.delay * 2).min(MAX_RETRY);
+            episode.next_try = now + episode.delay;
+            // Temporary file names change with every attempt; the cause is what matters.
+            if cause(&episode.last_error) != cause(&message) {
+                tracing::warn!("checkpoint still not written, now: {message}");
+            }
+            episode.last_error = message;
+        } else {
+            tracing::warn!(
+                "checkpoint not written: {message}; the agent keeps deciding and acting, \
+                 holds its state in memory and retries (first in {FIRST_RETRY:?}, then less \
+                 often, up to every {MAX_RETRY:?})"
+            );
+            self.episode = Some(Episode {
+                since: now,
+                failures: 1,
+                next_try: now + FIRST_RETRY,
+                delay: FIRST_RETRY,
+                last_error: message,
+            });
+        }
+    }
+}
+
+/// An error message without the paths it names, to tell a new cause from a repeated one.
+fn cause(message: &str) -> &str {
+    message.rsplit(": ").next().unwrap_or(message)
 }
 
 #[cfg(test)]
-mod tests {
-    use std::{cell::RefCell, rc::Rc};
-
-    use super::*;
-    use crate::{
-        checkpoint::{StateError, StoreError},
-        engine::{checkpoint::decode, instant::MonoInstant},
-    };
-
-    /// The states written, in order; `failing` makes each write fail with ENOSPC.
-    #[derive(Clone, Default)]
-    struct Disk {
-        written: Rc<RefCell<Vec<AgentState>>>,
-        failing: Rc<RefCell<bool>>,
-    }
-
-    impl Persister for Disk {
-        fn save(&mut self, state: &AgentState) -> Result<bool, StateError> {
-            if *self.failing.borrow() {
-                return Err(StateError::Store(StoreError::Io {
-                    action: "write temporary file",
-                    path: "/checkpoints/.agent_state.tmp-1".into(),
-                    source: io::Error::from_raw_os_error(libc::ENOSPC),
-                }));
-            }
-            self.written.borrow_mut().push(state.clone());
-            Ok(true)
-        }
-    }
-
-    fn checkpointer() -> (Checkpointer<Disk>, Disk) {
-        let disk = Disk::default();
-        let writer = CheckpointWriter::new(disk.clone());
-        (
-            Checkpointer::new(writer, AgentState::default(), Mode::Acting),
-            disk,
-        )
-    }
-
-    fn now() -> io::Result<Now> {
-        Ok(Now {
-            unix_ms: 1_700_000_000_000,
-            boot_id: "boot-a".into(),
-            boot_ms: 5_000,
-        })
-    }
-
-    fn pod() -> PodRef {
-        PodRef {
-            namespace: "default".into(),
-            name: "web-1".into(),
-            uid: "u1".into(),
-        }
-    }
-
-    fn evicted_at(ms: u64) -> EvictionState {
-        EvictionState {
-            last_eviction: Some(MonoInstant::from_millis(ms)),
-            ..EvictionState::default()
-        }
-    }
-
-    #[test]
-    fn an_unchanged_decision_is_not_written_again_and_a_change_or_an_eviction_is() {
-        let (mut c, disk) = checkpointer();
-        let calm = EvictionState::default();
-        let at = Instant::now();
-        c.record_decision(&calm, &[], None, now, at);
-        c.record_decision(&calm, &[], None, || panic!("clocks read for nothing"), at);
-        assert_eq!(disk.written.borrow().len(), 1);
-        let pressure = [NodeCondition::MemoryPressure];
-        c.record_decision(&calm, &pressure, None, now, at);
-        assert_eq!(disk.written.borrow().len(), 2, "a condition changed");
-        let state = evicted_at(5_000);
-        let started = Started {
-            pod: &pod(),
-            signal: Signal::MemoryAvailable,
-            grace_period_seconds: 30,
-        };
-        c.record_decision(&state, &pressure, Some(started), now, at);
-        let written = disk.written.borrow();
-        assert_eq!(written.len(), 3);
-        let kept = &written.last().unwrap().acting;
-        let last = kept
-            .v1
-            .last_eviction
-            .as_ref()
-            .expect("the eviction is kept");
-        assert_eq!(last.pod.uid, "u1");
-        assert_eq!(kept.pending_grace_period_seconds(), Some(30));
-        assert_eq!(kept.v1.node_conditions["MemoryPressure"].status, "True");
-    }
-
-    #[test]
-    fn a_dry_run_writes_its_own_memory_and_leaves_the_acting_eviction_in_flight() {
-        let disk = Disk::default();
-        let mut saved = AgentState::default();
-        saved.acting.record_eviction(
-            decision_state::saved_pod(&pod()),
-            "memory.available",
-            0,
-            &now().unwrap(),
-        );
-        saved.acting.record_grace_period(8);
-        let acting_before = saved.acting.clone();
-        let mut c = Checkpointer::new(CheckpointWriter::new(disk.clone()), saved, Mode::DryRun);
-        let at = Instant::now();
-        // The dry run's decision state knows nothing in flight, and it decides an eviction.
-        c.record_decision(&EvictionState::default(), &[], None, now, at);
-        let started = Started {
-            pod: &PodRef {
-                name: "other".into(),
-                uid: "u2".into(),
-                ..pod()
-            },
-            signal: Signal::MemoryAvailable,
-            grace_period_seconds: 1,
-        };
-        c.record_decision(&evicted_at(5_000), &[], Some(started), now, at);
-        let written = disk.written.borrow();
-        let last = written.last().unwrap();
-        assert_eq!(last.acting, acting_before, "the acting memory is untouched");
-        let dry = last.dry_run.v1.last_eviction.as_ref().expect("its own");
-        assert_eq!(dry.pod.uid, "u2");
-    }
-
-    #[test]
-    fn a_decision_whose_clocks_cannot_be_read_is_kept_at_the_next_one() {
-        let (mut c, disk) = checkpointer();
-        let state = EvictionState::default();
-        let pressure = [NodeCondition::MemoryPressure];
-        let at = Instant::now();
-        c.record_decision(
-            &state,
-            &pressure,
-            None,
-            || Err(io::Error::other("EMFILE")),
-            at,
-        );
-        assert!(disk.written.borrow().is_empty());
-        c.record_decision(&state, &pressure, None, now, at);
-        assert_eq!(
-            disk.written.borrow().len(),
-            1,
-            "the same state, not written before, is written now"
-        );
-    }
-
-    #[test]
-    fn records_counted_are_added_once_and_a_failed_write_is_retried_with_the_newest_state() {
-        let (mut c, disk) = checkpointer();
-        let at = Instant::now();
-        c.count_received(5);
-        c.count_lost(2);
-        c.count_received(1);
-        *disk.failing.borrow_mut() = true;
-        c.save_counters(at);
-        assert!(c.retry_at().is_some());
-        assert!(matches!(c.health(at), CheckpointHealth::Failing { .. }));
-        c.save_counters(at);
-        *disk.failing.borrow_mut() = false;
-        c.retry(c.retry_at().unwrap());
-        assert_eq!(c.health(at), CheckpointHealth::Writable);
-        assert_eq!(
-            c.write_failures(),
-            1,
-            "the second save waited for the retry"
-        );
-        let written = disk.written.borrow();
-        let counters = &written.last().unwrap().acting.v1.counters;
-        assert_eq!((counters.events_received, counters.events_lost), (6, 2));
-        // What was written decodes as the agent reads it at start.
-        let bytes = crate::engine::checkpoint::encode(written.last().unwrap()).unwrap();
-        assert!(decode(&bytes).is_ok());
-    }
-}
+#[path = "checkpointer_tests.rs"]
+mod tests;

@@ -14,7 +14,7 @@ use super::{
 use crate::{
     action::kubepods_brake::KubepodsBrake,
     cgroupfs::MemoryHierarchy,
-    checkpoint::writer::Persister,
+    checkpoint::persister::Persister,
     engine::{cause::CauseLog, eviction_machine::AgentCore},
     node::machine_reader::{MachineReader, ReadFailures},
     own_process::self_protect::{OwnMemory, OwnPod},

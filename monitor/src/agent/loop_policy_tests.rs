@@ -28,10 +28,7 @@ use crate::{
     action::actuator::{ActionDone, ActionOutcome, ActionRequest, ActionTask, Actuator, DryRun},
     action::kubepods_brake::KubepodsBrake,
     cgroupfs::{CgroupPaths, CgroupVersion, MemoryHierarchy, StatsError},
-    checkpoint::{
-        StateError,
-        writer::{CheckpointWriter, Persister},
-    },
+    checkpoint::{StateError, persister::Persister},
     engine::action_path::{ActionPath, Route, Step},
     engine::{
         checkpoint::AgentState,
@@ -332,11 +329,7 @@ fn scene_with(
         core,
         source,
         reader: Box::new(machine.clone()),
-        checkpoint: Checkpointer::new(
-            CheckpointWriter::new(persister),
-            AgentState::default(),
-            mode,
-        ),
+        checkpoint: Checkpointer::new(persister, AgentState::default(), mode),
         publisher: snapshot::channel().0,
         actuator,
         node_status: None,

@@ -28,10 +28,7 @@ use crate::{
         kube_event::{EventReason, EventRecorder},
     },
     cgroupfs::{CgroupVersion, MemoryHierarchy},
-    checkpoint::{
-        AtStart, StateManager, read_now,
-        writer::{CheckpointWriter, Persister},
-    },
+    checkpoint::{AtStart, StateManager, persister::Persister, read_now},
     engine::cause::CauseLog,
     engine::checkpoint::{Mode, decision_state},
     engine::eviction_machine::{AgentCore, NodeCapacity},
@@ -168,10 +165,10 @@ impl Agent {
         }
         // Before anything else is logged: a checkpoint that cannot be written is said first.
         let persister: Box<dyn Persister> = Box::new(opened.manager);
-        let writer = match &opened.write_problem {
-            None => CheckpointWriter::new(persister),
+        let mut checkpoint = match &opened.write_problem {
+            None => Checkpointer::new(persister, saved, mode),
             Some(problem) => {
-                CheckpointWriter::failing_since_start(persister, problem, Instant::now())
+                Checkpointer::failing_since_start(persister, saved, mode, problem, Instant::now())
             }
         };
         // Under the checkpoint directory's lock: no other agent holds this record.
@@ -187,7 +184,7 @@ impl Agent {
             &args.checkpoint_dir,
         );
         brake.recover();
-        let state = decision_state::restore(saved.memory(mode), &read_now()?);
+        let state = decision_state::restore(checkpoint.own(), &read_now()?);
         let source = Source::open(args, &hierarchy)?;
         tracing::info!(
             "kubepods {} ({:?} driver, cgroup {}), memory {} (allocatable {}), source {}, thresholds {}{}",
@@ -290,7 +287,6 @@ impl Agent {
         let reader = Box::new(Cgroupfs {
             hierarchy: hierarchy.clone(),
         });
-        let mut checkpoint = Checkpointer::new(writer, saved, mode);
         if damaged {
             checkpoint.found_damaged_at_start();
         }

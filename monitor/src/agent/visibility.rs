@@ -5,7 +5,7 @@ use tokio::time::Instant;
 
 use super::{components::Agent, publish};
 use crate::{
-    checkpoint::writer::CheckpointHealth,
+    checkpoint::health::CheckpointHealth,
     engine::units::bytes,
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,

@@ -19,7 +19,7 @@ use super::{
     endpoint_stats::EndpointStats,
     snapshot::{Readiness, Snapshot},
 };
-use crate::checkpoint::writer::CheckpointHealth;
+use crate::checkpoint::health::CheckpointHealth;
 
 /// How long the event loop may go without turning before `/healthz` fails.
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(5);

@@ -13,7 +13,7 @@ use crate::metrics::{
     connection::HEAD_TIMEOUT,
     snapshot::{self, Publisher, Readiness, Snapshot},
 };
-use crate::{checkpoint::writer::CheckpointHealth, system_clock::monotonic_ns};
+use crate::{checkpoint::health::CheckpointHealth, system_clock::monotonic_ns};
 
 /// A loopback address whose port was free a moment ago.
 fn free_addr() -> SocketAddr {

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::Metrics;
 use crate::{
-    checkpoint::writer::CheckpointHealth,
+    checkpoint::health::CheckpointHealth,
     engine::decision_report::DecisionReport,
     engine::{rank_report::RankedPod, signal::Signal, threshold::ThresholdKind},
 };

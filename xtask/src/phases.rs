@@ -28,9 +28,8 @@ impl Phases {
         name: &str,
         f: impl FnOnce() -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let started = Instant::now();
-        let result = f();
-        self.record(name, started.elapsed(), result.is_err());
+        let (took, result) = timed(f);
+        self.record(name, took, result.is_err());
         result
     }
 
@@ -74,6 +73,21 @@ impl Phases {
 fn clock(took: Duration) -> String {
     let secs = took.as_secs();
     format!("{}:{:02}", secs / 60, secs % 60)
+}
+
+/// `f`'s result and how long it took.
+pub(crate) fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> (Duration, anyhow::Result<T>) {
+    let started = Instant::now();
+    let result = f();
+    (started.elapsed(), result)
+}
+
+/// What a thread gave back; a panic in it is its failure, named after `what`.
+pub(crate) fn joined<T>(
+    work: std::thread::ScopedJoinHandle<'_, T>,
+    what: &str,
+) -> anyhow::Result<T> {
+    work.join().map_err(|_| anyhow::anyhow!("{what} panicked"))
 }
 
 #[cfg(test)]

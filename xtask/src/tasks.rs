@@ -7,7 +7,7 @@ use std::{
 use anyhow::Context as _;
 
 use crate::{
-    phases::Phases,
+    phases::{Phases, joined, timed},
     process::{cargo, status, target_dir},
 };
 
@@ -50,22 +50,14 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
     // and links the whole program on one core at its end: it runs beside the lints and the
     // test build, which keep the other core busy.
     let image = std::thread::scope(|scope| {
-        let image = scope.spawn(|| {
-            let started = Instant::now();
-            let built = crate::image::build();
-            (started.elapsed(), built)
-        });
+        let image = scope.spawn(|| timed(crate::image::build));
         let beside = phases.run("lints", lints).and_then(|()| {
             // The default members: the kernel crate builds only on nightly for the BPF
             // target (monitor's build script builds it, with its own warnings shown).
             phases.run("build", || status(cargo().args(["test", "--no-run"])))
         });
-        let (took, built) = image.join().unwrap_or_else(|_| {
-            (
-                Duration::ZERO,
-                Err(anyhow::anyhow!("the image build panicked")),
-            )
-        });
+        let (took, built) =
+            joined(image, "the image build").unwrap_or_else(|e| (Duration::ZERO, Err(e)));
         phases.record("image (beside lints, build)", took, built.is_err());
         beside.and(built)
     })?;
@@ -103,7 +95,12 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
         let vm_smoke = scope.spawn(|| with_vm.then(|| smoke(crate::bench::Machines::Vms)));
         let host = timed(|| host_tests(&image.archive, &tools));
         let host_smoke = smoke(crate::bench::Machines::Host);
-        (host, host_smoke, joined(vm_smoke), joined(vms))
+        (
+            host,
+            host_smoke,
+            joined(vm_smoke, "the VMs' benchmark smoke"),
+            joined(vms, "the VM tests"),
+        )
     });
     let together = started.elapsed();
     let vm_smoke = vm_smoke.unwrap_or_else(|e| Some((Duration::ZERO, Err(e))));
@@ -141,19 +138,6 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
                 .join("; ")
         ),
     }
-}
-
-/// `f`'s result and how long it took.
-fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> (Duration, anyhow::Result<T>) {
-    let started = Instant::now();
-    let result = f();
-    (started.elapsed(), result)
-}
-
-/// A lane's result; a panic in it is its failure.
-fn joined<T>(lane: std::thread::ScopedJoinHandle<'_, T>) -> anyhow::Result<T> {
-    lane.join()
-        .map_err(|_| anyhow::anyhow!("a test lane panicked"))
 }
 
 /// Everything the later phases install or download, so their times are their own: the

@@ -17,7 +17,7 @@ mod systemd;
 
 use std::{
     path::{Path, PathBuf},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context as _;
@@ -229,16 +229,16 @@ pub(crate) fn run(
             .map(|(name, guest, executables, runs)| {
                 let (monitor, skip_probe) = (&monitor, &skip_probe);
                 let run = scope.spawn(move || {
-                    let started = Instant::now();
-                    let result = boot_plan(
-                        guest,
-                        executables,
-                        &[("MONITOR_BIN", monitor)],
-                        Some(skip_probe),
-                        runs,
-                        |line| println!("[{name}] {line}"),
-                    );
-                    (started.elapsed(), result)
+                    crate::phases::timed(|| {
+                        boot_plan(
+                            guest,
+                            executables,
+                            &[("MONITOR_BIN", monitor)],
+                            Some(skip_probe),
+                            runs,
+                            |line| println!("[{name}] {line}"),
+                        )
+                    })
                 });
                 (name.clone(), run)
             })
@@ -246,12 +246,8 @@ pub(crate) fn run(
         running
             .into_iter()
             .map(|(name, run)| {
-                let (took, result) = run.join().unwrap_or_else(|_| {
-                    (
-                        Duration::ZERO,
-                        Err(anyhow::anyhow!("the VM's runner panicked")),
-                    )
-                });
+                let (took, result) = crate::phases::joined(run, "the VM's runner")
+                    .unwrap_or_else(|e| (Duration::ZERO, Err(e)));
                 (name, took, result)
             })
             .collect()

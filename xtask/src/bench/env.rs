@@ -77,6 +77,9 @@ impl Rng {
 /// The binaries the benchmarks run: the release build, or the test build for the smoke.
 pub(super) struct Binaries {
     pub monitor: PathBuf,
+    /// The build's directory of the trial runners and load helpers: the build's own, also
+    /// when `--agent` names a monitor binary elsewhere.
+    pub helpers: PathBuf,
     pub load: PathBuf,
     /// The memcg hook comparison's helper (see `hooks`).
     pub hook_cost: PathBuf,
@@ -121,6 +124,7 @@ impl Binaries {
             hook_cost: release.join("hook_cost"),
             hook_floor: release.join("hook_floor"),
             ranking: release.join("ranking_timings"),
+            helpers: release,
             agent_flags,
         })
     }

@@ -7,7 +7,7 @@
 //! figures are the emulated VM's, slower than this machine: compare them with each other.
 use std::path::Path;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use serde_json::{Value, json};
 
 use super::{
@@ -74,10 +74,7 @@ const CASES: [(&str, &[&str]); 7] = [
 pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     let (margins, trials): (&[u64], usize) =
         size.pick((&[48], 1), (&[48], 3), (&[16, 48, 200], 20));
-    let release = bins
-        .monitor
-        .parent()
-        .context("the monitor binary has no directory")?;
+    let release = bins.helpers.as_path();
     let runner = release.join("oom_race_trials");
     let alloc = release.join("alloc");
     let env: [(&str, &Path); 2] = [

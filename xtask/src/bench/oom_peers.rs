@@ -252,10 +252,7 @@ const AGENT_EARLIER: &str = "agent:20%";
 pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     // The kernel alone: how long the hog takes, and that the kernel does stop it.
     let (trials_n, baseline_n) = size.pick((1, 1), (2, 1), (10, 3));
-    let release = bins
-        .monitor
-        .parent()
-        .context("the monitor binary has no directory")?;
+    let release = bins.helpers.as_path();
     let runner = release.join("oom_peers_trials");
     let earlyoom = vm::debian_package("earlyoom")?.join("usr/bin/earlyoom");
     let (trials, baseline) = (trials_n.to_string(), baseline_n.to_string());

@@ -153,10 +153,7 @@ pub(super) fn run(
     size: Size,
     with_vms: bool,
 ) -> anyhow::Result<Section> {
-    let release = bins
-        .monitor
-        .parent()
-        .context("the monitor binary has no directory")?;
+    let release = bins.helpers.as_path();
     let runner = release.join("oom_race_trials");
     let (margins, trials, cases) = plan(size);
     // Win rates are read side by side in the table, not as ratios of each other.

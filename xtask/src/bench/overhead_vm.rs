@@ -4,7 +4,7 @@
 //! on the default hook (raw tracepoints) and on fentry. Only our own binaries are in the
 //! guest, so no build or sort runs there. Emulated faults cost far more than real ones:
 //! compare the variants with each other, not with this machine.
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use serde_json::json;
 
 use super::{
@@ -29,11 +29,7 @@ pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Res
         (ROUNDS, HEAP_MIB, HEAPS),
         (ROUNDS, HEAP_MIB, HEAPS),
     );
-    let runner = bins
-        .monitor
-        .parent()
-        .context("the monitor binary has no directory")?
-        .join("overhead_trials");
+    let runner = bins.helpers.join("overhead_trials");
     let load = loadavg();
     eprintln!(
         "bench: overhead: on Linux 6.18 under qemu, {rounds} rounds of {heaps} x {heap_mib} MiB \

@@ -37,11 +37,7 @@ fn run_lines(runner: &Path, bins: &Binaries, args: &[&str]) -> anyhow::Result<Ve
 
 pub(super) fn run(bins: &Binaries, machine: &Machine, size: Size) -> anyhow::Result<Section> {
     let (trials, rounds) = size.pick((1, 1), (3, 3), (20, 7));
-    let runner = bins
-        .monitor
-        .parent()
-        .context("the monitor binary has no directory")?
-        .join("pid_race_trials");
+    let runner = bins.helpers.join("pid_race_trials");
     let mut figures = Vec::new();
     let mut raw = serde_json::Map::new();
     // First, on a machine the bombs have not loaded yet.

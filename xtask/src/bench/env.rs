@@ -593,6 +593,34 @@ impl Drop for SysctlGuard {
 mod tests {
     use super::*;
 
+    /// `--agent` replaces the agent alone: the trial runners stay the build's, which an
+    /// older agent's directory does not hold.
+    #[test]
+    fn an_agent_from_elsewhere_keeps_the_builds_helpers() {
+        let elsewhere = std::env::temp_dir().join(format!("bench-agent-{}", std::process::id()));
+        fs::create_dir_all(&elsewhere).unwrap();
+        let agent = elsewhere.join("monitor");
+        fs::write(&agent, b"").unwrap();
+        let own = Binaries::locate(super::super::Size::Quick, None, Vec::new()).unwrap();
+        let other = Binaries::locate(super::super::Size::Quick, Some(agent.clone()), Vec::new());
+        fs::remove_dir_all(&elsewhere).unwrap();
+        let other = other.unwrap();
+        assert_eq!(
+            other.monitor,
+            fs::canonicalize(std::env::temp_dir())
+                .unwrap()
+                .join(elsewhere.file_name().unwrap())
+                .join("monitor")
+        );
+        assert_eq!(other.helpers, own.helpers);
+        assert_eq!(own.monitor, own.helpers.join("monitor"));
+        assert!(
+            own.helpers.ends_with("release"),
+            "{}",
+            own.helpers.display()
+        );
+    }
+
     #[test]
     fn cpu_ticks_survive_spaces_in_the_command() {
         let stat =

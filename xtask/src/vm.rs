@@ -32,6 +32,8 @@ const MEMORY_MIB: u32 = 2048;
 const TIMEOUT: Duration = Duration::from_secs(25 * 60);
 /// The target directory's place in the VM.
 const GUEST_TARGET: &str = "/target";
+/// Below [`GUEST_TARGET`], where files from outside the target directory go.
+const ELSEWHERE: &str = "elsewhere";
 
 /// Test files whose subject is the same on every kernel: the agent's shell over cgroup v2
 /// (its inputs, endpoints, faults, checkpoint and API route), the memory brake (cgroupfs
@@ -181,13 +183,13 @@ pub(crate) fn run(
     if tests.is_empty() {
         anyhow::bail!("no test executable is named {}", only.join(" or "));
     }
-    let monitor = in_guest(&target, &built.monitor)?;
+    let monitor = in_guest(&target, &built.monitor);
     let skip_probe = built
         .helpers
         .iter()
         .find(|path| path.file_name().is_some_and(|name| name == "skip_probe"))
         .context("the tests crate built no skip_probe")?;
-    let skip_probe = in_guest(&target, skip_probe)?;
+    let skip_probe = in_guest(&target, skip_probe);
 
     // Every VM boots at once, single-vCPU guests sharing the host's cores instead of waiting
     // for each other (TCG makes each run take minutes); each kernel's tests are split across
@@ -213,7 +215,7 @@ pub(crate) fn run(
             let in_vm = group
                 .iter()
                 .map(|test| in_guest(&target, test))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<Vec<_>>();
             // The kernel's own checks once, in its first VM.
             let runs = init::test_runs(&monitor, &in_vm, i == 0);
             let executables: Vec<&Path> = std::iter::once(built.monitor.as_path())
@@ -310,7 +312,7 @@ pub(crate) fn run_under_systemd(
     let series = kernel::SERIES[0];
     let kernel = kernel::ensure(&work, series)?;
     let (runs, executables) = plan_runs(&target, runs, env)?;
-    let guest_env = guest_env(&target, env)?;
+    let guest_env = guest_env(&target, env);
     let guest_env: Vec<(&str, &Path)> = guest_env
         .iter()
         .map(|(name, path)| (*name, path.as_path()))
@@ -326,8 +328,8 @@ pub(crate) fn run_under_systemd(
     let image = systemd::files(&work, &plan, units)?;
     let mut all: Vec<(&Path, PathBuf)> = executables
         .iter()
-        .map(|host| Ok((*host, in_guest(&target, host)?)))
-        .collect::<anyhow::Result<_>>()?;
+        .map(|host| (*host, in_guest(&target, host)))
+        .collect();
     all.extend(
         image
             .executables
@@ -361,7 +363,7 @@ fn plan_runs<'a>(
             let name = program
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-            Ok(init::Run::new(&name, &in_guest(target, program)?, args))
+            Ok(init::Run::new(&name, &in_guest(target, program), args))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut executables: Vec<&Path> = programs
@@ -375,12 +377,9 @@ fn plan_runs<'a>(
 }
 
 /// `env` with guest paths.
-fn guest_env<'a>(
-    target: &Path,
-    env: &[(&'a str, &Path)],
-) -> anyhow::Result<Vec<(&'a str, PathBuf)>> {
+fn guest_env<'a>(target: &Path, env: &[(&'a str, &Path)]) -> Vec<(&'a str, PathBuf)> {
     env.iter()
-        .map(|(name, host)| Ok((*name, in_guest(target, host)?)))
+        .map(|(name, host)| (*name, in_guest(target, host)))
         .collect()
 }
 
@@ -394,7 +393,7 @@ fn run_programs(
     let target = target_dir()?;
     let work = prepare(&target)?;
     let kernel = kernel::ensure(&work, series)?;
-    let guest_env = guest_env(&target, env)?;
+    let guest_env = guest_env(&target, env);
     let guest_env: Vec<(&str, &Path)> = guest_env
         .iter()
         .map(|(name, path)| (*name, path.as_path()))
@@ -486,8 +485,8 @@ fn boot_plan(
     });
     let executables = executables
         .iter()
-        .map(|host| Ok((*host, in_guest(guest.target, host)?)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .map(|host| (*host, in_guest(guest.target, host)))
+        .collect::<Vec<_>>();
     let initrd = guest.work.join(&guest.initrd);
     let modules = [(
         guest.kernel.ramdisk_module.as_path(),
@@ -514,14 +513,17 @@ fn target_dir() -> anyhow::Result<PathBuf> {
         .context("xtask runs from outside a cargo target directory")
 }
 
-/// Where a target directory file lives in the VM: below a fixed root, so a checkout under
-/// /tmp or another place the VM mounts over does not matter, and with the layout kept, so tests
-/// find helper binaries next to themselves.
-fn in_guest(target: &Path, host: &Path) -> anyhow::Result<PathBuf> {
-    let relative = host
-        .strip_prefix(target)
-        .with_context(|| format!("{} is outside {}", host.display(), target.display()))?;
-    Ok(Path::new(GUEST_TARGET).join(relative))
+/// Where a file lives in the VM: below a fixed root, so a checkout under /tmp or another place
+/// the VM mounts over does not matter, and, for the target directory's files, with its layout
+/// kept, so tests find helper binaries next to themselves. A file from elsewhere (an older
+/// agent given to `cargo xtask bench --agent`) keeps its whole path below `elsewhere/`.
+fn in_guest(target: &Path, host: &Path) -> PathBuf {
+    match host.strip_prefix(target) {
+        Ok(relative) => Path::new(GUEST_TARGET).join(relative),
+        Err(_) => Path::new(GUEST_TARGET)
+            .join(ELSEWHERE)
+            .join(host.strip_prefix("/").unwrap_or(host)),
+    }
 }
 
 /// Whether `test`, a test executable cargo named `NAME-HASH`, is `name`'s.
@@ -626,10 +628,12 @@ mod tests {
             in_guest(
                 target,
                 Path::new("/tmp/clone/target/debug/deps/cgroup_v2-1f2e")
-            )
-            .unwrap(),
+            ),
             Path::new("/target/debug/deps/cgroup_v2-1f2e")
         );
-        assert!(in_guest(target, Path::new("/usr/bin/monitor")).is_err());
+        assert_eq!(
+            in_guest(target, Path::new("/tmp/older/monitor")),
+            Path::new("/target/elsewhere/tmp/older/monitor")
+        );
     }
 }

@@ -29,6 +29,8 @@
 //! * [`decision_repeats`]: which of a dry run's repeated decisions to say, and
 //!   [`event_correlation`]: the kubelet's rules for counting, combining and rate-limiting the
 //!   Events it posts;
+//! * [`shadow`]: a dry run's decisions matched with the kubelet's evictions and the kernel's
+//!   OOM kills, the scorecard for the switch to act;
 //! * [`checkpoint`]: the agent's saved state, its format and checksum (the files are the
 //!   agent's);
 //! * [`instant`]: the clock the core is given; [`units`] and [`printable`]: how numbers and
@@ -71,6 +73,7 @@ pub mod rank_index;
 pub mod rank_report;
 pub mod refusals;
 pub mod resync;
+pub mod shadow;
 pub mod signal;
 pub mod stat_gate;
 pub mod threshold;

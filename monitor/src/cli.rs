@@ -70,6 +70,9 @@ pub(crate) enum Command {
     Top(commands::top::TopArgs),
     /// Ask a running agent's probe socket whether it is alive or ready (exec probes).
     Probe(commands::probe::ProbeArgs),
+    /// Print the shadow scorecard: a dry run's decisions against the kubelet's evictions and
+    /// the kernel's OOM kills (from a running agent, or for the fleet from the cluster's Events).
+    Shadow(commands::shadow::ShadowArgs),
 }
 
 /// Parses the process's command line and runs it: the whole `monitor` binary.
@@ -145,6 +148,7 @@ fn run(cli: Cli) -> ExitCode {
         Some(Command::Doctor(args)) => commands::doctor::run(args),
         Some(Command::Top(args)) => commands::top::run(args),
         Some(Command::Probe(args)) => Ok(commands::probe::run(&args)),
+        Some(Command::Shadow(args)) => commands::shadow::run(&args),
         None => crate::agent::run(cli.agent),
     };
     match result {

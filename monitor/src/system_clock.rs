@@ -50,6 +50,20 @@ pub fn unix_ms_now() -> u64 {
         })
 }
 
+/// The wall clock in unix nanoseconds; 0 if it is set before 1970.
+pub fn unix_ns_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        })
+}
+
+/// The wall-clock time of a CLOCK_MONOTONIC instant of the past (a kernel event's).
+pub fn unix_ns_of_monotonic(monotonic: u64) -> u64 {
+    unix_ns_now().saturating_sub(monotonic_ns().saturating_sub(monotonic))
+}
+
 /// The decision step's clock: CLOCK_BOOTTIME.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BootClock;

@@ -10,6 +10,9 @@
 //!   pods whose eviction was accepted are kept, for a stand-in kubelet to act on;
 //! - `DELETE /api/v1/namespaces/{ns}/pods/{name}` answers 200 with the pod (404 if unknown);
 //!   the pod stays served, as it would until the kubelet has stopped it;
+//! - `GET /api/v1/events` lists the Events (the agent's and those the test posts as the
+//!   kubelet's), and with `watch=true` streams those created or patched after the given
+//!   resourceVersion;
 //! - `POST /api/v1/namespaces/{ns}/events` keeps the core/v1 Event and answers 201 with it
 //!   (409 for a name it has), and `PATCH /api/v1/namespaces/{ns}/events/{name}` (strategic
 //!   merge patch) updates its fields in place, as a repeated Event's count is kept (404 for
@@ -234,6 +237,35 @@ impl MockKubeApi {
         self.shared.lock().events.all()
     }
 
+    /// An `Evicted` Event as the kubelet of `host` posts it when it evicts `pod` under node
+    /// pressure, first seen at `unix_secs` (its timestamps are whole seconds); served to
+    /// lists and watches of Events.
+    pub fn post_kubelet_eviction(&self, pod: &TestPod, host: &str, unix_secs: u64, message: &str) {
+        let time = monitor::checkpoint::wall_time::rfc3339(unix_secs * 1000);
+        let event = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": format!("{}.{:x}", pod.name, unix_secs),
+                "namespace": "default",
+                "creationTimestamp": time,
+            },
+            "involvedObject": {
+                "kind": "Pod", "apiVersion": "v1", "namespace": "default",
+                "name": pod.name, "uid": pod.uid,
+            },
+            "reason": "Evicted",
+            "message": message,
+            "source": {"component": "kubelet", "host": host},
+            "firstTimestamp": time,
+            "lastTimestamp": time,
+            "count": 1,
+            "type": "Warning",
+        });
+        self.shared.lock().events.insert(event);
+        self.shared.changed.notify_all();
+    }
+
     /// Forgets every Event, as the API server lets them expire (after an hour by default).
     pub fn expire_events(&self) {
         self.shared.lock().events = events::Events::default();
@@ -319,6 +351,13 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let _ = match (request.method.as_str(), segments.as_slice()) {
         ("GET", ["api", "v1", "pods"]) if request.is_watch() => watch(&mut out, &request, shared),
+        ("GET", ["api", "v1", "events"]) if request.is_watch() => {
+            watch_events(&mut out, &request, shared)
+        }
+        ("GET", ["api", "v1", "events"]) => {
+            let body = shared.lock().events.list_json();
+            respond(&mut out, 200, &body)
+        }
         ("GET", ["api", "v1", "pods"]) => {
             let body = pod_list_json(&shared.lock());
             respond(&mut out, 200, &body)
@@ -406,6 +445,41 @@ fn pod_list_json(state: &State) -> String {
         state.version,
         items.join(",")
     )
+}
+
+/// Streams the Events created or patched after the request's resourceVersion until the mock
+/// stops or the client goes away.
+fn watch_events(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+         Connection: close\r\n\r\n"
+    )?;
+    let mut sent: u64 = request
+        .query("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut state = shared.lock();
+    loop {
+        let (lines, version) = state.events.lines_after(sent);
+        sent = version;
+        if state.stopped {
+            drop(state);
+            return out.write_all(b"0\r\n\r\n");
+        }
+        if !lines.is_empty() {
+            drop(state);
+            write!(out, "{:x}\r\n{lines}\r\n", lines.len())?;
+            out.flush()?;
+            state = shared.lock();
+            continue;
+        }
+        state = shared
+            .changed
+            .wait_timeout(state, Duration::from_millis(100))
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+    }
 }
 
 /// Streams the changes after the request's resourceVersion until the mock stops or the

@@ -56,10 +56,22 @@ fn calls_in(file: &Path, source: &str) -> Vec<Rule> {
                 } else {
                     ""
                 };
-                rules.push(rule(group, "events", "create"));
+                if source.contains(".create(") {
+                    rules.push(rule(group, "events", "create"));
+                }
                 // A repeated Event is counted on the first one, as the kubelet's recorder does.
                 if source.contains(".patch(") {
                     rules.push(rule(group, "events", "patch"));
+                }
+                // A dry run watches the kubelet's Evicted Events (the shadow scorecard).
+                if source.contains("watcher(") {
+                    rules.extend([
+                        rule(group, "events", "list"),
+                        rule(group, "events", "watch"),
+                    ]);
+                }
+                if source.contains(".list(") {
+                    rules.push(rule(group, "events", "list"));
                 }
             }
             "Node" => {
@@ -284,6 +296,11 @@ fn api_calls_are_recognized() {
             ],
         ),
         (
+            "the kubelet's events watched",
+            "let e = Api::<Event>::all(c); watcher(e, cfg)",
+            vec![rule("", "events", "list"), rule("", "events", "watch")],
+        ),
+        (
             "a core/v1 event counted again",
             "let e: Api<Event> = x; e.create(..); e.patch(&name, ..)",
             vec![rule("", "events", "create"), rule("", "events", "patch")],
@@ -398,6 +415,11 @@ fn requests_are_read_as_the_api_server_does() {
             "PATCH",
             "/api/v1/namespaces/a/events/b.1",
             rule("", "events", "patch"),
+        ),
+        (
+            "GET",
+            "/api/v1/events?fieldSelector=reason%3DEvicted&watch=true",
+            rule("", "events", "watch"),
         ),
         (
             "PATCH",

@@ -1,7 +1,8 @@
 //! The agent's checkpointed state, without any I/O: what is kept ([`state`]), how it is
 //! encoded, checksummed and versioned ([`format`](mod@format)), the decision state carried
 //! into and out of it ([`decision_state`]), with the timers that must run on across a
-//! restart, and what an agent carries on from a file another mode wrote ([`handover`]).
+//! restart, what an agent carries on from a file another mode wrote ([`handover`]), and the
+//! shadow scorecard's own file (`scorecard_file`).
 //! Reading and writing the files is the agent's (`monitor::checkpoint`).
 //!
 //! The design follows the kubelet's checkpoint manager: FNV-32a over a canonical dump of the
@@ -14,6 +15,7 @@ pub(crate) mod format;
 #[cfg(test)]
 mod format_tests;
 pub mod handover;
+mod scorecard_file;
 pub(crate) mod state;
 
 pub use format::{
@@ -21,6 +23,7 @@ pub use format::{
     Decoded, decode, encode, migrate_to_v4, migrate_v1_to_v2, state_checksum,
 };
 pub use handover::{Handover, NotCarried, Origin, take_over};
+pub use scorecard_file::{decode_scorecard, encode_scorecard};
 pub use state::{
     AgentState, AgentStateV1, BootMarks, ConditionTransition, Counters, EvictionRecord,
     MAX_RECENT_EVICTIONS, Memory, Mode, Now, PendingEviction, SavedPod,

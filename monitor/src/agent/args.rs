@@ -81,6 +81,19 @@ pub(crate) struct AgentArgs {
     /// a dry run writes nothing to the cluster.
     #[arg(long, requires_all = ["kube", "dry_run"], help_heading = "Observing")]
     pub dry_run_events: bool,
+    /// With --dry-run: how long after the last of a series of decisions the kubelet's
+    /// eviction (--kube) or the kernel's OOM kill still counts as its outcome in the shadow
+    /// scorecard (`monitor shadow`, /debug/shadow), and how long one that came first waits for
+    /// the agent to name it late. The kubelet decides every 10 s on stats up to 15 s old.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2m",
+        value_parser = duration,
+        requires = "dry_run",
+        help_heading = "Observing"
+    )]
+    pub shadow_window: Duration,
     /// `text`: one line per decision; `json`: one object per decision with monotonic and
     /// wall-clock timestamps.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text, help_heading = "Observing")]

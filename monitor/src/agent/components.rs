@@ -9,6 +9,7 @@ use super::{
     publish::Visibility,
     resync::ResyncSchedule,
     run_options::{DecisionOptions, IntakeOptions, LoopTimers, PodSourceOptions},
+    shadow_score::ShadowScore,
     stat_programs::StatPrograms,
 };
 use crate::{
@@ -66,4 +67,6 @@ pub(super) struct Agent {
     pub(super) stat_programs: StatPrograms,
     /// The kubepods cgroup's memory brake (cgroup v2), lifted when the agent drops.
     pub(super) brake: KubepodsBrake,
+    /// A dry run's shadow scorecard (`None`: an acting agent).
+    pub(super) shadow: Option<ShadowScore>,
 }

@@ -120,6 +120,7 @@ impl Agent {
             if let Err(e) = self.report(eviction, &at, grace) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
+            self.score_decision(eviction, decided_ns);
             // The API takes whole seconds: a cut grace period is rounded down.
             let seconds = match grace {
                 Grace::Full(_) => eviction.grace_period_seconds,

@@ -43,6 +43,8 @@ pub(super) trait KernelEvents {
     fn detach_stats(&mut self) -> Result<(), StatLinkError>;
     /// Programs attached, and how many were planned.
     fn programs(&self) -> (usize, usize);
+    /// The memory cgroup the kernel recorded for OOM victim `pid` (6.8+).
+    fn oom_victim_cgroup(&self, pid: u32) -> Option<u64>;
 }
 
 impl KernelEvents for KernelSource {
@@ -91,6 +93,9 @@ impl KernelEvents for KernelSource {
     fn programs(&self) -> (usize, usize) {
         let attached = self.attached().len();
         (attached, attached + self.skipped().len())
+    }
+    fn oom_victim_cgroup(&self, pid: u32) -> Option<u64> {
+        KernelSource::oom_victim_cgroup(self, pid)
     }
 }
 

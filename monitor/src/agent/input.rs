@@ -9,6 +9,7 @@ use super::{components::Agent, event_source::Batch, reload::Trigger, wake_levels
 use crate::action::actuator::ActionDone;
 use crate::{
     config_file::LoadedConfig,
+    engine::shadow::KubeletEviction,
     pods::{Loaded, NodePod, PodSourceError},
     source::pressure::PressureSignal,
     system_clock::monotonic_ns,
@@ -51,6 +52,9 @@ pub(super) enum Input {
     Status,
     /// The loop's turn at least every second, idle or not.
     Turn,
+    /// The kubelet evicted a pod on this node (a dry run with --kube: its Events are watched
+    /// for the shadow scorecard).
+    KubeletEvicted(KubeletEviction),
     /// The configuration files changed.
     Config(anyhow::Result<LoadedConfig>),
     /// SIGHUP: the configuration read again and the pods listed anew.
@@ -144,10 +148,16 @@ impl Agent {
             Input::CheckpointRetry => self.checkpoint.retry(Instant::now()),
             Input::Status => self.print_status(),
             Input::Turn => {
+                // The shadow scorecard's outcomes whose window is over become final.
+                self.score_time();
                 // Refreshes what readers see (the checkpoint's failing time, the heartbeat).
                 self.update_metrics(None, None);
                 // A held brake's bound passes on a quiet node too.
                 self.step_brake(monotonic_ns());
+            }
+            Input::KubeletEvicted(eviction) => {
+                self.score_kubelet_eviction(eviction);
+                self.update_metrics(None, None);
             }
             Input::Config(change) => self.apply_config(Trigger::FilesChanged, change),
             Input::Hangup => {

@@ -183,6 +183,7 @@ impl Agent {
     pub(super) fn apply_events(&mut self, batch: &mut Batch) -> Option<u64> {
         let mut forks_at = None;
         let mut cgroup_created = false;
+        let mut oom_kills = Vec::new();
         let received = batch.len() as u64;
         let mut stats = Vec::with_capacity(batch.len());
         for decoded in batch.drain(..) {
@@ -235,11 +236,17 @@ impl Agent {
                     self.causes.stall(cgroup_id, reclaim, start_ns, duration_ns);
                 }
                 KernelEvent::Forks { ts_ns, .. } => forks_at = Some(ts_ns),
-                _ => {}
+                KernelEvent::OomKill {
+                    pid, comm, ts_ns, ..
+                } => oom_kills.push((pid, comm, ts_ns)),
+                KernelEvent::Kswapd { .. } => {}
             }
         }
         // After the lifecycle records, so a cgroup created in this batch counts for its pod.
         let newest = self.core.apply_stats(&stats);
+        for (pid, comm, ts_ns) in oom_kills {
+            self.score_oom_kill(pid, comm, ts_ns);
+        }
         let stopped_pod_moved = stats
             .iter()
             .any(|c| self.core.belongs_to_stopped_pod(c.cgroup_id));

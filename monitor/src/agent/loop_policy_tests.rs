@@ -22,6 +22,7 @@ use super::{
     event_source::{Batch, KernelEvents, Source},
     input::{Input, Next},
     run_options::RunOptions,
+    shadow_score::ShadowScore,
     startup::Parts,
 };
 use crate::{
@@ -47,9 +48,11 @@ use crate::{
         ebpf::{Drops, StatLinkError, TaskCgroups},
         probe::EventSource,
     },
+    system_clock::unix_ns_now,
 };
 
 mod paced_read;
+mod shadow;
 mod stat_gate;
 mod stuck;
 
@@ -154,6 +157,8 @@ struct FakeKernel {
     asked: Rc<RefCell<Vec<Asked>>>,
     reached: bool,
     detached: Rc<RefCell<bool>>,
+    /// The memory cgroup the kernel recorded for every OOM victim.
+    victim_cgroup: Option<u64>,
 }
 
 impl KernelEvents for FakeKernel {
@@ -215,6 +220,9 @@ impl KernelEvents for FakeKernel {
     fn programs(&self) -> (usize, usize) {
         (14, 14)
     }
+    fn oom_victim_cgroup(&self, _pid: u32) -> Option<u64> {
+        self.victim_cgroup
+    }
 }
 
 /// Checkpoint writes counted: as the real store, a state equal to the last one written is
@@ -239,7 +247,7 @@ struct Scene {
     asked: Arc<Mutex<Vec<String>>>,
     disk: Disk,
     /// The hierarchy's directories; removed on drop.
-    _mount: tempfile::TempDir,
+    mount: tempfile::TempDir,
 }
 
 /// Whether the agent acts (each action ending as scripted) or runs `--dry-run`.
@@ -320,6 +328,11 @@ fn scene_with(
     };
     let persister: Box<dyn Persister> = Box::new(disk.clone());
     let mode = crate::engine::checkpoint::Mode::from_dry_run(options.decisions.dry_run);
+    // A dry run's scorecard in the scene's directory, matching within a second.
+    let shadow = options
+        .decisions
+        .dry_run
+        .then(|| ShadowScore::open(mount.path(), Some("node-1"), 1_000_000_000, unix_ns_now()));
     let mut agent = Agent::assemble(Parts {
         brake: KubepodsBrake::new(mount.path().into(), "/kubepods", None, mount.path()),
         options,
@@ -334,6 +347,7 @@ fn scene_with(
         actuator,
         node_status: None,
         own_pod: OwnPod::default(),
+        shadow,
     });
     let mut listed = Vec::new();
     {
@@ -353,7 +367,7 @@ fn scene_with(
         machine,
         asked,
         disk,
-        _mount: mount,
+        mount,
     }
 }
 

@@ -7,10 +7,10 @@
 //! [`components`] it composes each keep their own state: [`actions`] (the actuator and
 //! evictions in progress), [`checkpointer`], [`intake_state`] (held records, fork arming, the
 //! pods handed out), [`wake_levels`] (when the kernel wakes the agent to read),
-//! [`stat_programs`] (the gate and its guard's schedule) and [`publish`]'s
-//! `Visibility` (metrics, snapshot, recent decisions). The steps that compose them are in
+//! [`stat_programs`] (the gate and its guard's schedule), [`publish`]'s
+//! `Visibility` (metrics, snapshot, recent decisions) and a dry run's [`shadow_score`]. The steps that compose them are in
 //! [`startup`], [`intake`], [`guard_read`], [`decision_step`], [`evicted_pods`],
-//! [`action_results`] and [`visibility`]; each file stands above what it uses, so no two
+//! [`action_results`], [`visibility`] and [`scorecard_feed`]; each file stands above what it uses, so no two
 //! import each other. `loop_policy_tests` drives `Agent::handle` over fakes of every seam,
 //! without root.
 //!
@@ -42,6 +42,8 @@ mod resync;
 mod resync_read;
 mod run;
 mod run_options;
+mod scorecard_feed;
+mod shadow_score;
 mod startup;
 mod stat_programs;
 mod visibility;

@@ -28,9 +28,11 @@ use crate::{
     action::KubeEvictor,
     config_file::LoadedConfig,
     config_watch::ConfigWatcher,
+    engine::shadow::KubeletEviction,
     own_process::{realtime, self_protect},
     pods::{
         KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch,
+        kubelet_evictions::KubeletEvictions,
         manifest_dir::{self, MANIFEST_DIR_HELP},
     },
     source::psi_wake::PsiWake,
@@ -60,6 +62,7 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         let config_watch = ConfigWatcher::start(&args.config_sources());
         let options = RunOptions::split(&args);
         let (watcher, first, evictor) = open_pods(&options.pod_source).await?;
+        let kubelet_evictions = watch_kubelet_evictions(&args).await;
         let mut agent = Agent::start(&args, options, evictor).await?;
         agent.take_pods(first);
         agent.restore_stopped_pods();
@@ -67,8 +70,40 @@ pub(crate) fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         // Before the first snapshot is published: `/metrics` has the charge from its start.
         agent.check_own_memory();
         agent.evaluate(None);
-        agent.run(watcher, config_watch).await
+        agent.run(watcher, config_watch, kubelet_evictions).await
     })
+}
+
+/// A dry run with --kube watches the kubelet's evictions on its node for the shadow
+/// scorecard. A watch that cannot start costs the scorecard its kubelet half, not the agent
+/// its run: said, and the agent goes on.
+async fn watch_kubelet_evictions(args: &AgentArgs) -> Option<KubeletEvictions> {
+    let node = args
+        .node_name
+        .as_deref()
+        .filter(|_| args.dry_run && args.kube)?;
+    let started = async {
+        let config = kube_watch::api_config(args.kubeconfig.as_deref()).await?;
+        anyhow::Ok(KubeletEvictions::start(config, node)?)
+    };
+    match started.await {
+        Ok(watch) => Some(watch),
+        Err(e) => {
+            tracing::warn!(
+                "the shadow scorecard will not see the kubelet's evictions: watching its \
+                 Events: {e:#}"
+            );
+            None
+        }
+    }
+}
+
+/// The kubelet's next eviction, or never without the watch.
+async fn next_kubelet_eviction(watch: &mut Option<KubeletEvictions>) -> KubeletEviction {
+    match watch {
+        Some(watch) => watch.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The pod source the flags name and its first pod set; with --kube also the evictor.
@@ -106,6 +141,7 @@ impl Agent {
         mut self,
         watcher: PodSource,
         mut config_watch: Option<ConfigWatcher>,
+        mut kubelet_evictions: Option<KubeletEvictions>,
     ) -> anyhow::Result<ExitCode> {
         let read_every = if self.source.has_stat_programs() {
             self.timers.resync_interval
@@ -178,6 +214,9 @@ impl Agent {
                 _ = status.tick(), if show_status => Input::Status,
                 _ = turn.tick() => Input::Turn,
                 change = next_config(&mut config_watch) => Input::Config(change),
+                eviction = next_kubelet_eviction(&mut kubelet_evictions) => {
+                    Input::KubeletEvicted(eviction)
+                }
                 _ = sighup.recv() => Input::Hangup,
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,

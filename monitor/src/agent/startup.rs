@@ -17,6 +17,7 @@ use super::{
     publish::Visibility,
     resync::ResyncSchedule,
     run_options::RunOptions,
+    shadow_score::ShadowScore,
     stat_programs::StatPrograms,
 };
 use crate::{
@@ -49,6 +50,7 @@ use crate::{
     },
     own_process::self_protect::{OwnMemory, OwnPod},
     pods::KubepodsCgroup,
+    system_clock::unix_ns_now,
 };
 
 /// The totals the signals are computed against: `--allocatable-memory` when given, else the
@@ -80,6 +82,7 @@ pub(super) struct Parts {
     pub(super) node_status: Option<NodeStatusPublisher>,
     pub(super) own_pod: OwnPod,
     pub(super) brake: KubepodsBrake,
+    pub(super) shadow: Option<ShadowScore>,
 }
 
 impl Agent {
@@ -290,6 +293,14 @@ impl Agent {
         if damaged {
             checkpoint.found_damaged_at_start();
         }
+        let shadow = args.dry_run.then(|| {
+            ShadowScore::open(
+                &args.checkpoint_dir,
+                args.node_name.as_deref(),
+                u64::try_from(args.shadow_window.as_nanos()).unwrap_or(u64::MAX),
+                unix_ns_now(),
+            )
+        });
         Ok(Self::assemble(Parts {
             options,
             config: in_force,
@@ -304,6 +315,7 @@ impl Agent {
             node_status,
             own_pod,
             brake,
+            shadow,
         }))
     }
 
@@ -312,6 +324,8 @@ impl Agent {
     pub(super) fn assemble(parts: Parts) -> Self {
         let options = parts.options;
         let stat_programs = StatPrograms::new(options.attach_within, online_cpus());
+        let mut visibility = Visibility::new(parts.publisher, parts.node_status);
+        visibility.metrics.shadow = parts.shadow.as_ref().map(ShadowScore::metrics);
         Self {
             timers: options.timers,
             decisions: options.decisions,
@@ -326,7 +340,7 @@ impl Agent {
             reader: parts.reader,
             read_failures: ReadFailures::default(),
             checkpoint: parts.checkpoint,
-            visibility: Visibility::new(parts.publisher, parts.node_status),
+            visibility,
             pods: PodsOnNode::default(),
             actions: Actions::new(parts.actuator),
             intake: Intake::default(),
@@ -336,6 +350,7 @@ impl Agent {
             own_pod: parts.own_pod,
             stat_programs,
             brake: parts.brake,
+            shadow: parts.shadow,
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::{
     engine::{decide::Eviction, signal::Signal, threshold::ThresholdKind},
     logging,
     metrics::snapshot::{DebugRanking, Readiness, SignalView, Snapshot, SourceView},
-    system_clock::monotonic_ns,
+    system_clock::{monotonic_ns, unix_ns_now},
 };
 
 impl Agent {
@@ -122,6 +122,7 @@ impl Agent {
                 },
             },
             config: Some(self.config.view()),
+            shadow: self.shadow.as_ref().map(|s| s.report(unix_ns_now())),
         };
         self.visibility.publisher.publish(snapshot);
     }

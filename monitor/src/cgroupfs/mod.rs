@@ -1,6 +1,7 @@
 //! The cgroup filesystem: where the memory controller is mounted, the cgroup id -> path cache,
-//! and reading a cgroup's memory numbers. Everything that touches cgroupfs goes through here.
+//! reading a cgroup's memory numbers and its hits of its own limit. Everything that touches cgroupfs goes through here.
 pub mod hierarchy;
+pub(crate) mod limit_hits;
 pub mod paths;
 pub mod procs;
 pub mod stats;

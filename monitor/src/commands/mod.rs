@@ -6,6 +6,7 @@ pub(crate) mod doctor;
 pub(crate) mod privileges;
 pub(crate) mod probe;
 pub(crate) mod rank;
+pub(crate) mod shadow;
 pub(crate) mod top;
 pub(crate) mod top_view;
 pub(crate) mod trace;

@@ -11,6 +11,8 @@
 //!   source, as JSON.
 //! * `/debug/config`: the configuration in force, its files and checksum, since when, and a
 //!   change refused, as JSON.
+//! * `/debug/shadow`: a dry run's shadow scorecard (its decisions against the kubelet's
+//!   evictions and the kernel's OOM kills), as JSON; 404 from an acting agent.
 use std::time::Duration;
 
 use hyper::StatusCode;
@@ -80,6 +82,18 @@ pub(crate) fn answer(
             None => Answer::text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no configuration in force yet\n".into(),
+            ),
+        },
+        "/debug/shadow" => match &snapshot.shadow {
+            Some(report) => Answer {
+                status: StatusCode::OK,
+                content_type: "application/json",
+                body: serde_json::to_string_pretty(report).expect("the scorecard serializes"),
+            },
+            None => Answer::text(
+                StatusCode::NOT_FOUND,
+                "no shadow scorecard: this agent acts (the scorecard is a dry run's, --dry-run)\n"
+                    .into(),
             ),
         },
         _ => return None,

@@ -1,6 +1,8 @@
 //! The agent's metrics and their Prometheus text exposition (format version 0.0.4).
 use std::{collections::BTreeMap, fmt::Write as _};
 
+use crate::engine::shadow::{Outcome, Scorecard, Scored};
+
 /// Cumulative histogram with fixed upper bounds.
 #[derive(Clone, Debug)]
 pub(crate) struct Histogram {
@@ -31,12 +33,23 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str) {
+        self.render_labelled(out, name, "");
+    }
+
+    /// As [`Self::render`], each sample with `labels` (`key="value",`) before its own.
+    fn render_labelled(&self, out: &mut String, name: &str, labels: &str) {
         for (bound, count) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {count}");
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
+        let braces = labels.trim_end_matches(',');
+        let braces = if braces.is_empty() {
+            String::new()
+        } else {
+            format!("{{{braces}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
     }
 }
 
@@ -48,6 +61,68 @@ const PID_SIGNAL: &str = "pid.available";
 const LATENCY_BUCKETS: &[f64] = &[
     0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
 ];
+
+/// Lead-time buckets of the shadow scorecard, in seconds: the kubelet acts every 10 s on stats
+/// up to 15 s old; a foreseen OOM kill may come within a second.
+const LEAD_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0];
+
+/// A dry run's shadow scorecard: its outcomes since it began (restored across restarts) and
+/// the lead times since this agent started.
+#[derive(Clone, Debug)]
+pub(crate) struct ShadowMetrics {
+    outcomes: BTreeMap<Outcome, u64>,
+    lead_kubelet: Histogram,
+    lead_kernel: Histogram,
+}
+
+impl ShadowMetrics {
+    /// Every outcome from the scorecard's counts (0 for those that never happened: a counter
+    /// born at 1 hides its first increase from `increase()`).
+    pub(crate) fn counting_from(card: &Scorecard) -> Self {
+        Self {
+            outcomes: Outcome::ALL.iter().map(|o| (*o, card.count(*o))).collect(),
+            lead_kubelet: Histogram::new(LEAD_BUCKETS),
+            lead_kernel: Histogram::new(LEAD_BUCKETS),
+        }
+    }
+
+    pub(crate) fn observe(&mut self, scored: Scored) {
+        *self.outcomes.entry(scored.outcome).or_default() += 1;
+        let histogram = match scored.outcome {
+            Outcome::SamePod => &mut self.lead_kubelet,
+            Outcome::KernelForeseen => &mut self.lead_kernel,
+            _ => return,
+        };
+        // A naming within the kubelet's clock resolution after it is not a lead.
+        if let Some(lead) = scored.lead_ns.filter(|lead| *lead >= 0) {
+            histogram.observe(lead as f64 / 1e9);
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        let name = "monitor_shadow_outcomes_total";
+        header(
+            out,
+            name,
+            "counter",
+            "A dry run's decisions matched with what happened next (shadow scorecard, since it began): the kubelet's evictions (same_pod, different_pod, late, missed), the kernel's OOM kills (kernel_foreseen, kernel_late, kernel_unforeseen, kernel_own_limit) and decisions nobody acted on (nothing_happened).",
+        );
+        for (outcome, count) in &self.outcomes {
+            let _ = writeln!(out, "{name}{{outcome=\"{}\"}} {count}", outcome.as_str());
+        }
+        let name = "monitor_shadow_lead_seconds";
+        header(
+            out,
+            name,
+            "histogram",
+            "How long before the kubelet evicted the pod the dry run named (against=kubelet), or before a kernel OOM kill it foresaw (against=kernel), the agent decided; since the agent started.",
+        );
+        self.lead_kubelet
+            .render_labelled(out, name, "against=\"kubelet\",");
+        self.lead_kernel
+            .render_labelled(out, name, "against=\"kernel\",");
+    }
+}
 
 /// Everything the agent exports. Keys of the maps are signal names (`memory.available`).
 #[derive(Clone, Debug)]
@@ -101,6 +176,8 @@ pub(crate) struct Metrics {
     pub decision_latency_seconds: Histogram,
     /// The configuration in force (`None` before the agent has one).
     pub config: Option<ConfigMetrics>,
+    /// A dry run's shadow scorecard (`None`: an acting agent).
+    pub shadow: Option<ShadowMetrics>,
 }
 
 /// The configuration in force, for `monitor_config_*`.
@@ -152,6 +229,7 @@ impl Default for Metrics {
             own_memory_limit: None,
             decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
             config: None,
+            shadow: None,
         }
     }
 }
@@ -424,6 +502,9 @@ impl Metrics {
         }
         if let Some(config) = &self.config {
             config.render(&mut out);
+        }
+        if let Some(shadow) = &self.shadow {
+            shadow.render(&mut out);
         }
         let name = "monitor_event_to_decision_seconds";
         header(

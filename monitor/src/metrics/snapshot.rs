@@ -28,6 +28,8 @@ pub(crate) struct Snapshot {
     pub ranking: DebugRanking,
     /// `/debug/config`; `None` before the agent has a configuration.
     pub config: Option<DebugConfig>,
+    /// `/debug/shadow`: a dry run's shadow scorecard (`None`: an acting agent).
+    pub shadow: Option<crate::engine::shadow::ShadowReport>,
 }
 
 /// `/debug/config`: the configuration in force, since when, and a change refused, as JSON

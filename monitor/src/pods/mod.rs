@@ -1,11 +1,12 @@
 //! The pods on this node and their cgroups: manifests from a directory (reloaded on change)
 //! or the Kubernetes API (watched), each pod's QoS class, and its cgroup by the kubelet's
-//! naming rules.
+//! naming rules; and the kubelet's own evictions of them, from its Events.
 pub mod cgroup_path;
 mod dir_fingerprint;
 pub mod dir_watch;
 pub mod kube_query;
 pub mod kube_watch;
+pub(crate) mod kubelet_evictions;
 pub mod manifest_dir;
 mod manifest_document;
 pub mod manifests;

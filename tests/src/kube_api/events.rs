@@ -1,4 +1,4 @@
-//! The mock's core/v1 Events, kept as the API server keeps them: by name, each created once
+//! The mock's core/v1 Events, kept as the API server keeps them, listed and watched: by name, each created once
 //! (a second create of a name is 409 AlreadyExists) and patched in place by a strategic merge
 //! patch of its top-level fields (`count`, `lastTimestamp`, `message`), which is how the
 //! kubelet's recorder counts a repeated Event; a patch of an unknown Event is 404.
@@ -16,6 +16,40 @@ pub(super) struct Events {
 impl Events {
     pub(super) fn all(&self) -> Vec<Value> {
         self.stored.clone()
+    }
+
+    /// Stores an Event as another component (the kubelet) would have created it.
+    pub(super) fn insert(&mut self, mut event: Value) {
+        self.version += 1;
+        event["metadata"]["resourceVersion"] = Value::String(self.version.to_string());
+        self.stored.push(event);
+    }
+
+    /// `GET /api/v1/events`: every Event (the field selector is recorded, not applied).
+    pub(super) fn list_json(&self) -> String {
+        let items: Vec<String> = self.stored.iter().map(Value::to_string).collect();
+        format!(
+            r#"{{"kind":"EventList","apiVersion":"v1","metadata":{{"resourceVersion":"{}"}},"items":[{}]}}"#,
+            self.version,
+            items.join(",")
+        )
+    }
+
+    /// The watch lines of the Events created or patched after `version`, and the version
+    /// they bring the watch to.
+    pub(super) fn lines_after(&self, version: u64) -> (String, u64) {
+        let lines = self
+            .stored
+            .iter()
+            .filter(|e| {
+                e["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|v| v > version)
+            })
+            .map(|e| format!("{{\"type\":\"ADDED\",\"object\":{e}}}\n"))
+            .collect();
+        (lines, self.version)
     }
 
     /// `POST .../events`: the status and body to answer with.

@@ -504,15 +504,17 @@ fn the_shipped_agents_requests_are_granted_by_its_cluster_role() {
     {
         return;
     }
-    let observing = [
+    let both = [
         rule("", "pods", "list"),
         rule("", "pods", "watch"),
         rule("", "events", "create"),
         rule("", "nodes/status", "patch"),
     ];
-    let acting = |r: Rule| -> BTreeSet<Rule> { observing.iter().cloned().chain([r]).collect() };
+    // A dry run also watches the kubelet's Evicted Events, for its shadow scorecard.
+    let observing = [rule("", "events", "list"), rule("", "events", "watch")];
+    let acting = |r: Rule| -> BTreeSet<Rule> { both.iter().cloned().chain([r]).collect() };
     let cases = [
-        ("", observing.iter().cloned().collect()),
+        ("", both.iter().cloned().chain(observing).collect()),
         (
             "overlays/enforce",
             acting(rule("", "pods/eviction", "create")),

@@ -162,6 +162,18 @@ fn the_rollout_page_works_as_written() {
     }
     let measured: Vec<(&TestPod, u64)> = pods.iter().map(|(p, mib)| (p, *mib)).collect();
     api.serve_summary(&summary_json(node, &measured));
+    // The kubelet evicted `over` a minute ago, and no agent named it: the scorecard waits.
+    let a_minute_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 60;
+    api.post_kubelet_eviction(
+        &pods[1].0,
+        node,
+        a_minute_ago,
+        "The node was low on resource: memory. ",
+    );
 
     // A fresh directory with the repository's deploy/ and `monitor` on PATH.
     let dir = TempDir::new("rollout");
@@ -174,6 +186,7 @@ fn the_rollout_page_works_as_written() {
 
     let mut prelude = String::new();
     let mut ranked = Vec::new();
+    let mut shadowed = false;
     for command in &commands {
         let place = place(command);
         if let Place::Elsewhere(what) = place {
@@ -199,11 +212,20 @@ fn the_rollout_page_works_as_written() {
             !stdout.trim().is_empty() || command.contains('>'),
             "{command}: no output"
         );
+        if command.starts_with("monitor shadow") {
+            shadowed = true;
+            assert!(
+                stdout.contains(&format!("shadow scorecard of {node} since"))
+                    && stdout.contains("1 waiting for a naming"),
+                "{stdout}"
+            );
+        }
         if command.starts_with("monitor rank") {
             ranked.push(stdout.into_owned());
         }
     }
     // From the captures and live, the same order: the pod over its request first.
+    assert!(shadowed, "the page reads the fleet's scorecard");
     assert_eq!(ranked.len(), 2, "the page ranks from captures and live");
     assert_eq!(ranked[0], ranked[1], "the captures rank as the live API");
     let at = |name: &str| ranked[0].find(&format!("default/{name}")).expect(name);

@@ -7,7 +7,11 @@ use std::{collections::HashMap, path::Path};
 
 use crate::{
     cgroupfs::{CgroupVersion, limit_hits::limit_hits},
-    checkpoint::{FileStore, Key, StoreError, wall_time},
+    checkpoint::{
+        FileStore, Key, StoreError,
+        manager::{SET_ASIDE_KEPT, SET_ASIDE_MARKER},
+        wall_time,
+    },
     engine::{
         checkpoint::{decode_scorecard, encode_scorecard},
         pod_facts::PodRef,
@@ -53,11 +57,15 @@ impl ShadowScore {
                     card
                 }
                 Err(problem) => {
-                    let suffix = format!("corrupt-{}", wall_time::compact(unix_ms_now()));
+                    let suffix = format!("{SET_ASIDE_MARKER}{}", wall_time::compact(unix_ms_now()));
                     let aside = store.move_aside(&key, &suffix).map_or_else(
                         |e| format!("could not be set aside ({e})"),
                         |path| format!("set aside as {}", path.display()),
                     );
+                    // As many kept as of the agent's state, the oldest and the newest first.
+                    if let Err(e) = store.prune_set_aside(&key, SET_ASIDE_MARKER, SET_ASIDE_KEPT) {
+                        tracing::warn!("removing old damaged shadow scorecards: {e}");
+                    }
                     tracing::warn!(
                         "the shadow scorecard {} is damaged ({problem}): {aside}; a new one \
                          begins",

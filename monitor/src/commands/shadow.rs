@@ -160,8 +160,11 @@ fn fleet(kubelet: &[Event], agents: &[Event], now_ns: u64) -> BTreeMap<String, S
             let report = shadow.report(Some(&node), now_ns);
             (node, report)
         })
+        // A node with nothing at all is not listed.
         .filter(|(_, report)| {
-            report.scorecard.counts.values().sum::<u64>() > 0 || report.episode_open
+            report.scorecard.counts.values().sum::<u64>() > 0
+                || report.episode_open
+                || report.waiting > 0
         })
         .collect()
 }

@@ -47,6 +47,8 @@ pub const KUBELET_CLOCK_NS: u64 = NANOS_PER_SECOND;
 pub const KEPT_LEADS: usize = 1024;
 /// Matches kept to be read in full (the newest).
 pub const KEPT_LINES: usize = 64;
+/// Characters of a message or of ranking keys a line keeps (the kubelet's are under 300).
+pub const KEPT_TEXT: usize = 512;
 /// Kubelet evictions remembered as counted, so a watch's re-list or a restart does not count
 /// one twice.
 pub const REMEMBERED_EVICTIONS: usize = 512;
@@ -356,26 +358,9 @@ impl Shadow {
         self.waiting = still;
         for waiting in late {
             episode.matched = true;
-            let lead = Some(signed_diff(waiting.at_ns(), at));
             let line = match waiting {
-                Waiting::Eviction(e) => Line {
-                    outcome: Outcome::Late,
-                    at_ns: e.at_ns,
-                    lead_ns: lead,
-                    acted_on: e.pod.to_string(),
-                    named: named.pod.to_string(),
-                    verdict: None,
-                    detail: format!("the kubelet: {}", printable(&e.message)),
-                },
-                Waiting::Kill(k) => Line {
-                    outcome: Outcome::KernelLate,
-                    at_ns: k.at_ns,
-                    lead_ns: lead,
-                    acted_on: pod_or_dash(k.pod.as_ref()),
-                    named: named.pod.to_string(),
-                    verdict: None,
-                    detail: kill_detail(&k),
-                },
+                Waiting::Eviction(e) => late_line(&e, &named),
+                Waiting::Kill(k) => kernel_late_line(&k, &named),
             };
             scored.push(self.card.score(line));
         }
@@ -397,14 +382,22 @@ impl Shadow {
         );
         let at = eviction.at_ns;
         let mut scored = self.close_episode_before(at);
-        let Some(episode) = self
-            .episode
-            .as_mut()
-            .filter(|e| e.first_ns <= at.saturating_add(KUBELET_CLOCK_NS))
-        else {
+        let Some(episode) = self.episode.as_mut() else {
             self.waiting.push(Waiting::Eviction(eviction));
             return scored;
         };
+        // The Event comes through a watch: the agent may have named the pod after the
+        // eviction before the Event arrived.
+        if episode.first_ns > at.saturating_add(KUBELET_CLOCK_NS) {
+            let Some(named) = episode.named.iter().find(|n| n.pod.uid == eviction.pod.uid) else {
+                self.waiting.push(Waiting::Eviction(eviction));
+                return scored;
+            };
+            episode.matched = true;
+            let line = late_line(&eviction, named);
+            scored.push(self.card.score(line));
+            return scored;
+        }
         episode.matched = true;
         let same = episode.named.iter().find(|n| {
             n.pod.uid == eviction.pod.uid && n.at_ns <= at.saturating_add(KUBELET_CLOCK_NS)
@@ -417,7 +410,7 @@ impl Shadow {
                 acted_on: eviction.pod.to_string(),
                 named: named.pod.to_string(),
                 verdict: None,
-                detail: format!("the kubelet: {}", printable(&eviction.message)),
+                detail: format!("the kubelet: {}", clipped(&eviction.message)),
             }
         } else {
             different_pod(episode, &eviction)
@@ -443,11 +436,17 @@ impl Shadow {
             scored.push(self.card.score(line));
             return scored;
         }
-        let Some(episode) = self.episode.as_mut().filter(|e| e.first_ns <= at) else {
+        let Some(episode) = self.episode.as_mut() else {
             self.waiting.push(Waiting::Kill(kill));
             return scored;
         };
         episode.matched = true;
+        // Its record read after a decision that came after it.
+        if episode.first_ns > at {
+            let line = kernel_late_line(&kill, &episode.named[0]);
+            scored.push(self.card.score(line));
+            return scored;
+        }
         let head = episode
             .head_at(at)
             .or(episode.named.first())
@@ -493,7 +492,7 @@ impl Shadow {
                     acted_on: e.pod.to_string(),
                     named: "-".into(),
                     verdict: None,
-                    detail: format!("the kubelet: {}", printable(&e.message)),
+                    detail: format!("the kubelet: {}", clipped(&e.message)),
                 },
                 Waiting::Kill(k) => Line {
                     outcome: Outcome::KernelUnforeseen,
@@ -525,7 +524,7 @@ impl Shadow {
             at_ns: episode.last_ns,
             lead_ns: None,
             acted_on: "-".into(),
-            named: named.join(", "),
+            named: clipped(&named.join(", ")),
             verdict: None,
             detail: format!(
                 "decided for {} s; nobody acted and the pressure went",
@@ -557,13 +556,49 @@ fn different_pod(episode: &Episode, eviction: &KubeletEviction) -> Line {
         detail: format!(
             "{}; the kubelet: {}; the agent: {} (keys: the agent's pod {}; the kubelet's pod {})",
             verdict.explain(),
-            printable(&eviction.message),
-            printable(&head.message),
-            printable(&head.keys),
-            printable(kubelet_keys),
+            clipped(&eviction.message),
+            clipped(&head.message),
+            clipped(&head.keys),
+            clipped(kubelet_keys),
         ),
         verdict: Some(verdict),
     }
+}
+
+/// The kubelet's eviction of a pod the agent named only after it.
+fn late_line(eviction: &KubeletEviction, named: &Named) -> Line {
+    Line {
+        outcome: Outcome::Late,
+        at_ns: eviction.at_ns,
+        lead_ns: Some(signed_diff(eviction.at_ns, named.at_ns)),
+        acted_on: eviction.pod.to_string(),
+        named: named.pod.to_string(),
+        verdict: None,
+        detail: format!("the kubelet: {}", clipped(&eviction.message)),
+    }
+}
+
+/// The kernel's kill before the first decision of an episode.
+fn kernel_late_line(kill: &KernelKill, named: &Named) -> Line {
+    Line {
+        outcome: Outcome::KernelLate,
+        at_ns: kill.at_ns,
+        lead_ns: Some(signed_diff(kill.at_ns, named.at_ns)),
+        acted_on: pod_or_dash(kill.pod.as_ref()),
+        named: named.pod.to_string(),
+        verdict: None,
+        detail: kill_detail(kill),
+    }
+}
+
+/// Text from outside (an Event's message) as a line keeps it: escaped, and at most
+/// [`KEPT_TEXT`] characters, so a hostile message cannot swell the scorecard's file.
+fn clipped(text: &str) -> String {
+    let mut kept: String = text.chars().take(KEPT_TEXT).collect();
+    if kept.len() < text.len() {
+        kept.push_str("...");
+    }
+    printable(&kept).into_owned()
 }
 
 /// `a - b` in signed nanoseconds, saturating.

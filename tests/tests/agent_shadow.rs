@@ -129,7 +129,7 @@ fn the_kubelets_evictions_are_matched_with_the_dry_runs_decisions_and_kept_acros
     let lead_ms = line(&card, "same_pod")["lead_ns"].as_i64().unwrap() / 1_000_000;
     let expected_ms = i64::try_from(evicted_secs * 1000 - decided_ms).unwrap();
     assert!(
-        (lead_ms - expected_ms).abs() <= 20,
+        (lead_ms - expected_ms).abs() <= 1,
         "the lead is the kubelet's eviction (whole seconds) less the decision: {lead_ms} ms, \
          expected {expected_ms} ms"
     );

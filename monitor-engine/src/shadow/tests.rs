@@ -232,6 +232,34 @@ fn each_outcome_is_counted_with_its_lead_time() {
             ],
         ),
         (
+            "the kubelet's Event arrives after the agent named the pod only after it",
+            vec![Decide("a", at(13)), Kubelet("a", at(10))],
+            vec![Scored {
+                outcome: Outcome::Late,
+                lead_ns: Some(-3 * S as i64),
+            }],
+        ),
+        (
+            "an Event of another pod before the episode waits, and is missed",
+            vec![
+                Decide("a", at(13)),
+                Kubelet("b", at(10)),
+                Tick(at(10 + late_window)),
+            ],
+            vec![Scored {
+                outcome: Outcome::Missed,
+                lead_ns: None,
+            }],
+        ),
+        (
+            "a kill's record read after a decision that came after it",
+            vec![Decide("a", at(6)), Kernel(Some("a"), at(5), false)],
+            vec![Scored {
+                outcome: Outcome::KernelLate,
+                lead_ns: Some(-(S as i64)),
+            }],
+        ),
+        (
             "an eviction matched to an episode keeps it from ending as nothing happened",
             vec![
                 Decide("a", at(1)),
@@ -374,9 +402,22 @@ fn hostile_names_and_messages_are_printed_escaped_and_lists_stay_bounded() {
         e.pod.uid = format!("uid-{i}");
         shadow.kubelet_evicted(e);
     }
+    let huge = "x".repeat(1 << 20);
+    shadow.decided(named("big", at(100_000)));
+    shadow.kubelet_evicted(evicted("big", at(100_001), &huge));
     let card = shadow.card();
     assert_eq!(card.lines.len(), KEPT_LINES);
-    assert_eq!(card.count(Outcome::SamePod), KEPT_LINES as u64 + 10);
+    let last = card.lines.back().unwrap();
+    assert_eq!(
+        (last.outcome, last.acted_on.as_str()),
+        (Outcome::SamePod, "shop/big")
+    );
+    assert!(
+        last.detail.len() < 2 * KEPT_TEXT,
+        "a message clipped: {}",
+        last.detail.len()
+    );
+    assert_eq!(card.count(Outcome::SamePod), KEPT_LINES as u64 + 11);
     let text = shadow
         .report(Some("node\u{7}"), at(100_000))
         .text(&|ns| ns.to_string());

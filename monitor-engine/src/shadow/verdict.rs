@@ -36,15 +36,15 @@ impl Verdict {
         };
         if agent_resource != kubelet_resource {
             return Verdict::OtherResource {
-                kubelet: kubelet_resource.to_string(),
-                agent: agent_resource.to_string(),
+                kubelet: short(kubelet_resource),
+                agent: short(agent_resource),
             };
         }
         match (threshold(agent), threshold(kubelet)) {
             (Some(a), Some(k)) if same_quantity(a, k) => Verdict::SameThreshold,
             (a, k) => Verdict::OtherThreshold {
-                kubelet: k.unwrap_or("none said").to_string(),
-                agent: a.unwrap_or("none said").to_string(),
+                kubelet: short(k.unwrap_or("none said")),
+                agent: short(a.unwrap_or("none said")),
             },
         }
     }
@@ -77,6 +77,11 @@ impl Verdict {
             }
         }
     }
+}
+
+/// A resource or a quantity as a verdict keeps it: a hostile message's is cut short.
+fn short(text: &str) -> String {
+    text.chars().take(64).collect()
 }
 
 /// The text after `prefix` up to the next ". " (or ", ").

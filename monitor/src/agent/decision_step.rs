@@ -35,7 +35,7 @@ use crate::{
     flags::OutputFormat,
     metrics::snapshot::DecisionView,
     node::kernel_victim,
-    system_clock::{BootClock, monotonic_ns},
+    system_clock::{BootClock, monotonic_ns, unix_ns_now},
 };
 
 /// The least time before a decision held back by the last eviction is taken again: with a
@@ -58,6 +58,8 @@ pub(super) fn grace_secs(seconds: i64) -> u64 {
 pub(super) struct Moment {
     /// CLOCK_MONOTONIC nanoseconds of the decision.
     decided_ns: u64,
+    /// The wall clock at that instant, unix nanoseconds.
+    decided_unix_ns: u64,
     /// The kernel event that led to it, when one did.
     trigger_ns: Option<u64>,
     say: Say,
@@ -85,6 +87,8 @@ impl Agent {
         // Both clocks are read back to back before deciding, so the report's monotonic stamp
         // is the instant the interval and grace rules saw, however long the rest takes.
         let decided_ns = monotonic_ns();
+        // The wall clock of the same instant, which the report and the shadow scorecard say.
+        let decided_unix_ns = unix_ns_now();
         self.recheck_running_grace(decided_ns);
         let clock = ManualClock::new(BootClock.now());
         let decision = self.core.decide_at(&clock, Some(decided_ns));
@@ -113,6 +117,7 @@ impl Agent {
             let grace = self.affordable_grace(eviction, decided_ns);
             let at = Moment {
                 decided_ns,
+                decided_unix_ns,
                 trigger_ns,
                 say,
                 now: clock.now(),
@@ -120,7 +125,7 @@ impl Agent {
             if let Err(e) = self.report(eviction, &at, grace) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
-            self.score_decision(eviction, decided_ns);
+            self.score_decision(eviction, decided_unix_ns);
             // The API takes whole seconds: a cut grace period is rounded down.
             let seconds = match grace {
                 Grace::Full(_) => eviction.grace_period_seconds,
@@ -369,6 +374,7 @@ impl Agent {
     ) -> anyhow::Result<()> {
         let Moment {
             decided_ns,
+            decided_unix_ns,
             trigger_ns,
             say,
             now,
@@ -386,7 +392,7 @@ impl Agent {
             DecisionContext {
                 dry_run: self.decisions.dry_run,
                 monotonic_ns: decided_ns,
-                wall_unix_ms: crate::system_clock::unix_ms_now(),
+                wall_unix_ms: decided_unix_ns / 1_000_000,
                 event_monotonic_ns: trigger_ns,
                 threshold,
                 facts: &entry.facts,

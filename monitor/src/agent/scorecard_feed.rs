@@ -16,14 +16,14 @@ use crate::{
 };
 
 impl Agent {
-    /// A dry run's decision, at `decided_ns` (CLOCK_MONOTONIC).
-    pub(super) fn score_decision(&mut self, eviction: &Eviction, decided_ns: u64) {
+    /// A dry run's decision, at `decided_unix_ns` (the wall clock).
+    pub(super) fn score_decision(&mut self, eviction: &Eviction, decided_unix_ns: u64) {
         if self.shadow.is_none() {
             return;
         }
         let named = Named {
             pod: eviction.pod.clone(),
-            at_ns: unix_ns_of_monotonic(decided_ns),
+            at_ns: decided_unix_ns,
             message: eviction.reason.clone(),
             keys: self
                 .ranking_keys(&eviction.pod.uid)

@@ -56,14 +56,13 @@ impl Agent {
             tracing::debug!("the kernel killed pid {pid}, in no pod of this node: not scored");
             return;
         };
-        let pod = Some(pod);
-        let rel = pod.as_ref().and_then(|p| {
-            let row = self.core.pod(&p.uid)?;
-            Some(row.cgroup.as_ref()?.rel.as_str().to_string())
-        });
-        let dir = rel.map(|rel| self.hierarchy.dir(rel));
+        let dir = self
+            .core
+            .pod(&pod.uid)
+            .and_then(|row| row.cgroup.as_ref())
+            .map(|cgroup| self.hierarchy.dir(cgroup.rel.as_str()));
         let kill = KernelKill {
-            pod: pod.clone(),
+            pod: Some(pod.clone()),
             pid,
             comm,
             at_ns: unix_ns_of_monotonic(ts_ns),
@@ -73,10 +72,7 @@ impl Agent {
         if let (Some(shadow), Some(metrics)) =
             (&mut self.shadow, &mut self.visibility.metrics.shadow)
         {
-            let pod_dir = pod
-                .as_ref()
-                .zip(dir.as_deref())
-                .map(|(p, d)| (p, d, version));
+            let pod_dir = dir.as_deref().map(|dir| (&pod, dir, version));
             shadow.kernel_killed(kill, pod_dir, metrics);
             shadow.keep_pods(|uid| self.core.pod(uid).is_some());
         }

@@ -147,3 +147,34 @@ fn a_damaged_scorecard_is_set_aside_and_a_new_one_begins() {
         .collect();
     assert_eq!(aside.len(), 1, "kept, not deleted");
 }
+
+#[tokio::test]
+async fn a_scorecard_that_cannot_be_written_is_kept_counting_and_written_once_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("gone");
+    fs::create_dir(&gone).unwrap();
+    let mut score = ShadowScore::open(&gone, None, 1_000_000_000, unix_ns_now());
+    let mut metrics = score.metrics();
+    // The checkpoint directory vanishes (unmounted, removed): the write fails, the agent
+    // keeps the scorecard in memory and goes on.
+    fs::remove_dir(&gone).unwrap();
+    let eviction = |uid: &str| KubeletEviction {
+        pod: PodRef {
+            namespace: "default".into(),
+            name: uid.into(),
+            uid: uid.into(),
+        },
+        at_ns: unix_ns_now(),
+        message: String::new(),
+        keys: None,
+    };
+    score.kubelet_evicted(eviction("a"), &mut metrics);
+    score.tick(unix_ns_now() + 2_000_000_000, &mut metrics);
+    assert_eq!(score.report(0).scorecard.count(Outcome::Missed), 1);
+    assert!(!gone.exists());
+    // Back: the next turn writes what was kept.
+    fs::create_dir(&gone).unwrap();
+    score.tick(unix_ns_now() + 3_000_000_000, &mut metrics);
+    let saved = decode_scorecard(&fs::read(gone.join("shadow_scorecard")).unwrap()).unwrap();
+    assert_eq!(saved.count(Outcome::Missed), 1);
+}

@@ -447,56 +447,11 @@ fn pod_list_json(state: &State) -> String {
     )
 }
 
-/// Streams the Events created or patched after the request's resourceVersion until the mock
-/// stops or the client goes away.
-fn watch_events(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Result<()> {
-    write!(
-        out,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
-         Connection: close\r\n\r\n"
-    )?;
-    let mut sent: u64 = request
-        .query("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut state = shared.lock();
-    loop {
-        let (lines, version) = state.events.lines_after(sent);
-        sent = version;
-        if state.stopped {
-            drop(state);
-            return out.write_all(b"0\r\n\r\n");
-        }
-        if !lines.is_empty() {
-            drop(state);
-            write!(out, "{:x}\r\n{lines}\r\n", lines.len())?;
-            out.flush()?;
-            state = shared.lock();
-            continue;
-        }
-        state = shared
-            .changed
-            .wait_timeout(state, Duration::from_millis(100))
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0;
-    }
-}
-
-/// Streams the changes after the request's resourceVersion until the mock stops or the
+/// Streams the pod changes after the request's resourceVersion until the mock stops or the
 /// client goes away.
 fn watch(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Result<()> {
-    write!(
-        out,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
-         Connection: close\r\n\r\n"
-    )?;
-    let mut sent: u64 = request
-        .query("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut state = shared.lock();
-    loop {
-        let lines: String = state
+    stream_changes(out, request, shared, |state, sent| {
+        let lines = state
             .changes
             .iter()
             .filter(|c| c.version > sent)
@@ -508,7 +463,39 @@ fn watch(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Re
                 )
             })
             .collect();
-        sent = state.version;
+        (lines, state.version)
+    })
+}
+
+/// Streams the Events created or patched after the request's resourceVersion until the mock
+/// stops or the client goes away.
+fn watch_events(out: &mut TcpStream, request: &Request, shared: &Shared) -> std::io::Result<()> {
+    stream_changes(out, request, shared, |state, sent| {
+        state.events.lines_after(sent)
+    })
+}
+
+/// A watch's chunked answer: `lines_after(state, version)` gives the watch lines after a
+/// version and the version they bring the watch to, sent as they come.
+fn stream_changes(
+    out: &mut TcpStream,
+    request: &Request,
+    shared: &Shared,
+    lines_after: impl Fn(&State, u64) -> (String, u64),
+) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+         Connection: close\r\n\r\n"
+    )?;
+    let mut sent: u64 = request
+        .query("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut state = shared.lock();
+    loop {
+        let (lines, version) = lines_after(&state, sent);
+        sent = version;
         if state.stopped {
             drop(state);
             return out.write_all(b"0\r\n\r\n");

@@ -15,8 +15,15 @@ use tests::{
 
 /// How long a decision or an outcome may take (a slow VM included).
 const WITHIN: Duration = Duration::from_secs(20);
-/// The agent's --shadow-window here: outcomes become final this long after their episode.
-const WINDOW: &str = "3s";
+/// The agent's flags here: a dry run whose outcomes are final 3 s after their episode, and
+/// its endpoints on a free port.
+const FLAGS: [&str; 5] = [
+    "--dry-run",
+    "--shadow-window",
+    "3s",
+    "--metrics-addr",
+    "127.0.0.1:0",
+];
 
 fn unix_secs() -> u64 {
     SystemTime::now()
@@ -80,18 +87,11 @@ fn the_kubelets_evictions_are_matched_with_the_dry_runs_decisions_and_kept_acros
         "shadow-kubelet",
     );
     set_memory_limit(&kube.scene.kubepods.dir, 1 << 30).expect("limiting kubepods");
-    let flags = [
-        "--dry-run",
-        "--shadow-window",
-        WINDOW,
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ];
     let mut hog = kube.scene.run_pod(&kube.hog);
     let mut calm = kube.scene.run_pod(&kube.calm);
     let mut agent = kube
         .scene
-        .start_kube_agent(&kube.kubeconfig, KubeScene::NODE, &flags);
+        .start_kube_agent(&kube.kubeconfig, KubeScene::NODE, &FLAGS);
     let addr = metrics_addr(&agent);
 
     // Missed: the kubelet evicts a pod the agent never names (no pressure it sees). In the
@@ -184,7 +184,7 @@ fn the_kubelets_evictions_are_matched_with_the_dry_runs_decisions_and_kept_acros
     // A restarted agent carries the scorecard on; the Events it lists again count nothing.
     let agent = kube
         .scene
-        .start_kube_agent(&kube.kubeconfig, KubeScene::NODE, &flags);
+        .start_kube_agent(&kube.kubeconfig, KubeScene::NODE, &FLAGS);
     let addr = metrics_addr(&agent);
     assert!(
         agent.stderr().contains("shadow scorecard carried on"),
@@ -219,14 +219,7 @@ fn kernel_oom_kills_are_foreseen_counted_aside_at_a_pods_own_limit_or_not_forese
     let scene = AgentScene::new("shadow-kernel", "10s", "10s");
     // The kernel acts at 400 MiB in kubepods; the agent's threshold is met above 200 MiB.
     set_memory_limit(&scene.kubepods.dir, 400 << 20).expect("limiting kubepods");
-    let flags = [
-        "--dry-run",
-        "--shadow-window",
-        WINDOW,
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ];
-    let mut agent = scene.start_agent(&flags);
+    let mut agent = scene.start_agent(&FLAGS);
     let addr = metrics_addr(&agent);
 
     // Foreseen: the hog crosses the threshold (a dry-run decision), then the kubepods limit.
@@ -264,7 +257,7 @@ fn kernel_oom_kills_are_foreseen_counted_aside_at_a_pods_own_limit_or_not_forese
 
     // Not foreseen: an agent told the pods may use 4 GiB sees no pressure when the kubepods
     // limit is reached.
-    let mut blind = scene.start_agent(&[&flags[..], &["--allocatable-memory", "4Gi"]].concat());
+    let mut blind = scene.start_agent(&[&FLAGS[..], &["--allocatable-memory", "4Gi"]].concat());
     let addr = metrics_addr(&blind);
     let surprise = TestPod::new("surprise").request_mib(20);
     let mut surprise_proc = scene.start_pod(&surprise);

@@ -90,6 +90,15 @@ pub(crate) fn joined<T>(
     work.join().map_err(|_| anyhow::anyhow!("{what} panicked"))
 }
 
+/// What a thread that ran [`timed`] gave back: its time and result, or no time and the panic
+/// as its failure.
+pub(crate) fn joined_timed<T>(
+    work: std::thread::ScopedJoinHandle<'_, (Duration, anyhow::Result<T>)>,
+    what: &str,
+) -> (Duration, anyhow::Result<T>) {
+    joined(work, what).unwrap_or_else(|e| (Duration::ZERO, Err(e)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::{
 use anyhow::Context as _;
 
 use crate::{
-    phases::{Phases, joined, timed},
+    phases::{Phases, joined, joined_timed, timed},
     process::{cargo, status, target_dir},
 };
 
@@ -56,8 +56,7 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
             // target (monitor's build script builds it, with its own warnings shown).
             phases.run("build", || status(cargo().args(["test", "--no-run"])))
         });
-        let (took, built) =
-            joined(image, "the image build").unwrap_or_else(|e| (Duration::ZERO, Err(e)));
+        let (took, built) = joined_timed(image, "the image build");
         phases.record("image (beside lints, build)", took, built.is_err());
         beside.and(built)
     })?;

@@ -250,8 +250,7 @@ pub(crate) fn run(
         running
             .into_iter()
             .map(|(name, run)| {
-                let (took, result) = crate::phases::joined(run, "the VM's runner")
-                    .unwrap_or_else(|e| (Duration::ZERO, Err(e)));
+                let (took, result) = crate::phases::joined_timed(run, "the VM's runner");
                 (name, took, result)
             })
             .collect()

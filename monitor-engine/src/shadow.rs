@@ -19,8 +19,11 @@
 //!
 //! An outcome is counted once it is final, never taken back (the counts are exported as
 //! counters): an eviction or a kill without an episode before it waits the window for a late
-//! naming. Times are wall-clock unix nanoseconds: the kubelet's Events carry its wall
-//! clock, in whole seconds ([`KUBELET_CLOCK_NS`]), and it runs on the agent's node.
+//! naming. Only final outcomes are kept across restarts: an episode open or an eviction
+//! waiting at a restart is dropped (the eviction is remembered as seen, so its Event listed
+//! again is not counted either). Times are wall-clock unix nanoseconds: the kubelet's Events
+//! carry its wall clock, in whole seconds ([`KUBELET_CLOCK_NS`]), and it runs on the agent's
+//! node.
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};

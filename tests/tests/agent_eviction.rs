@@ -481,7 +481,15 @@ fn metrics_count_evictions_and_kernel_events() {
             0.0,
             "{answer}"
         );
-        assert!(sample("monitor_events_received_total") > 0.0, "{answer}");
+        // The poll tier (5.8-5.10) has no kernel programs, and so no kernel events.
+        if agent.stderr().contains(", source poll (") {
+            tests::cannot_run(
+                tests::Reason::MemcgPrograms,
+                "the agent polls here: no kernel events to count",
+            );
+        } else {
+            assert!(sample("monitor_events_received_total") > 0.0, "{answer}");
+        }
         agent.stop();
     });
 }

@@ -82,14 +82,24 @@ const ONE_VM_TESTS: [(&str, &str); 37] = [
     ("systemd_cgroup_v2", "6.12"),
 ];
 
-/// Whether `test` runs in the VM of kernel `version`: a one-VM test in its own VM only,
-/// unless it was named on the command line; every other test everywhere.
+/// The tests of the poll tier's kernel (5.10): that the agent polls there, woken by PSI, and
+/// still evicts the right pod (`doctor`, which says why it polls, runs in every VM).
+const POLL_TIER_TESTS: [&str; 1] = ["agent_eviction"];
+
+/// Whether `test` runs in the VM of kernel `version`: everything named on the command line;
+/// on the poll tier its own tests alone; a one-VM test in its own VM only; every other test
+/// on every other kernel.
 fn runs_on(test: &Path, version: &str, named: bool) -> bool {
-    named
-        || ONE_VM_TESTS
-            .iter()
-            .find(|(name, _)| is_named(test, name))
-            .is_none_or(|(_, on)| *on == version)
+    if named {
+        return true;
+    }
+    if version == kernel::POLL_TIER {
+        return POLL_TIER_TESTS.iter().any(|name| is_named(test, name));
+    }
+    ONE_VM_TESTS
+        .iter()
+        .find(|(name, _)| is_named(test, name))
+        .is_none_or(|(_, on)| *on == version)
 }
 
 /// The VMs each kernel's tests are split across. A guest has one vCPU and waits about half
@@ -564,8 +574,19 @@ mod tests {
         assert!(runs_on(kube, "6.12", true), "named: everywhere");
         let hooks = Path::new("/t/debug/deps/kernel_events-1f2e");
         assert!(runs_on(hooks, "6.1", false) && runs_on(hooks, "6.12", false));
-        let versions: Vec<&str> = kernel::SERIES.iter().map(|s| s.version).collect();
+        // The poll tier runs its own tests alone, unless a test is named.
+        let eviction = Path::new("/t/debug/deps/agent_eviction-1f2e");
+        assert!(runs_on(eviction, kernel::POLL_TIER, false));
+        assert!(!runs_on(hooks, kernel::POLL_TIER, false) && !runs_on(kube, "5.10", false));
+        assert!(runs_on(hooks, kernel::POLL_TIER, true));
         let files = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests");
+        for name in POLL_TIER_TESTS {
+            assert!(
+                files.join(format!("{name}.rs")).is_file(),
+                "{name} is no test file"
+            );
+        }
+        let versions: Vec<&str> = kernel::SERIES.iter().map(|s| s.version).collect();
         for (name, on) in ONE_VM_TESTS {
             assert!(versions.contains(&on), "{name}: no {on} VM");
             assert!(

@@ -31,7 +31,8 @@
 //! inside the subtree is ever signalled, and never pid 0, pid 1 or this agent itself.
 use std::{
     collections::HashSet,
-    fs, io,
+    fs,
+    io::{self, Write as _},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     path::{Path, PathBuf},
     time::Duration,
@@ -269,7 +270,13 @@ impl Target<'_> {
         }
         if self.hierarchy.version == CgroupVersion::V2 {
             let path = self.root.join("cgroup.kill");
-            match fs::write(&path, "1") {
+            // Opened without O_CREAT: on a kernel without it (before 5.14) cgroupfs refuses
+            // to create the file (EACCES), and only its absence (ENOENT) says to signal.
+            let written = fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|mut file| file.write_all(b"1"));
+            match written {
                 Ok(()) => {
                     return Ok(pinned
                         .into_iter()

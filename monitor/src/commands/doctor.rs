@@ -227,7 +227,7 @@ impl Report {
                         .collect::<Vec<_>>()
                 }),
         );
-        let memcg_reason = memcg_reason(memcg_hook, &fentry);
+        let memcg_reason = memcg_reason(memcg_hook, &fentry, &features.stat_items);
         // The cheaper hooks the plan tried first, and why each could not be used.
         let memcg_passed_over =
             hook_plan::passed_over(MemcgHook::Auto, &features.hook_facts(), memcg_hook);
@@ -421,7 +421,17 @@ fn stat_gate(distance: &AttachDistance) -> String {
 }
 
 /// Why memory is counted with `hook`, in one line.
-fn memcg_reason(hook: Option<MemcgMethod>, fentry: &Found<Vec<FentryReport>>) -> String {
+fn memcg_reason(
+    hook: Option<MemcgMethod>,
+    fentry: &Found<Vec<FentryReport>>,
+    stat_items: &Result<(), String>,
+) -> String {
+    if let Err(why) = stat_items {
+        return format!(
+            "polled, woken by PSI: the kernel programs cannot count memory on this kernel \
+             ({why}; the stat items they count are all named from Linux 5.11)"
+        );
+    }
     let functions = |reports: &[FentryReport]| {
         reports
             .iter()

@@ -55,6 +55,7 @@ use stat_links::StatLinks;
 use task_marks::MarkState;
 pub use task_marks::TaskCgroups;
 
+pub(crate) use kernel_config::stat_items;
 use kernel_config::{config_for, incident_config_for};
 use memcg_hooks::{MemcgAttached, MemcgPlan};
 pub(crate) use raw_tracepoints::raw_tracepoints_usable;

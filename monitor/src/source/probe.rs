@@ -15,7 +15,7 @@ use aya::maps::MapType;
 pub use super::hook_plan::MemcgMethod;
 use super::{
     btf::{Types, VMLINUX_BTF},
-    ebpf::raw_tracepoints_usable,
+    ebpf::{raw_tracepoints_usable, stat_items},
     fentry::{self, FentryTarget, FentryUnavailable},
     hook_plan::{self, HookFacts, MemcgHook},
     hook_unavailable::{HookUnavailable, TracepointUnavailable},
@@ -90,6 +90,9 @@ pub struct KernelFeatures {
     /// Whether the raw memcg programs can be used (prototypes and offsets from BTF), or why
     /// not.
     pub raw_tracepoint: Result<(), HookUnavailable>,
+    /// Whether BTF names every stat item the programs count, or why not (the loader's own
+    /// words): without them no kernel program runs.
+    pub stat_items: Result<(), String>,
     /// The memory controller, or why it was not found.
     pub memory: Result<MemoryHierarchy, String>,
     pub psi: Psi,
@@ -141,7 +144,11 @@ impl KernelFeatures {
                 },
             })
             .collect();
-        let (fentry, raw_tracepoint) = probe_btf_hooks();
+        let BtfFacts {
+            fentry,
+            raw_tracepoint,
+            stat_items,
+        } = probe_btf();
         let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
         let psi = Psi::probe(memory.as_ref().ok());
         Self {
@@ -152,6 +159,7 @@ impl KernelFeatures {
             programs,
             fentry,
             raw_tracepoint,
+            stat_items,
             memory,
             psi,
         }
@@ -192,6 +200,8 @@ impl KernelFeatures {
     /// How the memcg programs hook this kernel by default, from the plan the loader follows
     /// ([`hook_plan::choose`]); `None` when memory is polled.
     pub fn memcg_method(&self) -> Option<MemcgMethod> {
+        // No hook counts what the programs cannot name.
+        self.stat_items.as_ref().ok()?;
         hook_plan::choose(MemcgHook::Auto, &self.hook_facts())
     }
 
@@ -204,7 +214,8 @@ impl KernelFeatures {
                 .filter(|p| wanted(p.program))
                 .all(ProgramSupport::usable)
         };
-        if !self.btf || !self.ring_buffer || !all_present(is_lifecycle) {
+        if !self.btf || !self.ring_buffer || self.stat_items.is_err() || !all_present(is_lifecycle)
+        {
             EventSource::Poll
         } else if self.memcg_method().is_some() {
             EventSource::Ebpf
@@ -231,13 +242,21 @@ impl KernelFeatures {
     }
 }
 
-/// The fentry programs' targets and whether the raw memcg programs can be used, from the
-/// running kernel's BTF, parsed once.
-fn probe_btf_hooks() -> (
-    Result<Vec<FentryTarget>, HookUnavailable>,
-    Result<(), HookUnavailable>,
-) {
-    let unusable = |why: HookUnavailable| (Err(why.clone()), Err(why));
+/// What the running kernel's BTF says, parsed once (see [`KernelFeatures`]).
+struct BtfFacts {
+    fentry: Result<Vec<FentryTarget>, HookUnavailable>,
+    raw_tracepoint: Result<(), HookUnavailable>,
+    stat_items: Result<(), String>,
+}
+
+/// The fentry programs' targets, whether the raw memcg programs can be used and whether the
+/// stat items are named, from the running kernel's BTF.
+fn probe_btf() -> BtfFacts {
+    let unusable = |why: HookUnavailable| BtfFacts {
+        fentry: Err(why.clone()),
+        raw_tracepoint: Err(why.clone()),
+        stat_items: Err(why.to_string()),
+    };
     let types = match fs::read(VMLINUX_BTF) {
         Ok(btf) => btf,
         Err(e) => {
@@ -248,10 +267,15 @@ fn probe_btf_hooks() -> (
     };
     let unparsable = |e| HookUnavailable::from(FentryUnavailable::from(e));
     match Types::parse(&types) {
-        Ok(types) => (
-            fentry::targets(&types).map_err(unparsable),
-            raw_tracepoints_usable(&types),
-        ),
+        Ok(types) => {
+            // Only whether they resolve matters here; the loader fills its own.
+            let mut config = monitor_common::Config::EMPTY;
+            BtfFacts {
+                fentry: fentry::targets(&types).map_err(unparsable),
+                raw_tracepoint: raw_tracepoints_usable(&types),
+                stat_items: stat_items(&types, &mut config).map_err(|e| e.to_string()),
+            }
+        }
         Err(e) => unusable(unparsable(e)),
     }
 }
@@ -321,6 +345,7 @@ pub(crate) mod tests {
                 .collect(),
             fentry: Err(HookUnavailable::NoBtf("not probed in this test".into())),
             raw_tracepoint: Err(HookUnavailable::NoBtf("not probed in this test".into())),
+            stat_items: Ok(()),
             memory: Ok(MemoryHierarchy {
                 version: CgroupVersion::V2,
                 mount: "/sys/fs/cgroup".into(),

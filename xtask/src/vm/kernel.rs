@@ -1,4 +1,5 @@
-//! Debian's cloud kernels: 6.1 and 6.12 from Debian 12 for the test matrix, and a 6.18 from
+//! Debian's cloud kernels: 6.1 and 6.12 from Debian 12 and 5.10 from Debian 11 for the test
+//! matrix, and a 6.18 from
 //! Debian 13's backports for the hook benchmark. Each is downloaded once with `apt-get
 //! download`, unpacked with `dpkg-deb -x`, and kept under the VM work directory. All have BTF,
 //! the BPF ring buffer and the cgroup tracepoints; 6.1 and 6.12 lack the memcg ones (6.13), so
@@ -40,9 +41,10 @@ enum Archive {
     Suite(&'static str),
 }
 
-/// The kernels of the VM matrix: Debian 12's own (ABI-numbered) and its 6.12 from the
-/// security archive.
-pub(super) const SERIES: [Series; 2] = [
+/// The kernels of the VM matrix: Debian 12's own (ABI-numbered), its 6.12 from the security
+/// archive, and Debian 11's 5.10, the poll tier (its BTF lacks a stat item the programs
+/// count: the agent polls, woken by PSI).
+pub(super) const SERIES: [Series; 3] = [
     Series {
         version: "6.1",
         prefix: "linux-image-6.1.0-",
@@ -57,7 +59,17 @@ pub(super) const SERIES: [Series; 2] = [
         dir: "kernel-6.12",
         archive: Archive::System,
     },
+    Series {
+        version: POLL_TIER,
+        prefix: "linux-image-5.10.0-",
+        suffix: "-cloud-amd64-unsigned",
+        dir: "kernel-5.10",
+        archive: Archive::Suite("bullseye"),
+    },
 ];
+
+/// The series of the poll tier, whose VM runs [`super::POLL_TIER_TESTS`] alone.
+pub(super) const POLL_TIER: &str = "5.10";
 
 /// A kernel with both the memcg tracepoints (6.13+) and the functions the fentry programs
 /// attach to, so the hook benchmark compares the two on one kernel: Debian 13's backported

@@ -263,3 +263,33 @@ fn json_names_what_the_vm_test_reads() {
     assert_eq!(json["programs"][2]["attach"], true);
     assert_eq!(json["ok"], true);
 }
+
+/// Debian 11's 5.10 as its VM showed it: fentry's functions in BTF, but no `MEMCG_KMEM`
+/// (5.11): the loader cannot configure the programs, so the agent polls, and says why.
+#[test]
+fn a_kernel_whose_btf_lacks_a_stat_item_is_polled_and_says_why() {
+    let why = "reading stat item numbers from the kernel's BTF: enum memcg_stat_item has no \
+               item MEMCG_KMEM in this kernel";
+    let features = KernelFeatures {
+        release: "5.10.0-32-cloud-amd64".into(),
+        stat_items: Err(why.into()),
+        ..vm_features_with_fentry()
+    };
+    let report = Report::from_features(&features);
+    assert_eq!(report.source, EventSource::Poll);
+    let text = report.to_text();
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            "memory        polled, woken by PSI: the kernel \
+                                             programs cannot count memory on this kernel"
+        ) && l.contains(why)
+            && l.contains("Linux 5.11")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("ok: agent will use poll (0/")),
+        "{text}"
+    );
+}

@@ -8,17 +8,26 @@ use crate::{
     source::btf::{self, Types},
 };
 
-/// Kernel item numbers of the tracked stats, from BTF.
+/// The programs' configuration for this kernel: its stat item numbers ([`stat_items`]) and
+/// the options.
 pub(super) fn config_for(btf: &Types<'_>, options: LoadOptions) -> Result<Config, LoadError> {
-    let node = btf.enum_values("node_stat_item")?;
-    let memcg = btf.enum_values("memcg_stat_item")?;
     let mut config = Config::EMPTY;
+    stat_items(btf, &mut config)?;
     config.step_bytes = options.step_bytes.max(1);
     config.page_size = page_size();
     config.hierarchy_id = options.hierarchy_id;
     config.budget_pages = options.budget_pages.unwrap_or_else(|| {
         default_budget_pages(config.step_bytes, config.page_size, possible_cpus())
     });
+    Ok(config)
+}
+
+/// Fills in the kernel's item numbers of the tracked stats, from BTF: they differ between
+/// kernels, and a kernel without one (5.10 has no `MEMCG_KMEM`; it came in 5.11) cannot run
+/// the programs, which the loader says and `monitor doctor` predicts.
+pub(crate) fn stat_items(btf: &Types<'_>, config: &mut Config) -> Result<(), LoadError> {
+    let node = btf.enum_values("node_stat_item")?;
+    let memcg = btf.enum_values("memcg_stat_item")?;
     for stat in Stat::ALL {
         let slot = stat as usize;
         let (lruvec, memcg_item) = match stat {
@@ -38,7 +47,7 @@ pub(super) fn config_for(btf: &Types<'_>, options: LoadOptions) -> Result<Config
         };
     }
     debug_assert_eq!(config.lruvec_items.len(), NSTATS);
-    Ok(config)
+    Ok(())
 }
 
 /// The incident programs' settings. A memory controller on its own v1 hierarchy (id > 0) needs

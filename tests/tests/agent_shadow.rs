@@ -151,9 +151,10 @@ fn the_kubelets_evictions_are_matched_with_the_dry_runs_decisions_and_kept_acros
         "both pods' keys: {detail}"
     );
 
-    // Nothing happened: a new episode after the window, the pressure gone by itself.
+    // Nothing happened: a new episode after the window (3 s, and room for a decision the
+    // agent took before it saw the memory go), the pressure gone by itself.
     hog.free();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(6));
     while agent.next_line(Duration::from_millis(100)).is_some() {}
     hog.alloc(60);
     let again = agent.next_decision(WITHIN);
@@ -182,18 +183,29 @@ fn the_kubelets_evictions_are_matched_with_the_dry_runs_decisions_and_kept_acros
     agent.stop();
 
     // A restarted agent carries the scorecard on; the Events it lists again count nothing.
+    let watches = |api: &tests::kube_api::MockKubeApi| {
+        api.requests()
+            .iter()
+            .filter(|r| r.path() == "/api/v1/events" && r.is_watch())
+            .count()
+    };
+    let watched_before = watches(&kube.api);
     let agent = kube
         .scene
         .start_kube_agent(&kube.kubeconfig, KubeScene::NODE, &FLAGS);
     let addr = metrics_addr(&agent);
     assert!(
-        agent.stderr().contains("shadow scorecard carried on"),
+        agent
+            .wait_stderr(WITHIN, |l| l.contains("shadow scorecard carried on"))
+            .is_some(),
         "{}",
         agent.stderr()
     );
+    // It has listed the Events again (a watch follows the list) and taken them.
     kube.api
-        .wait_for_request(WITHIN, |r| r.path() == "/api/v1/events" && r.is_watch());
-    std::thread::sleep(Duration::from_secs(2));
+        .wait_until(WITHIN, |api| (watches(api) > watched_before).then_some(()))
+        .expect("the restarted agent watches the Events");
+    std::thread::sleep(Duration::from_secs(1));
     let after = scorecard(addr);
     assert_eq!(after["scorecard"], card["scorecard"], "{after:#}");
     let text = MonitorProcess::command(["shadow", "--agent", &addr.to_string()])

@@ -227,7 +227,9 @@ impl Report {
                         .collect::<Vec<_>>()
                 }),
         );
-        let memcg_reason = memcg_reason(memcg_hook, &fentry, &features.stat_items);
+        // A stat item BTF does not name (without BTF the fentry line says why).
+        let missing_item = features.stat_items.as_ref().err().filter(|_| features.btf);
+        let memcg_reason = memcg_reason(memcg_hook, &fentry, missing_item);
         // The cheaper hooks the plan tried first, and why each could not be used.
         let memcg_passed_over =
             hook_plan::passed_over(MemcgHook::Auto, &features.hook_facts(), memcg_hook);
@@ -424,9 +426,9 @@ fn stat_gate(distance: &AttachDistance) -> String {
 fn memcg_reason(
     hook: Option<MemcgMethod>,
     fentry: &Found<Vec<FentryReport>>,
-    stat_items: &Result<(), String>,
+    missing_item: Option<&String>,
 ) -> String {
-    if let Err(why) = stat_items {
+    if let Some(why) = missing_item {
         return format!(
             "polled, woken by PSI: the kernel programs cannot count memory on this kernel \
              ({why}; the stat items they count are all named from Linux 5.11)"

@@ -292,4 +292,15 @@ fn a_kernel_whose_btf_lacks_a_stat_item_is_polled_and_says_why() {
             .is_some_and(|l| l.starts_with("ok: agent will use poll (0/")),
         "{text}"
     );
+    // Without BTF nothing is named: the line says BTF is missing, not which item.
+    let without_btf = KernelFeatures {
+        btf: false,
+        ..features
+    };
+    let text = Report::from_features(&without_btf).to_text();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("memory        polled: no memcg tracepoints, and fentry")),
+        "{text}"
+    );
 }

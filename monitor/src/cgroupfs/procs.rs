@@ -51,14 +51,14 @@ pub fn is_gone(error: &io::Error) -> bool {
 }
 
 /// The memory cgroup path in the text of `/proc/<pid>/cgroup`: the `memory` controller's line
-/// on cgroup v1, the unified (`0::`) line on v2.
+/// on cgroup v1, the unified (`0::`) line on v2; `None` when there is no such line.
 pub(crate) fn memory_cgroup_in_proc(text: &str, version: CgroupVersion) -> Option<String> {
     text.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
-        let (_id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let (id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
         let wanted = match version {
             CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
-            CgroupVersion::V2 => controllers.is_empty(),
+            CgroupVersion::V2 => id == "0" && controllers.is_empty(),
         };
         wanted.then(|| path.to_string())
     })

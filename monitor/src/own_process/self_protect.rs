@@ -9,7 +9,7 @@
 use std::{fs, io};
 
 use crate::{
-    cgroupfs::{CgroupVersion, MemoryHierarchy, stats},
+    cgroupfs::{CgroupVersion, MemoryHierarchy, procs::memory_cgroup_in_proc, stats},
     engine::units::bytes,
     engine::{eviction_machine::AgentCore, ids::is_within},
     node::read::read_memory_limit,
@@ -92,20 +92,6 @@ pub(crate) fn protect_process(oom_score_adj: i32, lock: bool) {
     }
 }
 
-/// The memory cgroup in `/proc/<pid>/cgroup` text: on v1 the line whose controllers include
-/// `memory`, on v2 the unified `0::` line. `None` when there is no such line.
-pub(crate) fn memory_cgroup_in(proc_cgroup: &str, version: CgroupVersion) -> Option<String> {
-    proc_cgroup.lines().find_map(|line| {
-        let mut fields = line.splitn(3, ':');
-        let (id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let wanted = match version {
-            CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
-            CgroupVersion::V2 => id == "0" && controllers.is_empty(),
-        };
-        wanted.then(|| path.to_string())
-    })
-}
-
 /// Share of its own memory limit above which the agent says it may be OOM-killed.
 const OWN_LIMIT_NEAR: f64 = 0.8;
 
@@ -175,7 +161,7 @@ impl OwnPod {
     /// Reads the agent's own memory cgroup.
     pub(crate) fn detect(version: CgroupVersion) -> Self {
         let cgroup = match fs::read_to_string(OWN_CGROUP) {
-            Ok(text) => memory_cgroup_in(&text, version),
+            Ok(text) => memory_cgroup_in_proc(&text, version),
             Err(e) => {
                 tracing::warn!(
                     "reading {OWN_CGROUP}: {e}; cannot tell whether this agent runs in a pod"
@@ -315,7 +301,11 @@ mod tests {
             ("empty", "", CgroupVersion::V2, None),
         ];
         for (name, text, version, want) in cases {
-            assert_eq!(memory_cgroup_in(text, version).as_deref(), want, "{name}");
+            assert_eq!(
+                memory_cgroup_in_proc(text, version).as_deref(),
+                want,
+                "{name}"
+            );
         }
     }
 

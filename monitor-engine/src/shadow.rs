@@ -24,7 +24,10 @@
 //! again is not counted either). Times are wall-clock unix nanoseconds: the kubelet's Events
 //! carry its wall clock, in whole seconds ([`KUBELET_CLOCK_NS`]), and it runs on the agent's
 //! node.
-use std::collections::{BTreeMap, VecDeque};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -300,7 +303,8 @@ impl Waiting {
 /// The matcher: the scorecard, the open episode and what waits for a naming.
 #[derive(Debug, Clone)]
 pub struct Shadow {
-    card: Scorecard,
+    /// Shared with the reports published: copied only when it changes while one is read.
+    card: Arc<Scorecard>,
     /// See [`MATCH_WINDOW_NS`].
     window_ns: u64,
     episode: Option<Episode>,
@@ -312,7 +316,7 @@ impl Shadow {
     /// matching within `window_ns` (see [`MATCH_WINDOW_NS`]).
     pub fn resume(card: Scorecard, window_ns: u64) -> Self {
         Self {
-            card,
+            card: Arc::new(card),
             window_ns,
             episode: None,
             waiting: Vec::new(),
@@ -328,7 +332,7 @@ impl Shadow {
         ShadowReport {
             node: node.map(String::from),
             now_ns,
-            scorecard: self.card.clone(),
+            scorecard: Arc::clone(&self.card),
             episode_open: self.episode.is_some(),
             waiting: self.waiting.len(),
         }
@@ -365,7 +369,7 @@ impl Shadow {
                 Waiting::Eviction(e) => late_line(&e, &named),
                 Waiting::Kill(k) => kernel_late_line(&k, &named),
             };
-            scored.push(self.card.score(line));
+            scored.push(Arc::make_mut(&mut self.card).score(line));
         }
         scored
     }
@@ -379,7 +383,7 @@ impl Shadow {
             return Vec::new();
         }
         push_bounded(
-            &mut self.card.counted_evictions,
+            &mut Arc::make_mut(&mut self.card).counted_evictions,
             eviction.pod.uid.clone(),
             REMEMBERED_EVICTIONS,
         );
@@ -398,7 +402,7 @@ impl Shadow {
             };
             episode.matched = true;
             let line = late_line(&eviction, named);
-            scored.push(self.card.score(line));
+            scored.push(Arc::make_mut(&mut self.card).score(line));
             return scored;
         }
         episode.matched = true;
@@ -418,7 +422,7 @@ impl Shadow {
         } else {
             different_pod(episode, &eviction)
         };
-        scored.push(self.card.score(line));
+        scored.push(Arc::make_mut(&mut self.card).score(line));
         scored
     }
 
@@ -436,7 +440,7 @@ impl Shadow {
                 verdict: None,
                 detail: kill_detail(&kill),
             };
-            scored.push(self.card.score(line));
+            scored.push(Arc::make_mut(&mut self.card).score(line));
             return scored;
         }
         let Some(episode) = self.episode.as_mut() else {
@@ -447,7 +451,7 @@ impl Shadow {
         // Its record read after a decision that came after it.
         if episode.first_ns > at {
             let line = kernel_late_line(&kill, &episode.named[0]);
-            scored.push(self.card.score(line));
+            scored.push(Arc::make_mut(&mut self.card).score(line));
             return scored;
         }
         let head = episode
@@ -475,7 +479,7 @@ impl Shadow {
                 }
             ),
         };
-        scored.push(self.card.score(line));
+        scored.push(Arc::make_mut(&mut self.card).score(line));
         scored
     }
 
@@ -507,7 +511,7 @@ impl Shadow {
                     detail: kill_detail(&k),
                 },
             };
-            scored.push(self.card.score(line));
+            scored.push(Arc::make_mut(&mut self.card).score(line));
         }
         scored
     }
@@ -534,7 +538,7 @@ impl Shadow {
                 (episode.last_ns - episode.first_ns) / NANOS_PER_SECOND
             ),
         };
-        vec![self.card.score(line)]
+        vec![Arc::make_mut(&mut self.card).score(line)]
     }
 }
 

@@ -1,4 +1,6 @@
 //! The scorecard as `/debug/shadow` answers it and `monitor shadow` prints it.
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Line, Outcome, Scorecard, median};
@@ -10,7 +12,8 @@ pub struct ShadowReport {
     /// The node it is about (`None`: the agent was not told its name).
     pub node: Option<String>,
     pub now_ns: u64,
-    pub scorecard: Scorecard,
+    /// The agent's own, shared: publishing a report copies none of it.
+    pub scorecard: Arc<Scorecard>,
     /// An episode of decisions whose outcome is not known yet.
     pub episode_open: bool,
     /// Evictions and kills waiting for a late naming.

@@ -483,3 +483,21 @@ fn a_replay_of_events_matches_as_the_agent_does() {
     assert_eq!(card.kubelet_leads_ns, [8 * S as i64]);
     assert_eq!(shadow.report(None, at(3600)).waiting, 0, "all final");
 }
+
+#[test]
+fn reports_share_the_scorecard_and_an_outcome_leaves_a_published_one_as_it_was() {
+    let mut shadow = shadow();
+    shadow.decided(named("a", at(1)));
+    let published = shadow.report(None, at(2));
+    assert!(
+        Arc::ptr_eq(&published.scorecard, &shadow.report(None, at(3)).scorecard),
+        "publishing copies nothing"
+    );
+    shadow.kubelet_evicted(evicted("a", at(5), MEMORY_100MI));
+    assert_eq!(
+        published.scorecard.count(Outcome::SamePod),
+        0,
+        "the reader's stays"
+    );
+    assert_eq!(shadow.card().count(Outcome::SamePod), 1);
+}

@@ -95,7 +95,7 @@ async fn a_dry_runs_decision_is_matched_with_the_kernels_kill_and_the_kubelets_e
     assert_eq!(card.count(Outcome::SamePod), 1);
     assert_eq!(card.counted_evictions, ["uid-hog"]);
     let again = ShadowScore::open(s.mount.path(), Some("node-1"), 1_000_000_000, unix_ns_now());
-    assert_eq!(again.report(0).scorecard, card);
+    assert_eq!(*again.report(0).scorecard, card);
     let restored = crate::metrics::exposition::Metrics {
         shadow: Some(again.metrics()),
         ..Default::default()

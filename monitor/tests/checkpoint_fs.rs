@@ -7,6 +7,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 
 use monitor::checkpoint::{AtStart, StateError, StateManager};
 use monitor::engine::checkpoint::{
@@ -20,6 +21,15 @@ fn have_root() -> bool {
     }
     test_skip::cannot_run(test_skip::Reason::Root, "mounting a tmpfs needs root");
     false
+}
+
+/// One test at a time: a child spawned by the other test (`mount`, `umount`) holds a copy of
+/// every open file until it execs, so a filler file unlinked meanwhile would keep its space.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static MOUNTS: Mutex<()> = Mutex::new(());
+    MOUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A tmpfs mounted for one test and unmounted when dropped, even when the test fails.
@@ -105,6 +115,7 @@ fn full_file_system_keeps_the_previous_checkpoint() {
     if !have_root() {
         return;
     }
+    let _serial = one_at_a_time();
     let root = tempfile::tempdir().unwrap();
     let mount = TmpfsMount::new(&root.path().join("tiny"), "size=64k,mode=0700");
     let dir = mount.path.join("checkpoints");
@@ -146,6 +157,7 @@ fn read_only_file_system_keeps_the_previous_checkpoint() {
     if !have_root() {
         return;
     }
+    let _serial = one_at_a_time();
     let root = tempfile::tempdir().unwrap();
     let mount = TmpfsMount::new(&root.path().join("ro"), "size=1m,mode=0700");
     let dir = mount.path.join("checkpoints");

@@ -181,7 +181,8 @@ fn host_tests(image: &Path, tools: &Tools) -> anyhow::Result<()> {
     let allowed = crate::skips::Allowed::here(&target.join("debug/skip_probe"))?;
     let skip_log = target.join("test-skips.log");
     let mut cmd = cargo();
-    cmd.args(["test"])
+    // Every failure at once: a failing test binary would otherwise hide those after it.
+    cmd.args(["test", "--no-fail-fast"])
         .env("MONITOR_IMAGE", image)
         .env("KUBERNETES_VALIDATE", &tools.validator)
         .env("MONITOR_PROMETHEUS_DIR", &tools.prometheus);

@@ -15,6 +15,10 @@ use super::init::{Verdict, is_kernel_panic, verdict};
 /// How long qemu gets to power off after printing the result.
 const POWEROFF_GRACE: Duration = Duration::from_secs(30);
 
+/// Lines of failed tests' panics repeated in the error, which is what CI prints last: the
+/// console above it may be cut.
+const EXCERPT_LINES: usize = 40;
+
 /// How a run ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -33,7 +37,7 @@ pub(super) fn boot(
     memory_mib: u32,
     nonce: &str,
     timeout: Duration,
-    echo: impl FnMut(&str),
+    mut echo: impl FnMut(&str),
 ) -> anyhow::Result<()> {
     // Below the host's tests in priority: they run beside the VMs in `cargo xtask test`, and
     // their agents' timings are what they check, while a guest only waits longer.
@@ -65,7 +69,11 @@ pub(super) fn boot(
             }
         }
     });
-    let outcome = watch(&rx, nonce, Instant::now() + timeout, echo);
+    let mut excerpt = FailureExcerpt::default();
+    let outcome = watch(&rx, nonce, Instant::now() + timeout, |line| {
+        excerpt.see(line);
+        echo(line);
+    });
     if matches!(outcome, Outcome::Reported(_)) {
         wait_or_kill(&mut qemu, POWEROFF_GRACE);
     } else {
@@ -74,10 +82,47 @@ pub(super) fn boot(
     }
     match outcome {
         Outcome::Reported(Verdict::Pass) => Ok(()),
-        Outcome::Reported(Verdict::Fail(what)) => bail!("failed in the VM: {what}"),
+        Outcome::Reported(Verdict::Fail(what)) => {
+            bail!("failed in the VM: {what}{}", excerpt.text())
+        }
         Outcome::Panic(line) => bail!("the VM's kernel panicked: {line}"),
         Outcome::Timeout => bail!("the VM gave no result within {} s", timeout.as_secs()),
         Outcome::Exited => bail!("qemu exited without a result"),
+    }
+}
+
+/// The panics of failed tests (`---- name stdout ----`, the `panicked at` line and the message
+/// after it) as the console showed them, at most [`EXCERPT_LINES`].
+#[derive(Default)]
+struct FailureExcerpt {
+    lines: Vec<String>,
+    /// Lines still to keep after a `panicked at`: its message.
+    message_left: usize,
+}
+
+impl FailureExcerpt {
+    fn see(&mut self, line: &str) {
+        let keep = if line.contains("panicked at") {
+            self.message_left = 3;
+            true
+        } else if line.starts_with("---- ") && line.ends_with(" ----") {
+            true
+        } else if self.message_left > 0 {
+            self.message_left -= 1;
+            true
+        } else {
+            false
+        };
+        if keep && self.lines.len() < EXCERPT_LINES {
+            self.lines.push(line.to_owned());
+        }
+    }
+
+    fn text(&self) -> String {
+        self.lines
+            .iter()
+            .map(|line| format!("\n  {line}"))
+            .collect()
     }
 }
 
@@ -153,6 +198,33 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(50);
         let outcome = watch(&rx, "n0nce", deadline, |l| echoed.push(l.to_string()));
         (outcome, echoed)
+    }
+
+    #[test]
+    fn a_failed_test_s_panic_is_kept_for_the_error() {
+        let mut excerpt = FailureExcerpt::default();
+        for line in [
+            "test a ... ok",
+            "agent: log line",
+            "---- evicts_the_hog stdout ----",
+            "agent: more log",
+            "thread 'evicts_the_hog' panicked at tests/x.rs:1:2:",
+            "the hog was not evicted",
+            "left: 1",
+            "right: 2",
+            "stack backtrace:",
+        ] {
+            excerpt.see(line);
+        }
+        assert_eq!(
+            excerpt.text(),
+            "\n  ---- evicts_the_hog stdout ----\n  thread 'evicts_the_hog' panicked at \
+             tests/x.rs:1:2:\n  the hog was not evicted\n  left: 1\n  right: 2"
+        );
+        for _ in 0..100 {
+            excerpt.see("---- many ----");
+        }
+        assert_eq!(excerpt.lines.len(), EXCERPT_LINES);
     }
 
     #[test]

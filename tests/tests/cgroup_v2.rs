@@ -41,8 +41,9 @@ fn working_set_follows_a_process_until_cgroup_kill_empties_the_cgroup() {
     allocator.alloc(64);
     let grown = stats::read(&work, CgroupVersion::V2).expect("reading the cgroup's memory");
     let growth = grown.working_set().saturating_sub(started);
+    // A page or so charged before may be freed meanwhile (seen on arm64: 4 KiB less).
     assert!(
-        (64 * MIB..80 * MIB).contains(&growth),
+        (63 * MIB..80 * MIB).contains(&growth),
         "touching 64 MiB grew the working set by {growth} bytes: {grown:?}"
     );
     assert!(
@@ -112,8 +113,19 @@ fn doctor_reports_cgroup_v2_and_the_programs_this_kernel_has() {
     } else {
         "fentry"
     };
-    if in_vm || has_memcg {
-        // The VM's kernels (5.11+ with BTF) have the functions for fentry.
+    // arm64 attaches fentry to kernel functions from 6.4: before, the agent polls memory
+    // and keeps its other kernel programs, and says why.
+    let arm64_without_fentry = std::env::consts::ARCH == "aarch64" && version < (6, 4);
+    if arm64_without_fentry {
+        assert_eq!(report["memcg_hook"], serde_json::Value::Null, "{report:#}");
+        assert_eq!(report["source"], "ebpf+poll", "{report:#}");
+        let reason = report["memcg_reason"].as_str().expect("memcg_reason");
+        assert!(
+            reason.contains("arm64 kernels attach fentry to kernel functions from 6.4"),
+            "{reason}"
+        );
+    } else if in_vm || has_memcg {
+        // The VM's other kernels (5.11+ with BTF) have the functions for fentry.
         assert_eq!(report["memcg_hook"], hook, "{report:#}");
     }
     assert_eq!(report["cgroup"]["found"]["version"], "v2", "{report:#}");

@@ -471,7 +471,7 @@ fn memcg_reason(
             )
         }
         (_, Found::Missing(reason)) => {
-            format!("polled: no memcg tracepoints, and fentry needs BTF ({reason})")
+            format!("polled: no memcg tracepoints, and no fentry: {reason}")
         }
     }
 }

@@ -48,11 +48,16 @@ pub(crate) struct KernelVictim {
 impl Question {
     /// The process the OOM killer would choose now, if any can be.
     pub(crate) fn answer(&self) -> Option<KernelVictim> {
+        self.answer_in_pages_of(page_size())
+    }
+
+    /// [`Self::answer`] on a kernel of `page`-byte pages (4 KiB; 16 or 64 KiB on some arm64
+    /// kernels): the kernel counts points in its pages.
+    fn answer_in_pages_of(&self, page: u64) -> Option<KernelVictim> {
         let pids = match self.domain {
             OomDomain::Kubepods => subtree_pids(&self.kubepods_dir).ok()?,
             OomDomain::Node => self.all_pids(),
         };
-        let page = page_size();
         let processes: Vec<ProcessMemory> = pids
             .into_iter()
             // The node's init is never chosen.
@@ -229,6 +234,46 @@ mod tests {
             "without it, the OOM killer would kill pid 700 (agent) outside any pod at the \
              kubepods cgroup's limit"
         );
+    }
+
+    #[test]
+    fn the_choice_and_its_points_hold_in_64_kib_pages() {
+        // Sizes in whole 64 KiB pages, as /proc shows them on such a kernel.
+        let root = fake_proc(
+            "64k",
+            &[
+                (
+                    400,
+                    "java",
+                    Some(1_048_576),
+                    0,
+                    "/kubepods/burstable/poda/c1",
+                ),
+                (
+                    500,
+                    "batch",
+                    Some(614_400),
+                    500,
+                    "/kubepods/besteffort/podb/c1",
+                ),
+            ],
+        );
+        let q = question(root.clone());
+        let small = q.answer_in_pages_of(4096).unwrap();
+        let large = q.answer_in_pages_of(64 * 1024).unwrap();
+        fs::remove_dir_all(&root).unwrap();
+        // 600 MiB and half of 8 GiB for its adj outweigh 1 GiB, whatever the page size.
+        assert_eq!((small.pid, large.pid), (500, 500));
+        assert_eq!(small.pod.as_deref(), Some("shop/batch"));
+        // Pages of memory and of page tables (8 KiB: nothing in 64 KiB pages, as the
+        // kernel's division rounds), plus adj x (total pages / 1000), divided first as the
+        // kernel divides.
+        let points = |page: i64, table_pages: i64| {
+            614_400 * 1024 / page + table_pages + 500 * ((8 << 30) / page / 1000)
+        };
+        assert_eq!(small.points, points(4096, 2));
+        assert_eq!(large.points, points(64 * 1024, 0));
+        assert_eq!((small.points, large.points), (1_202_102, 75_100));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use monitor_common::MemcgOffsets;
 
 use super::{
     btf::{BtfError, Types},
+    probe::{kernel_version, running_release},
     programs::{FENTRY_PROGRAMS, FentrySpec},
     struct_members::{MemberOffsets as _, OffsetError},
 };
@@ -35,11 +36,39 @@ pub enum TargetError {
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FentryUnavailable {
     #[error(transparent)]
+    Arch(#[from] ArchRefusal),
+    #[error(transparent)]
     Btf(#[from] BtfError),
     #[error(transparent)]
     Offsets(#[from] OffsetError),
     #[error(transparent)]
     Target(#[from] TargetError),
+}
+
+/// Why this kernel refuses fentry on its functions whatever its BTF says: arm64 attaches BPF
+/// trampolines to kernel functions through ftrace's direct calls, which it got in 6.4
+/// (`DYNAMIC_FTRACE_WITH_DIRECT_CALLS`); before, the attach fails with ENOTSUPP (errno 524,
+/// seen on Debian 12's arm64 6.1 in the VM tests).
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "arm64 kernels attach fentry to kernel functions from 6.4 (ftrace direct calls); this one \
+     is {release}"
+)]
+pub struct ArchRefusal {
+    release: String,
+}
+
+/// The refusal of a kernel `release` running on `arch` (as Rust names it), if it refuses.
+pub(crate) fn arch_refusal(arch: &str, release: &str) -> Option<ArchRefusal> {
+    let too_old = kernel_version(release).is_some_and(|version| version < (6, 4));
+    (arch == "aarch64" && too_old).then(|| ArchRefusal {
+        release: release.to_string(),
+    })
+}
+
+/// [`arch_refusal`] of the running kernel, on the architecture the agent is built for.
+pub(crate) fn running_kernel_refusal() -> Option<ArchRefusal> {
+    arch_refusal(std::env::consts::ARCH, &running_release())
 }
 
 /// Every fentry program's target in this kernel.
@@ -91,6 +120,43 @@ pub(crate) fn memcg_offsets(types: &Types<'_>) -> Result<MemcgOffsets, OffsetErr
 mod tests {
     use super::*;
     use crate::source::btf::VMLINUX_BTF;
+
+    #[test]
+    fn arm64_kernels_before_6_4_refuse_fentry_and_no_x86_64_kernel_does() {
+        let cases = [
+            ("Debian 12 arm64", "aarch64", "6.1.0-57-cloud-arm64", true),
+            ("Ubuntu 22.04 arm64", "aarch64", "5.15.0-1051-aws", true),
+            ("6.3 arm64", "aarch64", "6.3.13", true),
+            ("6.4 arm64: direct calls", "aarch64", "6.4.0", false),
+            (
+                "Debian 12's 6.12 arm64",
+                "aarch64",
+                "6.12.118+deb12-cloud-arm64",
+                false,
+            ),
+            ("x86_64 6.1", "x86_64", "6.1.0-57-cloud-amd64", false),
+            (
+                "a release not understood: left to the attach",
+                "aarch64",
+                "unknown",
+                false,
+            ),
+        ];
+        for (name, arch, release, refused) in cases {
+            let refusal = arch_refusal(arch, release);
+            assert_eq!(refusal.is_some(), refused, "{name}");
+            if let Some(refusal) = refusal {
+                assert_eq!(
+                    refusal.to_string(),
+                    format!(
+                        "arm64 kernels attach fentry to kernel functions from 6.4 (ftrace \
+                         direct calls); this one is {release}"
+                    ),
+                    "{name}"
+                );
+            }
+        }
+    }
 
     /// On the running kernel: each program finds a function (6.13+ and 5.11-6.12 both have
     /// one by some name) and the offsets resolve.

@@ -126,8 +126,7 @@ impl KernelFeatures {
     /// Probes the running kernel, mounting tracefs if needed. Never fails: what cannot be
     /// probed is recorded as missing, with the reason where there is one.
     pub fn probe() -> Self {
-        let release = fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map_or_else(|_| "unknown".into(), |r| r.trim().to_string());
+        let release = running_release();
         let tracefs = ensure_tracefs().map_err(|e| e.to_string());
         let programs = PROGRAMS
             .iter()
@@ -148,7 +147,7 @@ impl KernelFeatures {
             fentry,
             raw_tracepoint,
             stat_items,
-        } = probe_btf();
+        } = probe_btf(&release);
         let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
         let psi = Psi::probe(memory.as_ref().ok());
         Self {
@@ -251,7 +250,7 @@ struct BtfFacts {
 
 /// The fentry programs' targets, whether the raw memcg programs can be used and whether the
 /// stat items are named, from the running kernel's BTF.
-fn probe_btf() -> BtfFacts {
+fn probe_btf(release: &str) -> BtfFacts {
     let unusable = |why: HookUnavailable| BtfFacts {
         fentry: Err(why.clone()),
         raw_tracepoint: Err(why.clone()),
@@ -270,8 +269,12 @@ fn probe_btf() -> BtfFacts {
         Ok(types) => {
             // Only whether they resolve matters here; the loader fills its own.
             let mut config = monitor_common::Config::EMPTY;
+            let refused = fentry::arch_refusal(std::env::consts::ARCH, release);
             BtfFacts {
-                fentry: fentry::targets(&types).map_err(unparsable),
+                fentry: match refused {
+                    Some(refusal) => Err(FentryUnavailable::from(refusal).into()),
+                    None => fentry::targets(&types).map_err(unparsable),
+                },
                 raw_tracepoint: raw_tracepoints_usable(&types),
                 stat_items: stat_items(&types, &mut config).map_err(|e| e.to_string()),
             }
@@ -309,6 +312,12 @@ fn ring_buffer_supported(release: &str) -> bool {
         // the ring buffer.
         Err(_) => kernel_version(release).is_some_and(|version| version >= (5, 8)),
     }
+}
+
+/// The running kernel's release (`uname -r`), or `unknown`.
+pub(crate) fn running_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "unknown".into(), |r| r.trim().to_string())
 }
 
 /// (major, minor) of a release string such as `6.1.0-57-cloud-amd64`.

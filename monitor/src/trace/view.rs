@@ -396,6 +396,10 @@ mod tests {
     }
 
     fn view(filter: Filter) -> TraceView {
+        view_in_pages_of(filter, 4096)
+    }
+
+    fn view_in_pages_of(filter: Filter, page_size: u64) -> TraceView {
         let mut paths = CgroupPaths::default();
         paths.insert(1, "/".into());
         paths.insert(10, "/pods/a".into());
@@ -414,7 +418,29 @@ mod tests {
             window_ns: 1_000_000_000,
             bytes_per_sec: (8 * MIB) as u64,
         };
-        TraceView::new(paths, filter, Some(Box::new(pods)), burst, 4096)
+        TraceView::new(paths, filter, Some(Box::new(pods)), burst, page_size)
+    }
+
+    #[test]
+    fn reclaimed_pages_are_counted_in_the_kernel_s_page_size() {
+        // arm64 kernels may run with 16 KiB or 64 KiB pages: the stall's nr_reclaimed is in
+        // those pages.
+        for (page, bytes) in [
+            (4096, 8192),
+            (16 * 1024, 32 * 1024),
+            (64 * 1024, 128 * 1024),
+        ] {
+            let records = view_in_pages_of(Filter::default(), page).apply(stall(12, 7), &mut Fake);
+            let [
+                TraceRecord::Stall {
+                    reclaimed_bytes, ..
+                },
+            ] = &records[..]
+            else {
+                panic!("{records:?}")
+            };
+            assert_eq!(*reclaimed_bytes, bytes, "{page}-byte pages");
+        }
     }
 
     fn kinds(records: &[TraceRecord]) -> Vec<String> {

@@ -18,24 +18,24 @@ pub(crate) enum AttachError {
         source: ProgramError,
     },
     /// The verifier or the kernel refused the program.
-    #[error("loading {name}: {source}")]
+    #[error("loading {name}: {}", WithCauses(source))]
     Load {
         name: &'static str,
         source: ProgramError,
     },
-    #[error("attaching {name} to {target}: {source}")]
+    #[error("attaching {name} to {target}: {}", WithCauses(source))]
     Attach {
         name: &'static str,
         target: &'static str,
         source: ProgramError,
     },
     /// fentry programs are loaded for one kernel function, which names them in the reason.
-    #[error("loading fentry on {function}: {source}")]
+    #[error("loading fentry on {function}: {}", WithCauses(source))]
     LoadFentry {
         function: &'static str,
         source: ProgramError,
     },
-    #[error("attaching fentry to {function}: {source}")]
+    #[error("attaching fentry to {function}: {}", WithCauses(source))]
     AttachFentry {
         function: &'static str,
         source: ProgramError,
@@ -47,6 +47,23 @@ pub(crate) enum AttachError {
         name: &'static str,
         source: MapError,
     },
+}
+
+/// An error and its causes, `: `-joined. aya's syscall errors name the call and keep the
+/// errno as their cause, and the errno is what tells a refused hook (EOPNOTSUPP, ENOTSUPP)
+/// from a busy one (EBUSY) in the one line the agent logs and `doctor` prints.
+struct WithCauses<'a>(&'a ProgramError);
+
+impl std::fmt::Display for WithCauses<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = std::error::Error::source(self.0);
+        while let Some(error) = cause {
+            write!(f, ": {error}")?;
+            cause = error.source();
+        }
+        Ok(())
+    }
 }
 
 /// The program `name` as the kind `P` its hook needs.
@@ -73,4 +90,25 @@ pub(super) fn write_map<V: Pod>(
     Array::<_, V>::try_from(ebpf.map_mut(name).ok_or(AttachError::NoMap(name))?)
         .and_then(|mut array| array.set(index, value, 0))
         .map_err(|source| AttachError::WriteMap { name, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_attach_names_the_call_and_the_errno() {
+        let refused = AttachError::AttachFentry {
+            function: "__mod_memcg_lruvec_state",
+            source: ProgramError::SyscallError(aya::sys::SyscallError {
+                call: "bpf_raw_tracepoint_open",
+                io_error: std::io::Error::from_raw_os_error(libc::EBUSY),
+            }),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "attaching fentry to __mod_memcg_lruvec_state: `bpf_raw_tracepoint_open` failed: \
+             Device or resource busy (os error 16)"
+        );
+    }
 }

@@ -41,7 +41,7 @@ pub fn add_loopback_alias(addr: std::net::Ipv4Addr) {
         let sin = (&raw mut request.ifr_ifru.ifru_addr).cast::<libc::sockaddr_in>();
         (*sin).sin_family = libc::AF_INET as libc::sa_family_t;
         (*sin).sin_addr.s_addr = u32::from(addr).to_be();
-        let set = libc::ioctl(socket, libc::SIOCSIFADDR, &request);
+        let set = libc::ioctl(socket, libc::SIOCSIFADDR as libc::Ioctl, &request);
         let error = std::io::Error::last_os_error();
         libc::close(socket);
         assert_eq!(set, 0, "SIOCSIFADDR lo:1 {addr}: {error}");
@@ -60,11 +60,11 @@ fn loopback_up() {
         for (to, from) in request.ifr_name.iter_mut().zip(b"lo\0") {
             *to = *from as libc::c_char;
         }
-        let got = libc::ioctl(socket, libc::SIOCGIFFLAGS, &mut request);
+        let got = libc::ioctl(socket, libc::SIOCGIFFLAGS as libc::Ioctl, &mut request);
         let error = std::io::Error::last_os_error();
         assert_eq!(got, 0, "SIOCGIFFLAGS lo: {error}");
         request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        let set = libc::ioctl(socket, libc::SIOCSIFFLAGS, &request);
+        let set = libc::ioctl(socket, libc::SIOCSIFFLAGS as libc::Ioctl, &request);
         let error = std::io::Error::last_os_error();
         libc::close(socket);
         assert_eq!(set, 0, "SIOCSIFFLAGS lo: {error}");

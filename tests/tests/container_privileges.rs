@@ -145,28 +145,12 @@ fn podman(args: &[&str]) -> Output {
 
 /// The image archive, or why the test cannot run.
 fn archive() -> Result<PathBuf, String> {
-    if std::env::var_os("MONITOR_VM").is_some() {
-        return Err("the VM has no podman; this test runs on the host".into());
-    }
-    if Command::new("podman").arg("--version").output().is_err() {
+    if std::env::var_os("MONITOR_VM").is_none()
+        && Command::new("podman").arg("--version").output().is_err()
+    {
         return Err("podman is not installed (cargo xtask test installs it)".into());
     }
-    let path = std::env::var_os("MONITOR_IMAGE").map_or_else(
-        || {
-            let exe = std::env::current_exe().expect("test executable path");
-            // target/<profile>/deps/<test>
-            let target = exe.ancestors().nth(3).expect("target directory");
-            target.join("image/monitor.oci.tar")
-        },
-        PathBuf::from,
-    );
-    if !path.exists() {
-        return Err(format!(
-            "{} is not built (cargo xtask image; cargo xtask test builds it)",
-            path.display()
-        ));
-    }
-    Ok(path)
+    tests::image_archive()
 }
 
 /// The doctor's flags for the scene's paths.

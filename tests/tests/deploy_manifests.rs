@@ -399,3 +399,31 @@ fn the_daemonset_reads_the_kubelets_file_and_the_overlay_as_the_kubelet_updates_
         "monitor-config"
     );
 }
+
+#[test]
+fn no_rendered_manifest_pins_an_architecture() {
+    if !on_the_host("no_rendered_manifest_pins_an_architecture") {
+        return;
+    }
+    // The image is an index of linux/amd64 and linux/arm64: a node of either pulls its own,
+    // so no selector, affinity or image tag may name one.
+    for (dir, kind) in kustomizations() {
+        if kind != "Kustomization" {
+            continue;
+        }
+        let Some(objects) = rendered(&dir) else {
+            return;
+        };
+        for object in objects {
+            let text = serde_norway::to_string(&object).unwrap();
+            for pin in ["kubernetes.io/arch", "amd64", "arm64", "x86_64", "aarch64"] {
+                assert!(
+                    !text.contains(pin),
+                    "deploy/{dir}: {} {} names {pin}",
+                    object["kind"].as_str().unwrap_or("?"),
+                    object["metadata"]["name"].as_str().unwrap_or("?")
+                );
+            }
+        }
+    }
+}

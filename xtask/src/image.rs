@@ -1,9 +1,11 @@
-//! `cargo xtask image`: the agent as an OCI image, assembled from files.
+//! `cargo xtask image`: the agent as an OCI image index for linux/amd64 and linux/arm64,
+//! assembled from files.
 //!
-//! The binary is built for the musl target, statically linked (the kernel programs are
-//! embedded by monitor's build script as in every build), and is the image's only file: no
-//! base image is pulled, buildah starts from `scratch`. The result is an OCI archive under
-//! `target/image/`, rebuilt only when the binary changed, so `cargo xtask test` can call this
+//! Each binary is built for its architecture's musl target, statically linked (the kernel
+//! programs are embedded by monitor's build script as in every build), and is its image's only
+//! file: no base image is pulled, buildah starts from `scratch`. The result is one OCI archive
+//! under `target/image/` whose index names both platforms, so a container runtime takes the
+//! node's own; it is rebuilt only when a binary changed, so `cargo xtask test` can call this
 //! on every run.
 use std::{
     fs,
@@ -14,69 +16,121 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use crate::{
+    arch::{Arch, check_static},
     process::{cargo, status, target_dir},
     setup::{ensure_debian_packages, ensure_rust_target},
 };
 
-pub(crate) const MUSL: &str = "x86_64-unknown-linux-musl";
-/// Debian packages the image needs: buildah assembles it, musl-tools gives a C compiler for
-/// the musl target (ring's build script compiles C).
-pub(crate) const PACKAGES: [&str; 2] = ["buildah", "musl-tools"];
+/// Debian's buildah assembles the image.
+pub(crate) const PACKAGES: [&str; 1] = ["buildah"];
 /// The reference stored in the archive (`skopeo copy` uses it unless told otherwise).
 pub(crate) const REFERENCE: &str = concat!("monitor:", env!("CARGO_PKG_VERSION"));
 
-/// The image and the static binary it holds.
+/// The image and the static binary it holds for this machine.
 pub(crate) struct Image {
     pub archive: PathBuf,
     pub binary: PathBuf,
 }
 
-/// Builds the image when the binary is newer than the archive.
+/// Builds the static binary of every architecture, then the image index when a binary is
+/// newer than the archive.
 pub(crate) fn build() -> anyhow::Result<Image> {
-    ensure_rust_target(MUSL)?;
     ensure_debian_packages(&PACKAGES)?;
-    status(
-        cargo()
-            .env("CC_x86_64_unknown_linux_musl", "musl-gcc")
-            .args([
-                "build",
-                "--release",
-                "--package",
-                "monitor",
-                "--bin",
-                "monitor",
-                "--target",
-                MUSL,
-            ]),
-    )?;
-    let target = target_dir()?;
-    let binary = target.join(MUSL).join("release/monitor");
-    check_static(&binary)?;
-    let archive = target.join("image/monitor.oci.tar");
-    if is_newer(&archive, &binary) {
+    let binaries = Arch::ALL
+        .into_iter()
+        .map(|arch| Ok((arch, static_binary(arch)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let archive = target_dir()?.join("image/monitor.oci.tar");
+    if binaries
+        .iter()
+        .all(|(_, binary)| is_newer(&archive, binary))
+    {
         eprintln!("image: {} is up to date", archive.display());
     } else {
         fs::create_dir_all(archive.parent().context("archive path has a parent")?)?;
-        assemble(&binary, &archive)?;
-        eprintln!("image: wrote {} ({REFERENCE})", archive.display());
+        assemble(&binaries, &archive)?;
+        eprintln!(
+            "image: wrote {} ({REFERENCE}, {})",
+            archive.display(),
+            Arch::ALL.map(Arch::oci).join(", ")
+        );
     }
+    let binary = binaries
+        .into_iter()
+        .find_map(|(arch, binary)| (arch == Arch::X86_64).then_some(binary))
+        .context("no binary for this machine")?;
     Ok(Image { archive, binary })
 }
 
-/// `buildah from scratch`, the binary as `/monitor`, committed straight to an OCI archive
-/// (nothing stays in buildah's storage but the working container, removed at the end).
-fn assemble(binary: &Path, archive: &Path) -> anyhow::Result<()> {
-    let out = Command::new("buildah")
-        .args(["from", "scratch"])
-        .output()
-        .context("starting buildah")?;
-    if !out.status.success() {
-        bail!(
-            "buildah from scratch failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+/// `monitor` for `arch`, release, statically linked with its kernel programs embedded (the
+/// BPF target follows the build target's byte order); installs the target and its C compiler
+/// first.
+pub(crate) fn static_binary(arch: Arch) -> anyhow::Result<PathBuf> {
+    let target = arch.rust_target();
+    ensure_rust_target(target)?;
+    ensure_debian_packages(&[arch.c_compiler_package()])?;
+    let mut cmd = cargo();
+    arch.cross_env(&mut cmd);
+    cmd.args([
+        "build",
+        "--release",
+        "--package",
+        "monitor",
+        "--bin",
+        "monitor",
+    ])
+    .args(["--target", target]);
+    status(&mut cmd)?;
+    let binary = target_dir()?.join(target).join("release/monitor");
+    check_static(&binary, arch)?;
+    Ok(binary)
+}
+
+/// One `buildah from scratch` image per architecture, the binary as `/monitor`, gathered in a
+/// manifest list and pushed with every image to an OCI archive: its index points at the list,
+/// which names each image's platform. Nothing stays in buildah's storage.
+fn assemble(binaries: &[(Arch, PathBuf)], archive: &Path) -> anyhow::Result<()> {
+    let list = format!("monitor-index-{}", std::process::id());
+    buildah(&["manifest", "create", &list])?;
+    let mut images = Vec::new();
+    let result = (|| {
+        for (arch, binary) in binaries {
+            let image = single_image(*arch, binary)?;
+            images.push(image.clone());
+            buildah(&[
+                "manifest",
+                "add",
+                &list,
+                &format!("containers-storage:{image}"),
+            ])?;
+        }
+        let partial = archive.with_extension("tar.partial");
+        let _ = fs::remove_file(&partial);
+        buildah(&[
+            "manifest",
+            "push",
+            "--quiet",
+            "--all",
+            "--format",
+            "oci",
+            &list,
+            &format!("oci-archive:{}:{REFERENCE}", partial.display()),
+        ])?;
+        fs::rename(&partial, archive)
+            .with_context(|| format!("moving the archive to {}", archive.display()))
+    })();
+    let _ = Command::new("buildah")
+        .args(["manifest", "rm", &list])
+        .output();
+    for image in images {
+        let _ = Command::new("buildah").args(["rmi", &image]).output();
     }
-    let container = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    result
+}
+
+/// The image of one architecture, committed to buildah's storage; returns its id.
+fn single_image(arch: Arch, binary: &Path) -> anyhow::Result<String> {
+    let container = buildah(&["from", "--arch", arch.oci(), "scratch"])?;
     let result = (|| {
         status(
             Command::new("buildah")
@@ -84,8 +138,12 @@ fn assemble(binary: &Path, archive: &Path) -> anyhow::Result<()> {
                 .arg(binary)
                 .arg("/monitor"),
         )?;
-        status(Command::new("buildah").args([
+        buildah(&[
             "config",
+            "--arch",
+            arch.oci(),
+            "--os",
+            "linux",
             "--entrypoint",
             r#"["/monitor"]"#,
             "--cmd",
@@ -102,69 +160,30 @@ fn assemble(binary: &Path, archive: &Path) -> anyhow::Result<()> {
                 env!("CARGO_PKG_VERSION")
             ),
             &container,
-        ]))?;
-        let partial = archive.with_extension("tar.partial");
-        let _ = fs::remove_file(&partial);
-        status(
-            Command::new("buildah")
-                .args(["commit", "--quiet", "--format", "oci", &container])
-                .arg(format!("oci-archive:{}:{REFERENCE}", partial.display())),
-        )?;
-        fs::rename(&partial, archive)
-            .with_context(|| format!("moving the archive to {}", archive.display()))
+        ])?;
+        buildah(&["commit", "--quiet", "--format", "oci", &container])
     })();
     let _ = Command::new("buildah").args(["rm", &container]).output();
     result
 }
 
-/// The image has no libc: a dynamically linked binary (one with an ELF interpreter) would
-/// not start in it.
-fn check_static(binary: &Path) -> anyhow::Result<()> {
-    let elf = fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
-    if has_interpreter(&elf).context("not a 64-bit ELF file")? {
+/// Runs buildah with `args`; returns what it printed, trimmed.
+fn buildah(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("buildah")
+        .args(args)
+        .output()
+        .context("starting buildah")?;
+    if !out.status.success() {
         bail!(
-            "{} is dynamically linked; the image has no libc to run it",
-            binary.display()
+            "buildah {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
-}
-
-/// Whether a 64-bit little-endian ELF file has a PT_INTERP program header.
-fn has_interpreter(elf: &[u8]) -> Option<bool> {
-    const PT_INTERP: u32 = 3;
-    if elf.get(..5)? != b"\x7fELF\x02" {
-        return None;
-    }
-    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
-    let phoff = u64::from_le_bytes(elf.get(0x20..0x28)?.try_into().ok()?) as usize;
-    let (size, count) = (u16_at(0x36)? as usize, u16_at(0x38)? as usize);
-    (0..count)
-        .map(|i| {
-            let at = phoff + i * size;
-            Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?))
-        })
-        .try_fold(false, |found, kind| Some(found || kind? == PT_INTERP))
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn is_newer(path: &Path, than: &Path) -> bool {
     let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
     matches!((modified(path), modified(than)), (Some(a), Some(b)) if a > b)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn interpreter_detection() {
-        let own = fs::read(std::env::current_exe().unwrap()).unwrap();
-        // The test binary is built for the host's glibc target: dynamically linked.
-        assert_eq!(has_interpreter(&own), Some(true));
-        assert_eq!(has_interpreter(b"#!/bin/sh\n"), None);
-        let mut no_headers = own[..64].to_vec();
-        no_headers[0x38] = 0;
-        no_headers[0x39] = 0;
-        assert_eq!(has_interpreter(&no_headers), Some(false));
-    }
 }

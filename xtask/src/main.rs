@@ -1,5 +1,6 @@
 //! Developer tasks: `cargo xtask <task>`. Each task that builds calls `setup` first, so a fresh
 //! machine needs only one command.
+mod arch;
 mod bench;
 mod demo;
 mod image;
@@ -30,6 +31,10 @@ enum Task {
         /// Build with optimizations.
         #[arg(long)]
         release: bool,
+        /// Build the image's static (musl) release binary for this architecture instead,
+        /// installing its Rust target and C cross compiler first; prints the binary's path.
+        #[arg(long, value_name = "ARCH")]
+        target: Option<arch::Arch>,
     },
     /// Build, then run `monitor` with ARGS (as root: loading kernel programs needs it).
     Run {
@@ -100,21 +105,26 @@ enum Task {
               value_parser = clap::value_parser!(u64).range(10..=50_000))]
         pods: Vec<u64>,
     },
-    /// Build the container image: a static (musl) `monitor` as the only file of an image
-    /// made from scratch, written as an OCI archive to target/image/monitor.oci.tar (rebuilt
-    /// only when the binary changed). Push it with
-    /// `skopeo copy oci-archive:target/image/monitor.oci.tar docker://REGISTRY/monitor:TAG`.
+    /// Build the container image: for linux/amd64 and linux/arm64 each, a static (musl)
+    /// `monitor` as the only file of an image made from scratch, both in one OCI index
+    /// written as an archive to target/image/monitor.oci.tar (rebuilt only when a binary
+    /// changed). Push it, both platforms, with
+    /// `skopeo copy --all oci-archive:target/image/monitor.oci.tar docker://REGISTRY/monitor:TAG`.
     Image,
-    /// Boot Debian's 6.1 and 6.12 kernels under qemu with cgroup v2 and run the end-to-end
-    /// tests there (`monitor doctor` first).
+    /// Boot Debian's kernels under qemu with cgroup v2 and run the end-to-end tests there
+    /// (`monitor doctor` first): x86_64 6.1, 6.12 and 5.10 (the poll tier), and arm64 6.12
+    /// and 6.1 (its poll tier) with a subset of the tests, built for arm64.
     VmTest {
         /// Only these test executables of the tests crate, by file name, e.g.
         /// `trace_incidents agent_kube` (default: all of them).
         only: Vec<String>,
         /// The agent of the container image (static, release), as `cargo xtask test` runs
-        /// it in the VMs, instead of the debug build.
+        /// it in the VMs, instead of the debug build (arm64 VMs always run the image's).
         #[arg(long)]
         image_agent: bool,
+        /// Only the VMs of this architecture (repeatable; default: both).
+        #[arg(long, value_name = "ARCH")]
+        arch: Vec<arch::Arch>,
     },
 }
 
@@ -122,7 +132,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup::run(),
-        Task::Build { release } => setup::run().and_then(|()| tasks::build(release)),
+        Task::Build {
+            target: Some(arch), ..
+        } => setup::run().and_then(|()| {
+            println!("{}", image::static_binary(arch)?.display());
+            Ok(())
+        }),
+        Task::Build { release, .. } => setup::run().and_then(|()| tasks::build(release)),
         Task::Run { release, args } => setup::run().and_then(|()| tasks::run(release, &args)),
         Task::Test { no_vm } => tasks::test(!no_vm),
         Task::Demo { duration, enforce } => {
@@ -154,13 +170,22 @@ fn main() -> ExitCode {
             setup::run().and_then(|()| bench::run(name, size, options))
         }
         Task::Image => setup::run().and_then(|()| image::build().map(drop)),
-        Task::VmTest { only, image_agent } => setup::run().and_then(|()| {
+        Task::VmTest {
+            only,
+            image_agent,
+            arch,
+        } => setup::run().and_then(|()| {
             let agent = if image_agent {
-                Some(image::build()?.binary)
+                Some(image::static_binary(arch::Arch::X86_64)?)
             } else {
                 None
             };
-            vm::run(&only, agent.as_deref(), &mut |vm, took, failed| {
+            let arches = if arch.is_empty() {
+                arch::Arch::ALL.to_vec()
+            } else {
+                arch
+            };
+            vm::run(&only, &arches, agent.as_deref(), &mut |vm, took, failed| {
                 let verdict = if failed { "failed" } else { "passed" };
                 eprintln!("vm-test: {vm} {verdict} in {:.0} s", took.as_secs_f64());
             })

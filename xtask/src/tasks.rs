@@ -53,8 +53,15 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
         let image = scope.spawn(|| timed(crate::image::build));
         let beside = phases.run("lints", lints).and_then(|()| {
             // The default members: the kernel crate builds only on nightly for the BPF
-            // target (monitor's build script builds it, with its own warnings shown).
-            phases.run("build", || status(cargo().args(["test", "--no-run"])))
+            // target (monitor's build script builds it, with its own warnings shown). The
+            // arm64 VMs' tests are built here too, not beside the host's timed tests.
+            phases.run("build", || {
+                status(cargo().args(["test", "--no-run"]))?;
+                if with_vm {
+                    crate::vm::build_other_arches()?;
+                }
+                Ok(())
+            })
         });
         let (took, built) = joined_timed(image, "the image build");
         phases.record("image (beside lints, build)", took, built.is_err());
@@ -85,9 +92,15 @@ fn test_phases(phases: &mut Phases, with_vm: bool) -> anyhow::Result<()> {
             let mut rows = Vec::new();
             // The VMs run the agent that ships: the image's static release binary.
             let ran = with_vm.then(|| {
-                crate::vm::run(&[], Some(&image.binary), &mut |vm, took, failed| {
-                    rows.push((vm.to_string(), took, failed));
-                })
+                let arches = crate::arch::Arch::ALL;
+                crate::vm::run(
+                    &[],
+                    &arches,
+                    Some(&image.binary),
+                    &mut |vm, took, failed| {
+                        rows.push((vm.to_string(), took, failed));
+                    },
+                )
             });
             (rows, ran.unwrap_or(Ok(())))
         });
@@ -146,12 +159,15 @@ fn toolchain(with_vm: bool) -> anyhow::Result<Tools> {
     crate::setup::run()?;
     crate::setup::ensure_component("rustfmt")?;
     crate::setup::ensure_component("clippy")?;
-    crate::setup::ensure_rust_target(crate::image::MUSL)?;
+    for arch in crate::arch::Arch::ALL {
+        crate::setup::ensure_rust_target(arch.rust_target())?;
+    }
     // The container test runs the image with Debian's podman (runc: crun refuses cgroup v1's
-    // hybrid layout).
-    let packages: Vec<&str> = ["podman", "runc"]
+    // hybrid layout); the image test runs its arm64 binary under qemu's user-mode emulation.
+    let packages: Vec<&str> = ["podman", "runc", "qemu-user-static"]
         .into_iter()
         .chain(crate::image::PACKAGES)
+        .chain(crate::arch::Arch::ALL.map(crate::arch::Arch::c_compiler_package))
         .chain(crate::vm::PACKAGES)
         .collect();
     crate::setup::ensure_debian_packages(&packages)?;

@@ -22,7 +22,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::setup::ensure_debian_packages;
+use crate::{arch::Arch, setup::ensure_debian_packages};
 
 /// The VM's RAM unless a run asks for another size.
 const MEMORY_MIB: u32 = 2048;
@@ -86,15 +86,37 @@ const ONE_VM_TESTS: [(&str, &str); 37] = [
 /// still evicts the right pod (`doctor`, which says why it polls, runs in every VM).
 const POLL_TIER_TESTS: [&str; 1] = ["agent_eviction"];
 
-/// Whether `test` runs in the VM of kernel `version`: everything named on the command line;
-/// on the poll tier its own tests alone; a one-VM test in its own VM only; every other test
-/// on every other kernel.
-fn runs_on(test: &Path, version: &str, named: bool) -> bool {
+/// The tests of the arm64 VMs (emulated, so a subset): `doctor` and the hook it names
+/// (`cgroup_v2`), the kernel programs' events (`kernel_events`), the eviction of the right pod
+/// (`agent_eviction`) and the brake (`agent_memory_brake`) on 6.12; on 6.1 and the poll tier
+/// (5.10) fewer.
+const ARM64_TESTS: [&str; 4] = [
+    "cgroup_v2",
+    "kernel_events",
+    "agent_eviction",
+    "agent_memory_brake",
+];
+/// On arm64's 6.1, which refuses fentry (the agent polls memory and keeps its other kernel
+/// programs): `doctor`'s account of it and the eviction.
+const ARM64_NO_FENTRY_TESTS: [&str; 2] = ["cgroup_v2", "agent_eviction"];
+
+/// Whether `test` runs in the VM of kernel `series`: everything named on the command line;
+/// on a poll tier its own tests alone; on arm64 its subset; a one-VM test in its own VM only;
+/// every other test on every other kernel.
+fn runs_on(test: &Path, series: kernel::Series, named: bool) -> bool {
     if named {
         return true;
     }
+    let version = series.version;
+    let listed = |names: &[&str]| names.iter().any(|name| is_named(test, name));
     if version == kernel::POLL_TIER {
-        return POLL_TIER_TESTS.iter().any(|name| is_named(test, name));
+        return listed(&POLL_TIER_TESTS);
+    }
+    if series.arch == Arch::Aarch64 && version == kernel::ARM64_NO_FENTRY {
+        return listed(&ARM64_NO_FENTRY_TESTS);
+    }
+    if series.arch == Arch::Aarch64 {
+        return listed(&ARM64_TESTS);
     }
     ONE_VM_TESTS
         .iter()
@@ -167,88 +189,83 @@ fn split<'a>(tests: &[&'a Path], vms: usize) -> Vec<Vec<&'a Path>> {
         .collect()
 }
 
-/// Runs the tests crate's test executables in the VMs: those named in `only` (their file
-/// names up to the hash cargo appends), or all when it is empty. The agent they start is
-/// `agent` (the image's static release binary, in `cargo xtask test`), else the debug build.
-/// `timed` hears how long each VM took and whether it failed.
+/// Runs the tests crate's test executables in the VMs of `arches`: those named in `only`
+/// (their file names up to the hash cargo appends), or all when it is empty. The agent they
+/// start on x86_64 is `agent` (the image's static release binary, in `cargo xtask test`),
+/// else the debug build; on arm64 always the image's. `timed` hears how long each VM took and
+/// whether it failed.
 pub(crate) fn run(
     only: &[String],
+    arches: &[Arch],
     agent: Option<&Path>,
     timed: &mut dyn FnMut(&str, Duration, bool),
 ) -> anyhow::Result<()> {
     let target = target_dir()?;
     let work = prepare(&target)?;
-    let kernels = kernel::SERIES
-        .iter()
-        .map(|series| Ok((*series, kernel::ensure(&work, *series)?)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut built = artifacts::build()?;
-    if let Some(agent) = agent {
-        built.monitor = agent.to_path_buf();
+    let mut plans = Vec::new();
+    for arch in arches {
+        plans.extend(arch_plans(&work, *arch, only, agent)?);
     }
-    let tests: Vec<&Path> = built
-        .tests
-        .iter()
-        .map(PathBuf::as_path)
-        .filter(|test| only.is_empty() || only.iter().any(|name| is_named(test, name)))
-        .collect();
-    if tests.is_empty() {
-        anyhow::bail!("no test executable is named {}", only.join(" or "));
-    }
-    let monitor = in_guest(&target, &built.monitor);
-    let skip_probe = built
-        .helpers
-        .iter()
-        .find(|path| path.file_name().is_some_and(|name| name == "skip_probe"))
-        .context("the tests crate built no skip_probe")?;
-    let skip_probe = in_guest(&target, skip_probe);
-
     // Every VM boots at once, single-vCPU guests sharing the host's cores instead of waiting
-    // for each other (TCG makes each run take minutes); each kernel's tests are split across
-    // [`VMS_PER_KERNEL`] of them, and each VM's RAM disk holds its own tests only. Every VM
-    // runs to its end even when another failed: each result is worth having. Console lines
-    // are prefixed with the VM they come from.
+    // for each other (TCG makes each run take minutes); each x86_64 kernel's tests are split
+    // across [`VMS_PER_KERNEL`] of them, and each VM's RAM disk holds its own tests only.
+    // Every VM runs to its end even when another failed: each result is worth having.
+    // Console lines are prefixed with the VM they come from.
     let mut vms = Vec::new();
-    for (series, kernel) in &kernels {
-        let mine: Vec<&Path> = tests
+    for plan in &plans {
+        let mine: Vec<&Path> = plan
+            .tests
             .iter()
-            .copied()
-            .filter(|test| runs_on(test, series.version, !only.is_empty()))
+            .map(PathBuf::as_path)
+            .filter(|test| runs_on(test, plan.series, !only.is_empty()))
             .collect();
-        let groups = split(&mine, VMS_PER_KERNEL);
+        let per_kernel = match plan.series.arch {
+            Arch::X86_64 => VMS_PER_KERNEL,
+            Arch::Aarch64 => 1,
+        };
+        let groups = split(&mine, per_kernel);
         let count = groups.len();
+        let label = match plan.series.arch {
+            Arch::X86_64 => format!("Linux {}", plan.series.version),
+            arch @ Arch::Aarch64 => format!("Linux {} {}", plan.series.version, arch.oci()),
+        };
         for (i, group) in groups.into_iter().enumerate() {
             let name = match count {
-                1 => format!("Linux {}", series.version),
-                _ => format!("Linux {} #{}", series.version, i + 1),
+                1 => label.clone(),
+                _ => format!("{label} #{}", i + 1),
             };
-            let mut guest = Guest::new(&target, &work, *series, kernel);
-            guest.initrd = format!("initrd-{}-{}.gz", series.version, i + 1);
+            let mut guest = Guest::new(&target, &work, plan.series, &plan.kernel, &plan.busybox);
+            guest.initrd = format!(
+                "initrd-{}-{}-{}.gz",
+                plan.series.arch.oci(),
+                plan.series.version,
+                i + 1
+            );
             let in_vm = group
                 .iter()
                 .map(|test| in_guest(&target, test))
                 .collect::<Vec<_>>();
             // The kernel's own checks once, in its first VM.
-            let runs = init::test_runs(&monitor, &in_vm, i == 0);
-            let executables: Vec<&Path> = std::iter::once(built.monitor.as_path())
+            let runs = init::test_runs(&in_guest(&target, &plan.monitor), &in_vm, i == 0);
+            let executables: Vec<&Path> = std::iter::once(plan.monitor.as_path())
                 .chain(group)
-                .chain(built.helpers.iter().map(PathBuf::as_path))
+                .chain(plan.helpers.iter().map(PathBuf::as_path))
                 .collect();
-            vms.push((name, guest, executables, runs));
+            vms.push((name, guest, executables, runs, plan));
         }
     }
     let booted: Vec<(String, Duration, anyhow::Result<()>)> = std::thread::scope(|scope| {
         let running: Vec<_> = vms
             .iter()
-            .map(|(name, guest, executables, runs)| {
-                let (monitor, skip_probe) = (&monitor, &skip_probe);
+            .map(|(name, guest, executables, runs, plan)| {
                 let run = scope.spawn(move || {
+                    let monitor = in_guest(guest.target, &plan.monitor);
                     crate::phases::timed(|| {
                         boot_plan(
                             guest,
                             executables,
-                            &[("MONITOR_BIN", monitor)],
-                            Some(skip_probe),
+                            &[("MONITOR_BIN", &monitor)],
+                            Some(&in_guest(guest.target, &plan.skip_probe)),
                             runs,
                             |line| println!("[{name}] {line}"),
                         )
@@ -276,6 +293,94 @@ pub(crate) fn run(
     match failed.as_slice() {
         [] => Ok(()),
         _ => anyhow::bail!("the VM tests failed on {}", failed.join("; ")),
+    }
+}
+
+/// Builds the tests of every architecture but the machine's for its VMs, as [`run`] will
+/// find them built.
+pub(crate) fn build_other_arches() -> anyhow::Result<()> {
+    artifacts::build_for(Arch::Aarch64, &ARM64_TESTS).map(drop)
+}
+
+/// One kernel's VMs: what they boot and run (host paths).
+struct KernelPlan {
+    series: kernel::Series,
+    kernel: kernel::Kernel,
+    busybox: PathBuf,
+    monitor: PathBuf,
+    tests: Vec<PathBuf>,
+    helpers: Vec<PathBuf>,
+    skip_probe: PathBuf,
+}
+
+/// The plans of `arch`'s kernels, with the executables built for it: for x86_64 the host's
+/// test build; for another architecture its musl build of the tests it runs (or of those
+/// named in `only`) and the image's static agent.
+fn arch_plans(
+    work: &Path,
+    arch: Arch,
+    only: &[String],
+    agent: Option<&Path>,
+) -> anyhow::Result<Vec<KernelPlan>> {
+    let series: &[kernel::Series] = match arch {
+        Arch::X86_64 => &kernel::SERIES,
+        Arch::Aarch64 => &kernel::ARM64_SERIES,
+    };
+    let (monitor, tests, helpers) = match arch {
+        Arch::X86_64 => {
+            let built = artifacts::build()?;
+            (
+                agent.map_or(built.monitor, Path::to_path_buf),
+                built.tests,
+                built.helpers,
+            )
+        }
+        Arch::Aarch64 => {
+            let names: Vec<&str> = if only.is_empty() {
+                ARM64_TESTS.to_vec()
+            } else {
+                only.iter().map(String::as_str).collect()
+            };
+            let (tests, helpers) = artifacts::build_for(arch, &names)?;
+            (crate::image::static_binary(arch)?, tests, helpers)
+        }
+    };
+    let tests: Vec<PathBuf> = tests
+        .into_iter()
+        .filter(|test| only.is_empty() || only.iter().any(|name| is_named(test, name)))
+        .collect();
+    if tests.is_empty() {
+        anyhow::bail!("no test executable is named {}", only.join(" or "));
+    }
+    let skip_probe = helpers
+        .iter()
+        .find(|path| path.file_name().is_some_and(|name| name == "skip_probe"))
+        .context("the tests crate built no skip_probe")?
+        .clone();
+    let busybox = busybox(work, arch)?;
+    series
+        .iter()
+        .map(|series| {
+            Ok(KernelPlan {
+                series: *series,
+                kernel: kernel::ensure(work, *series)?,
+                busybox: busybox.clone(),
+                monitor: monitor.clone(),
+                tests: tests.clone(),
+                helpers: helpers.clone(),
+                skip_probe: skip_probe.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Busybox for `arch`'s VMs: the machine's own, or Debian's static build for `arch`.
+fn busybox(work: &Path, arch: Arch) -> anyhow::Result<PathBuf> {
+    match arch {
+        Arch::X86_64 => Ok(PathBuf::from("/bin/busybox")),
+        arch @ Arch::Aarch64 => {
+            Ok(packages::unpacked_for(work, "busybox-static", arch)?.join("bin/busybox"))
+        }
     }
 }
 
@@ -332,6 +437,7 @@ pub(crate) fn run_under_systemd(
     let plan = init::script(&init::Plan {
         nonce: &nonce,
         kernel: series.version,
+        arch: series.arch.oci(),
         env: &guest_env,
         skip_probe: None,
         runs: &runs,
@@ -357,9 +463,24 @@ pub(crate) fn run_under_systemd(
         PathBuf::from(init::RAMDISK_MODULE),
     ));
     let initrd = work.join("initrd-systemd.gz");
-    initramfs::write(&initrd, &systemd::init(), &all, &files)?;
+    let busybox = busybox(&work, series.arch)?;
+    initramfs::write(
+        &initrd,
+        &systemd::init(),
+        (series.arch, &busybox),
+        &all,
+        &files,
+    )?;
     eprintln!("vm: booting {} with systemd (TCG)", kernel.image.display());
-    qemu::boot(&kernel.image, &initrd, memory_mib, &nonce, TIMEOUT, echo)
+    qemu::boot(
+        series.arch,
+        &kernel.image,
+        &initrd,
+        memory_mib,
+        &nonce,
+        TIMEOUT,
+        echo,
+    )
 }
 
 /// The plan's runs, with the executables they and `env` name (host paths).
@@ -410,7 +531,8 @@ fn run_programs(
         .map(|(name, path)| (*name, path.as_path()))
         .collect();
     let (runs, executables) = plan_runs(&target, programs, env)?;
-    let mut guest = Guest::new(&target, &work, series, &kernel);
+    let busybox = busybox(&work, series.arch)?;
+    let mut guest = Guest::new(&target, &work, series, &kernel, &busybox);
     guest.memory_mib = memory_mib;
     boot_plan(&guest, &executables, &guest_env, None, &runs, echo)
 }
@@ -422,8 +544,9 @@ pub(crate) fn debian_package(package: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The Debian packages the VMs need.
-pub(crate) const PACKAGES: [&str; 5] = [
+pub(crate) const PACKAGES: [&str; 6] = [
     "qemu-system-x86",
+    "qemu-system-arm",
     "busybox-static",
     "binutils",
     "ca-certificates",
@@ -437,11 +560,15 @@ fn prepare(target: &Path) -> anyhow::Result<PathBuf> {
     Ok(target.join("vm"))
 }
 
-/// The test matrix's kernels, downloaded and unpacked where they are not yet.
+/// The test matrix's kernels, and busybox for each architecture, downloaded and unpacked
+/// where they are not yet.
 pub(crate) fn fetch_kernels() -> anyhow::Result<()> {
     let work = prepare(&target_dir()?)?;
-    for series in kernel::SERIES {
+    for series in kernel::SERIES.into_iter().chain(kernel::ARM64_SERIES) {
         kernel::ensure(&work, series)?;
+    }
+    for arch in Arch::ALL {
+        busybox(&work, arch)?;
     }
     Ok(())
 }
@@ -452,6 +579,8 @@ struct Guest<'a> {
     work: &'a Path,
     series: kernel::Series,
     kernel: &'a kernel::Kernel,
+    /// Busybox built for the series' architecture.
+    busybox: &'a Path,
     memory_mib: u32,
     /// The RAM disk's file in the work directory: one per VM booted at once.
     initrd: String,
@@ -463,12 +592,14 @@ impl<'a> Guest<'a> {
         work: &'a Path,
         series: kernel::Series,
         kernel: &'a kernel::Kernel,
+        busybox: &'a Path,
     ) -> Self {
         Self {
             target,
             work,
             series,
             kernel,
+            busybox,
             memory_mib: MEMORY_MIB,
             initrd: format!("initrd-{}.gz", series.version),
         }
@@ -490,6 +621,7 @@ fn boot_plan(
     let init = init::script(&init::Plan {
         nonce: &nonce,
         kernel: guest.series.version,
+        arch: guest.series.arch.oci(),
         env,
         skip_probe,
         runs,
@@ -503,9 +635,17 @@ fn boot_plan(
         guest.kernel.ramdisk_module.as_path(),
         PathBuf::from(init::RAMDISK_MODULE),
     )];
-    initramfs::write(&initrd, &init, &executables, &modules)?;
+    let arch = guest.series.arch;
+    initramfs::write(
+        &initrd,
+        &init,
+        (arch, guest.busybox),
+        &executables,
+        &modules,
+    )?;
     eprintln!("vm: booting {} (TCG)", guest.kernel.image.display());
     qemu::boot(
+        arch,
         &guest.kernel.image,
         &initrd,
         guest.memory_mib,
@@ -568,24 +708,41 @@ mod tests {
 
     #[test]
     fn one_vm_tests_run_in_their_vm_the_rest_in_every_vm() {
+        let [x86_6_1, x86_6_12, x86_5_10] = kernel::SERIES;
+        let [arm_6_12, arm_6_1, arm_5_10] = kernel::ARM64_SERIES;
+        assert_eq!(x86_5_10.version, kernel::POLL_TIER);
+        assert_eq!(arm_5_10.version, kernel::POLL_TIER);
         let kube = Path::new("/t/debug/deps/agent_kube-1f2e");
-        assert!(runs_on(kube, "6.1", false));
-        assert!(!runs_on(kube, "6.12", false));
-        assert!(runs_on(kube, "6.12", true), "named: everywhere");
+        assert!(runs_on(kube, x86_6_1, false));
+        assert!(!runs_on(kube, x86_6_12, false));
+        assert!(runs_on(kube, x86_6_12, true), "named: everywhere");
         let hooks = Path::new("/t/debug/deps/kernel_events-1f2e");
-        assert!(runs_on(hooks, "6.1", false) && runs_on(hooks, "6.12", false));
+        assert!(runs_on(hooks, x86_6_1, false) && runs_on(hooks, x86_6_12, false));
         // The poll tier runs its own tests alone, unless a test is named.
         let eviction = Path::new("/t/debug/deps/agent_eviction-1f2e");
-        assert!(runs_on(eviction, kernel::POLL_TIER, false));
-        assert!(!runs_on(hooks, kernel::POLL_TIER, false) && !runs_on(kube, "5.10", false));
-        assert!(runs_on(hooks, kernel::POLL_TIER, true));
+        assert!(runs_on(eviction, x86_5_10, false));
+        assert!(!runs_on(hooks, x86_5_10, false) && !runs_on(kube, x86_5_10, false));
+        assert!(runs_on(hooks, x86_5_10, true));
+        // arm64: its subset; without fentry and on the poll tier fewer.
+        assert!(runs_on(hooks, arm_6_12, false) && runs_on(eviction, arm_6_12, false));
+        assert!(!runs_on(kube, arm_6_12, false));
+        assert_eq!(arm_6_1.version, kernel::ARM64_NO_FENTRY);
+        assert!(runs_on(eviction, arm_6_1, false) && !runs_on(hooks, arm_6_1, false));
+        assert!(runs_on(eviction, arm_5_10, false) && !runs_on(hooks, arm_5_10, false));
+        assert!(runs_on(hooks, arm_5_10, true));
         let files = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests");
-        for name in POLL_TIER_TESTS {
+        for name in POLL_TIER_TESTS.iter().chain(&ARM64_TESTS) {
             assert!(
                 files.join(format!("{name}.rs")).is_file(),
                 "{name} is no test file"
             );
         }
+        assert!(
+            POLL_TIER_TESTS
+                .iter()
+                .all(|name| ARM64_TESTS.contains(name)),
+            "the arm64 build holds the poll tier's tests"
+        );
         let versions: Vec<&str> = kernel::SERIES.iter().map(|s| s.version).collect();
         for (name, on) in ONE_VM_TESTS {
             assert!(versions.contains(&on), "{name}: no {on} VM");

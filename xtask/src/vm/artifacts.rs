@@ -9,6 +9,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
+use crate::{arch::Arch, process::cargo};
+
 /// Executables built for the VM.
 pub(super) struct Artifacts {
     pub monitor: PathBuf,
@@ -44,6 +46,33 @@ pub(super) fn build() -> anyhow::Result<Artifacts> {
     })
 }
 
+/// The `tests` crate's test executables named `tests` and its helpers, built for another
+/// architecture's musl target (static: the VM needs no libraries of it). The agent is the
+/// image's static binary of that architecture, built by the caller.
+pub(super) fn build_for(
+    arch: Arch,
+    tests: &[&str],
+) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let mut args = vec!["test", "--no-run", "--package", "tests"];
+    args.extend(["--target", arch.rust_target()]);
+    for test in tests {
+        args.extend(["--test", test]);
+    }
+    let mut cmd = cargo();
+    arch.cross_env(&mut cmd);
+    let (tests, helpers) = executables_of(cmd, &args)?
+        .into_iter()
+        .filter(|e| e.package == "tests")
+        .partition::<Vec<_>, _>(|e| e.test);
+    if tests.is_empty() {
+        bail!("the tests crate built no test executable for {arch:?}");
+    }
+    Ok((
+        tests.into_iter().map(|e| e.path).collect(),
+        helpers.into_iter().map(|e| e.path).collect(),
+    ))
+}
+
 #[derive(Debug, PartialEq, Eq)]
 struct Executable {
     path: PathBuf,
@@ -54,7 +83,10 @@ struct Executable {
 }
 
 fn executables(args: &[&str]) -> anyhow::Result<Vec<Executable>> {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    executables_of(cargo(), args)
+}
+
+fn executables_of(mut cmd: Command, args: &[&str]) -> anyhow::Result<Vec<Executable>> {
     // Compiler errors go to stderr as text; only the artifact messages come back as JSON.
     cmd.args(args)
         .arg("--message-format=json-render-diagnostics")

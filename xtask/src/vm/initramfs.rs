@@ -15,17 +15,21 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::cpio::Tree;
-use crate::process::status;
+use crate::{arch::Arch, process::status};
 
+/// Busybox in the VM, and the machine's own, whose applet list names the links (an arm64
+/// VM's busybox is the same Debian package for arm64).
 const BUSYBOX: &str = "/bin/busybox";
 /// The CA bundle: a node has one, and the Kubernetes client refuses to start without any
 /// root certificate even when it talks plain HTTP to the tests' mock API server.
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// Writes the initramfs to `out`; `executables` and `modules` are (host path, path in the VM).
+/// Writes the initramfs of an `arch` VM to `out`, with `busybox` (a host path, built for
+/// `arch`); `executables` and `modules` are (host path, path in the VM).
 pub(super) fn write(
     out: &Path,
     init: &str,
+    (arch, busybox): (Arch, &Path),
     executables: &[(&Path, PathBuf)],
     modules: &[(&Path, PathBuf)],
 ) -> anyhow::Result<()> {
@@ -35,7 +39,7 @@ pub(super) fn write(
         tree.dir(dir);
     }
     tree.file("init", 0o755, init.as_bytes().to_vec());
-    add_file(&mut tree, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
+    add_file(&mut tree, busybox, Path::new(BUSYBOX))?;
     add_file(&mut tree, Path::new(CA_BUNDLE), Path::new(CA_BUNDLE))?;
     for (host, guest) in modules {
         add_file(&mut tree, host, guest)?;
@@ -46,7 +50,7 @@ pub(super) fn write(
     let mut libraries = Vec::new();
     for (host, guest) in executables {
         status(
-            Command::new("strip")
+            Command::new(strip(arch))
                 .arg("--strip-debug")
                 .arg("-o")
                 .arg(&stripped)
@@ -65,6 +69,14 @@ pub(super) fn write(
     let mut archive = Vec::new();
     tree.write(&mut archive)?;
     gzip(&archive, out)
+}
+
+/// binutils' strip for `arch` (the cross one comes with the C cross compiler).
+fn strip(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "strip",
+        Arch::Aarch64 => "aarch64-linux-gnu-strip",
+    }
 }
 
 fn add_file(tree: &mut Tree, host: &Path, guest: &Path) -> anyhow::Result<()> {

@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::process::status;
+use crate::{arch::Arch, process::status};
 
 /// A Debian kernel series the VM boots: packages `<prefix><number><suffix>`, newest number
 /// taken.
@@ -28,12 +28,15 @@ pub(super) struct Series {
     dir: &'static str,
     /// Where apt finds the package.
     archive: Archive,
+    /// The architecture it is built for, which the VM emulates.
+    pub arch: Arch,
 }
 
 /// The apt archive a kernel package comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Archive {
-    /// The machine's own sources (Debian 12 and its security archive).
+    /// The machine's own sources (Debian 12 and its security archive); for another
+    /// architecture the same suites through lists of its own (see [`AptOptions`]).
     System,
     /// A suite of deb.debian.org the machine does not list: apt reads it through a sources
     /// list and package lists of its own under the VM work directory, verified with Debian's
@@ -51,6 +54,7 @@ pub(super) const SERIES: [Series; 3] = [
         suffix: "-cloud-amd64-unsigned",
         dir: "kernel",
         archive: Archive::System,
+        arch: Arch::X86_64,
     },
     Series {
         version: "6.12",
@@ -58,6 +62,7 @@ pub(super) const SERIES: [Series; 3] = [
         suffix: "+deb12-cloud-amd64-unsigned",
         dir: "kernel-6.12",
         archive: Archive::System,
+        arch: Arch::X86_64,
     },
     Series {
         version: POLL_TIER,
@@ -65,11 +70,45 @@ pub(super) const SERIES: [Series; 3] = [
         suffix: "-cloud-amd64-unsigned",
         dir: "kernel-5.10",
         archive: Archive::Suite("bullseye"),
+        arch: Arch::X86_64,
+    },
+];
+
+/// The arm64 kernels: Debian 12's cloud 6.12, counting memory with fentry; its 6.1, which
+/// refuses fentry on kernel functions (ENOTSUPP: arm64 attaches them through ftrace's direct
+/// calls, `DYNAMIC_FTRACE_WITH_DIRECT_CALLS`, from 6.4), where the agent polls memory and
+/// keeps its other kernel programs; and Debian 11's 5.10, the poll tier as on x86_64.
+pub(super) const ARM64_SERIES: [Series; 3] = [
+    Series {
+        version: "6.12",
+        prefix: "linux-image-6.12.",
+        suffix: "+deb12-cloud-arm64-unsigned",
+        dir: "kernel-arm64-6.12",
+        archive: Archive::System,
+        arch: Arch::Aarch64,
+    },
+    Series {
+        version: "6.1",
+        prefix: "linux-image-6.1.0-",
+        suffix: "-cloud-arm64-unsigned",
+        dir: "kernel-arm64-6.1",
+        archive: Archive::System,
+        arch: Arch::Aarch64,
+    },
+    Series {
+        version: POLL_TIER,
+        prefix: "linux-image-5.10.0-",
+        suffix: "-cloud-arm64-unsigned",
+        dir: "kernel-arm64-5.10",
+        archive: Archive::Suite("bullseye"),
+        arch: Arch::Aarch64,
     },
 ];
 
 /// The series of the poll tier, whose VM runs [`super::POLL_TIER_TESTS`] alone.
 pub(super) const POLL_TIER: &str = "5.10";
+/// The arm64 series that refuses fentry: memory polled, the other kernel programs kept.
+pub(super) const ARM64_NO_FENTRY: &str = "6.1";
 
 /// A kernel with both the memcg tracepoints (6.13+) and the functions the fentry programs
 /// attach to, so the hook benchmark compares the two on one kernel: Debian 13's backported
@@ -80,6 +119,7 @@ pub(super) const BOTH_HOOKS: Series = Series {
     suffix: "+deb13-cloud-amd64",
     dir: "kernel-6.18",
     archive: Archive::Suite("trixie-backports"),
+    arch: Arch::X86_64,
 };
 
 /// What the VM boots: the kernel image and the one module it loads.
@@ -181,26 +221,67 @@ fn compressed(module: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Options that point apt at a series' archive: none for the machine's own sources.
-struct AptOptions(Vec<String>);
+/// Options that point apt at a series' archive: none for the machine's own sources and
+/// architecture. Another suite or architecture gets a sources list, package lists and a cache
+/// of its own under the VM work directory, verified with Debian's archive keyring, so the
+/// machine's apt state is left alone.
+pub(super) struct AptOptions(pub Vec<String>);
 
 impl AptOptions {
     fn for_series(work: &Path, series: Series) -> anyhow::Result<Self> {
-        let Archive::Suite(suite) = series.archive else {
-            return Ok(Self(Vec::new()));
-        };
-        let dir = work.join(format!("apt-{suite}"));
+        match (series.archive, series.arch) {
+            (Archive::System, Arch::X86_64) => Ok(Self(Vec::new())),
+            (Archive::System, arch) => Self::for_arch(work, arch),
+            (Archive::Suite(suite), Arch::X86_64) => Self::private(
+                work,
+                &format!("apt-{suite}"),
+                &suite_sources(suite, Arch::X86_64),
+                Arch::X86_64,
+            ),
+            (Archive::Suite(suite), arch) => Self::private(
+                work,
+                &format!("apt-{suite}-{}", arch.oci()),
+                &suite_sources(suite, arch),
+                arch,
+            ),
+        }
+    }
+
+    /// Debian 12's suites (those the machine lists) for `arch`.
+    pub(super) fn for_arch(work: &Path, arch: Arch) -> anyhow::Result<Self> {
+        let sources = [
+            ("debian", "bookworm"),
+            ("debian-security", "bookworm-security"),
+        ]
+        .map(|(archive, suite)| source_line(archive, suite, arch))
+        .concat();
+        Self::private(work, &format!("apt-{}", arch.oci()), &sources, arch)
+    }
+
+    fn private(work: &Path, name: &str, sources_list: &str, arch: Arch) -> anyhow::Result<Self> {
+        let dir = work.join(name);
         let lists = dir.join("lists");
-        fs::create_dir_all(lists.join("partial"))
-            .with_context(|| format!("creating {}", lists.display()))?;
+        let cache = dir.join("cache");
+        for made in [lists.join("partial"), cache.join("archives/partial")] {
+            fs::create_dir_all(&made).with_context(|| format!("creating {}", made.display()))?;
+        }
         let sources = dir.join("sources.list");
-        fs::write(&sources, suite_sources(suite))
+        fs::write(&sources, sources_list)
             .with_context(|| format!("writing {}", sources.display()))?;
-        let options = [
+        let mut options = vec![
             ("Dir::Etc::SourceList", sources.display().to_string()),
             ("Dir::Etc::SourceParts", "/dev/null".to_string()),
             ("Dir::State::Lists", lists.display().to_string()),
+            ("Dir::Cache", cache.display().to_string()),
         ];
+        if arch != Arch::X86_64 {
+            // The machine's dpkg knows amd64 alone: apt is told of no other installed state.
+            options.extend([
+                ("APT::Architecture", arch.oci().to_string()),
+                ("APT::Architectures", arch.oci().to_string()),
+                ("Dir::State::status", "/dev/null".to_string()),
+            ]);
+        }
         Ok(Self(
             options
                 .iter()
@@ -211,10 +292,15 @@ impl AptOptions {
 }
 
 /// A one-line sources list for `suite` of Debian's main archive, signed by its keyring.
-fn suite_sources(suite: &str) -> String {
+fn suite_sources(suite: &str, arch: Arch) -> String {
+    source_line("debian", suite, arch)
+}
+
+fn source_line(archive: &str, suite: &str, arch: Arch) -> String {
     format!(
-        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
-         http://deb.debian.org/debian {suite} main\n"
+        "deb [arch={} signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+         http://deb.debian.org/{archive} {suite} main\n",
+        arch.oci()
     )
 }
 
@@ -345,8 +431,19 @@ mod tests {
         let sources = fs::read_to_string(work.join("apt-trixie-backports/sources.list")).unwrap();
         assert_eq!(
             sources,
-            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+            "deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
              http://deb.debian.org/debian trixie-backports main\n"
+        );
+        // Another architecture: the machine's suites, its own lists, and no dpkg state.
+        let apt = AptOptions::for_series(&work, ARM64_SERIES[0]).unwrap().0;
+        assert!(apt.contains(&"APT::Architecture=arm64".to_string()));
+        assert!(apt.contains(&"Dir::State::status=/dev/null".to_string()));
+        let sources = fs::read_to_string(work.join("apt-arm64/sources.list")).unwrap();
+        assert!(sources.contains("[arch=arm64 "), "{sources}");
+        assert!(sources.contains("/debian bookworm main\n"), "{sources}");
+        assert!(
+            sources.contains("/debian-security bookworm-security main\n"),
+            "{sources}"
         );
         fs::remove_dir_all(&work).unwrap();
     }

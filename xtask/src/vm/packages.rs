@@ -9,22 +9,58 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::process::status;
+use super::kernel::AptOptions;
+use crate::{arch::Arch, process::status};
 
 /// The unpacked root of `package` (its files below it as below `/`), unpacking it first
 /// when absent.
 pub(super) fn unpacked(work: &Path, package: &str) -> anyhow::Result<PathBuf> {
-    let root = work.join("packages").join(package);
+    unpacked_from(work, package, package, &AptOptions(Vec::new()))
+}
+
+/// [`unpacked`] for another architecture than the machine's, through apt's lists of it.
+pub(super) fn unpacked_for(work: &Path, package: &str, arch: Arch) -> anyhow::Result<PathBuf> {
+    let apt = AptOptions::for_arch(work, arch)?;
+    let lists = apt
+        .0
+        .iter()
+        .find_map(|o| o.strip_prefix("Dir::State::Lists="));
+    // Lists are fetched once, when none are there yet.
+    if lists.is_some_and(|dir| {
+        fs::read_dir(dir).map_or(true, |entries| {
+            !entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
+        })
+    }) {
+        status(
+            Command::new("apt-get")
+                .args(["update", "-qq", "-o", "APT::Sandbox::User=root"])
+                .args(&apt.0),
+        )?;
+    }
+    unpacked_from(work, package, &format!("{package}-{}", arch.oci()), &apt)
+}
+
+fn unpacked_from(
+    work: &Path,
+    package: &str,
+    dir: &str,
+    apt: &AptOptions,
+) -> anyhow::Result<PathBuf> {
+    let root = work.join("packages").join(dir);
     if root.is_dir() {
         return Ok(root);
     }
-    let downloads = work.join("packages").join(format!("{package}.download"));
+    let downloads = work.join("packages").join(format!("{dir}.download"));
     let _ = fs::remove_dir_all(&downloads);
     fs::create_dir_all(&downloads).with_context(|| format!("creating {}", downloads.display()))?;
     eprintln!("vm: downloading Debian's {package}");
     status(
         Command::new("apt-get")
-            .args(["download", "-q", "-o", "APT::Sandbox::User=root", package])
+            .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
+            .args(&apt.0)
+            .arg(package)
             .current_dir(&downloads),
     )?;
     let deb = fs::read_dir(&downloads)?

@@ -11,6 +11,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::init::{Verdict, is_kernel_panic, verdict};
+use crate::arch::Arch;
 
 /// How long qemu gets to power off after printing the result.
 const POWEROFF_GRACE: Duration = Duration::from_secs(30);
@@ -29,9 +30,10 @@ enum Outcome {
     Exited,
 }
 
-/// Boots `kernel` with `initrd` and `memory_mib` of RAM, hands each console line to `echo`
-/// and fails unless the VM reports that everything passed.
+/// Boots `kernel` (built for `arch`) with `initrd` and `memory_mib` of RAM, hands each console
+/// line to `echo` and fails unless the VM reports that everything passed.
 pub(super) fn boot(
+    arch: Arch,
     kernel: &Path,
     initrd: &Path,
     memory_mib: u32,
@@ -42,20 +44,16 @@ pub(super) fn boot(
     // Below the host's tests in priority: they run beside the VMs in `cargo xtask test`, and
     // their agents' timings are what they check, while a guest only waits longer.
     let mut cmd = Command::new("nice");
-    cmd.args(["-n", "10", "qemu-system-x86_64"])
-        .args(["-accel", "tcg", "-cpu", "max", "-nographic", "-no-reboot"])
+    cmd.args(["-n", "10"])
+        .args(machine(arch))
+        .args(["-accel", "tcg", "-nographic", "-no-reboot"])
         .args(["-m", &memory_mib.to_string()])
         .arg("-kernel")
         .arg(kernel)
         .arg("-initrd")
         .arg(initrd)
         // panic=-1 reboots at once on a panic, which -no-reboot turns into qemu exiting.
-        // no_timer_check: on a busy host the emulated CPU is too slow for the boot's check of
-        // the IO-APIC timer, which then panics ("IO-APIC + timer doesn't work!").
-        .args([
-            "-append",
-            "console=ttyS0 panic=-1 loglevel=4 no_timer_check",
-        ])
+        .args(["-append", &command_line(arch)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     let mut qemu = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
@@ -102,6 +100,9 @@ struct FailureExcerpt {
 
 impl FailureExcerpt {
     fn see(&mut self, line: &str) {
+        if line.starts_with("stack backtrace:") {
+            self.message_left = 0;
+        }
         let keep = if line.contains("panicked at") {
             self.message_left = 3;
             true
@@ -123,6 +124,32 @@ impl FailureExcerpt {
             .iter()
             .map(|line| format!("\n  {line}"))
             .collect()
+    }
+}
+
+/// The emulator and its machine: a PC, or arm's `virt` board.
+fn machine(arch: Arch) -> [&'static str; 5] {
+    match arch {
+        Arch::X86_64 => ["qemu-system-x86_64", "-M", "pc", "-cpu", "max"],
+        // The implementation-defined pointer authentication: the architected one (QARMA) is
+        // several times slower to emulate.
+        Arch::Aarch64 => [
+            "qemu-system-aarch64",
+            "-M",
+            "virt",
+            "-cpu",
+            "max,pauth-impdef=on",
+        ],
+    }
+}
+
+/// The kernel's command line: the console on the board's serial port.
+fn command_line(arch: Arch) -> String {
+    match arch {
+        // no_timer_check: on a busy host the emulated CPU is too slow for the boot's check
+        // of the IO-APIC timer, which then panics ("IO-APIC + timer doesn't work!").
+        Arch::X86_64 => "console=ttyS0 panic=-1 loglevel=4 no_timer_check".into(),
+        Arch::Aarch64 => "console=ttyAMA0 panic=-1 loglevel=4".into(),
     }
 }
 
@@ -211,15 +238,15 @@ mod tests {
             "thread 'evicts_the_hog' panicked at tests/x.rs:1:2:",
             "the hog was not evicted",
             "left: 1",
-            "right: 2",
             "stack backtrace:",
+            "   0: __rustc::rust_begin_unwind",
         ] {
             excerpt.see(line);
         }
         assert_eq!(
             excerpt.text(),
             "\n  ---- evicts_the_hog stdout ----\n  thread 'evicts_the_hog' panicked at \
-             tests/x.rs:1:2:\n  the hog was not evicted\n  left: 1\n  right: 2"
+             tests/x.rs:1:2:\n  the hog was not evicted\n  left: 1"
         );
         for _ in 0..100 {
             excerpt.see("---- many ----");

@@ -43,6 +43,7 @@ mod env;
 mod hooks;
 mod kernel_cost;
 mod latency;
+mod oom_arm64;
 mod oom_brake;
 mod oom_peers;
 mod oom_race;
@@ -83,6 +84,9 @@ pub(crate) enum Name {
     /// The oom-race's peers alone (earlyoom and systemd-oomd against the agent on
     /// whole-node memory, in a VM); `oom-race` includes them.
     OomPeers,
+    /// The oom-race's cgroup v2 race on arm64 beside x86_64 alone (6.12 VMs of each);
+    /// `oom-race` includes it.
+    OomArm64,
 }
 
 /// How much of each benchmark a run does.
@@ -239,6 +243,7 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
             }),
             Name::OomV2 => run_one(section, &mut || oom_brake::run(&bins, &machine, size)),
             Name::OomPeers => run_one(section, &mut || oom_peers::run(&bins, &machine, size)),
+            Name::OomArm64 => run_one(section, &mut || oom_arm64::run(&machine, size)),
         }?;
     }
     let elapsed = started.elapsed();
@@ -268,16 +273,17 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
 /// own (named alone, or run alone when the run leaves this machine's cases out).
 fn sections(name: Option<Name>, machines: Machines) -> Vec<Name> {
     use Name::{
-        Density, Hooks, Kernel, Latency, OomPeers, OomRace, OomV2, Overhead, PidRace, Ranking,
-        Starved,
+        Density, Hooks, Kernel, Latency, OomArm64, OomPeers, OomRace, OomV2, Overhead, PidRace,
+        Ranking, Starved,
     };
     // Every section has cases on this machine.
     const ALL: [Name; 9] = [
         Latency, Density, Kernel, Hooks, Ranking, OomRace, PidRace, Overhead, Starved,
     ];
-    // Those with cases in a VM too, split inside; oom-race's are OomV2's and OomPeers'.
+    // Those with cases in a VM too, split inside; oom-race's are OomV2's, OomPeers' and
+    // OomArm64's.
     const PART_IN_VMS: [Name; 2] = [Hooks, Overhead];
-    if let Some(OomV2 | OomPeers) = name {
+    if let Some(OomV2 | OomPeers | OomArm64) = name {
         return name.into_iter().collect();
     }
     let wanted = |n: Name| name.is_none_or(|named| named == n);
@@ -286,7 +292,7 @@ fn sections(name: Option<Name>, machines: Machines) -> Vec<Name> {
         .filter(|n| wanted(*n) && (machines.host() || PART_IN_VMS.contains(n)))
         .collect();
     if wanted(OomRace) && machines == Machines::Vms {
-        picked.extend([OomV2, OomPeers]);
+        picked.extend([OomV2, OomPeers, OomArm64]);
     }
     picked
 }
@@ -319,8 +325,8 @@ mod tests {
     #[test]
     fn the_smoke_s_two_sides_together_take_every_case_once() {
         use Name::{
-            Density, Hooks, Kernel, Latency, OomPeers, OomRace, OomV2, Overhead, PidRace, Ranking,
-            Starved,
+            Density, Hooks, Kernel, Latency, OomArm64, OomPeers, OomRace, OomV2, Overhead, PidRace,
+            Ranking, Starved,
         };
         let every = sections(None, Machines::Both);
         assert_eq!(
@@ -334,9 +340,13 @@ mod tests {
         // Hooks and overhead take their VM parts; oom-race's VM cases are sections of their own.
         assert_eq!(
             sections(None, Machines::Vms),
-            [Hooks, Overhead, OomV2, OomPeers]
+            [Hooks, Overhead, OomV2, OomPeers, OomArm64]
         );
-        assert_eq!(sections(Some(OomRace), Machines::Vms), [OomV2, OomPeers]);
+        assert_eq!(
+            sections(Some(OomRace), Machines::Vms),
+            [OomV2, OomPeers, OomArm64]
+        );
+        assert_eq!(sections(Some(OomArm64), Machines::Both), [OomArm64]);
         assert_eq!(sections(Some(Starved), Machines::Vms), []);
         assert_eq!(sections(Some(OomV2), Machines::Both), [OomV2]);
         assert_eq!(sections(Some(Hooks), Machines::Host), [Hooks]);

@@ -414,6 +414,30 @@ pub(crate) fn run_on_debian_kernel(
     run_programs(kernel::SERIES[0], memory_mib, runs, env, echo)
 }
 
+/// As [`run_on_debian_kernel`] on Debian 12's 6.12 built for `arch` (fentry on both).
+pub(crate) fn run_on_6_12(
+    arch: Arch,
+    memory_mib: u32,
+    runs: &[(&Path, &[&str])],
+    env: &[(&str, &Path)],
+    echo: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let series = match arch {
+        Arch::X86_64 => kernel::SERIES[1],
+        Arch::Aarch64 => kernel::ARM64_SERIES[0],
+    };
+    run_programs(series, memory_mib, runs, env, echo)
+}
+
+/// The tests crate's helper executables of the test build for `arch` (the machine's own, or
+/// the arm64 VMs' musl build).
+pub(crate) fn test_helpers(arch: Arch) -> anyhow::Result<Vec<PathBuf>> {
+    match arch {
+        Arch::X86_64 => Ok(artifacts::build()?.helpers),
+        Arch::Aarch64 => Ok(artifacts::build_for(arch, &ARM64_TESTS)?.1),
+    }
+}
+
 /// As [`run_on_debian_kernel`], with systemd as PID 1 and systemd-oomd running (see
 /// [`systemd`]); `units` are extra configuration files, (path in the VM, text).
 pub(crate) fn run_under_systemd(
@@ -601,7 +625,7 @@ impl<'a> Guest<'a> {
             kernel,
             busybox,
             memory_mib: MEMORY_MIB,
-            initrd: format!("initrd-{}.gz", series.version),
+            initrd: format!("initrd-{}-{}.gz", series.arch.oci(), series.version),
         }
     }
 }

@@ -14,6 +14,7 @@ use std::{
 };
 
 use serde_json::Value;
+use test_harness::elf;
 use tests::{Reason, TempDir, cannot_run, image_archive};
 
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -111,21 +112,6 @@ fn tar(archive: &Path, dir: &Path) {
     );
 }
 
-/// ELF `e_machine`, and whether a PT_INTERP program header asks for a dynamic loader.
-fn elf_machine_and_interpreter(binary: &Path) -> (u16, bool) {
-    const PT_INTERP: u32 = 3;
-    let elf = fs::read(binary).unwrap();
-    assert_eq!(&elf[..6], b"\x7fELF\x02\x01", "64-bit little-endian ELF");
-    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap());
-    let phoff = usize::try_from(u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap())).unwrap();
-    let (size, count) = (usize::from(u16_at(0x36)), usize::from(u16_at(0x38)));
-    let interpreter = (0..count).any(|i| {
-        let at = phoff + i * size;
-        u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == PT_INTERP
-    });
-    (u16_at(0x12), interpreter)
-}
-
 fn corpus(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../monitor/tests/fixtures/corpus")
@@ -186,10 +172,14 @@ fn the_index_holds_a_static_monitor_for_amd64_and_arm64_and_both_rank_alike() {
             "{platform}"
         );
         let monitor = layout.monitor_of(manifest, platform);
-        let (machine, interpreter) = elf_machine_and_interpreter(&monitor);
-        let want = if arch == "amd64" { 62 } else { 183 };
-        assert_eq!(machine, want, "{platform}: ELF machine");
-        assert!(!interpreter, "{platform}: statically linked");
+        let shape = elf::shape(&fs::read(&monitor).unwrap()).expect("an ELF executable");
+        let want = if arch == "amd64" {
+            elf::X86_64
+        } else {
+            elf::AARCH64
+        };
+        assert_eq!(shape.machine, want, "{platform}: ELF machine");
+        assert!(!shape.interpreter, "{platform}: statically linked");
         binaries.insert(arch.to_string(), monitor);
     }
 

@@ -3,6 +3,7 @@
 use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
+use test_harness::elf;
 
 /// A CPU architecture of the agent's static builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -75,8 +76,8 @@ impl Arch {
     /// ELF `e_machine`.
     fn elf_machine(self) -> u16 {
         match self {
-            Self::X86_64 => 62,
-            Self::Aarch64 => 183,
+            Self::X86_64 => elf::X86_64,
+            Self::Aarch64 => elf::AARCH64,
         }
     }
 }
@@ -85,7 +86,7 @@ impl Arch {
 /// interpreter: the image has no libc, so a dynamically linked binary would not start in it.
 pub(crate) fn check_static(binary: &Path, arch: Arch) -> anyhow::Result<()> {
     let elf = fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
-    let shape = elf_shape(&elf).context("not a 64-bit little-endian ELF file")?;
+    let shape = elf::shape(&elf).context("not a 64-bit little-endian ELF file")?;
     if shape.machine != arch.elf_machine() {
         bail!(
             "{} is built for ELF machine {}, not {} ({:?})",
@@ -104,64 +105,9 @@ pub(crate) fn check_static(binary: &Path, arch: Arch) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What [`check_static`] reads of an ELF file.
-#[derive(Debug, PartialEq, Eq)]
-struct ElfShape {
-    machine: u16,
-    /// Whether it has a PT_INTERP program header.
-    interpreter: bool,
-}
-
-fn elf_shape(elf: &[u8]) -> Option<ElfShape> {
-    const PT_INTERP: u32 = 3;
-    if elf.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
-    let phoff = usize::try_from(u64::from_le_bytes(elf.get(0x20..0x28)?.try_into().ok()?)).ok()?;
-    let (size, count) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
-    let interpreter = (0..count)
-        .map(|i| {
-            let at = phoff.checked_add(i.checked_mul(size)?)?;
-            Some(u32::from_le_bytes(
-                elf.get(at..at.checked_add(4)?)?.try_into().ok()?,
-            ))
-        })
-        .try_fold(false, |found, kind| Some(found || kind? == PT_INTERP))?;
-    Some(ElfShape {
-        machine: u16_at(0x12)?,
-        interpreter,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_machine_and_the_interpreter_are_read_from_the_elf_headers() {
-        let own = fs::read(std::env::current_exe().unwrap()).unwrap();
-        // The test binary is built for the host's glibc target: dynamically linked.
-        assert_eq!(
-            elf_shape(&own),
-            Some(ElfShape {
-                machine: Arch::X86_64.elf_machine(),
-                interpreter: true
-            })
-        );
-        assert_eq!(elf_shape(b"#!/bin/sh\n"), None);
-        let mut no_headers = own[..64].to_vec();
-        no_headers[0x38] = 0;
-        no_headers[0x39] = 0;
-        assert_eq!(elf_shape(&no_headers).map(|s| s.interpreter), Some(false));
-        let mut arm = no_headers.clone();
-        arm[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
-        assert_eq!(elf_shape(&arm).map(|s| s.machine), Some(183));
-        // Headers said to lie beyond the file are no headers.
-        let mut beyond = own[..64].to_vec();
-        beyond[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(elf_shape(&beyond), None);
-    }
 
     #[test]
     fn the_cli_takes_the_kernel_s_and_the_oci_names() {

@@ -52,7 +52,8 @@ pub(super) fn run(machine: &Machine, size: Size) -> anyhow::Result<Section> {
                 "%",
             )
             .note(format!(
-                "{wins}/{} trials ({} VM, emulated); grace ms {graces:?}",
+                "{wins}/{} trials ({} VM, emulated, the image's static agent); grace ms \
+                 {graces:?}",
                 results.len(),
                 arch.oci()
             ))

@@ -66,13 +66,12 @@ pub(crate) fn arch_refusal(arch: &str, release: &str) -> Option<ArchRefusal> {
     })
 }
 
-/// [`arch_refusal`] of the running kernel, on the architecture the agent is built for.
-pub(crate) fn running_kernel_refusal() -> Option<ArchRefusal> {
-    arch_refusal(std::env::consts::ARCH, &running_release())
-}
-
-/// Every fentry program's target in this kernel.
-pub(crate) fn targets(types: &Types<'_>) -> Result<Vec<FentryTarget>, BtfError> {
+/// Every fentry program's target in this kernel, or why it refuses fentry: what the loader
+/// attaches to and what `doctor` reports, from one place.
+pub(crate) fn targets(types: &Types<'_>) -> Result<Vec<FentryTarget>, FentryUnavailable> {
+    if let Some(refusal) = arch_refusal(std::env::consts::ARCH, &running_release()) {
+        return Err(refusal.into());
+    }
     FENTRY_PROGRAMS
         .iter()
         .map(|program| {

@@ -147,7 +147,7 @@ impl KernelFeatures {
             fentry,
             raw_tracepoint,
             stat_items,
-        } = probe_btf(&release);
+        } = probe_btf();
         let memory = MemoryHierarchy::discover().map_err(|e| e.to_string());
         let psi = Psi::probe(memory.as_ref().ok());
         Self {
@@ -250,7 +250,7 @@ struct BtfFacts {
 
 /// The fentry programs' targets, whether the raw memcg programs can be used and whether the
 /// stat items are named, from the running kernel's BTF.
-fn probe_btf(release: &str) -> BtfFacts {
+fn probe_btf() -> BtfFacts {
     let unusable = |why: HookUnavailable| BtfFacts {
         fentry: Err(why.clone()),
         raw_tracepoint: Err(why.clone()),
@@ -269,12 +269,8 @@ fn probe_btf(release: &str) -> BtfFacts {
         Ok(types) => {
             // Only whether they resolve matters here; the loader fills its own.
             let mut config = monitor_common::Config::EMPTY;
-            let refused = fentry::arch_refusal(std::env::consts::ARCH, release);
             BtfFacts {
-                fentry: match refused {
-                    Some(refusal) => Err(FentryUnavailable::from(refusal).into()),
-                    None => fentry::targets(&types).map_err(unparsable),
-                },
+                fentry: fentry::targets(&types).map_err(HookUnavailable::from),
                 raw_tracepoint: raw_tracepoints_usable(&types),
                 stat_items: stat_items(&types, &mut config).map_err(|e| e.to_string()),
             }

@@ -37,9 +37,6 @@ pub(super) struct FentryHooks {
 
 impl FentryHooks {
     pub(super) fn resolve(types: &Types<'_>) -> Result<Self, FentryUnavailable> {
-        if let Some(refusal) = fentry::running_kernel_refusal() {
-            return Err(refusal.into());
-        }
         let hooks = fentry::targets(types)?
             .into_iter()
             .map(|FentryTarget { program, function }| function.map(|f| (program, f)))

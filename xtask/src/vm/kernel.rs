@@ -160,7 +160,7 @@ fn unpacked_image(work: &Path, series: Series) -> anyhow::Result<PathBuf> {
     status(
         Command::new("apt-get")
             .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
-            .args(&apt.0)
+            .args(&apt.args)
             .arg(&package)
             .current_dir(work),
     )?;
@@ -225,12 +225,17 @@ fn compressed(module: &Path) -> PathBuf {
 /// architecture. Another suite or architecture gets a sources list, package lists and a cache
 /// of its own under the VM work directory, verified with Debian's archive keyring, so the
 /// machine's apt state is left alone.
-pub(super) struct AptOptions(pub Vec<String>);
+pub(super) struct AptOptions {
+    /// apt's `-o` options.
+    pub args: Vec<String>,
+    /// The package lists of its own, if any.
+    lists: Option<PathBuf>,
+}
 
 impl AptOptions {
     fn for_series(work: &Path, series: Series) -> anyhow::Result<Self> {
         match (series.archive, series.arch) {
-            (Archive::System, Arch::X86_64) => Ok(Self(Vec::new())),
+            (Archive::System, Arch::X86_64) => Ok(Self::system()),
             (Archive::System, arch) => Self::for_arch(work, arch),
             (Archive::Suite(suite), Arch::X86_64) => Self::private(
                 work,
@@ -245,6 +250,32 @@ impl AptOptions {
                 arch,
             ),
         }
+    }
+
+    /// The machine's own sources and lists.
+    pub(super) fn system() -> Self {
+        Self {
+            args: Vec::new(),
+            lists: None,
+        }
+    }
+
+    /// Fetches the package lists of its own when there are none yet.
+    pub(super) fn fetch_lists_once(&self) -> anyhow::Result<()> {
+        let Some(lists) = &self.lists else {
+            return Ok(());
+        };
+        let fetched = fs::read_dir(lists).is_ok_and(|mut entries| {
+            entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
+        });
+        if fetched {
+            return Ok(());
+        }
+        status(
+            Command::new("apt-get")
+                .args(["update", "-qq", "-o", "APT::Sandbox::User=root"])
+                .args(&self.args),
+        )
     }
 
     /// Debian 12's suites (those the machine lists) for `arch`.
@@ -282,12 +313,13 @@ impl AptOptions {
                 ("Dir::State::status", "/dev/null".to_string()),
             ]);
         }
-        Ok(Self(
-            options
+        Ok(Self {
+            args: options
                 .iter()
                 .flat_map(|(key, value)| ["-o".to_string(), format!("{key}={value}")])
                 .collect(),
-        ))
+            lists: Some(lists),
+        })
     }
 }
 
@@ -313,7 +345,7 @@ fn newest_package(series: Series, apt: &AptOptions) -> anyhow::Result<String> {
     );
     let search = || -> anyhow::Result<Option<String>> {
         let out = Command::new("apt-cache")
-            .args(&apt.0)
+            .args(&apt.args)
             .args(["search", "--names-only", &pattern])
             .output()
             .context("running apt-cache search")?;
@@ -325,7 +357,7 @@ fn newest_package(series: Series, apt: &AptOptions) -> anyhow::Result<String> {
     status(
         Command::new("apt-get")
             .args(["update", "-qq", "-o", "APT::Sandbox::User=root"])
-            .args(&apt.0),
+            .args(&apt.args),
     )?;
     match (search()?, series.archive) {
         (Some(package), _) => Ok(package),
@@ -419,11 +451,11 @@ mod tests {
         assert!(
             AptOptions::for_series(work, SERIES[0])
                 .unwrap()
-                .0
+                .args
                 .is_empty()
         );
         let work = std::env::temp_dir().join(format!("xtask-apt-{}", std::process::id()));
-        let apt = AptOptions::for_series(&work, BOTH_HOOKS).unwrap().0;
+        let apt = AptOptions::for_series(&work, BOTH_HOOKS).unwrap().args;
         let lists = work.join("apt-trixie-backports/lists");
         assert!(apt.contains(&format!("Dir::State::Lists={}", lists.display())));
         assert!(apt.contains(&"Dir::Etc::SourceParts=/dev/null".to_string()));
@@ -435,7 +467,7 @@ mod tests {
              http://deb.debian.org/debian trixie-backports main\n"
         );
         // Another architecture: the machine's suites, its own lists, and no dpkg state.
-        let apt = AptOptions::for_series(&work, ARM64_SERIES[0]).unwrap().0;
+        let apt = AptOptions::for_series(&work, ARM64_SERIES[0]).unwrap().args;
         assert!(apt.contains(&"APT::Architecture=arm64".to_string()));
         assert!(apt.contains(&"Dir::State::status=/dev/null".to_string()));
         let sources = fs::read_to_string(work.join("apt-arm64/sources.list")).unwrap();

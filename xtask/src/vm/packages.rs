@@ -15,30 +15,13 @@ use crate::{arch::Arch, process::status};
 /// The unpacked root of `package` (its files below it as below `/`), unpacking it first
 /// when absent.
 pub(super) fn unpacked(work: &Path, package: &str) -> anyhow::Result<PathBuf> {
-    unpacked_from(work, package, package, &AptOptions(Vec::new()))
+    unpacked_from(work, package, package, &AptOptions::system())
 }
 
 /// [`unpacked`] for another architecture than the machine's, through apt's lists of it.
 pub(super) fn unpacked_for(work: &Path, package: &str, arch: Arch) -> anyhow::Result<PathBuf> {
     let apt = AptOptions::for_arch(work, arch)?;
-    let lists = apt
-        .0
-        .iter()
-        .find_map(|o| o.strip_prefix("Dir::State::Lists="));
-    // Lists are fetched once, when none are there yet.
-    if lists.is_some_and(|dir| {
-        fs::read_dir(dir).map_or(true, |entries| {
-            !entries
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
-        })
-    }) {
-        status(
-            Command::new("apt-get")
-                .args(["update", "-qq", "-o", "APT::Sandbox::User=root"])
-                .args(&apt.0),
-        )?;
-    }
+    apt.fetch_lists_once()?;
     unpacked_from(work, package, &format!("{package}-{}", arch.oci()), &apt)
 }
 
@@ -59,7 +42,7 @@ fn unpacked_from(
     status(
         Command::new("apt-get")
             .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
-            .args(&apt.0)
+            .args(&apt.args)
             .arg(package)
             .current_dir(&downloads),
     )?;

@@ -32,17 +32,11 @@ pub(super) fn build() -> anyhow::Result<Artifacts> {
         })
         .map(|e| e.path.clone())
         .context("cargo built no `monitor` executable")?;
-    let (tests, helpers) = built
-        .into_iter()
-        .filter(|e| e.package == "tests")
-        .partition::<Vec<_>, _>(|e| e.test);
-    if tests.is_empty() {
-        bail!("the tests crate built no test executable");
-    }
+    let (tests, helpers) = tests_and_helpers(built)?;
     Ok(Artifacts {
         monitor,
-        tests: tests.into_iter().map(|e| e.path).collect(),
-        helpers: helpers.into_iter().map(|e| e.path).collect(),
+        tests,
+        helpers,
     })
 }
 
@@ -60,12 +54,17 @@ pub(super) fn build_for(
     }
     let mut cmd = cargo();
     arch.cross_env(&mut cmd);
-    let (tests, helpers) = executables_of(cmd, &args)?
+    tests_and_helpers(executables_of(cmd, &args)?)
+}
+
+/// The tests crate's test executables and its other executables (the helpers), of `built`.
+fn tests_and_helpers(built: Vec<Executable>) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let (tests, helpers) = built
         .into_iter()
         .filter(|e| e.package == "tests")
         .partition::<Vec<_>, _>(|e| e.test);
     if tests.is_empty() {
-        bail!("the tests crate built no test executable for {arch:?}");
+        bail!("the tests crate built no test executable");
     }
     Ok((
         tests.into_iter().map(|e| e.path).collect(),

@@ -3,6 +3,7 @@
 mod arch;
 mod bench;
 mod demo;
+mod disk;
 mod image;
 mod phases;
 mod process;

@@ -32,9 +32,20 @@ pub(crate) fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
 
 /// `cargo xtask test`: every phase in turn, then the table of where the time went.
 pub(crate) fn test(with_vm: bool) -> anyhow::Result<()> {
+    let target = target_dir()?;
+    crate::disk::ensure_room(&target, crate::disk::RUN_NEEDS)?;
+    let free_at_start = crate::disk::free_bytes(&target)?;
     let mut phases = Phases::new();
     let result = test_phases(&mut phases, with_vm);
     eprintln!("\n{}", phases.table());
+    // What a run takes from the disk, for RUN_NEEDS (its own figure, with other writers').
+    if let Ok(free) = crate::disk::free_bytes(&target) {
+        eprintln!(
+            "disk: {} free at the start, {} at the end",
+            crate::disk::gib(free_at_start),
+            crate::disk::gib(free)
+        );
+    }
     result
 }
 

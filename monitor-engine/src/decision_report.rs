@@ -56,6 +56,10 @@ pub struct DecisionReport {
     /// In a dry run, the decision's number among the decisions on this pod and signal in a
     /// row (1 the first; see [`crate::decision_repeats`]); 1 when acting.
     pub repeat: u64,
+    /// With `--reclaim-first`: what reclaim did before this eviction, or in a dry run what it
+    /// would do (see [`crate::reclaim_ladder`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_first: Option<String>,
     #[serde(skip)]
     grace_text: Option<String>,
     #[serde(skip)]
@@ -139,6 +143,8 @@ pub struct DecisionContext<'a> {
     pub prediction: Option<Prediction>,
     /// See [`DecisionReport::repeat`].
     pub repeat: u64,
+    /// See [`DecisionReport::reclaim_first`].
+    pub reclaim_first: Option<String>,
 }
 
 impl DecisionReport {
@@ -165,6 +171,7 @@ impl DecisionReport {
             grace: GraceFields::new(ctx.grace),
             predicted: ctx.prediction.map(PredictedFields::new),
             repeat: ctx.repeat,
+            reclaim_first: ctx.reclaim_first,
             grace_text: matches!(ctx.grace, Grace::Cut { .. }).then(|| ctx.grace.to_string()),
         }
     }
@@ -231,8 +238,13 @@ impl DecisionReport {
         } else {
             String::new()
         };
+        let reclaim = self
+            .reclaim_first
+            .as_ref()
+            .map(|r| format!("; {r}"))
+            .unwrap_or_default();
         format!(
-            "{verb} {}/{}{}: {} {}{predicted} < {}; {keys}{}{}{repeated}",
+            "{verb} {}/{}{}: {} {}{predicted} < {}; {keys}{}{}{reclaim}{repeated}",
             printable(&self.namespace),
             printable(&self.name),
             self.path_text
@@ -308,6 +320,7 @@ pub mod tests {
                 grace: Grace::Full(std::time::Duration::from_secs(1)),
                 prediction: None,
                 repeat: 1,
+                reclaim_first: None,
             },
         )
     }
@@ -333,6 +346,30 @@ pub mod tests {
             report(true, None)
                 .text()
                 .ends_with("no usage stats (ranked first), priority 0")
+        );
+    }
+
+    #[test]
+    fn what_reclaim_did_first_is_said_in_the_line_and_the_json() {
+        let plain = report(true, Some(612 << 20));
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(
+            json.get("reclaim_first").is_none(),
+            "absent without the flag"
+        );
+        let mut first = plain;
+        first.reclaim_first = Some("would reclaim file cache: 8.0Mi from default/a".into());
+        assert!(
+            first
+                .text()
+                .ends_with("above request; would reclaim file cache: 8.0Mi from default/a"),
+            "{}",
+            first.text()
+        );
+        let json = serde_json::to_value(&first).unwrap();
+        assert_eq!(
+            json["reclaim_first"],
+            "would reclaim file cache: 8.0Mi from default/a"
         );
     }
 

@@ -376,6 +376,12 @@ impl AgentCore {
         self.refusals.refused(uid, now, interval, &mut self.state);
     }
 
+    /// The decision on `uid` is not carried out now (reclaim goes first): taken back, so the
+    /// next decision may evict at once, as if it had not been taken.
+    pub fn take_back(&mut self, uid: &str) {
+        self.refusals.take_back(uid, &mut self.state);
+    }
+
     /// The nearest OOM point at the growth the kernel reported over the last tens of
     /// milliseconds, as of `now_ns` (CLOCK_MONOTONIC); `None` while nothing grows.
     pub fn oom_projection(&self, now_ns: u64) -> Option<Projection> {
@@ -742,6 +748,27 @@ mod tests {
         assert_eq!(
             c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
             Some("over-high".into())
+        );
+    }
+
+    #[test]
+    fn a_decision_taken_back_is_decided_again_at_once_on_the_same_pod() {
+        let mut c = core();
+        c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)]));
+        c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
+        let clock = clock();
+        let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
+        assert_eq!(first.as_deref(), Some("over-high"));
+        c.take_back("uid-over-high");
+        assert!(c.state().awaiting_cleanup.is_none());
+        assert_eq!(
+            c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
+            first,
+            "neither held out nor held back by the interval"
+        );
+        assert!(
+            c.decide(&clock).eviction().is_none(),
+            "a decision not taken back waits for its pod"
         );
     }
 

@@ -21,6 +21,8 @@
 //! * [`rank_report`]: the eviction order explained, for `monitor rank`;
 //! * [`memory_brake`] and [`oom_projection`]: when the pods are held while a victim drains,
 //!   and how long the node can wait for it;
+//! * [`reclaim_ladder`]: the page cache taken back from the pods, head first, before an
+//!   eviction (`--reclaim-first`), and when the race forbids it;
 //! * [`oom_badness`]: whom the kernel's OOM killer would choose, which a decision names;
 //! * [`cause`]: what led to a decision, the reclaim stalls ([`incident`]) and growth bursts
 //!   ([`burst`]) of the kernel's records before it, shared with `monitor trace`;
@@ -71,6 +73,7 @@ pub mod qos;
 pub mod quantity;
 pub mod rank_index;
 pub mod rank_report;
+pub mod reclaim_ladder;
 pub mod refusals;
 pub mod resync;
 pub mod shadow;

@@ -9,6 +9,7 @@ use crate::printable::printable;
 
 use super::allocation::{AllocationSource, ResizeState, allocated_spec};
 use super::pod_request::{EPHEMERAL_STORAGE, MEMORY, PodQuantityError, pod_request};
+use super::qos::{QosClass, pod_qos};
 use super::quantity::Quantity;
 
 /// The kubelet's `SystemCriticalPriority` (`system-cluster-critical`); pods at or above it
@@ -67,6 +68,9 @@ pub struct PodFacts {
     pub priority: i32,
     /// The kubelet's `IsCriticalPod`: never evicted, the next candidate is taken instead.
     pub critical: bool,
+    /// In the Guaranteed QoS class (or of a class that could not be told): its memory is
+    /// what it asked for, so reclaim before eviction leaves it alone.
+    pub guaranteed: bool,
     /// Memory request as the kubelet computes it, on the allocated resources.
     pub memory_request: Quantity,
     /// Ephemeral-storage request as the kubelet computes it.
@@ -155,6 +159,7 @@ impl PodFacts {
             resize,
             priority: spec.priority.unwrap_or(0),
             critical: is_critical(pod),
+            guaranteed: !matches!(pod_qos(pod), Ok(QosClass::Burstable | QosClass::BestEffort)),
             termination_grace_period_seconds: spec.termination_grace_period_seconds,
             local_volumes: spec
                 .volumes
@@ -211,6 +216,7 @@ impl PodFacts {
             },
             priority: 0,
             critical: false,
+            guaranteed: false,
             memory_request: Quantity::ZERO,
             ephemeral_storage_request: Quantity::ZERO,
             termination_grace_period_seconds: None,
@@ -246,6 +252,11 @@ impl PodFacts {
 
     pub(crate) fn with_critical(mut self, critical: bool) -> Self {
         self.critical = critical;
+        self
+    }
+
+    pub(crate) fn with_guaranteed(mut self, guaranteed: bool) -> Self {
+        self.guaranteed = guaranteed;
         self
     }
 
@@ -371,6 +382,31 @@ mod tests {
         );
         assert_eq!(facts.termination_grace_period_seconds, Some(45));
         assert_eq!(facts.local_volumes, ["scratch", "host", "conf"]);
+        assert!(!facts.guaranteed, "requests without limits: Burstable");
+
+        for (name, resources, status, guaranteed) in [
+            (
+                "limits equal to requests",
+                json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
+                json!({}),
+                true,
+            ),
+            ("no resources", json!({}), json!({}), false),
+            (
+                "the status's class first",
+                json!({}),
+                json!({"qosClass": "Guaranteed"}),
+                true,
+            ),
+        ] {
+            let facts = PodFacts::from_pod(&pod(json!({
+                "metadata": {"name": "db", "uid": "u2"},
+                "spec": {"containers": [{"name": "a", "resources": resources}]},
+                "status": status
+            })))
+            .expect("valid pod");
+            assert_eq!(facts.guaranteed, guaranteed, "{name}");
+        }
 
         let no_uid = pod(json!({"metadata": {"name": "web"}, "spec": {"containers": []}}));
         assert_eq!(

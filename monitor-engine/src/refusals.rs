@@ -45,6 +45,12 @@ impl Refusals {
     ) {
         self.held_until
             .insert(uid.into(), now.saturating_add(interval.max(MIN_HOLD)));
+        self.take_back(uid, state);
+    }
+
+    /// Takes the decision on `uid` back in `state`: no cleanup awaited, and the eviction
+    /// interval counts from the eviction before it.
+    pub(crate) fn take_back(&mut self, uid: &str, state: &mut EvictionState) {
         state.pod_cleaned_up(uid);
         if let Some((decided, previous)) = self.last_decided.take() {
             if decided.as_str() == uid {

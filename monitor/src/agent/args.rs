@@ -153,6 +153,18 @@ pub(crate) struct AgentArgs {
         help_heading = "Acting"
     )]
     pub memory_brake: MemoryBrake,
+    /// Opt-in, off by default (the defaults stay kubelet-exact). cgroup v2, Linux 5.19+: when
+    /// a memory threshold is met, first take page cache back from the pods in the kubelet's
+    /// eviction order, head first (never from Guaranteed or critical pods), through their
+    /// memory.reclaim, 32Mi a write; leave a pod once more than half of what was taken comes
+    /// straight back (its cache is in use); read the signal again after each write, and evict
+    /// only if the threshold is still met, exactly as without the flag. At most 1Gi and 1s a
+    /// pressure episode; skipped when the OOM point is projected nearer than that second. In a
+    /// dry run the decision says what it would reclaim. Refused, with the reason at start and
+    /// in `monitor doctor`, on cgroup v1 and on kernels without memory.reclaim: the agent then
+    /// evicts as without it.
+    #[arg(long, help_heading = "Acting")]
+    pub reclaim_first: bool,
     /// Opt-in, off by default: act on a hard memory threshold before it is met, when the
     /// growth of the last 50ms (as the grace projection measures it) would cross it within
     /// this lead. Set it to the time from a decision to the victim's memory being back on

@@ -13,7 +13,7 @@ use super::{
     stat_programs::StatPrograms,
 };
 use crate::{
-    action::kubepods_brake::KubepodsBrake,
+    action::{kubepods_brake::KubepodsBrake, reclaim_first::ReclaimFirst},
     cgroupfs::MemoryHierarchy,
     checkpoint::persister::Persister,
     engine::{cause::CauseLog, eviction_machine::AgentCore},
@@ -69,4 +69,6 @@ pub(super) struct Agent {
     pub(super) brake: KubepodsBrake,
     /// A dry run's shadow scorecard (`None`: an acting agent).
     pub(super) shadow: Option<ShadowScore>,
+    /// Reclaim before eviction (`--reclaim-first`; `None`: off or refused on this node).
+    pub(super) reclaim_first: Option<ReclaimFirst>,
 }

@@ -12,7 +12,7 @@ use tokio::{sync::Notify, time::Instant};
 
 use super::{
     actions::RunningGrace, args::GraceProjection, checkpointer::Started, components::Agent,
-    decision_log,
+    decision_log, reclaim_step::Gate,
 };
 use crate::{
     action::REAP_WAIT,
@@ -95,8 +95,20 @@ impl Agent {
         if self.decisions.dry_run && decision.eviction().is_some() {
             self.core.nothing_signalled();
         }
+        // With --reclaim-first a memory eviction may wait for reclaim, the brake holding the
+        // node meanwhile as during a grace.
+        let (decided, mut reclaim_said) =
+            match self.reclaim_gate(&decision, decided_ns, clock.now()) {
+                Gate::Goes(decided, said) => (decided, said),
+                Gate::Waits(eviction) => {
+                    if is_hard_memory(eviction.threshold) {
+                        self.hold_brake(decided_ns);
+                    }
+                    (None, None)
+                }
+            };
         let mut grace_given = None;
-        if let Some(eviction) = decision.eviction() {
+        if let Some(eviction) = decided {
             // Nothing a dry run decides is carried out, so it decides on the same pod again at
             // every interval: said once, then summed up.
             let say = if self.decisions.dry_run {
@@ -122,7 +134,11 @@ impl Agent {
                 say,
                 now: clock.now(),
             };
-            if let Err(e) = self.report(eviction, &at, grace) {
+            if self.decisions.dry_run && say.is_said() {
+                let threshold = self.threshold_of(eviction).ceil_units();
+                reclaim_said = self.dry_run_reclaim(eviction, threshold);
+            }
+            if let Err(e) = self.report(eviction, &at, grace, reclaim_said) {
                 tracing::error!("printing the decision for {}: {e}", eviction.pod);
             }
             self.score_decision(eviction, decided_unix_ns);
@@ -179,7 +195,8 @@ impl Agent {
         {
             self.hold_brake(decided_ns);
         }
-        self.update_metrics(decision.eviction(), trigger_ns);
+        self.update_metrics(decided, trigger_ns);
+        self.end_reclaim_episode();
         self.step_brake(decided_ns);
         // A node can stay past a threshold with no reading moving (a dry run evicts nothing,
         // a victim may not go): the kubelet decides again at each of its rounds, so the agent
@@ -193,7 +210,7 @@ impl Agent {
                         .max(DECIDE_AGAIN_AFTER_AT_LEAST)
             }),
         };
-        let started = decision.eviction().map(|eviction| Started {
+        let started = decided.map(|eviction| Started {
             pod: &eviction.pod,
             signal: eviction.signal,
             grace_period_seconds: grace_given.unwrap_or(eviction.grace_period_seconds),
@@ -371,6 +388,7 @@ impl Agent {
         eviction: &Eviction,
         at: &Moment,
         grace: Grace,
+        reclaim_first: Option<String>,
     ) -> anyhow::Result<()> {
         let Moment {
             decided_ns,
@@ -410,6 +428,7 @@ impl Agent {
                     .prediction()
                     .filter(|p| p.signal == eviction.signal),
                 repeat: say.repeat(),
+                reclaim_first,
             },
         );
         decision_log::decided(&report, say, now);

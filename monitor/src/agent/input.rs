@@ -9,10 +9,14 @@ use super::{components::Agent, event_source::Batch, reload::Trigger, wake_levels
 use crate::action::actuator::ActionDone;
 use crate::{
     config_file::LoadedConfig,
-    engine::shadow::KubeletEviction,
+    engine::{
+        instant::Clock as _,
+        reclaim_ladder::{Step, StepResult},
+        shadow::KubeletEviction,
+    },
     pods::{Loaded, NodePod, PodSourceError},
     source::pressure::PressureSignal,
-    system_clock::monotonic_ns,
+    system_clock::{BootClock, monotonic_ns},
 };
 
 /// How long to wait before opening the pod source again after it failed.
@@ -44,6 +48,8 @@ pub(super) enum Input {
     PodSourceStillDown(anyhow::Error),
     /// An action finished (`None`: its task failed).
     ActionDone(Option<ActionDone>),
+    /// A reclaim step (`--reclaim-first`) ended, with what it took.
+    ReclaimStepDone(Step, StepResult),
     /// The wait after an eviction ended: decide again.
     DecideAgain,
     /// A checkpoint write that failed is due to be retried.
@@ -139,6 +145,11 @@ impl Agent {
                 if let Some(done) = done {
                     self.step_done(done);
                 }
+                self.evaluate(None);
+            }
+            Input::ReclaimStepDone(step, result) => {
+                self.reclaim_step_done(&step, result, BootClock.now());
+                self.read_unprompted();
                 self.evaluate(None);
             }
             Input::DecideAgain => {

@@ -52,6 +52,7 @@ use crate::{
 };
 
 mod paced_read;
+mod reclaim;
 mod shadow;
 mod stat_gate;
 mod stuck;
@@ -244,6 +245,8 @@ impl Persister for Disk {
 struct Scene {
     agent: Agent,
     machine: FakeReader,
+    /// The cgroupfs side of `--reclaim-first`, when the scene's flags name it.
+    reclaimer: reclaim::FakeReclaimer,
     asked: Arc<Mutex<Vec<String>>>,
     disk: Disk,
     /// The hierarchy's directories; removed on drop.
@@ -333,6 +336,10 @@ fn scene_with(
         .decisions
         .dry_run
         .then(|| ShadowScore::open(mount.path(), Some("node-1"), 1_000_000_000, unix_ns_now()));
+    let reclaimer = reclaim::FakeReclaimer::default();
+    let reclaim_first = flags
+        .contains(&"--reclaim-first")
+        .then(|| crate::action::reclaim_first::ReclaimFirst::new(Arc::new(reclaimer.clone())));
     let mut agent = Agent::assemble(Parts {
         brake: KubepodsBrake::new(mount.path().into(), "/kubepods", None, mount.path()),
         options,
@@ -348,6 +355,7 @@ fn scene_with(
         node_status: None,
         own_pod: OwnPod::default(),
         shadow,
+        reclaim_first,
     });
     let mut listed = Vec::new();
     {
@@ -365,6 +373,7 @@ fn scene_with(
     Scene {
         agent,
         machine,
+        reclaimer,
         asked,
         disk,
         mount,

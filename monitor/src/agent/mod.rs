@@ -37,6 +37,7 @@ mod intake_state;
 #[cfg(test)]
 mod loop_policy_tests;
 pub(crate) mod publish;
+mod reclaim_step;
 mod reload;
 mod resync;
 mod resync_read;

@@ -25,10 +25,13 @@ use super::{
     run_options::{PodSourceOptions, RunOptions},
 };
 use crate::{
-    action::KubeEvictor,
+    action::{KubeEvictor, reclaim_first::ReclaimFirst},
     config_file::LoadedConfig,
     config_watch::ConfigWatcher,
-    engine::shadow::KubeletEviction,
+    engine::{
+        reclaim_ladder::{Step, StepResult},
+        shadow::KubeletEviction,
+    },
     own_process::{realtime, self_protect},
     pods::{
         KubeWatcher, Loaded, ManifestWatcher, NodePod, PodSource, kube_watch,
@@ -207,6 +210,9 @@ impl Agent {
                 done = self.actions.next_done(), if self.actions.running() => {
                     Input::ActionDone(done)
                 }
+                (step, result) = next_reclaim_step(&mut self.reclaim_first) => {
+                    Input::ReclaimStepDone(step, result)
+                }
                 () = sleep_until(decide_again), if decide_again.is_some() => Input::DecideAgain,
                 () = sleep_until(self.checkpoint.retry_at()), if self.checkpoint.retry_at().is_some() => {
                     Input::CheckpointRetry
@@ -245,6 +251,13 @@ async fn next_pressure(psi: &mut Option<PsiWake>) -> crate::source::pressure::Pr
     match psi {
         Some(psi) => psi.next().await,
         None => std::future::pending().await,
+    }
+}
+
+async fn next_reclaim_step(reclaim: &mut Option<ReclaimFirst>) -> (Step, StepResult) {
+    match reclaim {
+        Some(reclaim) if reclaim.running() => reclaim.next_done().await,
+        _ => std::future::pending().await,
     }
 }
 

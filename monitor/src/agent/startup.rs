@@ -24,16 +24,18 @@ use crate::{
     action::actuator::{Actuator, CgroupKiller, DryRun, KubeApi},
     action::kubepods_brake::{BrakeScope, KubepodsBrake},
     action::local_first::LocalFirst,
+    action::reclaim_first::{CgroupfsReclaimer, ReclaimFirst},
     action::{
         KubeEvictor,
         kube_event::{EventReason, EventRecorder},
     },
-    cgroupfs::{CgroupVersion, MemoryHierarchy},
+    cgroupfs::{CgroupVersion, MemoryHierarchy, reclaim},
     checkpoint::{AtStart, StateManager, persister::Persister, read_now},
     engine::cause::CauseLog,
     engine::checkpoint::{Mode, decision_state},
     engine::eviction_machine::{AgentCore, NodeCapacity},
     engine::memory_signals::{MemoryLimit, allocatable_bytes},
+    engine::reclaim_ladder::EPISODE_BUDGET,
     engine::units::bytes,
     metrics::{
         access::{Access, Remote},
@@ -43,7 +45,7 @@ use crate::{
         token_gate::TokenGate,
         token_review::KubeReviewer,
     },
-    node::read::{online_cpus, read_mem_total, read_memory_limit},
+    node::read::{online_cpus, page_size, read_mem_total, read_memory_limit},
     node::{
         machine_reader::{Cgroupfs, MachineReader, ReadFailures},
         status::NodeStatusPublisher,
@@ -83,6 +85,43 @@ pub(super) struct Parts {
     pub(super) own_pod: OwnPod,
     pub(super) brake: KubepodsBrake,
     pub(super) shadow: Option<ShadowScore>,
+    pub(super) reclaim_first: Option<ReclaimFirst>,
+}
+
+/// `--reclaim-first` on this node, or `None` with the reason logged: a refused flag costs
+/// the ladder, never the agent its run (it evicts as without the flag).
+fn reclaim_first(
+    asked: bool,
+    dry_run: bool,
+    hierarchy: &MemoryHierarchy,
+    kubepods: &KubepodsCgroup,
+) -> Option<ReclaimFirst> {
+    if !asked {
+        return None;
+    }
+    let dir = hierarchy.dir(kubepods.rel.as_str());
+    if let Err(reason) = reclaim::refusal(hierarchy.version, &dir) {
+        tracing::error!(
+            "--reclaim-first refused on this node: {reason}; evictions go ahead as the \
+             kubelet's, with no reclaim first"
+        );
+        return None;
+    }
+    tracing::info!(
+        "--reclaim-first: page cache is taken back through memory.reclaim before an eviction \
+         (at most {} and {:?} a pressure episode){}",
+        bytes(i64::try_from(EPISODE_BUDGET.bytes).unwrap_or(i64::MAX)),
+        EPISODE_BUDGET.time,
+        if dry_run {
+            "; dry-run: each decision says what it would take, nothing is written"
+        } else {
+            ""
+        }
+    );
+    Some(ReclaimFirst::new(Arc::new(CgroupfsReclaimer {
+        mount: hierarchy.mount.clone(),
+        page_size: page_size(),
+    })))
 }
 
 impl Agent {
@@ -301,6 +340,7 @@ impl Agent {
                 unix_ns_now(),
             )
         });
+        let reclaim_first = reclaim_first(args.reclaim_first, args.dry_run, &hierarchy, &kubepods);
         Ok(Self::assemble(Parts {
             options,
             config: in_force,
@@ -316,6 +356,7 @@ impl Agent {
             own_pod,
             brake,
             shadow,
+            reclaim_first,
         }))
     }
 
@@ -351,6 +392,7 @@ impl Agent {
             stat_programs,
             brake: parts.brake,
             shadow: parts.shadow,
+            reclaim_first: parts.reclaim_first,
         }
     }
 }

@@ -18,6 +18,7 @@ impl Agent {
     pub(super) fn update_metrics(&mut self, eviction: Option<&Eviction>, trigger_ns: Option<u64>) {
         let attach_within = self.attach_within();
         let m = &mut self.visibility.metrics;
+        m.reclaim = self.reclaim_first.as_ref().map(|r| r.totals().clone());
         for (signal, observed) in self.core.observations() {
             m.signal_observations
                 .insert(signal.as_str(), observed.available as f64);

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::{
     action::hard_action::{HardAction, HardActionFlag},
     action::reap::kernel_has_process_mrelease,
-    cgroupfs::CgroupVersion,
+    cgroupfs::{CgroupVersion, reclaim},
     engine::{
         attach_distance::{AttachDistance, GUARD_PERIOD, GUARD_WAIT_MAX},
         ids::CgroupRel,
@@ -118,6 +118,9 @@ struct Report {
     /// Whether the memory brake can hold the kubepods cgroup while a victim drains: cgroup v2
     /// has `memory.high`, v1 does not.
     memory_brake: bool,
+    /// Whether `--reclaim-first` can take page cache back here (`memory.reclaim`, cgroup v2,
+    /// Linux 5.19), or why not.
+    reclaim_first: Found<bool>,
     /// The checkpoint in `--checkpoint-dir`: valid, missing or damaged, and the damaged
     /// copies set aside (null in unit tests of the kernel part).
     checkpoint: Option<String>,
@@ -263,6 +266,14 @@ impl Report {
                 .memory
                 .as_ref()
                 .is_ok_and(|m| m.version == CgroupVersion::V2),
+            reclaim_first: found(
+                features
+                    .memory
+                    .as_ref()
+                    .map_err(String::clone)
+                    .and_then(|m| reclaim::refusal(m.version, &m.mount))
+                    .map(|()| true),
+            ),
             checkpoint: None,
             privileges: Vec::new(),
             source,
@@ -361,6 +372,17 @@ impl Report {
                 "none: cgroup v1 has no memory.high; the grace projection and reap protect the \
                  node",
             ),
+        );
+        line(
+            "reclaim first",
+            match &self.reclaim_first {
+                Found::Found(_) => {
+                    "possible: --reclaim-first takes page cache back through memory.reclaim \
+                     before an eviction"
+                        .to_string()
+                }
+                Found::Missing(reason) => format!("refused here: {reason}"),
+            },
         );
         line("memory", self.memcg_reason.clone());
         if let Some(checkpoint) = &self.checkpoint {

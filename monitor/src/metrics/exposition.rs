@@ -1,7 +1,10 @@
 //! The agent's metrics and their Prometheus text exposition (format version 0.0.4).
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::engine::shadow::{Outcome, Scorecard, Scored};
+use crate::engine::{
+    reclaim_ladder::ReclaimTotals,
+    shadow::{Outcome, Scorecard, Scored},
+};
 
 /// Cumulative histogram with fixed upper bounds.
 #[derive(Clone, Debug)]
@@ -178,6 +181,8 @@ pub(crate) struct Metrics {
     pub config: Option<ConfigMetrics>,
     /// A dry run's shadow scorecard (`None`: an acting agent).
     pub shadow: Option<ShadowMetrics>,
+    /// Reclaim before eviction (`None`: `--reclaim-first` off or refused).
+    pub reclaim: Option<ReclaimTotals>,
 }
 
 /// The configuration in force, for `monitor_config_*`.
@@ -230,6 +235,7 @@ impl Default for Metrics {
             decision_latency_seconds: Histogram::new(LATENCY_BUCKETS),
             config: None,
             shadow: None,
+            reclaim: None,
         }
     }
 }
@@ -506,6 +512,9 @@ impl Metrics {
         if let Some(shadow) = &self.shadow {
             shadow.render(&mut out);
         }
+        if let Some(reclaim) = &self.reclaim {
+            render_reclaim(reclaim, &mut out);
+        }
         let name = "monitor_event_to_decision_seconds";
         header(
             &mut out,
@@ -516,6 +525,48 @@ impl Metrics {
         self.decision_latency_seconds.render(&mut out, name);
         out
     }
+}
+
+/// `--reclaim-first`: what the ladders took and spared since the agent started.
+fn render_reclaim(totals: &ReclaimTotals, out: &mut String) {
+    let name = "monitor_reclaim_bytes_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Page cache taken back through memory.reclaim before an eviction (--reclaim-first), by pod (the 256 pods it took most from).",
+    );
+    for (pod, taken) in &totals.bytes_by_pod {
+        let _ = writeln!(out, "{name}{{pod=\"{}\"}} {taken}", escape(pod));
+    }
+    for (name, help, value) in [
+        (
+            "monitor_reclaim_ladders_total",
+            "Memory pressure episodes in which reclaim ran before eviction.",
+            totals.ladders,
+        ),
+        (
+            "monitor_reclaim_evictions_avoided_total",
+            "Memory pressure episodes that ended with no eviction after reclaim took something.",
+            totals.evictions_avoided,
+        ),
+        (
+            "monitor_reclaim_skipped_total",
+            "Memory pressure episodes in which the OOM point was projected nearer than reclaim's time budget, so the eviction went first.",
+            totals.skipped_for_race,
+        ),
+    ] {
+        header(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    let name = "monitor_reclaim_seconds_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Time reclaim ran before eviction, in all.",
+    );
+    let _ = writeln!(out, "{name} {}", totals.ladder_time.as_secs_f64());
 }
 
 pub(super) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -603,6 +654,34 @@ mod tests {
             text.lines().any(|l| l == build),
             "missing {build:?} in\n{text}"
         );
+    }
+
+    #[test]
+    fn reclaim_families_are_exported_only_with_the_flag() {
+        let mut m = Metrics::default();
+        assert!(!m.render().contains("monitor_reclaim"), "off: not exported");
+        let mut totals = ReclaimTotals::default();
+        totals
+            .bytes_by_pod
+            .insert("shop/\"cache\"".into(), 64 << 20);
+        totals.ladders = 3;
+        totals.evictions_avoided = 2;
+        totals.skipped_for_race = 1;
+        totals.ladder_time = std::time::Duration::from_millis(250);
+        m.reclaim = Some(totals);
+        let text = m.render();
+        for line in [
+            "monitor_reclaim_bytes_total{pod=\"shop/\\\"cache\\\"\"} 67108864",
+            "monitor_reclaim_ladders_total 3",
+            "monitor_reclaim_evictions_avoided_total 2",
+            "monitor_reclaim_skipped_total 1",
+            "monitor_reclaim_seconds_total 0.25",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
     }
 
     #[test]

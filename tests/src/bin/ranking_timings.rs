@@ -52,6 +52,7 @@ fn pods(count: usize, rng: &mut Xorshift) -> Vec<PodFacts> {
             },
             priority: [0, 0, 0, 100, 1000][rng.below(5) as usize],
             critical: false,
+            guaranteed: false,
             memory_request: Quantity::from_units(((rng.below(16) + 1) * 64 * MI) as i64),
             ephemeral_storage_request: Quantity::ZERO,
             termination_grace_period_seconds: Some(30),

@@ -95,6 +95,17 @@ impl Allocator {
         );
     }
 
+    /// Reads `path` through the page cache once; twice marks its pages active, which the
+    /// kubelet's working set counts.
+    pub fn read_file(&mut self, path: &Path) {
+        assert_eq!(self.command(&format!("read {}", path.display())), "read");
+    }
+
+    /// From now on the helper reads `path` again and again: its cache is in use.
+    pub fn keep_reading(&mut self, path: &Path) {
+        assert_eq!(self.command(&format!("hot {}", path.display())), "hot");
+    }
+
     /// From now on the helper handles SIGTERM and exits `ms` milliseconds after it, going on
     /// with what it was doing meanwhile (a server draining its requests).
     pub fn drain_after_term(&mut self, ms: u64) {

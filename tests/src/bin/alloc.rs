@@ -7,6 +7,9 @@
 //!   only -> `allocated MIB`
 //! - `cache MIB PATH`: writes MIB MiB to the file PATH and syncs it, leaving that much clean
 //!   page cache charged to the process's cgroup -> `cached MIB`
+//! - `read PATH`: reads the file PATH through the page cache once (twice marks its pages
+//!   active, which the kubelet's working set counts) -> `read`
+//! - `hot PATH`: from now on reads PATH again and again in a thread: cache in use -> `hot`
 //! - `free`: unmaps everything allocated so far -> `freed`
 //! - `drain MS [LOG]`: handles SIGTERM as a server that drains does: it goes on with what it
 //!   was doing (an `alloc` keeps allocating) and exits with status 0 MS milliseconds after the
@@ -15,7 +18,7 @@
 //! - `exit` or end of input: exits.
 use std::{
     fs::{File, OpenOptions},
-    io::{self, BufRead as _, Write as _},
+    io::{self, BufRead as _, Read as _, Write as _},
     os::fd::IntoRawFd as _,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
     time::Duration,
@@ -104,6 +107,26 @@ fn main() {
                 file.sync_all().expect("syncing the cache file");
                 writeln!(out, "cached {mib}").unwrap();
             }
+            (Some("read"), Some(_)) => {
+                let path = line.split_whitespace().nth(1).expect("read PATH");
+                read_through(path);
+                writeln!(out, "read").unwrap();
+            }
+            (Some("hot"), Some(_)) => {
+                // Its cache is its working set: read again and again, so reclaimed pages
+                // fault straight back in.
+                let path = line
+                    .split_whitespace()
+                    .nth(1)
+                    .expect("hot PATH")
+                    .to_string();
+                std::thread::spawn(move || {
+                    loop {
+                        read_through(&path);
+                    }
+                });
+                writeln!(out, "hot").unwrap();
+            }
             (Some("drain"), Some(Ok(ms))) => {
                 drain(ms, words.next());
                 writeln!(out, "draining {ms}").unwrap();
@@ -120,6 +143,13 @@ fn main() {
         }
         out.flush().unwrap();
     }
+}
+
+/// Reads the whole file through the page cache (a second read marks its pages active).
+fn read_through(path: &str) {
+    let mut file = File::open(path).expect("opening the cache file");
+    let mut chunk = vec![0u8; 1 << 20];
+    while file.read(&mut chunk).expect("reading the cache file") > 0 {}
 }
 
 fn page_size() -> usize {

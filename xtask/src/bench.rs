@@ -51,6 +51,7 @@ mod overhead;
 mod overhead_vm;
 mod pid_race;
 mod ranking;
+mod reclaim;
 mod report;
 mod starved;
 
@@ -87,6 +88,9 @@ pub(crate) enum Name {
     /// The oom-race's cgroup v2 race on arm64 beside x86_64 alone (6.12 VMs of each);
     /// `oom-race` includes it.
     OomArm64,
+    /// Reclaim before eviction (`--reclaim-first`) against the default, in a VM: idle cache,
+    /// the oom-race's draining cases, cache in use.
+    Reclaim,
 }
 
 /// How much of each benchmark a run does.
@@ -124,7 +128,7 @@ impl Size {
 }
 
 /// The helpers the benchmarks run beside the agent (the tests crate's binaries).
-const HELPERS: [&str; 10] = [
+const HELPERS: [&str; 11] = [
     "ranking_timings",
     "bench_load",
     "hook_cost",
@@ -134,6 +138,7 @@ const HELPERS: [&str; 10] = [
     "reap_time",
     "oom_peers_trials",
     "overhead_trials",
+    "reclaim_trials",
     "alloc",
 ];
 
@@ -247,6 +252,7 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
             Name::OomV2 => run_one(section, &mut || oom_brake::run(&bins, &machine, size)),
             Name::OomPeers => run_one(section, &mut || oom_peers::run(&bins, &machine, size)),
             Name::OomArm64 => run_one(section, &mut || oom_arm64::run(&machine, size)),
+            Name::Reclaim => run_one(section, &mut || reclaim::run(&bins, &machine, size)),
         }?;
     }
     let elapsed = started.elapsed();
@@ -277,7 +283,7 @@ pub(crate) fn run(name: Option<Name>, size: Size, options: Options) -> anyhow::R
 fn sections(name: Option<Name>, machines: Machines) -> Vec<Name> {
     use Name::{
         Density, Hooks, Kernel, Latency, OomArm64, OomPeers, OomRace, OomV2, Overhead, PidRace,
-        Ranking, Starved,
+        Ranking, Reclaim, Starved,
     };
     // Every section has cases on this machine.
     const ALL: [Name; 9] = [
@@ -286,7 +292,7 @@ fn sections(name: Option<Name>, machines: Machines) -> Vec<Name> {
     // Those with cases in a VM too, split inside; oom-race's are OomV2's, OomPeers' and
     // OomArm64's.
     const PART_IN_VMS: [Name; 2] = [Hooks, Overhead];
-    if let Some(OomV2 | OomPeers | OomArm64) = name {
+    if let Some(OomV2 | OomPeers | OomArm64 | Reclaim) = name {
         return name.into_iter().collect();
     }
     let wanted = |n: Name| name.is_none_or(|named| named == n);
@@ -296,6 +302,10 @@ fn sections(name: Option<Name>, machines: Machines) -> Vec<Name> {
         .collect();
     if wanted(OomRace) && machines == Machines::Vms {
         picked.extend([OomV2, OomPeers, OomArm64]);
+    }
+    // In a VM only, a section of its own.
+    if name.is_none() && machines.vms() {
+        picked.push(Reclaim);
     }
     picked
 }
@@ -329,22 +339,25 @@ mod tests {
     fn the_smoke_s_two_sides_together_take_every_case_once() {
         use Name::{
             Density, Hooks, Kernel, Latency, OomArm64, OomPeers, OomRace, OomV2, Overhead, PidRace,
-            Ranking, Starved,
+            Ranking, Reclaim, Starved,
         };
+        let host = [
+            Latency, Density, Kernel, Hooks, Ranking, OomRace, PidRace, Overhead, Starved,
+        ];
+        assert_eq!(sections(None, Machines::Host), host);
         let every = sections(None, Machines::Both);
         assert_eq!(
-            every,
-            [
-                Latency, Density, Kernel, Hooks, Ranking, OomRace, PidRace, Overhead, Starved
-            ]
+            every[..host.len()],
+            host,
+            "each such section has cases here"
         );
-        let host = sections(None, Machines::Host);
-        assert_eq!(host, every, "each section has cases on this machine");
+        assert_eq!(every[host.len()..], [Reclaim], "and one in a VM alone");
         // Hooks and overhead take their VM parts; oom-race's VM cases are sections of their own.
         assert_eq!(
             sections(None, Machines::Vms),
-            [Hooks, Overhead, OomV2, OomPeers, OomArm64]
+            [Hooks, Overhead, OomV2, OomPeers, OomArm64, Reclaim]
         );
+        assert_eq!(sections(Some(Reclaim), Machines::Both), [Reclaim]);
         assert_eq!(
             sections(Some(OomRace), Machines::Vms),
             [OomV2, OomPeers, OomArm64]

@@ -7,6 +7,7 @@
 //!     oom_race_trials SOURCE MARGIN_MIB TRIALS [--kube api|kill] [--kubelet-delay MS] [--other-victim]
 //!              [--draining-hog] [--draining-victim] [--grace-projection on|off]
 //!              [--memory-brake kubepods|pods|off] [--predict MS] [--beyond-distance]
+//!              [--reclaim-first]
 //!
 //! SOURCE is `ebpf` or `poll:<ms>`. With `--kube` the pods are served by the MOCK API server
 //! and a STAND-IN kubelet stops a pod `--kubelet-delay` after its eviction was accepted
@@ -14,12 +15,12 @@
 //! `--other-victim` adds a best-effort pod of lower priority that the kubelet's order evicts
 //! before the allocating pod. `--draining-hog`: the hog handles SIGTERM and keeps allocating
 //! until SIGKILL, as a server draining its requests would; `--draining-victim`: the
-//! bystander handles SIGTERM likewise, idle. `--grace-projection`, `--memory-brake` and
-//! `--predict` (as a lead in ms) are passed to the agent. `--beyond-distance`: allocatable
-//! memory leaves twice the agent's default `--attach-within` on this node above the
-//! threshold, so its stat programs are detached when each trial starts (the trial waits
-//! for that) and only the 100 ms guard read can attach them before the hog crosses; the hog
-//! then allocates past the kubepods limit. One JSON object per trial on stdout, naming the
+//! bystander handles SIGTERM likewise, idle. `--grace-projection`, `--memory-brake`,
+//! `--predict` (as a lead in ms) and `--reclaim-first` are passed to the agent.
+//! `--beyond-distance`: allocatable memory leaves twice the agent's default `--attach-within`
+//! on this node above the threshold, so its stat programs are detached when each trial
+//! starts (the trial waits for that) and only the 100 ms guard read can attach them before
+//! the hog crosses; the hog then allocates past the kubepods limit. One JSON object per trial on stdout, naming the
 //! arguments it ran with and every pod the agent evicted.
 use std::{
     sync::Arc,
@@ -55,13 +56,14 @@ struct Args {
     memory_brake: Option<String>,
     predict: Option<String>,
     beyond_distance: bool,
+    reclaim_first: bool,
 }
 
 fn parse() -> Result<Args, String> {
     let usage = "usage: oom_race_trials ebpf|poll:MS MARGIN_MIB TRIALS [--kube api|kill] \
                  [--kubelet-delay MS] [--other-victim] [--draining-hog] [--draining-victim] \
                  [--grace-projection on|off] [--memory-brake kubepods|pods|off] [--predict MS] \
-                 [--beyond-distance]";
+                 [--beyond-distance] [--reclaim-first]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [source, margin, trials, rest @ ..] = args.as_slice() else {
         return Err(usage.into());
@@ -90,6 +92,7 @@ fn parse() -> Result<Args, String> {
         memory_brake: None,
         predict: None,
         beyond_distance: false,
+        reclaim_first: false,
     };
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
@@ -105,6 +108,7 @@ fn parse() -> Result<Args, String> {
             ("--draining-hog", _) => parsed.draining_hog = true,
             ("--draining-victim", _) => parsed.draining_victim = true,
             ("--beyond-distance", _) => parsed.beyond_distance = true,
+            ("--reclaim-first", _) => parsed.reclaim_first = true,
             ("--memory-brake", Some(mode))
                 if ["kubepods", "pods", "off"].contains(&mode.as_str()) =>
             {
@@ -207,6 +211,9 @@ fn main() {
     }
     if let Some(mode) = &args.memory_brake {
         extra.extend(["--memory-brake", mode]);
+    }
+    if args.reclaim_first {
+        extra.push("--reclaim-first");
     }
     let agent: MonitorProcess = match (&pods, &args.kube) {
         (Pods::Kube { files, .. }, Some(mode)) => {

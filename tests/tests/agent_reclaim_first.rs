@@ -20,7 +20,9 @@ use monitor::{
     source::probe::kernel_version,
 };
 use tests::{
-    AgentScene, Allocator, MonitorProcess, TempDir, TestPod, monitor_bin, running_as_root,
+    AgentScene, Allocator, KubeScene, MonitorProcess, TempDir, TestPod,
+    kube_api::MockKubeApi,
+    monitor_bin, running_as_root,
     scene_decisions::{DECIDE, KILL, MIB, alive, assert_no_decision, hog_is_evicted_once},
 };
 
@@ -65,10 +67,11 @@ fn reclaim_possible() -> Result<(), &'static str> {
     }
 }
 
-/// Starts the agent with the flag and checks what it says of it at start: on, or refused
-/// with the reason doctor gives.
-fn start_with_flag(scene: &AgentScene, possible: Result<(), &str>) -> MonitorProcess {
-    let agent = scene.start_agent(&["--reclaim-first"]);
+const FLAG: &str = "--reclaim-first";
+
+/// Checks what the agent started with the flag says of it: on, or refused with the reason
+/// doctor gives.
+fn flag_said(agent: MonitorProcess, possible: Result<(), &str>) -> MonitorProcess {
     let said = |l: &str| match possible {
         Ok(()) => l.contains("--reclaim-first: page cache is taken back"),
         Err(why) => l.contains("--reclaim-first refused on this node: ") && l.contains(why),
@@ -79,6 +82,14 @@ fn start_with_flag(scene: &AgentScene, possible: Result<(), &str>) -> MonitorPro
             .unwrap_or_else(|| panic!("the agent says {possible:?}: {}", agent.stderr()));
     }
     agent
+}
+
+/// The scene with the pods' manifests written.
+fn listed<'a>(scene: &'a AgentScene, pods: [&TestPod; 2]) -> &'a AgentScene {
+    for pod in pods {
+        scene.write_manifest(pod);
+    }
+    scene
 }
 
 /// The scenes' premise is the kubelet counting cache a pod read twice (kubernetes#43916).
@@ -108,10 +119,11 @@ struct CacheScene {
 }
 
 impl CacheScene {
-    /// The pods started and the cache read twice, under the agent `start` runs.
+    /// The pods started and the cache read twice, under the agent `start` runs once it made
+    /// the pods known to it (manifests, or the mock API server).
     fn start(
         name: &str,
-        start: impl FnOnce(&AgentScene) -> MonitorProcess,
+        start: impl FnOnce(&AgentScene, [&TestPod; 2]) -> MonitorProcess,
     ) -> (Self, MonitorProcess) {
         classic_lru_in_the_vm();
         let scene = AgentScene::new(name, "1s", "5s");
@@ -120,9 +132,9 @@ impl CacheScene {
             TestPod::new("reader").request_mib(10),
             TestPod::new("anon").request_mib(100),
         );
-        let agent = start(&scene);
-        let mut reader_proc = scene.start_pod(&reader);
-        let anon_proc = scene.start_pod(&anon);
+        let agent = start(&scene, [&reader, &anon]);
+        let mut reader_proc = scene.run_pod(&reader);
+        let anon_proc = scene.run_pod(&anon);
         let cache = files.join("cache");
         reader_proc.cache(150, &cache);
         reader_proc.read_file(&cache);
@@ -174,8 +186,9 @@ fn idle_cache_is_reclaimed_instead_of_evicting_its_pod() {
         return;
     }
     let possible = reclaim_possible();
-    let (mut s, mut agent) =
-        CacheScene::start("reclaim-idle", |scene| start_with_flag(scene, possible));
+    let (mut s, mut agent) = CacheScene::start("reclaim-idle", |scene, pods| {
+        flag_said(listed(scene, pods).start_agent(&[FLAG]), possible)
+    });
     let before = s.reader_working_set();
     s.press();
     if possible.is_err() {
@@ -212,7 +225,9 @@ fn without_the_flag_the_same_pod_is_evicted_as_the_kubelet_would() {
     if !running_as_root("without_the_flag_the_same_pod_is_evicted_as_the_kubelet_would") {
         return;
     }
-    let (mut s, mut agent) = CacheScene::start("reclaim-off", |scene| scene.start_agent(&[]));
+    let (mut s, mut agent) = CacheScene::start("reclaim-off", |scene, pods| {
+        listed(scene, pods).start_agent(&[])
+    });
     s.press();
     let decision = s.reader_evicted(&agent);
     assert!(decision.get("reclaim_first").is_none(), "{decision:#}");
@@ -225,8 +240,9 @@ fn a_pod_whose_cache_is_in_use_is_evicted_after_all() {
         return;
     }
     let possible = reclaim_possible();
-    let (mut s, mut agent) =
-        CacheScene::start("reclaim-hot", |scene| start_with_flag(scene, possible));
+    let (mut s, mut agent) = CacheScene::start("reclaim-hot", |scene, pods| {
+        flag_said(listed(scene, pods).start_agent(&[FLAG]), possible)
+    });
     let cache = s.cache.clone();
     s.reader_proc.keep_reading(&cache);
     s.press();
@@ -249,7 +265,53 @@ fn an_anonymous_hog_is_evicted_with_the_flag_on() {
     }
     let possible = reclaim_possible();
     let scene = AgentScene::new("reclaim-anon", "10s", "10s");
-    let mut agent = start_with_flag(&scene, possible);
+    let mut agent = flag_said(scene.start_agent(&[FLAG]), possible);
     hog_is_evicted_once(&scene, &mut agent);
+    agent.stop();
+}
+
+#[test]
+fn with_kube_a_spared_eviction_is_told_in_an_event_on_the_pod() {
+    if !running_as_root("with_kube_a_spared_eviction_is_told_in_an_event_on_the_pod") {
+        return;
+    }
+    let possible = reclaim_possible();
+    // The pods come from the MOCK API server, as no real one can run here.
+    let api = MockKubeApi::start(KubeScene::NODE);
+    let (_files, kubeconfig) = api.kubeconfig_in("reclaim-kube-config");
+    let (mut s, mut agent) = CacheScene::start("reclaim-kube", |scene, pods| {
+        for pod in pods {
+            api.apply_pod(pod);
+        }
+        flag_said(
+            scene.start_kube_agent(&kubeconfig, KubeScene::NODE, &[FLAG]),
+            possible,
+        )
+    });
+    s.press();
+    let within = Duration::from_secs(20);
+    let wanted = if possible.is_ok() {
+        "ReclaimedBeforeEviction"
+    } else {
+        "Evicted"
+    };
+    let event = api
+        .wait_until(within, |api| {
+            api.events().into_iter().find(|e| e["reason"] == wanted)
+        })
+        .unwrap_or_else(|| panic!("no {wanted} event: {:?}; {}", api.events(), agent.stderr()));
+    assert_eq!(event["involvedObject"]["name"], "reader", "{event:#}");
+    if possible.is_ok() {
+        assert_eq!(event["type"], "Normal", "{event:#}");
+        let message = event["message"].as_str().unwrap_or_default();
+        assert!(message.contains("nobody was evicted"), "{event:#}");
+        assert!(
+            !api.requests()
+                .iter()
+                .any(|r| r.path().ends_with("/eviction")),
+            "nothing evicted"
+        );
+        assert!(alive(&s.reader_proc), "the reader runs on");
+    }
     agent.stop();
 }

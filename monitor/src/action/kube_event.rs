@@ -2,7 +2,8 @@
 //! agent did and why: a core/v1 Event of type Warning on the pod, reason `Evicted` (or
 //! `EvictionDryRun` for a decision not carried out), with the decision's message in the
 //! kubelet's words, named as the kubelet names its events (the pod's name, a dot, and the time
-//! in nanoseconds in hex). What concerns the agent on a node (a damaged checkpoint set aside)
+//! in nanoseconds in hex); of type Normal, reason `ReclaimedBeforeEviction`, on a pod whose
+//! page cache reclaim took instead of an eviction (`--reclaim-first`). What concerns the agent on a node (a damaged checkpoint set aside)
 //! is an Event on the Node, in the `default` namespace as the kubelet posts its own.
 //!
 //! They are written as the kubelet's event recorder writes its own: one at a time, off the
@@ -28,8 +29,6 @@ use crate::engine::{
 
 /// The component the Events name as their source.
 pub const COMPONENT: &str = "monitor";
-/// The type of every Event the agent writes.
-const TYPE: &str = "Warning";
 /// Node events go where the kubelet posts its own.
 const NODE_EVENT_NAMESPACE: &str = "default";
 /// Events waiting to be written, as the kubelet's broadcaster queues them; past it an Event is
@@ -56,14 +55,27 @@ pub enum EventReason {
     EvictionDryRun,
     /// On the node: the agent's checkpoint could not be used and was set aside.
     CheckpointDamaged,
+    /// `--reclaim-first`: page cache was taken back from the pod and the memory threshold
+    /// was no longer met: nobody was evicted.
+    ReclaimedBeforeEviction,
 }
 
 impl EventReason {
+    /// The Event's type: `Normal` where the pod kept running (a spared eviction), `Warning`
+    /// for the rest.
+    const fn event_type(self) -> &'static str {
+        match self {
+            EventReason::ReclaimedBeforeEviction => "Normal",
+            _ => "Warning",
+        }
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             EventReason::Evicted => "Evicted",
             EventReason::EvictionDryRun => "EvictionDryRun",
             EventReason::CheckpointDamaged => "MonitorCheckpointDamaged",
+            EventReason::ReclaimedBeforeEviction => "ReclaimedBeforeEviction",
         }
     }
 }
@@ -131,7 +143,7 @@ async fn write_each(client: Client, node: String, mut pending: mpsc::Receiver<Pe
         let object = involved(&event.subject, &node);
         let occurrence = Occurrence {
             object: &object,
-            type_: TYPE,
+            type_: event.reason.event_type(),
             reason: event.reason.as_str(),
             message: &event.message,
         };
@@ -257,7 +269,7 @@ fn event(subject: &Subject, reason: EventReason, write: &Write, node: &str) -> E
         involved_object: subject.reference(node),
         reason: Some(reason.as_str().into()),
         message: Some(write.message.clone()),
-        type_: Some(TYPE.into()),
+        type_: Some(reason.event_type().into()),
         source: Some(EventSource {
             component: Some(COMPONENT.into()),
             host: Some(node.into()),
@@ -270,6 +282,7 @@ fn event(subject: &Subject, reason: EventReason, write: &Write, node: &str) -> E
         action: Some(
             match reason {
                 EventReason::Evicted => "Evict",
+                EventReason::ReclaimedBeforeEviction => "Reclaim",
                 EventReason::EvictionDryRun | EventReason::CheckpointDamaged => "None",
             }
             .into(),
@@ -338,7 +351,7 @@ mod tests {
         let object = involved(&Subject::Node, "node-a");
         let occurrence = Occurrence {
             object: &object,
-            type_: TYPE,
+            type_: EventReason::CheckpointDamaged.event_type(),
             reason: EventReason::CheckpointDamaged.as_str(),
             message: "set aside",
         };
@@ -363,5 +376,27 @@ mod tests {
         );
         assert_eq!(json["reason"], "MonitorCheckpointDamaged");
         assert_eq!(json["type"], "Warning");
+    }
+
+    #[test]
+    fn a_spared_eviction_is_a_normal_event_of_reclaim() {
+        let pod = PodRef {
+            namespace: "shop".into(),
+            name: "cache".into(),
+            uid: "u1".into(),
+        };
+        let write = Write {
+            name: "cache.1".into(),
+            message: "64.0Mi of the pod's page cache taken back".into(),
+            count: 1,
+            first_ns: 0,
+            last_ns: 0,
+        };
+        let reason = EventReason::ReclaimedBeforeEviction;
+        let json =
+            serde_json::to_value(event(&Subject::Pod(pod), reason, &write, "node-a")).unwrap();
+        assert_eq!(json["reason"], "ReclaimedBeforeEviction");
+        assert_eq!(json["type"], "Normal");
+        assert_eq!(json["action"], "Reclaim");
     }
 }

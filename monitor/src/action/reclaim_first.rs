@@ -8,14 +8,14 @@ use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 use tokio::task::JoinHandle;
 
 use crate::{
+    action::kube_event::{EventReason, EventRecorder},
     cgroupfs::reclaim,
     engine::{
         instant::MonoInstant,
         pod_facts::PodRef,
-        reclaim_ladder::{
-            EPISODE_BUDGET, Ladder, Over, ReclaimHistory, ReclaimTotals, Step, StepAnswer,
-            StepResult, race_allows,
-        },
+        reclaim_ladder::{EPISODE_BUDGET, Ladder, Over, Step, StepAnswer, StepResult, race_allows},
+        reclaim_record::{ReclaimHistory, ReclaimTotals},
+        units::unsigned_bytes,
     },
 };
 
@@ -80,6 +80,8 @@ pub(crate) struct ReclaimFirst {
     /// What pods gave in earlier episodes, to leave off those whose cache came back.
     history: ReclaimHistory,
     totals: ReclaimTotals,
+    /// With `--kube`: an Event on each pod an episode took from when it spared an eviction.
+    events: Option<EventRecorder>,
 }
 
 struct Episode {
@@ -99,7 +101,14 @@ impl ReclaimFirst {
             running: None,
             history: ReclaimHistory::default(),
             totals: ReclaimTotals::default(),
+            events: None,
         }
+    }
+
+    /// Says each spared eviction in Events on the pods reclaimed from.
+    pub(crate) fn with_events(mut self, events: Option<EventRecorder>) -> Self {
+        self.events = events;
+        self
     }
 
     /// A memory threshold is met and an eviction decided at `now`: the first decision of a
@@ -209,7 +218,23 @@ impl ReclaimFirst {
         let spared = self
             .totals
             .episode_ended(ladder, episode.last_moved, episode.evicted);
-        spared.then(|| format!("{}, then evicted nobody", said(ladder)))
+        if !spared {
+            return None;
+        }
+        if let Some(events) = &self.events {
+            for (pod, taken) in ladder.taken().1 {
+                events.record(
+                    pod,
+                    EventReason::ReclaimedBeforeEviction,
+                    &format!(
+                        "{} of the pod's page cache taken back through memory.reclaim before \
+                         an eviction; the memory threshold was no longer met: nobody was evicted",
+                        unsigned_bytes(*taken)
+                    ),
+                );
+            }
+        }
+        Some(format!("{}, then evicted nobody", said(ladder)))
     }
 
     pub(crate) fn totals(&self) -> &ReclaimTotals {

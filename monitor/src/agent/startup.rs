@@ -305,6 +305,7 @@ impl Agent {
                 &format!("{}: {startup}", path.display()),
             );
         }
+        let reclaim_events = events.clone();
         let actuator: Box<dyn Actuator> = match (evictor, events) {
             (_, events) if args.dry_run => Box::new(DryRun { events }),
             (Some(evictor), Some(events)) => Box::new(LocalFirst {
@@ -340,7 +341,8 @@ impl Agent {
                 unix_ns_now(),
             )
         });
-        let reclaim_first = reclaim_first(args.reclaim_first, args.dry_run, &hierarchy, &kubepods);
+        let reclaim_first = reclaim_first(args.reclaim_first, args.dry_run, &hierarchy, &kubepods)
+            .map(|reclaim| reclaim.with_events(reclaim_events));
         Ok(Self::assemble(Parts {
             options,
             config: in_force,

@@ -22,7 +22,8 @@
 //! * [`memory_brake`] and [`oom_projection`]: when the pods are held while a victim drains,
 //!   and how long the node can wait for it;
 //! * [`reclaim_ladder`]: the page cache taken back from the pods, head first, before an
-//!   eviction (`--reclaim-first`), and when the race forbids it;
+//!   eviction (`--reclaim-first`), and when the race forbids it; [`reclaim_record`]: what
+//!   earlier steps gave; [`reclaim_plan`]: what a dry run would take;
 //! * [`oom_badness`]: whom the kernel's OOM killer would choose, which a decision names;
 //! * [`cause`]: what led to a decision, the reclaim stalls ([`incident`]) and growth bursts
 //!   ([`burst`]) of the kernel's records before it, shared with `monitor trace`;
@@ -74,6 +75,8 @@ pub mod quantity;
 pub mod rank_index;
 pub mod rank_report;
 pub mod reclaim_ladder;
+pub mod reclaim_plan;
+pub mod reclaim_record;
 pub mod refusals;
 pub mod resync;
 pub mod shadow;

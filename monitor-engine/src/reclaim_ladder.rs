@@ -11,11 +11,7 @@
 //! * it never touches Guaranteed or critical pods, and leaves a pod whose cache comes straight
 //!   back (refaults since the step above half of what was taken: the cache is in use);
 //! * the kernel refusing `memory.reclaim` ends it at once.
-use std::{
-    collections::{BTreeMap, VecDeque},
-    fmt,
-    time::Duration,
-};
+use std::{collections::VecDeque, fmt, time::Duration};
 
 use crate::{
     instant::MonoInstant,
@@ -86,7 +82,8 @@ pub enum StepAnswer {
 /// A step carried out: what it took (the pod's working set in the kubelet's terms, usage less
 /// inactive file cache, before less after: reclaim frees cache and deactivates what it
 /// scanned), what refaulted in the moments after (`workingset_refault_file` times the page
-/// size), and the pod's refault counter after it, in bytes, for [`ReclaimHistory`].
+/// size), and the pod's refault counter after it, in bytes, for
+/// [`ReclaimHistory`](crate::reclaim_record::ReclaimHistory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepResult {
     pub answer: StepAnswer,
@@ -104,61 +101,6 @@ impl StepResult {
             refaulted: 0,
             refaults_after: 0,
         }
-    }
-}
-
-/// The pods reclaimed from in earlier pressure episodes, to tell cache that comes straight
-/// back: a pod whose refaults since its last step exceed half of what it gave is left off the
-/// next ladder (its cache is in use; a refault storm would otherwise reclaim it at every
-/// episode and never evict), and its record dropped, so a later ladder may try it again.
-#[derive(Clone, Debug, Default)]
-pub struct ReclaimHistory {
-    given: BTreeMap<String, Given>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Given {
-    taken: u64,
-    refaults_after: u64,
-}
-
-impl ReclaimHistory {
-    /// A step on pod `uid` ended with `result`.
-    pub fn gave(&mut self, uid: &str, result: &StepResult) {
-        if result.taken == 0 {
-            return;
-        }
-        let given = self.given.entry(uid.to_string()).or_insert(Given {
-            taken: 0,
-            refaults_after: 0,
-        });
-        given.taken = given.taken.saturating_add(result.taken);
-        given.refaults_after = result.refaults_after;
-        if self.given.len() > PODS_COUNTED
-            && let Some(least) = self
-                .given
-                .iter()
-                .min_by_key(|(_, g)| g.taken)
-                .map(|(uid, _)| uid.clone())
-        {
-            self.given.remove(&least);
-        }
-    }
-
-    /// Whether `uid` gave before (its refault counter is then worth reading).
-    pub fn remembers(&self, uid: &str) -> bool {
-        self.given.contains_key(uid)
-    }
-
-    /// Whether what `uid` gave came back: its refault counter now (bytes) is more than half
-    /// of what it gave past the counter after its last step. Forgets the pod either way.
-    pub fn came_back(&mut self, uid: &str, refaults_now: u64) -> bool {
-        self.given.remove(uid).is_some_and(|given| {
-            refaults_now
-                .saturating_sub(given.refaults_after)
-                .saturating_mul(2)
-                > given.taken
-        })
     }
 }
 
@@ -297,116 +239,6 @@ impl Ladder {
         self.started
     }
 }
-
-/// The per-pod byte counts kept for the metrics: the pods reclaimed from most, so a node's
-/// pod churn cannot grow them without bound.
-const PODS_COUNTED: usize = 256;
-
-/// What the ladders did since the agent started, for the metrics.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ReclaimTotals {
-    /// Bytes taken from each pod (`namespace/name`), the [`PODS_COUNTED`] largest.
-    pub bytes_by_pod: BTreeMap<String, u64>,
-    /// Pressure episodes in which a ladder ran.
-    pub ladders: u64,
-    /// Episodes that ended with no eviction after their ladder took something.
-    pub evictions_avoided: u64,
-    /// Episodes in which the race came first (the ladder not begun).
-    pub skipped_for_race: u64,
-    /// Time the ladders ran, in all.
-    pub ladder_time: Duration,
-}
-
-impl ReclaimTotals {
-    /// A step took `taken` bytes from `pod`.
-    pub fn took(&mut self, pod: &PodRef, taken: u64) {
-        if taken == 0 {
-            return;
-        }
-        *self.bytes_by_pod.entry(pod.to_string()).or_default() += taken;
-        if self.bytes_by_pod.len() > PODS_COUNTED
-            && let Some(least) = self
-                .bytes_by_pod
-                .iter()
-                .min_by_key(|(_, taken)| **taken)
-                .map(|(pod, _)| pod.clone())
-        {
-            self.bytes_by_pod.remove(&least);
-        }
-    }
-
-    /// A pressure episode ended with `ladder` last moved at `last_moved`, an eviction in it
-    /// or not; whether the ladder spared an eviction (it took something and none followed).
-    pub fn episode_ended(
-        &mut self,
-        ladder: &Ladder,
-        last_moved: MonoInstant,
-        evicted: bool,
-    ) -> bool {
-        if ladder.over() == Some(Over::RaceFirst) {
-            self.skipped_for_race += 1;
-            return false;
-        }
-        self.ladders += 1;
-        self.ladder_time += last_moved.saturating_since(ladder.started());
-        let spared = !evicted && ladder.taken().0 > 0;
-        if spared {
-            self.evictions_avoided += 1;
-        }
-        spared
-    }
-}
-
-/// What a dry run would reclaim: each pod's file cache, head first, until the shortfall is
-/// covered or the budget's bytes spent; whether an eviction would still follow.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DryRunPlan {
-    pub steps: Vec<(PodRef, u64)>,
-    pub then_evict: bool,
-}
-
-/// A dry run's ladder from the file cache each rung holds and the bytes the threshold is
-/// short of. A guess: the kernel may refuse part of it, and cache in use comes back.
-pub fn dry_run_plan(rungs: &[(PodRef, u64)], shortfall: u64, budget: Budget) -> DryRunPlan {
-    let mut steps = Vec::new();
-    let mut taken = 0u64;
-    for (pod, file) in rungs {
-        if taken >= shortfall || taken >= budget.bytes {
-            break;
-        }
-        let take = (*file).min(budget.bytes - taken).min(shortfall - taken);
-        if take > 0 {
-            steps.push((pod.clone(), take));
-            taken += take;
-        }
-    }
-    DryRunPlan {
-        steps,
-        then_evict: taken < shortfall,
-    }
-}
-
-impl DryRunPlan {
-    /// "would reclaim file cache: 412.0Mi from shop/cache, then evict nobody".
-    pub fn text(&self, victim: &PodRef) -> String {
-        let then = if self.then_evict {
-            format!("then evict {victim}")
-        } else {
-            "then evict nobody".to_string()
-        };
-        if self.steps.is_empty() {
-            return format!("would find no file cache to reclaim, {then}");
-        }
-        let from = self
-            .steps
-            .iter()
-            .map(|(pod, taken)| format!("{} from {pod}", unsigned_bytes(*taken)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        format!("would reclaim file cache: {from}, {then}")
-    }
-}
-
 impl fmt::Display for Ladder {
     /// "reclaimed 96.0Mi (shop/cache 64.0Mi, shop/web 32.0Mi), over: its bytes spent".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -426,7 +258,6 @@ impl fmt::Display for Ladder {
         Ok(())
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -608,124 +439,5 @@ mod tests {
         ladder.record(&stale, done(32 * MI, 0));
         assert_eq!(ladder.taken().0, 0);
         assert_eq!(ladder.next_step(at(1)).unwrap().pod, pod("a"));
-    }
-
-    #[test]
-    fn the_totals_count_episodes_and_keep_the_largest_pods() {
-        let mut totals = ReclaimTotals::default();
-        let mut ladder = Ladder::new(vec![pod("a")], at(0), EPISODE_BUDGET);
-        let step = ladder.next_step(at(0)).unwrap();
-        ladder.record(&step, done(32 * MI, 0));
-        totals.took(&step.pod, 32 * MI);
-        assert!(
-            totals.episode_ended(&ladder, at(40), false),
-            "took, none evicted"
-        );
-        assert!(
-            !totals.episode_ended(&ladder, at(40), true),
-            "evicted after it"
-        );
-        let idle = Ladder::new(vec![pod("a")], at(0), EPISODE_BUDGET);
-        assert!(!totals.episode_ended(&idle, at(0), false), "took nothing");
-        assert!(!totals.episode_ended(&Ladder::skipped(at(0), EPISODE_BUDGET), at(0), false));
-        assert_eq!(
-            (
-                totals.ladders,
-                totals.evictions_avoided,
-                totals.skipped_for_race
-            ),
-            (3, 1, 1)
-        );
-        assert_eq!(totals.ladder_time, Duration::from_millis(80));
-        for i in 0..PODS_COUNTED as u64 + 10 {
-            totals.took(&pod(&format!("p{i}")), (i + 1) * MI);
-        }
-        assert_eq!(totals.bytes_by_pod.len(), PODS_COUNTED);
-        assert_eq!(totals.bytes_by_pod.get("default/a"), Some(&(32 * MI)));
-        assert!(
-            !totals.bytes_by_pod.contains_key("default/p0"),
-            "the least dropped"
-        );
-    }
-
-    #[test]
-    fn a_pod_whose_cache_came_back_since_an_earlier_ladder_is_left_off_the_next() {
-        let step = |taken, refaults_after| StepResult {
-            refaults_after,
-            ..done(taken, 0)
-        };
-        let mut history = ReclaimHistory::default();
-        history.gave("idle", &step(64 * MI, 10 * MI));
-        history.gave("hot", &step(32 * MI, 10 * MI));
-        history.gave("hot", &step(32 * MI, 12 * MI));
-        history.gave("nothing", &step(0, 50 * MI));
-        assert!(
-            !history.remembers("nothing"),
-            "took nothing: nothing to come back"
-        );
-        assert!(history.remembers("idle") && history.remembers("hot"));
-        assert!(
-            !history.came_back("idle", 10 * MI + 32 * MI),
-            "half of 64 MiB: not more"
-        );
-        assert!(
-            history.came_back("hot", 12 * MI + 32 * MI + 1),
-            "over half of 64 MiB"
-        );
-        assert!(!history.remembers("hot"), "forgotten once asked");
-        assert!(
-            !history.came_back("hot", u64::MAX),
-            "a later ladder may try it again"
-        );
-    }
-
-    #[test]
-    fn a_dry_run_says_what_it_would_reclaim_and_whether_an_eviction_follows() {
-        let rungs = [(pod("cache"), 300 * MI), (pod("web"), 200 * MI)];
-        for (name, shortfall, budget_bytes, steps, text) in [
-            (
-                "the head's cache covers it",
-                100 * MI,
-                1 << 30,
-                vec![(pod("cache"), 100 * MI)],
-                "would reclaim file cache: 100.0Mi from default/cache, then evict nobody",
-            ),
-            (
-                "two pods cover it",
-                412 * MI,
-                1 << 30,
-                vec![(pod("cache"), 300 * MI), (pod("web"), 112 * MI)],
-                "would reclaim file cache: 300.0Mi from default/cache, 112.0Mi from default/web, \
-                 then evict nobody",
-            ),
-            (
-                "not enough cache",
-                600 * MI,
-                1 << 30,
-                vec![(pod("cache"), 300 * MI), (pod("web"), 200 * MI)],
-                "would reclaim file cache: 300.0Mi from default/cache, 200.0Mi from default/web, \
-                 then evict default/victim",
-            ),
-            (
-                "the budget bounds it",
-                412 * MI,
-                256 * MI,
-                vec![(pod("cache"), 256 * MI)],
-                "would reclaim file cache: 256.0Mi from default/cache, then evict default/victim",
-            ),
-        ] {
-            let budget = Budget {
-                bytes: budget_bytes,
-                time: Duration::from_secs(1),
-            };
-            let plan = dry_run_plan(&rungs, shortfall, budget);
-            assert_eq!(plan.steps, steps, "{name}");
-            assert_eq!(plan.text(&pod("victim")), text, "{name}");
-        }
-        let empty = dry_run_plan(&[(pod("cache"), 0)], MI, EPISODE_BUDGET);
-        assert_eq!(
-            empty.text(&pod("victim")),
-            "would find no file cache to reclaim, then evict default/victim"
-        );
     }
 }

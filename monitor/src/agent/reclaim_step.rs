@@ -7,7 +7,8 @@ use crate::{
     engine::{
         decide::{Decision, Eviction},
         instant::MonoInstant,
-        reclaim_ladder::{EPISODE_BUDGET, Step, StepResult, dry_run_plan, rungs},
+        reclaim_ladder::{EPISODE_BUDGET, Step, StepResult, rungs},
+        reclaim_plan::dry_run_plan,
         signal::NodeCondition,
     },
 };

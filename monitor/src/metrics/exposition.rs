@@ -2,7 +2,7 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::engine::{
-    reclaim_ladder::ReclaimTotals,
+    reclaim_record::ReclaimTotals,
     shadow::{Outcome, Scorecard, Scored},
 };
 

@@ -98,6 +98,14 @@ impl PendingCleanup {
 }
 
 impl EvictionState {
+    /// Whether a threshold on memory (`memory.available`, `allocatableMemory.available`) is
+    /// met now.
+    pub fn memory_threshold_met(&self) -> bool {
+        self.thresholds_first_observed
+            .iter()
+            .any(|met| met.threshold.signal.node_condition() == NodeCondition::MemoryPressure)
+    }
+
     /// When the wait the last eviction imposes on the next one ends: the eviction interval
     /// over, and the wait for its pod's cleanup too while that pod is not reported gone.
     /// `None` when no eviction was decided.

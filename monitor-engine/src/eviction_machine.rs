@@ -726,14 +726,20 @@ mod tests {
         assert_eq!(eviction.grace_period_seconds, 1);
     }
 
-    #[test]
-    fn a_refused_eviction_moves_on_to_the_next_candidate_at_once() {
+    /// A core that just decided on `over-high`, `big-low` next in line.
+    fn decided_on_over_high() -> (AgentCore, ManualClock) {
         let mut c = core();
         c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)]));
         c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
         let clock = clock();
         let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
         assert_eq!(first.as_deref(), Some("over-high"));
+        (c, clock)
+    }
+
+    #[test]
+    fn a_refused_eviction_moves_on_to_the_next_candidate_at_once() {
+        let (mut c, clock) = decided_on_over_high();
         c.eviction_refused("uid-over-high", clock.now());
         assert_eq!(c.actionable("uid-over-high"), Err(NotActionable::Refused));
         assert_eq!(
@@ -753,17 +759,12 @@ mod tests {
 
     #[test]
     fn a_decision_taken_back_is_decided_again_at_once_on_the_same_pod() {
-        let mut c = core();
-        c.apply_stats(&stats(&[(11, Stat::Anon, 550 * MI)]));
-        c.apply_stats(&stats(&[(21, Stat::Anon, 300 * MI)]));
-        let clock = clock();
-        let first = c.decide(&clock).eviction().map(|e| e.pod.name.clone());
-        assert_eq!(first.as_deref(), Some("over-high"));
+        let (mut c, clock) = decided_on_over_high();
         c.take_back("uid-over-high");
         assert!(c.state().awaiting_cleanup.is_none());
         assert_eq!(
             c.decide(&clock).eviction().map(|e| e.pod.name.clone()),
-            first,
+            Some("over-high".into()),
             "neither held out nor held back by the interval"
         );
         assert!(

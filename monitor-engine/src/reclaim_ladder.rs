@@ -258,21 +258,24 @@ impl fmt::Display for Ladder {
         Ok(())
     }
 }
+
+/// The ladder's tests, and helpers the other reclaim modules' tests share.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MI: u64 = 1 << 20;
+    pub(crate) const MI: u64 = 1 << 20;
 
-    fn pod(name: &str) -> PodRef {
+    pub(crate) fn pod(name: &str) -> PodRef {
         PodFacts::named(name).pod
     }
 
-    fn at(ms: u64) -> MonoInstant {
+    pub(crate) fn at(ms: u64) -> MonoInstant {
         MonoInstant::from_millis(ms)
     }
 
-    fn done(taken: u64, refaulted: u64) -> StepResult {
+    /// A step that gave all it was asked: `taken`, and `refaulted` of it back at once.
+    pub(crate) fn done(taken: u64, refaulted: u64) -> StepResult {
         StepResult {
             answer: StepAnswer::Done,
             taken,

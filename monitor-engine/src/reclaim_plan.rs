@@ -58,13 +58,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{pod_facts::PodFacts, reclaim_ladder::EPISODE_BUDGET};
-
-    const MI: u64 = 1 << 20;
-
-    fn pod(name: &str) -> PodRef {
-        PodFacts::named(name).pod
-    }
+    use crate::reclaim_ladder::{
+        EPISODE_BUDGET,
+        tests::{MI, pod},
+    };
 
     #[test]
     fn a_dry_run_says_what_it_would_reclaim_and_whether_an_eviction_follows() {

@@ -125,28 +125,10 @@ impl ReclaimHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        pod_facts::PodFacts,
-        reclaim_ladder::{EPISODE_BUDGET, StepAnswer},
+    use crate::reclaim_ladder::{
+        EPISODE_BUDGET,
+        tests::{MI, at, done, pod},
     };
-
-    const MI: u64 = 1 << 20;
-
-    fn pod(name: &str) -> PodRef {
-        PodFacts::named(name).pod
-    }
-
-    fn at(ms: u64) -> MonoInstant {
-        MonoInstant::from_millis(ms)
-    }
-
-    fn done(taken: u64, refaulted: u64) -> StepResult {
-        StepResult {
-            refaulted,
-            taken,
-            ..StepResult::nothing(StepAnswer::Done)
-        }
-    }
 
     #[test]
     fn the_totals_count_episodes_and_keep_the_largest_pods() {

@@ -160,7 +160,8 @@ pub(crate) struct AgentArgs {
     /// straight back (its cache is in use); read the signal again after each write, and evict
     /// only if the threshold is still met, exactly as without the flag. At most 1Gi and 1s a
     /// pressure episode; skipped when the OOM point is projected nearer than that second. In a
-    /// dry run the decision says what it would reclaim. Refused, with the reason at start and
+    /// dry run the decision says what it would reclaim; with --kube a spared eviction is
+    /// posted as a ReclaimedBeforeEviction Event on the pods reclaimed from. Refused, with the reason at start and
     /// in `monitor doctor`, on cgroup v1 and on kernels without memory.reclaim: the agent then
     /// evicts as without it.
     #[arg(long, help_heading = "Acting")]

@@ -309,11 +309,7 @@ impl Agent {
     /// or once it was held for its bound.
     pub(super) fn step_brake(&mut self, now_ns: u64) {
         let state = self.core.state();
-        let pressure = state.awaiting_cleanup.is_some()
-            || state
-                .thresholds_first_observed
-                .iter()
-                .any(|met| met.threshold.signal.node_condition() == NodeCondition::MemoryPressure);
+        let pressure = state.awaiting_cleanup.is_some() || state.memory_threshold_met();
         self.brake.step(
             BrakeInputs {
                 hard_memory_eviction: false,

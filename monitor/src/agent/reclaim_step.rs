@@ -7,13 +7,29 @@ use crate::{
     engine::{
         decide::{Decision, Eviction},
         instant::MonoInstant,
+        pod_facts::PodRef,
         reclaim_ladder::{EPISODE_BUDGET, Step, StepResult, rungs},
         reclaim_plan::dry_run_plan,
-        signal::NodeCondition,
+        signal::{NodeCondition, Signal},
     },
 };
 
 use super::components::Agent;
+use crate::{engine::eviction_machine::AgentCore, own_process::self_protect::OwnPod};
+
+/// The ladder's rungs for `signal`'s ranking, each with its cgroup; never the agent's own pod,
+/// nor a pod without a cgroup (nothing to reclaim from).
+fn rungs_with_cgroups(core: &AgentCore, own_pod: &OwnPod, signal: Signal) -> Vec<(PodRef, String)> {
+    let ranking = core.ranking(signal);
+    let facts: Vec<_> = ranking.iter().map(|(facts, _)| *facts).collect();
+    rungs(&facts)
+        .into_iter()
+        .filter_map(|pod| {
+            let rel = core.pod(&pod.uid)?.cgroup.as_ref()?.rel.to_string();
+            (!own_pod.holds(&rel)).then_some((pod, rel))
+        })
+        .collect()
+}
 
 /// What reclaim makes of the decision just taken.
 pub(super) enum Gate<'d> {
@@ -49,18 +65,7 @@ impl Agent {
         let Some(reclaim) = &mut self.reclaim_first else {
             return Gate::Goes(Some(eviction), None);
         };
-        let rungs = || {
-            let ranking = core.ranking(eviction.signal);
-            let facts: Vec<_> = ranking.iter().map(|(facts, _)| *facts).collect();
-            rungs(&facts)
-                .into_iter()
-                .filter_map(|pod| {
-                    let rel = core.pod(&pod.uid)?.cgroup.as_ref()?.rel.to_string();
-                    // The agent's own pod is never a candidate, for reclaim either.
-                    (!own_pod.holds(&rel)).then_some((pod, rel))
-                })
-                .collect()
-        };
+        let rungs = || rungs_with_cgroups(core, own_pod, eviction.signal);
         match reclaim.before_eviction(rungs, until_oom, now) {
             Verdict::Evict(said) => Gate::Goes(Some(eviction), Some(said)),
             Verdict::ReclaimFirst => {
@@ -80,24 +85,13 @@ impl Agent {
         }
         let shortfall =
             u64::try_from(threshold.saturating_sub(eviction.observed.available)).unwrap_or(0);
-        let ranking = self.core.ranking(eviction.signal);
-        let facts: Vec<_> = ranking.iter().map(|(facts, _)| *facts).collect();
         // Read only as far as the plan can go: the shortfall or the budget covered.
         let mut held = Vec::new();
         let mut sum = 0u64;
-        for pod in rungs(&facts) {
+        for (pod, rel) in rungs_with_cgroups(&self.core, &self.own_pod, eviction.signal) {
             if sum >= shortfall.min(EPISODE_BUDGET.bytes) {
                 break;
             }
-            let Some(rel) = self
-                .core
-                .pod(&pod.uid)
-                .and_then(|row| row.cgroup.as_ref())
-                .map(|c| c.rel.to_string())
-                .filter(|rel| !self.own_pod.holds(rel))
-            else {
-                continue;
-            };
             let file = reclaim.reclaimer().counted_cache(&rel).unwrap_or(0);
             sum = sum.saturating_add(file);
             held.push((pod, file));
@@ -124,13 +118,7 @@ impl Agent {
     /// Ends the pressure episode's ladder once no memory threshold is met, saying what it
     /// spared.
     pub(super) fn end_reclaim_episode(&mut self) {
-        let memory_met = self
-            .core
-            .state()
-            .thresholds_first_observed
-            .iter()
-            .any(|met| met.threshold.signal.node_condition() == NodeCondition::MemoryPressure);
-        if memory_met {
+        if self.core.state().memory_threshold_met() {
             return;
         }
         if let Some(said) = self

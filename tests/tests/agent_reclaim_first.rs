@@ -95,14 +95,45 @@ fn listed<'a>(scene: &'a AgentScene, pods: [&TestPod; 2]) -> &'a AgentScene {
 /// The scenes' premise is the kubelet counting cache a pod read twice (kubernetes#43916).
 /// Debian's 6.12 enables the multi-generational LRU, under which pages read through `read()`
 /// stay in the older generations and the kubelet's working set does not count them; in the
-/// VMs (never on a host) the test puts the kernel on its classic LRU, as 6.1 boots.
-fn classic_lru_in_the_vm() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    let switch = Path::new("/sys/kernel/mm/lru_gen/enabled");
-    if std::env::var_os("MONITOR_VM").is_none() || !switch.exists() {
-        return;
+/// VMs (never on a host) the scenes put the kernel on its classic LRU, as 6.1 boots, while any
+/// of them runs: the last one to end puts back what it found, for the test files after it.
+struct ClassicLru;
+
+/// Scenes holding the classic LRU, and the setting found before the first.
+static CLASSIC_LRU: std::sync::Mutex<(usize, Option<String>)> = std::sync::Mutex::new((0, None));
+const LRU_GEN: &str = "/sys/kernel/mm/lru_gen/enabled";
+
+impl ClassicLru {
+    fn hold() -> Option<Self> {
+        if std::env::var_os("MONITOR_VM").is_none() || !Path::new(LRU_GEN).exists() {
+            return None;
+        }
+        let mut held = CLASSIC_LRU
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if held.0 == 0 {
+            let found = fs::read_to_string(LRU_GEN).expect("reading the LRU's setting");
+            fs::write(LRU_GEN, "n").expect("turning the multi-generational LRU off");
+            held.1 = Some(found.trim().to_string());
+        }
+        held.0 += 1;
+        Some(Self)
     }
-    ONCE.call_once(|| fs::write(switch, "n").expect("turning the multi-generational LRU off"));
+}
+
+impl Drop for ClassicLru {
+    fn drop(&mut self) {
+        let mut held = CLASSIC_LRU
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.0 -= 1;
+        if held.0 == 0
+            && let Some(found) = held.1.take()
+            && let Err(e) = fs::write(LRU_GEN, &found)
+        {
+            eprintln!("putting the LRU's setting back to {found}: {e}");
+        }
+    }
 }
 
 /// A reader requesting 10Mi whose working set is 150Mi of file cache it wrote and read twice
@@ -116,6 +147,7 @@ struct CacheScene {
     anon_proc: Allocator,
     cache: PathBuf,
     _files: TempDir,
+    _lru: Option<ClassicLru>,
 }
 
 impl CacheScene {
@@ -125,7 +157,7 @@ impl CacheScene {
         name: &str,
         start: impl FnOnce(&AgentScene, [&TestPod; 2]) -> MonitorProcess,
     ) -> (Self, MonitorProcess) {
-        classic_lru_in_the_vm();
+        let lru = ClassicLru::hold();
         let scene = AgentScene::new(name, "1s", "5s");
         let files = TempDir::new(&format!("{name}-cache"));
         let (reader, anon) = (
@@ -146,6 +178,7 @@ impl CacheScene {
             anon_proc,
             cache,
             _files: files,
+            _lru: lru,
         };
         let counted = this.reader_working_set();
         assert!(

@@ -3,17 +3,13 @@
 //! relieved through its `memory.reclaim` instead of evicted; the same pod is evicted without
 //! the flag, as the kubelet would; a pod whose cache is in use, and an anonymous hog, are
 //! evicted with the flag on. Where the kernel cannot (cgroup v1 on this host, Linux before
-//! 5.19 in the poll tier's VM) the flag is refused with its reason, in the agent's log and in
-//! `monitor doctor`, and each scene's pod is evicted as without it.
+//! 5.19) the flag is refused with its reason, in the agent's log and in `monitor doctor`, and
+//! each scene's pod is evicted as without it. Runs in the 6.1 VM and on
+//! this host, whose kernels count a file read twice as active cache (see [`CacheScene`]).
 //!
 //! Every scene has 300Mi allocatable and a hard `allocatableMemory.available<100Mi`
 //! threshold: pressure once the pods' working sets pass 200Mi.
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Command, time::Duration};
 
 use monitor::{
     cgroupfs::{MemoryHierarchy, stats},
@@ -92,50 +88,6 @@ fn listed<'a>(scene: &'a AgentScene, pods: [&TestPod; 2]) -> &'a AgentScene {
     scene
 }
 
-/// The scenes' premise is the kubelet counting cache a pod read twice (kubernetes#43916).
-/// Debian's 6.12 enables the multi-generational LRU, under which pages read through `read()`
-/// stay in the older generations and the kubelet's working set does not count them; in the
-/// VMs (never on a host) the scenes put the kernel on its classic LRU, as 6.1 boots, while any
-/// of them runs: the last one to end puts back what it found, for the test files after it.
-struct ClassicLru;
-
-/// Scenes holding the classic LRU, and the setting found before the first.
-static CLASSIC_LRU: std::sync::Mutex<(usize, Option<String>)> = std::sync::Mutex::new((0, None));
-const LRU_GEN: &str = "/sys/kernel/mm/lru_gen/enabled";
-
-impl ClassicLru {
-    fn hold() -> Option<Self> {
-        if std::env::var_os("MONITOR_VM").is_none() || !Path::new(LRU_GEN).exists() {
-            return None;
-        }
-        let mut held = CLASSIC_LRU
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if held.0 == 0 {
-            let found = fs::read_to_string(LRU_GEN).expect("reading the LRU's setting");
-            fs::write(LRU_GEN, "n").expect("turning the multi-generational LRU off");
-            held.1 = Some(found.trim().to_string());
-        }
-        held.0 += 1;
-        Some(Self)
-    }
-}
-
-impl Drop for ClassicLru {
-    fn drop(&mut self) {
-        let mut held = CLASSIC_LRU
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        held.0 -= 1;
-        if held.0 == 0
-            && let Some(found) = held.1.take()
-            && let Err(e) = fs::write(LRU_GEN, &found)
-        {
-            eprintln!("putting the LRU's setting back to {found}: {e}");
-        }
-    }
-}
-
 /// A reader requesting 10Mi whose working set is 150Mi of file cache it wrote and read twice
 /// (active, so the kubelet counts it), idle since, and a 100Mi pod beside it; 80Mi of
 /// anonymous memory in that pod takes the pods past 200Mi. The reader heads the kubelet's
@@ -147,7 +99,6 @@ struct CacheScene {
     anon_proc: Allocator,
     cache: PathBuf,
     _files: TempDir,
-    _lru: Option<ClassicLru>,
 }
 
 impl CacheScene {
@@ -157,7 +108,6 @@ impl CacheScene {
         name: &str,
         start: impl FnOnce(&AgentScene, [&TestPod; 2]) -> MonitorProcess,
     ) -> (Self, MonitorProcess) {
-        let lru = ClassicLru::hold();
         let scene = AgentScene::new(name, "1s", "5s");
         let files = TempDir::new(&format!("{name}-cache"));
         let (reader, anon) = (
@@ -178,8 +128,10 @@ impl CacheScene {
             anon_proc,
             cache,
             _files: files,
-            _lru: lru,
         };
+        // The premise of kubernetes#43916. Not so under the multi-generational LRU (Debian's
+        // 6.12 turns it on), which leaves pages read through read() in its older generations:
+        // the test runs where the kernel boots with the classic LRU (6.1, and this host).
         let counted = this.reader_working_set();
         assert!(
             counted >= 120 * MIB as u64,

@@ -52,7 +52,8 @@ impl Agent {
         let Some(eviction) = decision.eviction() else {
             return Gate::Goes(None, None);
         };
-        if self.decisions.dry_run
+        if self.reclaim_first.is_none()
+            || self.decisions.dry_run
             || eviction.signal.node_condition() != NodeCondition::MemoryPressure
         {
             return Gate::Goes(Some(eviction), None);

@@ -81,13 +81,17 @@ pub enum StepAnswer {
 
 /// A step carried out: what it took (the pod's working set in the kubelet's terms, usage less
 /// inactive file cache, before less after: reclaim frees cache and deactivates what it
-/// scanned), what refaulted in the moments after (`workingset_refault_file` times the page
-/// size), and the pod's refault counter after it, in bytes, for
-/// [`ReclaimHistory`](crate::reclaim_record::ReclaimHistory).
+/// scanned), the page cache it freed (`file` before less after), what refaulted in the
+/// moments after (`workingset_refault_file` times the page size), and the pod's refault
+/// counter after it, in bytes, for [`ReclaimHistory`](crate::reclaim_record::ReclaimHistory).
+///
+/// Refaults are weighed against what was freed, not against what was taken: only freed pages
+/// can refault, and a page that was only deactivated comes back by a mere reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepResult {
     pub answer: StepAnswer,
     pub taken: u64,
+    pub freed: u64,
     pub refaulted: u64,
     pub refaults_after: u64,
 }
@@ -98,9 +102,15 @@ impl StepResult {
         Self {
             answer,
             taken: 0,
+            freed: 0,
             refaulted: 0,
             refaults_after: 0,
         }
+    }
+
+    /// Whether more than half of what the step freed came back at once: the cache is in use.
+    pub fn came_straight_back(&self) -> bool {
+        self.refaulted.saturating_mul(2) > self.freed
     }
 }
 
@@ -214,7 +224,7 @@ impl Ladder {
             // Cut short while it ran: counted, and the ladder stays over.
             return;
         }
-        let in_use = result.refaulted.saturating_mul(2) > result.taken;
+        let in_use = result.came_straight_back();
         match result.answer {
             StepAnswer::Refused => {
                 self.over = Some(Over::Refused);
@@ -274,11 +284,13 @@ pub(crate) mod tests {
         MonoInstant::from_millis(ms)
     }
 
-    /// A step that gave all it was asked: `taken`, and `refaulted` of it back at once.
+    /// A step that gave all it was asked: `taken`, all of it freed, and `refaulted` of it
+    /// back at once.
     pub(crate) fn done(taken: u64, refaulted: u64) -> StepResult {
         StepResult {
             answer: StepAnswer::Done,
             taken,
+            freed: taken,
             refaulted,
             refaults_after: 0,
         }
@@ -340,6 +352,31 @@ pub(crate) mod tests {
             "more than half came back: the cache is in use"
         );
         assert_eq!(ladder.taken(), (64 * MI, &[(pod("a"), 64 * MI)][..]));
+    }
+
+    #[test]
+    fn refaults_are_weighed_against_what_was_freed_not_what_was_deactivated() {
+        let mut ladder = Ladder::new(vec![pod("a"), pod("b")], at(0), EPISODE_BUDGET);
+        let step = ladder.next_step(at(1)).unwrap();
+        // 32 MiB less working set, of which 8 MiB freed and 24 MiB moved to the inactive list;
+        // 5 MiB of the 8 refaulted at once.
+        ladder.record(
+            &step,
+            StepResult {
+                freed: 8 * MI,
+                ..done(32 * MI, 5 * MI)
+            },
+        );
+        assert_eq!(ladder.next_step(at(2)).unwrap().pod, pod("b"), "in use");
+        assert!(
+            !done(32 * MI, 16 * MI).came_straight_back(),
+            "half: not more"
+        );
+        assert!(done(32 * MI, 16 * MI + 1).came_straight_back());
+        assert!(
+            !StepResult::nothing(StepAnswer::Done).came_straight_back(),
+            "nothing freed, nothing back"
+        );
     }
 
     #[test]

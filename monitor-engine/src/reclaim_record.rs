@@ -68,9 +68,10 @@ impl ReclaimTotals {
 }
 
 /// The pods reclaimed from in earlier pressure episodes, to tell cache that comes straight
-/// back: a pod whose refaults since its last step exceed half of what it gave is left off the
-/// next ladder (its cache is in use; a refault storm would otherwise reclaim it at every
-/// episode and never evict), and its record dropped, so a later ladder may try it again.
+/// back: a pod whose refaults since its first remembered step exceed half of the cache its
+/// steps freed is left off the next ladder (its cache is in use; a refault storm would
+/// otherwise reclaim it at every episode and never evict), and its record dropped, so a later
+/// ladder may try it again.
 #[derive(Clone, Debug, Default)]
 pub struct ReclaimHistory {
     given: BTreeMap<String, Given>,
@@ -78,27 +79,27 @@ pub struct ReclaimHistory {
 
 #[derive(Clone, Copy, Debug)]
 struct Given {
-    taken: u64,
-    refaults_after: u64,
+    freed: u64,
+    /// The pod's refault counter (bytes) before its first remembered step.
+    refaults_before: u64,
 }
 
 impl ReclaimHistory {
     /// A step on pod `uid` ended with `result`.
     pub fn gave(&mut self, uid: &str, result: &StepResult) {
-        if result.taken == 0 {
+        if result.taken == 0 && result.freed == 0 {
             return;
         }
         let given = self.given.entry(uid.to_string()).or_insert(Given {
-            taken: 0,
-            refaults_after: 0,
+            freed: 0,
+            refaults_before: result.refaults_after.saturating_sub(result.refaulted),
         });
-        given.taken = given.taken.saturating_add(result.taken);
-        given.refaults_after = result.refaults_after;
+        given.freed = given.freed.saturating_add(result.freed);
         if self.given.len() > PODS_COUNTED
             && let Some(least) = self
                 .given
                 .iter()
-                .min_by_key(|(_, g)| g.taken)
+                .min_by_key(|(_, g)| g.freed)
                 .map(|(uid, _)| uid.clone())
         {
             self.given.remove(&least);
@@ -111,13 +112,14 @@ impl ReclaimHistory {
     }
 
     /// Whether what `uid` gave came back: its refault counter now (bytes) is more than half
-    /// of what it gave past the counter after its last step. Forgets the pod either way.
+    /// of what its steps freed past the counter before its first step. Forgets the pod
+    /// either way.
     pub fn came_back(&mut self, uid: &str, refaults_now: u64) -> bool {
         self.given.remove(uid).is_some_and(|given| {
             refaults_now
-                .saturating_sub(given.refaults_after)
+                .saturating_sub(given.refaults_before)
                 .saturating_mul(2)
-                > given.taken
+                > given.freed
         })
     }
 }
@@ -170,15 +172,20 @@ mod tests {
 
     #[test]
     fn a_pod_whose_cache_came_back_since_an_earlier_ladder_is_left_off_the_next() {
-        let step = |taken, refaults_after| StepResult {
-            refaults_after,
-            ..done(taken, 0)
+        // A step freeing `freed` of the `taken` with the refault counter at `after` (bytes),
+        // `refaulted` of it in the step's own window.
+        let step = |taken, freed, refaulted, after| StepResult {
+            freed,
+            refaults_after: after,
+            ..done(taken, refaulted)
         };
         let mut history = ReclaimHistory::default();
-        history.gave("idle", &step(64 * MI, 10 * MI));
-        history.gave("hot", &step(32 * MI, 10 * MI));
-        history.gave("hot", &step(32 * MI, 12 * MI));
-        history.gave("nothing", &step(0, 50 * MI));
+        history.gave("idle", &step(64 * MI, 64 * MI, 0, 10 * MI));
+        // Two steps of 32 MiB less working set, 16 MiB freed each; the counter was at 10 MiB
+        // before the first, 2 MiB of which refaulted in its window.
+        history.gave("hot", &step(32 * MI, 16 * MI, 2 * MI, 12 * MI));
+        history.gave("hot", &step(32 * MI, 16 * MI, 0, 12 * MI));
+        history.gave("nothing", &step(0, 0, 0, 50 * MI));
         assert!(
             !history.remembers("nothing"),
             "took nothing: nothing to come back"
@@ -186,11 +193,11 @@ mod tests {
         assert!(history.remembers("idle") && history.remembers("hot"));
         assert!(
             !history.came_back("idle", 10 * MI + 32 * MI),
-            "half of 64 MiB: not more"
+            "half of the 64 MiB freed: not more"
         );
         assert!(
-            history.came_back("hot", 12 * MI + 32 * MI + 1),
-            "over half of 64 MiB"
+            history.came_back("hot", 10 * MI + 16 * MI + 1),
+            "over half of the 32 MiB freed, counted from before its first step"
         );
         assert!(!history.remembers("hot"), "forgotten once asked");
         assert!(

@@ -230,6 +230,8 @@ fn a_pod_whose_cache_is_in_use_is_evicted_after_all() {
     });
     let cache = s.cache.clone();
     s.reader_proc.keep_reading(&cache);
+    // A server's shutdown: it drains for half a second after SIGTERM, reading on.
+    s.reader_proc.drain_after_term(500);
     s.press();
     let decision = s.reader_evicted(&agent);
     if possible.is_ok() {
@@ -241,6 +243,55 @@ fn a_pod_whose_cache_is_in_use_is_evicted_after_all() {
         );
     }
     agent.stop();
+}
+
+#[test]
+fn an_agent_killed_while_its_ladder_runs_leaves_nothing_to_undo() {
+    if !running_as_root("an_agent_killed_while_its_ladder_runs_leaves_nothing_to_undo") {
+        return;
+    }
+    let possible = reclaim_possible();
+    let (mut s, mut agent) = CacheScene::start("reclaim-crash", |scene, pods| {
+        flag_said(listed(scene, pods).start_agent(&[FLAG]), possible)
+    });
+    s.press();
+    if possible.is_err() {
+        s.reader_evicted(&agent);
+        return;
+    }
+    // The brake holds the node while the ladder runs: SIGKILL then, a step under way or
+    // about to be. The kernel finishes a write it began; nothing of the agent's is undone but
+    // the brake, which its record lets the next start lift.
+    agent
+        .wait_stderr(DECIDE, |l| l.contains("memory brake on"))
+        .unwrap_or_else(|| panic!("the ladder begins: {}", agent.stderr()));
+    // SAFETY: kill(2) of the agent this test started, by its pid.
+    unsafe { libc::kill(agent.pid() as i32, libc::SIGKILL) };
+    agent
+        .wait(Duration::from_secs(10))
+        .expect("the agent ends on SIGKILL");
+    // A ladder quicker than the kill lifted its brake itself.
+    let lifted = agent.stderr().contains("memory brake lifted");
+    drop(agent);
+    let mut next = s.scene.start_agent(&[FLAG]);
+    if !lifted {
+        next.wait_stderr(Duration::from_secs(10), |l| {
+            l.contains("memory brake: a previous agent stopped while holding it")
+        })
+        .unwrap_or_else(|| panic!("the next start lifts the brake: {}", next.stderr()));
+    }
+    // Pressure left or not, the new agent's own ladder (or the step the killed one began)
+    // spares the reader: nobody is evicted.
+    assert_no_decision(&next, Duration::from_secs(4), "after a restart mid-ladder");
+    assert!(
+        alive(&s.reader_proc) && alive(&s.anon_proc),
+        "nobody evicted"
+    );
+    let high = std::fs::read_to_string(s.scene.kubepods.dir.join("memory.high"))
+        .expect("the kubepods' memory.high");
+    assert_eq!(high.trim(), "max", "no brake left: {}", next.stderr());
+    assert_eq!(s.scene.kubepods.oom_kills(), 0, "no kernel OOM kill");
+    next.stop();
 }
 
 #[test]

@@ -271,6 +271,7 @@ mod tests {
             self.0.lock().unwrap().push(rel.to_string());
             StepResult {
                 taken: 32 * MI,
+                freed: 32 * MI,
                 ..StepResult::nothing(StepAnswer::Done)
             }
         }

@@ -110,6 +110,7 @@ impl Agent {
             pod = %step.pod,
             asked = step.bytes,
             taken = result.taken,
+            freed = result.freed,
             refaulted = result.refaulted,
             answer = ?result.answer,
             "reclaim step"

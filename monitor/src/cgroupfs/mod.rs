@@ -4,7 +4,7 @@ pub mod hierarchy;
 pub(crate) mod limit_hits;
 pub mod paths;
 pub mod procs;
-pub(crate) mod reclaim;
+pub mod reclaim;
 pub mod stats;
 
 pub use hierarchy::{CgroupVersion, HierarchyError, MemoryHierarchy};

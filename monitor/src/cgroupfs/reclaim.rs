@@ -25,7 +25,7 @@ pub(crate) const REFAULT_WINDOW: Duration = Duration::from_millis(20);
 
 /// Why `--reclaim-first` cannot work with the memory cgroups at `dir` (the kubepods cgroup,
 /// or the hierarchy's root), if it cannot.
-pub(crate) fn refusal(version: CgroupVersion, dir: &Path) -> Result<(), String> {
+pub fn refusal(version: CgroupVersion, dir: &Path) -> Result<(), String> {
     match version {
         CgroupVersion::V1 => Err("cgroup v1 has no memory.reclaim, and lowering a v1 limit \
                                   instead opens a window in which the pod's own charges call \
@@ -57,6 +57,8 @@ struct Counters {
     working_set: u64,
     /// `active_file`: the page cache the kubelet's working set counts.
     active_file: u64,
+    /// `file`: all the page cache charged to the cgroup.
+    file: u64,
     /// Pages brought back in soon after reclaim took them (a count, not bytes).
     refaults: u64,
 }
@@ -75,6 +77,7 @@ fn read_counters(dir: &Path) -> io::Result<Counters> {
         let slot = match key {
             "inactive_file" => &mut inactive_file,
             "active_file" => &mut counters.active_file,
+            "file" => &mut counters.file,
             "workingset_refault_file" => &mut counters.refaults,
             _ => continue,
         };
@@ -91,7 +94,7 @@ pub(crate) fn counted_cache(dir: &Path) -> Option<u64> {
 }
 
 /// The cgroup's refault counter in bytes of `page_size` (`None`: unreadable or gone).
-pub(crate) fn refaulted(dir: &Path, page_size: u64) -> Option<u64> {
+pub fn refaulted(dir: &Path, page_size: u64) -> Option<u64> {
     read_counters(dir)
         .ok()
         .map(|c| c.refaults.saturating_mul(page_size))
@@ -99,9 +102,9 @@ pub(crate) fn refaulted(dir: &Path, page_size: u64) -> Option<u64> {
 
 /// Asks the kernel to reclaim `bytes` from the cgroup at `dir` and says what came of it: the
 /// working set it holds less (freed cache, and cache reclaim moved to the inactive list, which
-/// the kubelet no longer counts), and the refaults of the [`REFAULT_WINDOW`] after, in bytes
-/// of `page_size`. Blocks for the reclaim and the window.
-pub(crate) fn step(dir: &Path, bytes: u64, page_size: u64) -> StepResult {
+/// the kubelet no longer counts), the page cache freed, and the refaults of the
+/// [`REFAULT_WINDOW`] after, in bytes of `page_size`. Blocks for the reclaim and the window.
+pub fn step(dir: &Path, bytes: u64, page_size: u64) -> StepResult {
     let before = match read_counters(dir) {
         Ok(counters) => counters,
         Err(e) if super::procs::is_gone(&e) => return StepResult::nothing(StepAnswer::Gone),
@@ -126,6 +129,7 @@ pub(crate) fn step(dir: &Path, bytes: u64, page_size: u64) -> StepResult {
     StepResult {
         answer,
         taken: before.working_set.saturating_sub(after.working_set),
+        freed: before.file.saturating_sub(after.file),
         refaulted: after
             .refaults
             .saturating_sub(before.refaults)
@@ -248,6 +252,7 @@ mod tests {
             Counters {
                 working_set: 1_048_576 - 65_536,
                 active_file: 4096,
+                file: 8192,
                 refaults: 7
             }
         );

@@ -49,6 +49,7 @@ impl Reclaimer for FakeReclaimer {
 fn took(bytes: u64) -> StepResult {
     StepResult {
         taken: bytes,
+        freed: bytes,
         ..StepResult::nothing(StepAnswer::Done)
     }
 }

@@ -23,6 +23,11 @@ use crate::{
 /// while it runs, and a small step lets the agent read the signal again soon.
 pub const STEP_BYTES: u64 = 32 << 20;
 
+/// Less page cache the kubelet counts (`active_file`) than this, and a pod is left off the
+/// ladder without a write: there is nothing to take that would move the signal, and reclaim
+/// would search its anonymous memory in vain (EAGAIN, after the kernel's retries).
+pub const COUNTED_CACHE_AT_LEAST: u64 = 1 << 20;
+
 /// How much one ladder may take and how long it may run, per pressure episode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
@@ -83,7 +88,8 @@ pub enum StepAnswer {
 /// inactive file cache, before less after: reclaim frees cache and deactivates what it
 /// scanned), the page cache it freed (`file` before less after), what refaulted in the
 /// moments after (`workingset_refault_file` times the page size), and the pod's refault
-/// counter after it, in bytes, for [`ReclaimHistory`](crate::reclaim_record::ReclaimHistory).
+/// counter (in bytes) and working set after it, for
+/// [`ReclaimHistory`](crate::reclaim_record::ReclaimHistory).
 ///
 /// Refaults are weighed against what was freed, not against what was taken: only freed pages
 /// can refault, and a page that was only deactivated comes back by a mere reference.
@@ -94,6 +100,7 @@ pub struct StepResult {
     pub freed: u64,
     pub refaulted: u64,
     pub refaults_after: u64,
+    pub working_set_after: u64,
 }
 
 impl StepResult {
@@ -105,6 +112,7 @@ impl StepResult {
             freed: 0,
             refaulted: 0,
             refaults_after: 0,
+            working_set_after: 0,
         }
     }
 
@@ -293,6 +301,7 @@ pub(crate) mod tests {
             freed: taken,
             refaulted,
             refaults_after: 0,
+            working_set_after: 0,
         }
     }
 

@@ -68,10 +68,12 @@ impl ReclaimTotals {
 }
 
 /// The pods reclaimed from in earlier pressure episodes, to tell cache that comes straight
-/// back: a pod whose refaults since its first remembered step exceed half of the cache its
-/// steps freed is left off the next ladder (its cache is in use; a refault storm would
-/// otherwise reclaim it at every episode and never evict), and its record dropped, so a later
-/// ladder may try it again.
+/// back: a pod is left off the next ladder when its refaults since its first remembered step
+/// exceed half of the cache its steps freed, or its working set grew back by more than half of
+/// what its steps took (a page reclaim only deactivated comes back by a mere reference,
+/// without a refault). Its cache is in use, and a refault storm would otherwise be reclaimed
+/// at every episode and never evicted. Its record is dropped either way, so a later ladder
+/// may try it again.
 #[derive(Clone, Debug, Default)]
 pub struct ReclaimHistory {
     given: BTreeMap<String, Given>,
@@ -79,9 +81,41 @@ pub struct ReclaimHistory {
 
 #[derive(Clone, Copy, Debug)]
 struct Given {
+    taken: u64,
     freed: u64,
     /// The pod's refault counter (bytes) before its first remembered step.
     refaults_before: u64,
+    /// Its working set after its last step.
+    working_set_after: u64,
+}
+
+/// A pod's counters read when a new ladder begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodNow {
+    /// `workingset_refault_file`, in bytes.
+    pub refaults: u64,
+    /// The kubelet's working set.
+    pub working_set: u64,
+    /// `active_file`: the page cache the kubelet's working set counts, what a step can take.
+    pub counted_cache: u64,
+}
+
+/// How what a pod gave came back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CameBack {
+    /// Refaults past half of what its steps freed.
+    Refaults,
+    /// Its working set regrown past half of what its steps took.
+    WorkingSet,
+}
+
+impl CameBack {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CameBack::Refaults => "its refaults passed half of what reclaim freed",
+            CameBack::WorkingSet => "its working set grew back by more than half of it",
+        }
+    }
 }
 
 impl ReclaimHistory {
@@ -91,36 +125,48 @@ impl ReclaimHistory {
             return;
         }
         let given = self.given.entry(uid.to_string()).or_insert(Given {
+            taken: 0,
             freed: 0,
             refaults_before: result.refaults_after.saturating_sub(result.refaulted),
+            working_set_after: 0,
         });
+        given.taken = given.taken.saturating_add(result.taken);
         given.freed = given.freed.saturating_add(result.freed);
+        given.working_set_after = result.working_set_after;
         if self.given.len() > PODS_COUNTED
             && let Some(least) = self
                 .given
                 .iter()
-                .min_by_key(|(_, g)| g.freed)
+                .min_by_key(|(_, g)| g.taken)
                 .map(|(uid, _)| uid.clone())
         {
             self.given.remove(&least);
         }
     }
 
-    /// Whether `uid` gave before (its refault counter is then worth reading).
+    /// Whether `uid` gave before (its counters are then worth reading).
     pub fn remembers(&self, uid: &str) -> bool {
         self.given.contains_key(uid)
     }
 
-    /// Whether what `uid` gave came back: its refault counter now (bytes) is more than half
-    /// of what its steps freed past the counter before its first step. Forgets the pod
+    /// Whether and how what `uid` gave came back, from its counters `now`. Forgets the pod
     /// either way.
-    pub fn came_back(&mut self, uid: &str, refaults_now: u64) -> bool {
-        self.given.remove(uid).is_some_and(|given| {
-            refaults_now
-                .saturating_sub(given.refaults_before)
-                .saturating_mul(2)
-                > given.freed
-        })
+    pub fn came_back(&mut self, uid: &str, now: PodNow) -> Option<CameBack> {
+        let given = self.given.remove(uid)?;
+        let more_than_half = |back: u64, gave: u64| back.saturating_mul(2) > gave;
+        if more_than_half(
+            now.refaults.saturating_sub(given.refaults_before),
+            given.freed,
+        ) {
+            Some(CameBack::Refaults)
+        } else if more_than_half(
+            now.working_set.saturating_sub(given.working_set_after),
+            given.taken,
+        ) {
+            Some(CameBack::WorkingSet)
+        } else {
+            None
+        }
     }
 }
 
@@ -172,37 +218,52 @@ mod tests {
 
     #[test]
     fn a_pod_whose_cache_came_back_since_an_earlier_ladder_is_left_off_the_next() {
-        // A step freeing `freed` of the `taken` with the refault counter at `after` (bytes),
-        // `refaulted` of it in the step's own window.
-        let step = |taken, freed, refaulted, after| StepResult {
+        // A step taking `taken` of the working set (down to `ws_after`) and freeing `freed`,
+        // with the refault counter at `after` (bytes), `refaulted` of it in its own window.
+        let step = |taken, freed, refaulted, after, ws_after| StepResult {
             freed,
             refaults_after: after,
+            working_set_after: ws_after,
             ..done(taken, refaulted)
         };
+        let now = |refaults, working_set| PodNow {
+            refaults,
+            working_set,
+            counted_cache: 0,
+        };
         let mut history = ReclaimHistory::default();
-        history.gave("idle", &step(64 * MI, 64 * MI, 0, 10 * MI));
+        history.gave("idle", &step(64 * MI, 64 * MI, 0, 10 * MI, 100 * MI));
         // Two steps of 32 MiB less working set, 16 MiB freed each; the counter was at 10 MiB
         // before the first, 2 MiB of which refaulted in its window.
-        history.gave("hot", &step(32 * MI, 16 * MI, 2 * MI, 12 * MI));
-        history.gave("hot", &step(32 * MI, 16 * MI, 0, 12 * MI));
-        history.gave("nothing", &step(0, 0, 0, 50 * MI));
+        history.gave("hot", &step(32 * MI, 16 * MI, 2 * MI, 12 * MI, 200 * MI));
+        history.gave("hot", &step(32 * MI, 16 * MI, 0, 12 * MI, 168 * MI));
+        history.gave("deactivated", &step(64 * MI, 4 * MI, 0, 0, 50 * MI));
+        history.gave("nothing", &step(0, 0, 0, 50 * MI, 0));
         assert!(
             !history.remembers("nothing"),
             "took nothing: nothing to come back"
         );
         assert!(history.remembers("idle") && history.remembers("hot"));
-        assert!(
-            !history.came_back("idle", 10 * MI + 32 * MI),
-            "half of the 64 MiB freed: not more"
+        assert_eq!(
+            history.came_back("idle", now(10 * MI + 32 * MI, 132 * MI)),
+            None,
+            "half of the 64 MiB freed, half of the 64 MiB taken: not more"
         );
-        assert!(
-            history.came_back("hot", 10 * MI + 16 * MI + 1),
+        assert_eq!(
+            history.came_back("hot", now(10 * MI + 16 * MI + 1, 168 * MI)),
+            Some(CameBack::Refaults),
             "over half of the 32 MiB freed, counted from before its first step"
         );
         assert!(!history.remembers("hot"), "forgotten once asked");
-        assert!(
-            !history.came_back("hot", u64::MAX),
+        assert_eq!(
+            history.came_back("hot", now(u64::MAX, u64::MAX)),
+            None,
             "a later ladder may try it again"
+        );
+        assert_eq!(
+            history.came_back("deactivated", now(MI, 50 * MI + 32 * MI + 1)),
+            Some(CameBack::WorkingSet),
+            "few refaults, but over half of the 64 MiB taken back in the working set"
         );
     }
 }

@@ -13,8 +13,11 @@ use crate::{
     engine::{
         instant::MonoInstant,
         pod_facts::PodRef,
-        reclaim_ladder::{EPISODE_BUDGET, Ladder, Over, Step, StepAnswer, StepResult, race_allows},
-        reclaim_record::{ReclaimHistory, ReclaimTotals},
+        reclaim_ladder::{
+            COUNTED_CACHE_AT_LEAST, EPISODE_BUDGET, Ladder, Over, Step, StepAnswer, StepResult,
+            race_allows,
+        },
+        reclaim_record::{PodNow, ReclaimHistory, ReclaimTotals},
         units::unsigned_bytes,
     },
 };
@@ -24,11 +27,9 @@ pub(crate) trait Reclaimer: Send + Sync {
     /// One write of `bytes` to the `memory.reclaim` of the cgroup at `rel` (relative to the
     /// hierarchy's mount) and what came of it; blocks for the reclaim.
     fn step(&self, rel: &str, bytes: u64) -> StepResult;
-    /// The page cache the kubelet counts in the cgroup now (`None`: unreadable or gone), for
-    /// a dry run.
-    fn counted_cache(&self, rel: &str) -> Option<u64>;
-    /// The cgroup's refault counter, in bytes (`None`: unreadable or gone).
-    fn refaulted(&self, rel: &str) -> Option<u64>;
+    /// The cgroup's refault counter, working set and the page cache the kubelet counts in it
+    /// (`None`: unreadable or gone).
+    fn now(&self, rel: &str) -> Option<PodNow>;
 }
 
 /// [`Reclaimer`] on this machine's cgroup v2 hierarchy.
@@ -46,12 +47,8 @@ impl Reclaimer for CgroupfsReclaimer {
         )
     }
 
-    fn counted_cache(&self, rel: &str) -> Option<u64> {
-        reclaim::counted_cache(&self.dir(rel))
-    }
-
-    fn refaulted(&self, rel: &str) -> Option<u64> {
-        reclaim::refaulted(&self.dir(rel), self.page_size)
+    fn now(&self, rel: &str) -> Option<PodNow> {
+        reclaim::now(&self.dir(rel), self.page_size)
     }
 }
 
@@ -156,19 +153,26 @@ impl ReclaimFirst {
         Verdict::ReclaimFirst
     }
 
-    /// The new episode's rungs with their cgroups noted, less the pods whose cache came
-    /// back since they gave it.
+    /// The new episode's rungs with their cgroups noted, less the pods with (almost) no
+    /// cache the kubelet counts, or unreadable, which a step would only pass over, and the
+    /// pods whose cache came back since they gave it.
     fn climbable(&mut self, rungs: Vec<(PodRef, String)>) -> Vec<PodRef> {
         self.cgroups.clear();
         let mut pods = Vec::new();
         for (pod, rel) in rungs {
+            let Some(now) = self.reclaimer.now(&rel) else {
+                continue;
+            };
+            if now.counted_cache < COUNTED_CACHE_AT_LEAST {
+                continue;
+            }
             if self.history.remembers(&pod.uid)
-                && let Some(now) = self.reclaimer.refaulted(&rel)
-                && self.history.came_back(&pod.uid, now)
+                && let Some(how) = self.history.came_back(&pod.uid, now)
             {
                 tracing::info!(
-                    "reclaim leaves {pod} alone: what it gave came straight back (refaults), \
-                     so its cache is in use"
+                    "reclaim leaves {pod} alone: what it gave came back ({}), so its cache is \
+                     in use",
+                    how.as_str()
                 );
                 continue;
             }
@@ -275,11 +279,12 @@ mod tests {
                 ..StepResult::nothing(StepAnswer::Done)
             }
         }
-        fn counted_cache(&self, _rel: &str) -> Option<u64> {
-            None
-        }
-        fn refaulted(&self, _rel: &str) -> Option<u64> {
-            Some(0)
+        fn now(&self, _rel: &str) -> Option<PodNow> {
+            Some(PodNow {
+                refaults: 0,
+                working_set: 0,
+                counted_cache: 64 * MI,
+            })
         }
     }
 

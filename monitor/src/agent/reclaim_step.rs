@@ -93,7 +93,10 @@ impl Agent {
             if sum >= shortfall.min(EPISODE_BUDGET.bytes) {
                 break;
             }
-            let file = reclaim.reclaimer().counted_cache(&rel).unwrap_or(0);
+            let file = reclaim
+                .reclaimer()
+                .now(&rel)
+                .map_or(0, |now| now.counted_cache);
             sum = sum.saturating_add(file);
             held.push((pod, file));
         }

@@ -11,13 +11,12 @@ use std::{
 };
 
 use super::CgroupVersion;
-use crate::engine::reclaim_ladder::{StepAnswer, StepResult};
+use crate::engine::{
+    reclaim_ladder::{COUNTED_CACHE_AT_LEAST, StepAnswer, StepResult},
+    reclaim_record::PodNow,
+};
 
 const RECLAIM_FILE: &str = "memory.reclaim";
-
-/// Less page cache the kubelet counts than this, and a pod is not written to: there is
-/// nothing to take that would move the signal.
-const COUNTED_CACHE_AT_LEAST: u64 = 1 << 20;
 
 /// How long after a step its refaults are counted: a pod that re-reads its cache brings it
 /// back within milliseconds, which is what tells cache in use from cache that was idle.
@@ -87,17 +86,14 @@ fn read_counters(dir: &Path) -> io::Result<Counters> {
     Ok(counters)
 }
 
-/// The page cache the kubelet counts in the cgroup at `dir` (`active_file`; `None`:
-/// unreadable or gone), what a dry run would reclaim.
-pub(crate) fn counted_cache(dir: &Path) -> Option<u64> {
-    read_counters(dir).ok().map(|c| c.active_file)
-}
-
-/// The cgroup's refault counter in bytes of `page_size` (`None`: unreadable or gone).
-pub fn refaulted(dir: &Path, page_size: u64) -> Option<u64> {
-    read_counters(dir)
-        .ok()
-        .map(|c| c.refaults.saturating_mul(page_size))
+/// The cgroup's refault counter in bytes of `page_size`, its working set and the page cache
+/// the kubelet counts in it (`None`: unreadable or gone).
+pub fn now(dir: &Path, page_size: u64) -> Option<PodNow> {
+    read_counters(dir).ok().map(|c| PodNow {
+        refaults: c.refaults.saturating_mul(page_size),
+        working_set: c.working_set,
+        counted_cache: c.active_file,
+    })
 }
 
 /// Asks the kernel to reclaim `bytes` from the cgroup at `dir` and says what came of it: the
@@ -135,6 +131,7 @@ pub fn step(dir: &Path, bytes: u64, page_size: u64) -> StepResult {
             .saturating_sub(before.refaults)
             .saturating_mul(page_size),
         refaults_after: after.refaults.saturating_mul(page_size),
+        working_set_after: after.working_set,
     }
 }
 
@@ -256,9 +253,15 @@ mod tests {
                 refaults: 7
             }
         );
-        assert_eq!(counted_cache(dir.path()), Some(4096));
-        assert_eq!(refaulted(dir.path(), 4096), Some(7 * 4096));
+        assert_eq!(
+            now(dir.path(), 4096),
+            Some(PodNow {
+                refaults: 7 * 4096,
+                working_set: 1_048_576 - 65_536,
+                counted_cache: 4096
+            })
+        );
         std::fs::write(dir.path().join("memory.current"), "max\n").unwrap();
-        assert_eq!(counted_cache(dir.path()), None, "not a number: unreadable");
+        assert_eq!(now(dir.path(), 4096), None, "not a number: unreadable");
     }
 }

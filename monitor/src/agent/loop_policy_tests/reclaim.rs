@@ -10,7 +10,10 @@ use super::{MI, Mode, Scene, scene_with};
 use crate::{
     action::{actuator::ActionOutcome, reclaim_first::Reclaimer},
     agent::input::{Input, Next},
-    engine::reclaim_ladder::{StepAnswer, StepResult},
+    engine::{
+        reclaim_ladder::{StepAnswer, StepResult},
+        reclaim_record::PodNow,
+    },
 };
 
 /// The steps asked for (cgroup, bytes), the results scripted for them in turn (a step beyond
@@ -22,9 +25,12 @@ pub(super) struct FakeReclaimer(Arc<Mutex<Script>>);
 pub(super) struct Script {
     asked: Vec<(String, u64)>,
     results: VecDeque<StepResult>,
+    /// Each cgroup's file cache the kubelet counts (unscripted: 64 MiB, something to take).
     counted_cache: HashMap<String, u64>,
-    /// Each cgroup's refault counter, in bytes.
+    /// Each cgroup's refault counter, in bytes (unscripted: 0).
     refaults: HashMap<String, u64>,
+    /// Each cgroup's working set (unscripted: 0).
+    working_sets: HashMap<String, u64>,
 }
 
 impl Reclaimer for FakeReclaimer {
@@ -37,12 +43,15 @@ impl Reclaimer for FakeReclaimer {
             .unwrap_or(StepResult::nothing(StepAnswer::Done))
     }
 
-    fn counted_cache(&self, rel: &str) -> Option<u64> {
-        self.0.lock().unwrap().counted_cache.get(rel).copied()
-    }
-
-    fn refaulted(&self, rel: &str) -> Option<u64> {
-        self.0.lock().unwrap().refaults.get(rel).copied()
+    fn now(&self, rel: &str) -> Option<PodNow> {
+        let script = self.0.lock().unwrap();
+        let get =
+            |map: &HashMap<String, u64>, unscripted| map.get(rel).copied().unwrap_or(unscripted);
+        Some(PodNow {
+            refaults: get(&script.refaults, 0),
+            working_set: get(&script.working_sets, 0),
+            counted_cache: get(&script.counted_cache, 64 * MI),
+        })
     }
 }
 
@@ -145,6 +154,24 @@ async fn the_eviction_goes_ahead_as_the_kubelets_once_the_ladder_is_over() {
 }
 
 #[tokio::test]
+async fn a_pod_without_counted_cache_is_left_off_the_ladder_without_a_step() {
+    let mut s = pressed(acting());
+    {
+        let mut script = s.reclaimer.0.lock().unwrap();
+        script.counted_cache.insert(HOG.to_string(), MI - 1);
+        script.counted_cache.insert(STEADY.to_string(), 0);
+    }
+    s.poll();
+    assert!(s.steps_asked().is_empty(), "nothing to take: no write");
+    assert_eq!(s.asked(), ["hog"], "evicted at once, as the kubelet would");
+    let decisions = s.agent.visibility.decisions.to_vec();
+    assert_eq!(
+        decisions.last().unwrap().report.reclaim_first.as_deref(),
+        Some("first reclaimed 0, over: no pod left to reclaim from")
+    );
+}
+
+#[tokio::test]
 async fn a_dry_run_says_what_it_would_reclaim_and_reclaims_nothing() {
     let mut s = pressed(Mode::DryRun);
     s.reclaimer
@@ -192,6 +219,35 @@ async fn a_pod_whose_cache_came_back_is_left_off_the_next_ladder_and_evicted() {
         .unwrap()
         .refaults
         .insert(HOG.to_string(), 20 * MI);
+    s.machine.0.borrow_mut().node_working_set += 200 * MI;
+    s.poll();
+    s.finish_step(0).await;
+    assert_eq!(
+        s.steps_asked(),
+        [(HOG.to_string(), 32 * MI), (STEADY.to_string(), 32 * MI)],
+        "the hog left off the second ladder"
+    );
+    assert_eq!(s.asked(), ["hog"], "evicted as the kubelet would");
+}
+
+#[tokio::test]
+async fn a_pod_whose_working_set_grew_back_is_left_off_the_next_ladder() {
+    let mut s = pressed(acting());
+    // 32 MiB less working set, 1,068 MiB after it; the refault counter at 0 MiB.
+    s.reclaimer.0.lock().unwrap().results = VecDeque::from([StepResult {
+        working_set_after: 1068 * MI,
+        ..took(32 * MI)
+    }]);
+    s.poll();
+    s.finish_step(200).await;
+    assert!(s.asked().is_empty(), "spared the first time");
+    // Few refaults (reclaim had mostly deactivated its cache), but its working set is back
+    // to 1,085 MiB, 17 MiB of the 32 taken, and the node under pressure again.
+    {
+        let mut script = s.reclaimer.0.lock().unwrap();
+        script.refaults.insert(HOG.to_string(), MI);
+        script.working_sets.insert(HOG.to_string(), 1085 * MI);
+    }
     s.machine.0.borrow_mut().node_working_set += 200 * MI;
     s.poll();
     s.finish_step(0).await;

@@ -32,13 +32,17 @@ pub(crate) struct Image {
     pub binary: PathBuf,
 }
 
-/// Builds the static binary of every architecture, then the image index when a binary is
-/// newer than the archive.
-pub(crate) fn build() -> anyhow::Result<Image> {
+/// Builds the static binary of every architecture (`built` is told of each as it is there,
+/// this machine's first), then the image index when a binary is newer than the archive.
+pub(crate) fn build(mut built: impl FnMut(Arch, &Path)) -> anyhow::Result<Image> {
     ensure_debian_packages(&PACKAGES)?;
     let binaries = Arch::ALL
         .into_iter()
-        .map(|arch| Ok((arch, static_binary(arch)?)))
+        .map(|arch| {
+            let binary = static_binary(arch)?;
+            built(arch, &binary);
+            Ok((arch, binary))
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let archive = target_dir()?.join("image/monitor.oci.tar");
     if binaries

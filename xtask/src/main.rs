@@ -170,7 +170,7 @@ fn main() -> ExitCode {
             };
             setup::run().and_then(|()| bench::run(name, size, options))
         }
-        Task::Image => setup::run().and_then(|()| image::build().map(drop)),
+        Task::Image => setup::run().and_then(|()| image::build(|_, _| {}).map(drop)),
         Task::VmTest {
             only,
             image_agent,
